@@ -1,0 +1,138 @@
+"""Shape arithmetic on batch sizes, shared by every container.
+
+These functions compute what a shape operation does to the batch dimensions,
+without touching any data, so that an empty container (or a non-tensor leaf)
+gets the same batch size a tensor would.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def as_size(batch_size, api: str = "TensorDict") -> torch.Size:
+    """Validate a user-given batch size and return it as a ``torch.Size``."""
+    if batch_size is None:
+        return torch.Size()
+    if type(batch_size) is torch.Size:
+        size = batch_size
+    elif isinstance(batch_size, int):
+        size = torch.Size([batch_size])
+    else:
+        try:
+            size = torch.Size(batch_size)
+        except TypeError:
+            raise TypeError(
+                f"{api}: batch_size must be a sequence of ints (e.g. [3, 4]), got "
+                f"{type(batch_size).__name__} {batch_size!r}."
+            ) from None
+    for s in size:
+        if s < 0:
+            raise ValueError(f"{api}: batch_size must not be negative, got {list(size)}.")
+    return size
+
+
+def normalize_dim(dim: int, ndim: int, api: str) -> int:
+    """Turn a possibly negative batch dim into a positive one, with a clear error."""
+    if not -ndim <= dim < ndim:
+        raise IndexError(
+            f"{api}: dim {dim} is out of range for a batch of {ndim} dim(s) "
+            f"(expected a value in [{-ndim}, {ndim - 1}])."
+        )
+    return dim + ndim if dim < 0 else dim
+
+
+def resolve_shape(batch_size: torch.Size, shape) -> torch.Size:
+    """Resolve a ``reshape``/``view`` target (with at most one ``-1``)."""
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)):
+        shape = tuple(shape[0])
+    shape = [int(s) for s in shape]
+    numel = math.prod(batch_size)
+    if shape.count(-1) > 1:
+        raise ValueError("reshape: only one dimension can be inferred (-1).")
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        if known == 0 or numel % known:
+            raise ValueError(
+                f"reshape: shape {shape} is invalid for a batch of size {list(batch_size)}."
+            )
+        shape[shape.index(-1)] = numel // known
+    if math.prod(shape) != numel:
+        raise ValueError(
+            f"reshape: shape {shape} is invalid for a batch of size {list(batch_size)}."
+        )
+    return torch.Size(shape)
+
+
+def expand_ellipsis(index: tuple, ndim: int) -> tuple:
+    """Replace ``...`` with full slices so that the index only touches batch dims.
+
+    Leaves have more dims than the batch; ``leaf[..., :2]`` would slice their
+    last (feature) dim, so the ellipsis is made explicit before indexing them.
+    """
+    consumed = 0
+    ellipsis_at = -1
+    for i, item in enumerate(index):
+        if item is Ellipsis:
+            if ellipsis_at >= 0:
+                raise IndexError("tdfunc: an index can only have a single ellipsis ('...').")
+            ellipsis_at = i
+        elif item is None:
+            continue
+        elif isinstance(item, torch.Tensor) and item.dtype is torch.bool:
+            consumed += max(item.dim(), 1)
+        else:
+            consumed += 1
+    if consumed > ndim:
+        raise IndexError(
+            f"tdfunc: too many indices for a TensorDict with {ndim} batch dim(s): "
+            f"the index consumes {consumed}."
+        )
+    if ellipsis_at < 0:
+        return index
+    fill = (slice(None),) * (ndim - consumed)
+    return index[:ellipsis_at] + fill + index[ellipsis_at + 1 :]
+
+
+def _simple_index_size(batch_size: torch.Size, index: tuple) -> torch.Size | None:
+    """Batch size after ``index`` made of ints, slices and None; None if other kinds."""
+    out: list[int] = []
+    dim = 0
+    for item in index:
+        if item is None:
+            out.append(1)
+            continue
+        t = type(item)
+        if t is int:
+            size = batch_size[dim]
+            if not -size <= item < size:
+                raise IndexError(
+                    f"tdfunc: index {item} is out of range for batch dim {dim} of size {size}."
+                )
+            dim += 1
+        elif t is slice:
+            out.append(len(range(*item.indices(batch_size[dim]))))
+            dim += 1
+        else:
+            return None
+    out.extend(batch_size[dim:])
+    return torch.Size(out)
+
+
+def index_batch_size(batch_size: torch.Size, index) -> torch.Size:
+    """The batch size that indexing a batch of ``batch_size`` with ``index`` gives."""
+    if type(index) is int:
+        return _simple_index_size(batch_size, (index,))  # type: ignore[return-value]
+    if type(index) is not tuple:
+        index = (index,)
+    index = expand_ellipsis(index, len(batch_size))
+    size = _simple_index_size(batch_size, index)
+    if size is not None:
+        return size
+    # Tensors, lists, masks: let torch apply its advanced-indexing rules to a
+    # stride-0 stand-in (no memory is read, the result is tiny or zero-sized).
+    device = next((i.device for i in index if isinstance(i, torch.Tensor)), torch.device("cpu"))
+    stand_in = torch.zeros((), dtype=torch.uint8, device=device).expand(batch_size)
+    return stand_in[index].shape
