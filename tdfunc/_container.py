@@ -23,6 +23,7 @@ from ._module_swap import ModuleSwapMixin
 from ._nontensor import NonTensorData
 from ._persist import PersistMixin
 from ._pytree import register as _register_pytree
+from ._registry import register_class
 from ._repr import td_repr
 from ._shape_ops import ShapeOpsMixin
 from ._shapes import as_size
@@ -721,3 +722,4 @@ class _KeysView:
 
 
 _register_pytree(TensorDict)
+register_class(TensorDict)
