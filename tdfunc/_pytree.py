@@ -121,12 +121,29 @@ def _shape_of(child: Any) -> torch.Size | None:
     return None
 
 
+def _leafless(child: Any) -> bool:
+    """A container without any tensor below it: its batch size carries no information."""
+    if isinstance(child, torch.Tensor):
+        return False
+    for value in child._to_tensordict_view()._data.values():
+        if isinstance(value, torch.Tensor) or (
+            getattr(type(value), "_is_tensor_collection", False) and not _leafless(value)
+        ):
+            return False
+    return True
+
+
 def infer_batch_size(children: list, context: Context) -> torch.Size:
     """The batch size that the (transformed) children imply; see the module docstring."""
-    shapes = [_shape_of(child) for child in children]
+    informative = [
+        (_shape_of(child), feature)
+        for child, feature in zip(children, context.feature_shapes)
+        if not _leafless(child)
+    ]
+    shapes = [shape for shape, _ in informative]
     candidate = None
     disagree = False
-    for shape, feature in zip(shapes, context.feature_shapes):
+    for shape, feature in informative:
         split = len(shape) - len(feature)
         if split < 0 or shape[split:] != feature:
             continue
@@ -202,6 +219,10 @@ def unflatten(children, context: Context):
         if not _is_compiling():  # dynamo cannot trace the functorch level queries
             _check_vmap_input(children, context)
         batch_size = infer_batch_size(children, context)
+        for child, feature in zip(children, context.feature_shapes):
+            if not isinstance(child, torch.Tensor) and _leafless(child):
+                # fresh from its own unflatten: give it the parent's inferred batch dims
+                child._to_tensordict_view()._batch_size = batch_size + feature
     if context.non_tensor:
         for key, value in context.non_tensor:
             data[key] = NonTensorData._make(value, batch_size, context.device)
