@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ._nontensor import NonTensorData
 
 _KEEP = object()
+_Tensor = torch.Tensor
 
 
 def _collection(value: Any) -> bool:
     return getattr(type(value), "_is_tensor_collection", False)
 
 
+def rewrap(original: Any, result):
+    """``result`` (a TensorDict built from ``original``'s view) in ``original``'s class."""
+    if getattr(type(original), "_is_tensordict", False):
+        return result
+    return type(original)._from_pytree(
+        result._data, result._batch_size, result._device, result._names
+    )
+
+
 def _others_at(others: tuple, key: str, api: str) -> list:
     values = []
     for position, other in enumerate(others):
-        data = other._to_tensordict_view()._data
+        data = other._data
         if key not in data:
             raise KeyError(
                 f"TensorDict.{api}: key {key!r} is missing from the TensorDict passed at "
@@ -29,10 +39,51 @@ def _others_at(others: tuple, key: str, api: str) -> list:
     return values
 
 
+def _views(values: Sequence, key: str, api: str) -> tuple:
+    views = []
+    for position, value in enumerate(values):
+        if not _collection(value):
+            raise TypeError(
+                f"TensorDict.{api}: key {key!r} holds a TensorDict, but the container passed at "
+                f"position {position + 1} holds a {type(value).__name__} there."
+            )
+        views.append(value._to_tensordict_view())
+    return tuple(views)
+
+
+def _non_tensor_result(value: NonTensorData, new_size, ndim: int, key: str) -> NonTensorData:
+    if new_size is None:
+        return value.clone()
+    if type(value) is NonTensorData:
+        return NonTensorData._make(value.data, new_size + value.batch_size[ndim:], value.device)
+    if value.batch_size[: len(new_size)] == new_size:
+        return value.clone()
+    raise ValueError(
+        f"TensorDict.apply: cannot give the non-tensor stack at key {key!r} (batch size "
+        f"{list(value.batch_size)}) the new batch size {list(new_size)}."
+    )
+
+
 class ApplyMixin:
     """Leaf-wise transformation of a container (methods of ``TensorDict``)."""
 
     __slots__ = ()
+
+    # provided by TensorDict (declared here for type checkers only)
+    _batch_size: torch.Size
+    _data: dict
+    _device: torch.device | None
+    _names: tuple | None
+    _is_locked: bool
+    if TYPE_CHECKING:
+
+        def _like(
+            self, data: dict, batch_size: torch.Size | None = ..., names: Any = ...
+        ) -> Any: ...
+        def _check_writable(self, api: str, key: Any) -> None: ...
+        def _get_leaf(self, key: Any, api: str = ...) -> Any: ...
+        def _shallow_copy(self) -> Any: ...
+        def _tensor_leaves(self) -> Any: ...
 
     def apply(
         self,
@@ -47,7 +98,9 @@ class ApplyMixin:
 
         ``fn`` receives the leaf of ``self`` and the matching leaves of ``others``
         (containers with the same keys). A leaf for which ``fn`` returns ``None``
-        is dropped. Pass ``batch_size`` when ``fn`` changes the batch dims.
+        is dropped (and a nested container left empty by that, too). Pass
+        ``batch_size`` when ``fn`` changes the batch dims. Non-tensor leaves are
+        carried over.
 
         Example:
             >>> td = TensorDict({"a": torch.ones(2), "b": torch.zeros(2, dtype=torch.long)}, [2])
@@ -57,114 +110,167 @@ class ApplyMixin:
         if inplace:
             return self.apply_(fn, *others)
         new_size = None if batch_size is None else torch.Size(batch_size)
-        out = self._apply_tree(fn, others, new_size, None, filter_empty)
+        views = tuple(other._to_tensordict_view() for other in others)
+        out = self._apply_tree(fn, views, new_size, None, filter_empty)
         if names is not _KEEP:
             out.names = names
-        elif new_size is not None:
-            out._names = None
         return out
 
-    def named_apply(self, fn: Callable, *others, nested_keys: bool = False, batch_size=None):
+    def named_apply(
+        self,
+        fn: Callable,
+        *others,
+        nested_keys: bool = False,
+        batch_size=None,
+        filter_empty: bool = True,
+    ):
         """Like :meth:`apply`, with the key passed first: ``fn(key, leaf, *other_leaves)``.
 
-        With ``nested_keys=True`` the key is the full tuple path of the leaf.
+        The key is the leaf's own key, or its full tuple path with ``nested_keys=True``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(())}})
+            >>> out = td.named_apply(lambda k, x: x + len(k), nested_keys=True)
+            >>> out["b", "c"].item()
+            2.0
         """
         new_size = None if batch_size is None else torch.Size(batch_size)
-        prefix = () if nested_keys else None
-        return self._apply_tree(fn, others, new_size, prefix, True)
+        views = tuple(other._to_tensordict_view() for other in others)
+        return self._apply_tree(fn, views, new_size, (), filter_empty, local_keys=not nested_keys)
 
-    def _apply_tree(self, fn, others, new_size, prefix, filter_empty):
-        size = self._batch_size
-        ndim = len(size)
+    def _apply_tree(
+        self,
+        fn: Callable,
+        others: tuple = (),
+        new_size: torch.Size | None = None,
+        prefix: tuple | None = None,
+        filter_empty: bool = True,
+        *,
+        local_keys: bool = False,
+        check: bool = True,
+    ):
+        """The engine of ``apply``.
+
+        ``others`` are TensorDict views with the same keys. With ``prefix`` (a tuple)
+        ``fn`` gets the key first: the full path ``prefix + (key,)``, or the leaf's
+        own key with ``local_keys``. ``check`` validates results (user functions).
+        """
+        ndim = len(self._batch_size)
+        expected = self._batch_size if new_size is None else new_size
+        count = len(expected)
         data = {}
         for key, value in self._data.items():
             other_values = _others_at(others, key, "apply") if others else ()
-            if isinstance(value, torch.Tensor):
-                if prefix is None:
+            if isinstance(value, _Tensor):
+                if prefix is not None:
+                    name = key if local_keys else prefix + (key,)
+                    result = fn(name, value, *other_values)
+                elif others:
                     result = fn(value, *other_values)
                 else:
-                    name = prefix + (key,) if prefix else key
-                    result = fn(name, value, *other_values)
+                    result = fn(value)
                 if result is None:
                     continue
-                expected = size if new_size is None else new_size
-                if result.shape[: len(expected)] != expected:
-                    raise ValueError(
-                        f"TensorDict.apply: the function returned a tensor of shape "
-                        f"{list(result.shape)} for key {key!r}, which does not start with the "
-                        f"batch size {list(expected)}. Pass batch_size=... to apply when the "
-                        f"function changes the batch dims."
-                    )
+                if check and (
+                    not isinstance(result, _Tensor) or (count and result.shape[:count] != expected)
+                ):
+                    shown = key if prefix is None or local_keys else prefix + (key,)
+                    raise _result_error(result, shown, expected)
             elif _collection(value):
-                inner_size = None if new_size is None else new_size + value.batch_size[ndim:]
-                inner_prefix = prefix
-                if prefix is not None and prefix != ():
-                    inner_prefix = prefix + (key,)
-                elif prefix == ():
-                    inner_prefix = (key,)
-                if hasattr(value, "_apply_tree"):
-                    result = value._apply_tree(
-                        fn, tuple(other_values), inner_size, inner_prefix, filter_empty
-                    )
-                else:
-                    result = value.apply(fn, *other_values, batch_size=inner_size)
-                if filter_empty and not result._data and value._data:
+                view = value._to_tensordict_view()
+                inner_size = None if new_size is None else new_size + view._batch_size[ndim:]
+                sub = view._apply_tree(
+                    fn,
+                    _views(other_values, key, "apply") if others else (),
+                    inner_size,
+                    None if prefix is None else prefix + (key,),
+                    filter_empty,
+                    local_keys=local_keys,
+                    check=check,
+                )
+                if filter_empty and not sub._data and view._data:
                     continue
+                result = rewrap(value, sub)
             elif isinstance(value, NonTensorData):
-                if new_size is not None:
-                    value = NonTensorData._make(value.data, new_size, value.device)
-                result = value
+                result = _non_tensor_result(value, new_size, ndim, key)
             else:
                 result = value
             data[key] = result
-        return self._like(data, new_size)
+        return self._like(data, new_size, self._names if new_size is None else None)
 
     def apply_(self, fn: Callable, *others):
-        """Apply ``fn`` to every tensor leaf and write the result into it (in place)."""
+        """Apply ``fn`` to every tensor leaf and write the result into it (in place).
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(2)}, [2])
+            >>> td.apply_(lambda x: x * 3)["a"].tolist()
+            [3.0, 3.0]
+        """
+        views = tuple(other._to_tensordict_view() for other in others)
+        self._apply_inplace(fn, views)
+        return self
+
+    def _apply_inplace(self, fn: Callable, others: tuple) -> None:
         for key, value in self._data.items():
             other_values = _others_at(others, key, "apply_") if others else ()
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, _Tensor):
                 result = fn(value, *other_values)
                 if result is not None and result is not value:
                     value.copy_(result)
             elif _collection(value):
-                value.apply_(fn, *other_values)
-        return self
+                view = value._to_tensordict_view()
+                view._apply_inplace(fn, _views(other_values, key, "apply_") if others else ())
 
     # -------------------------------------------------------------- leaf-wise
     def clone(self, recurse: bool = True):
-        """A copy; with ``recurse=False`` the copy shares the tensors."""
+        """A copy; with ``recurse=False`` the copy shares the tensors.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> td.clone()["a"] is td["a"]
+            False
+        """
         if not recurse:
             return self._shallow_copy()
-        return self._apply_tree(torch.Tensor.clone, (), None, None, False)
+        return self._apply_tree(_Tensor.clone, (), None, None, False, check=False)
 
     def detach(self):
-        return self._apply_tree(torch.Tensor.detach, (), None, None, False)
+        """A copy whose tensors are detached from the autograd graph (sharing storage)."""
+        return self._apply_tree(_Tensor.detach, (), None, None, False, check=False)
 
     def detach_(self):
-        for value in self.values(True, True):
-            if isinstance(value, torch.Tensor):
-                value.detach_()
+        """Detach every tensor leaf in place; returns self."""
+        for value in self._tensor_leaves():
+            value.detach_()
         return self
 
     def contiguous(self):
-        return self._apply_tree(torch.Tensor.contiguous, (), None, None, False)
+        """A copy whose tensors are contiguous."""
+        return self._apply_tree(_Tensor.contiguous, (), None, None, False, check=False)
 
     def requires_grad_(self, requires_grad: bool = True):
-        for value in self.values(True, True):
-            if isinstance(value, torch.Tensor):
-                value.requires_grad_(requires_grad)
+        """Set ``requires_grad`` on every tensor leaf; returns self."""
+        for value in self._tensor_leaves():
+            value.requires_grad_(requires_grad)
         return self
 
     def zero_(self):
-        for value in self.values(True, True):
-            if isinstance(value, torch.Tensor):
-                value.zero_()
+        """Fill every tensor leaf with zeros (in place); returns self."""
+        for value in self._tensor_leaves():
+            value.zero_()
         return self
 
     def fill_(self, key, value):
-        """Fill the entry at ``key`` with ``value`` in place."""
-        self._get_leaf(key).fill_(value)
+        """Fill the entry at ``key`` with ``value`` in place (every leaf below it for a
+        nested TensorDict); returns self."""
+        entry = self._get_leaf(key, "fill_")
+        if _collection(entry):
+            for leaf in entry._to_tensordict_view()._tensor_leaves():
+                leaf.fill_(value)
+        elif isinstance(entry, _Tensor):
+            entry.fill_(value)
+        else:
+            raise TypeError(f"TensorDict.fill_: the entry at key {key!r} is not a tensor.")
         return self
 
     def to(self, *args, **kwargs):
@@ -185,18 +291,18 @@ class ApplyMixin:
         def convert(tensor: torch.Tensor) -> torch.Tensor:
             return tensor.to(device=device, dtype=dtype, non_blocking=non_blocking)
 
-        out = self._apply_tree(convert, (), None, None, False)
+        out = self._apply_tree(convert, (), None, None, False, check=False)
         if device is not None:
             out._set_device(device)
         return out
 
     def _set_device(self, device) -> None:
-        self._device = torch.device(device)
+        self._device = torch.device(device)  # type: ignore[misc]
         for value in self._data.values():
             if isinstance(value, NonTensorData):
                 value.device = self._device
             elif _collection(value):
-                value._set_device(device)
+                value._to_tensordict_view()._set_device(device)
 
     def cpu(self):
         return self.to("cpu")
@@ -218,12 +324,25 @@ class ApplyMixin:
 
     def share_memory_(self):
         """Move every tensor leaf to shared memory (in place); returns self."""
-        for value in self.values(True, True):
-            if isinstance(value, torch.Tensor):
-                value.share_memory_()
+        for value in self._tensor_leaves():
+            value.share_memory_()
         return self
 
     def is_shared(self) -> bool:
+        """True when every tensor leaf is in shared memory (and there is at least one)."""
         from ._repr import is_shared
 
         return is_shared(self)
+
+
+def _result_error(result: Any, key, expected: torch.Size) -> Exception:
+    if not isinstance(result, _Tensor):
+        return TypeError(
+            f"TensorDict.apply: the function returned a {type(result).__name__} for key "
+            f"{key!r}; it must return a tensor (or None to drop the key)."
+        )
+    return ValueError(
+        f"TensorDict.apply: the function returned a tensor of shape {list(result.shape)} for "
+        f"key {key!r}, which does not start with the batch size {list(expected)}. Pass "
+        f"batch_size=... to apply when the function changes the batch dims."
+    )

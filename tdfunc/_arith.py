@@ -7,12 +7,12 @@ accepts (a number, a tensor broadcastable against every leaf).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._nontensor import NonTensorData
+from ._nontensor import NonTensorData, eq_mask
 
 
 def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
@@ -24,17 +24,20 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
                 f"TensorDict.{api}: both operands must have the same keys; these keys are "
                 f"only in one of them: {missing}."
             )
-        pairs = ((k, v, other_data[k]) for k, v in self._data.items())
+        pairs = [(k, v, other_data[k]) for k, v in self._data.items()]
+    elif isinstance(other, Mapping):
+        raise TypeError(
+            f"TensorDict.{api}: the other operand is a {type(other).__name__}; convert it to a "
+            f"TensorDict first (TensorDict(other, batch_size=...))."
+        )
     else:
-        pairs = ((k, v, other) for k, v in self._data.items())
-    data = {}
+        pairs = [(k, v, other) for k, v in self._data.items()]
+    data: dict[str, Any] = {}
     for key, value, rhs in pairs:
         if isinstance(value, NonTensorData):
-            if compare and api in ("__eq__", "__ne__"):
-                rhs_data = rhs.data if isinstance(rhs, NonTensorData) else rhs
-                equal = value.data == rhs_data
-                result = equal if api == "__eq__" else not equal
-                data[key] = torch.full(value.batch_size, bool(result))
+            if api in ("__eq__", "__ne__"):
+                mask = eq_mask(value, rhs)
+                data[key] = mask if api == "__eq__" else ~mask
             else:
                 data[key] = value
             continue
@@ -45,6 +48,12 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
 def _inplace(self, other: Any, method: str):
     if getattr(type(other), "_is_tensor_collection", False):
         other_data = other._to_tensordict_view()._data
+        if other_data.keys() != self._data.keys():
+            missing = sorted(set(self._data) ^ set(other_data))
+            raise KeyError(
+                f"TensorDict.{method}: both operands must have the same keys; these keys are "
+                f"only in one of them: {missing}."
+            )
         for key, value in self._data.items():
             if not isinstance(value, NonTensorData):
                 getattr(value, method)(other_data[key])
@@ -56,9 +65,33 @@ def _inplace(self, other: Any, method: str):
 
 
 class ArithmeticMixin:
-    """Operators of ``TensorDict``: ``+ - * / ** == != < <= > >=``, ``all``, ``any``."""
+    """Operators of ``TensorDict``: ``+ - * / ** == != < <= > >=``, ``all``, ``any``.
+
+    Example:
+        >>> td = TensorDict({"a": torch.ones(2)}, [2])
+        >>> (td * 2 + 1)["a"].tolist()
+        [3.0, 3.0]
+        >>> (td == 1).all()
+        True
+    """
 
     __slots__ = ()
+
+    # provided by TensorDict (declared here for type checkers only)
+    _batch_size: torch.Size
+    _data: dict
+    _device: torch.device | None
+    _names: tuple | None
+    _is_locked: bool
+    if TYPE_CHECKING:
+
+        def _like(
+            self, data: dict, batch_size: torch.Size | None = ..., names: Any = ...
+        ) -> Any: ...
+        def _check_writable(self, api: str, key: Any) -> None: ...
+        def _get_leaf(self, key: Any, api: str = ...) -> Any: ...
+        def _shallow_copy(self) -> Any: ...
+        def _apply_tree(self, fn: Any, *args: Any, **kwargs: Any) -> Any: ...
 
     def __add__(self, other):
         return _binary(self, other, operator.add, "__add__")
@@ -87,16 +120,70 @@ class ArithmeticMixin:
     def __pow__(self, other):
         return _binary(self, other, operator.pow, "__pow__")
 
+    def __floordiv__(self, other):
+        return _binary(self, other, operator.floordiv, "__floordiv__")
+
+    def __mod__(self, other):
+        return _binary(self, other, operator.mod, "__mod__")
+
+    def __and__(self, other):
+        return _binary(self, other, operator.and_, "__and__")
+
+    def __or__(self, other):
+        return _binary(self, other, operator.or_, "__or__")
+
+    def __xor__(self, other):
+        return _binary(self, other, operator.xor, "__xor__")
+
+    def __invert__(self):
+        return self._apply_tree(operator.invert, (), None, None, False, check=False)
+
     def __neg__(self):
-        return self._apply_tree(operator.neg, (), None, None, False)
+        return self._apply_tree(operator.neg, (), None, None, False, check=False)
 
     def __abs__(self):
-        return self._apply_tree(torch.abs, (), None, None, False)
+        return self._apply_tree(torch.abs, (), None, None, False, check=False)
+
+    def _unary(self, fn: Callable):
+        return self._apply_tree(fn, (), None, None, False, check=False)
+
+    def abs(self):
+        """Element-wise ``abs`` of every tensor leaf."""
+        return self._unary(torch.abs)
+
+    def exp(self):
+        return self._unary(torch.exp)
+
+    def log(self):
+        return self._unary(torch.log)
+
+    def sqrt(self):
+        return self._unary(torch.sqrt)
+
+    def sign(self):
+        return self._unary(torch.sign)
+
+    def sigmoid(self):
+        return self._unary(torch.sigmoid)
+
+    def tanh(self):
+        return self._unary(torch.tanh)
+
+    def pow(self, exponent):
+        return _binary(self, exponent, operator.pow, "pow")
+
+    def clamp(self, min=None, max=None):
+        """Clamp every tensor leaf to ``[min, max]``."""
+        return self._unary(lambda t: t.clamp(min, max))
 
     def __eq__(self, other):  # type: ignore[override]
+        if other is None:
+            return False
         return _binary(self, other, operator.eq, "__eq__", compare=True)
 
     def __ne__(self, other):  # type: ignore[override]
+        if other is None:
+            return True
         return _binary(self, other, operator.ne, "__ne__", compare=True)
 
     def __lt__(self, other):

@@ -4,6 +4,11 @@ Validation happens here, at the boundary (the public constructor, ``set``,
 ``__setitem__``, ``update``). Every derived result (indexing, ``apply``,
 shape operations, ``stack``) is built through :meth:`TensorDict._new_unsafe`,
 which trusts its inputs.
+
+Writes are atomic: a ``set`` or ``update`` that fails (a bad value, a locked
+container, a missing key) leaves the container as it was. Structural writes
+are recorded in an undo log; in-place copies are validated first and performed
+only once every entry has been checked.
 """
 
 from __future__ import annotations
@@ -11,31 +16,38 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
 from ._apply import ApplyMixin
 from ._arith import ArithmeticMixin
 from ._distributed import DistributedMixin
-from ._keys import is_key, key_parts, missing_key_error, unravel_key
+from ._keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from ._map import MapMixin
 from ._module_swap import ModuleSwapMixin
-from ._nontensor import NonTensorData
+from ._nontensor import NonTensorData, NonTensorStack
 from ._persist import PersistMixin
 from ._pytree import register as _register_pytree
 from ._registry import register_class
 from ._repr import td_repr
 from ._shape_ops import ShapeOpsMixin
-from ._shapes import as_size
+from ._shapes import SIZE_CACHE, as_size, size_info
 from ._torch_function import TorchFunctionMixin
+from ._writes import build_fast, convert, full_key, items_of, rename_key, write, write_path
 
-_NO_DEFAULT = object()
-_SCALARS = (int, float, bool, complex, np.ndarray, np.generic)
+_NO_DEFAULT = MISSING
+_Tensor = torch.Tensor
 
 
 def is_tensor_collection(obj: object) -> bool:
     """True for a ``TensorDict`` or a ``TensorClass`` instance."""
     return getattr(type(obj), "_is_tensor_collection", False)
+
+
+def _read(value: Any) -> Any:
+    """What reading a stored value returns: non-tensor leaves give their Python value."""
+    if isinstance(value, NonTensorData):
+        return value.tolist()
+    return value
 
 
 class TensorDict(
@@ -56,6 +68,7 @@ class TensorDict(
         batch_size: the leading dims every value shares. Defaults to ``[]``.
         device: if given, every value written is moved to this device.
         names: optional names of the batch dims.
+        lock: lock the result (see :meth:`lock_`).
 
     Example:
         >>> td = TensorDict({"a": torch.zeros(3, 4), "b": {"c": torch.ones(3)}}, [3])
@@ -67,6 +80,7 @@ class TensorDict(
 
     __slots__ = ("__weakref__", "_batch_size", "_data", "_device", "_is_locked", "_names")
     _is_tensor_collection = True
+    _is_tensordict = True  # TensorDict and its subclasses (not TensorClass)
 
     def __init__(
         self,
@@ -77,20 +91,44 @@ class TensorDict(
         *,
         lock: bool = False,
     ) -> None:
-        self._data: dict[str, Any] = {}
-        self._batch_size = as_size(batch_size)
+        if type(source) is dict and device is None:
+            # fast path: str keys, plain tensors and dicts (anything else takes the full path)
+            info = None
+            if type(batch_size) is list:
+                try:
+                    info = SIZE_CACHE.get(tuple(batch_size))
+                except TypeError:  # unhashable items: size_info gives the error
+                    info = None
+            size, ndim, first, second = info or size_info(batch_size)
+            data = build_fast(TensorDict, source, size, ndim, first, second)
+            if data is not None:
+                self._data = data
+                self._batch_size = size
+                self._device = None
+                self._names = None
+                self._is_locked = False
+                if names is not None:
+                    self.names = names
+                if lock:
+                    self.lock_()
+                return
+        given: Any = source
+        inherit = batch_size is None and is_tensor_collection(given)
+        size = given.batch_size if inherit else as_size(batch_size)
+        self._data = {}
+        self._batch_size = size
         self._device = None if device is None else torch.device(device)
-        self._names = None
+        self._names = given._to_tensordict_view()._names if inherit else None
         self._is_locked = False
         if names is not None:
             self.names = names
         if source is not None:
-            if not isinstance(source, Mapping):
+            if not isinstance(source, Mapping) and not is_tensor_collection(source):
                 raise TypeError(
                     f"TensorDict: source must be a mapping (dict, TensorDict, ...), got "
                     f"{type(source).__name__}."
                 )
-            self.update(source)
+            self._write(items_of(source, "__init__"), False, True, "__init__")
         if lock:
             self.lock_()
 
@@ -107,12 +145,13 @@ class TensorDict(
 
     def _like(self, data: dict, batch_size: torch.Size | None = None, names=_NO_DEFAULT):
         """A new container of the same kind with ``data`` (trusted)."""
-        return type(self)._new_unsafe(
-            data,
-            self._batch_size if batch_size is None else batch_size,
-            self._device,
-            self._names if names is _NO_DEFAULT else names,
-        )
+        out = object.__new__(type(self))
+        out._data = data
+        out._batch_size = self._batch_size if batch_size is None else batch_size
+        out._device = self._device
+        out._names = self._names if names is _NO_DEFAULT else names
+        out._is_locked = False
+        return out
 
     @classmethod
     def _from_pytree(cls, data: dict, batch_size: torch.Size, device, names):
@@ -121,15 +160,15 @@ class TensorDict(
 
     @classmethod
     def fromkeys(cls, keys, value: Any = 0, batch_size=None, device=None) -> TensorDict:
-        """A TensorDict with every key in ``keys`` holding ``value``.
+        """A TensorDict with every key in ``keys`` holding ``value`` (tensors are cloned).
 
         Example:
             >>> TensorDict.fromkeys(["a", ("nested", "e")], 0)["nested", "e"]
             tensor(0)
         """
         out = cls({}, batch_size=batch_size, device=device)
-        for key in keys:
-            out.set(key, value.clone() if isinstance(value, torch.Tensor) else value)
+        items = [(k, value.clone() if isinstance(value, _Tensor) else value) for k in keys]
+        out._write(items, False, True, "fromkeys")
         return out
 
     # ------------------------------------------------------------------ shape
@@ -139,12 +178,23 @@ class TensorDict(
 
     @batch_size.setter
     def batch_size(self, value) -> None:
-        size = as_size(value)
+        size = as_size(value, "TensorDict.batch_size")
+        ndim = len(size)
         for key, item in self._data.items():
-            if item.shape[: len(size)] != size:
+            if isinstance(item, NonTensorData):
+                continue
+            if item.shape[:ndim] != size:
                 raise ValueError(
-                    f"TensorDict.batch_size: cannot set batch size {list(size)}: key {key!r} "
-                    f"has shape {list(item.shape)}."
+                    f"TensorDict.batch_size: cannot set batch size {list(size)}: the value at "
+                    f"key {key!r} has shape {list(item.shape)}."
+                )
+        for key, item in self._data.items():
+            if type(item) is NonTensorData:
+                self._data[key] = NonTensorData._make(item.data, size, item.device)
+            elif isinstance(item, NonTensorStack) and item.batch_size[:ndim] != size:
+                raise ValueError(
+                    f"TensorDict.batch_size: cannot set batch size {list(size)}: the "
+                    f"non-tensor stack at key {key!r} has batch size {list(item.batch_size)}."
                 )
         if self._names is not None and len(size) != len(self._names):
             self._names = None
@@ -174,9 +224,10 @@ class TensorDict(
         return self._device
 
     @property
-    def names(self) -> list | None:
+    def names(self) -> list:
+        """Names of the batch dims (``None`` for an unnamed dim), one per batch dim."""
         if self._names is None:
-            return None if not self._batch_size else [None] * len(self._batch_size)
+            return [None] * len(self._batch_size)
         return list(self._names)
 
     @names.setter
@@ -193,7 +244,15 @@ class TensorDict(
         for name in value:
             if name is not None and not isinstance(name, str):
                 raise TypeError(f"TensorDict.names: names must be str or None, got {name!r}.")
-        self._names = None if all(n is None for n in value) else value
+        given = [n for n in value if n is not None]
+        if len(set(given)) != len(given):
+            raise ValueError(f"TensorDict.names: names must be unique, got {list(value)}.")
+        self._names = value if given else None
+
+    def refine_names(self, *names) -> TensorDict:
+        """Set the names of the batch dims in place (``...`` is not supported); returns self."""
+        self.names = names[0] if len(names) == 1 and isinstance(names[0], (list, tuple)) else names
+        return self
 
     def __len__(self) -> int:
         return self._batch_size[0] if self._batch_size else 0
@@ -212,6 +271,30 @@ class TensorDict(
         )
 
     # ------------------------------------------------------------------ reading
+    def __getitem__(self, index) -> Any:
+        kind = type(index)
+        if kind is str:
+            try:
+                value = self._data[index]
+            except KeyError:
+                raise self._missing(index, "__getitem__") from None
+        elif kind is tuple:
+            if len(index) == 2:
+                # fast path: ("nested", "key")
+                first, second = index
+                if type(first) is str and type(second) is str:
+                    node = self._data.get(first)
+                    if type(node) is TensorDict:
+                        value = node._data.get(second, _NO_DEFAULT)
+                        if value is not _NO_DEFAULT:
+                            return value if type(value) is _Tensor else _read(value)
+            if not is_key(index):
+                return self._index(index)
+            value = self._get_leaf(index, "__getitem__")
+        else:
+            return self._index(index)
+        return value if type(value) is _Tensor else _read(value)
+
     def get(self, key, default: Any = _NO_DEFAULT) -> Any:
         """The value at ``key`` (a ``str`` or nested tuple); non-tensor leaves give their value.
 
@@ -225,16 +308,15 @@ class TensorDict(
         if type(key) is str:
             value = self._data.get(key, _NO_DEFAULT)
         else:
-            value = self._get_nested(key_parts(key))
+            value = self._get_nested(key_parts(key, "TensorDict.get"))
         if value is _NO_DEFAULT:
             if default is _NO_DEFAULT:
-                raise self._missing(key)
+                raise self._missing(key, "get")
             return default
-        if type(value) is NonTensorData:
-            return value.data
-        return value
+        return value if type(value) is _Tensor else _read(value)
 
     def _get_nested(self, parts: tuple) -> Any:
+        """The stored value at ``parts``, or ``_NO_DEFAULT`` (also when a leaf is in the way)."""
         node: Any = self
         for part in parts:
             if type(node) is not TensorDict:
@@ -246,73 +328,84 @@ class TensorDict(
                 return node
         return node
 
-    def _get_leaf(self, key) -> Any:
+    def _get_leaf(self, key, api: str = "get") -> Any:
         """The stored value (``NonTensorData`` not unwrapped), or raise ``KeyError``."""
-        value = (
-            self._data.get(key, _NO_DEFAULT)
-            if type(key) is str
-            else self._get_nested(key_parts(key))
-        )
+        if type(key) is str:
+            value = self._data.get(key, _NO_DEFAULT)
+        else:
+            value = self._get_nested(key_parts(key, f"TensorDict.{api}"))
         if value is _NO_DEFAULT:
-            raise self._missing(key)
+            raise self._missing(key, api)
         return value
 
-    def _missing(self, key) -> KeyError:
-        parts = key_parts(key)
+    def _missing(self, key, api: str = "get", prefix: tuple = ()) -> KeyError:
+        """A ``KeyError`` for ``key`` naming where the path stops and the closest keys."""
+        parts = key_parts(key, f"TensorDict.{api}")
         node: Any = self
         for depth, part in enumerate(parts):
-            data = node._data if type(node) is TensorDict else None
-            if data is None or part not in data:
-                where = "" if depth == 0 else f" under {parts[:depth]!r}"
-                return missing_key_error(part if depth else key, data or (), where)
+            if not is_tensor_collection(node):
+                return KeyError(
+                    f"TensorDict.{api}: key {full_key(prefix, parts)!r} not found: "
+                    f"{prefix + parts[:depth]!r} holds a {type(node).__name__}, not a TensorDict."
+                )
+            data = node._to_tensordict_view()._data
+            if part not in data:
+                above = prefix + parts[:depth]
+                where = f" under {above!r}" if above else ""
+                return missing_key_error(part, data, where, f"TensorDict.{api}")
             node = data[part]
-        return missing_key_error(key, ())
-
-    def __getitem__(self, index) -> Any:
-        if type(index) is str:
-            value = self._data.get(index, _NO_DEFAULT)
-            if value is _NO_DEFAULT:
-                raise self._missing(index)
-            return value.data if type(value) is NonTensorData else value
-        if is_key(index):
-            return self.get(index)
-        return self._index(index)
+        return KeyError(f"TensorDict.{api}: key {full_key(prefix, parts)!r} not found.")
 
     def __contains__(self, key) -> bool:
         if type(key) is str:
             return key in self._data
         try:
             return self._get_nested(key_parts(key)) is not _NO_DEFAULT
-        except TypeError:
+        except (TypeError, KeyError):
             return False
 
-    def keys(self, include_nested: bool = False, leaves_only: bool = False) -> _KeysView:
-        """The keys; nested keys (as tuples) too with ``include_nested=True``."""
-        return _KeysView(self, include_nested, leaves_only)
+    def keys(
+        self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
+    ) -> KeysView:
+        """The keys; nested keys (as tuples) too with ``include_nested=True``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(())}})
+            >>> list(td.keys(include_nested=True, leaves_only=True))
+            ['a', ('b', 'c')]
+        """
+        return KeysView(self, include_nested, leaves_only, sort)
 
     def values(self, include_nested: bool = False, leaves_only: bool = False):
-        for key in self.keys(include_nested, leaves_only):
-            yield self.get(key)
+        """The values, in key order (non-tensor leaves as their Python values)."""
+        for _, value in self._iter_items((), include_nested, leaves_only):
+            yield _read(value)
 
     def items(self, include_nested: bool = False, leaves_only: bool = False):
-        for key in self.keys(include_nested, leaves_only):
-            yield key, self.get(key)
+        """``(key, value)`` pairs, in key order (non-tensor leaves as their Python values)."""
+        for key, value in self._iter_items((), include_nested, leaves_only):
+            yield key, _read(value)
 
-    def _iter_keys(self, prefix: tuple, include_nested: bool, leaves_only: bool):
+    def _iter_items(self, prefix: tuple, include_nested: bool, leaves_only: bool):
+        """``(key, stored value)`` pairs; keys are tuples below the top level."""
         for key, value in self._data.items():
             full = prefix + (key,) if prefix else key
             nested = is_tensor_collection(value)
             if not (nested and leaves_only):
-                yield full
+                yield full, value
             if nested and include_nested:
                 inner = value if type(value) is TensorDict else value._to_tensordict_view()
-                yield from inner._iter_keys(
+                yield from inner._iter_items(
                     full if type(full) is tuple else (full,), include_nested, leaves_only
                 )
 
+    def _iter_keys(self, prefix: tuple, include_nested: bool, leaves_only: bool):
+        for key, _ in self._iter_items(prefix, include_nested, leaves_only):
+            yield key
+
     def is_empty(self) -> bool:
-        """True when there is no tensor leaf, at any depth."""
-        return not any(True for _ in self.keys(True, True))
+        """True when there is no leaf, at any depth."""
+        return not any(True for _ in self._iter_items((), True, True))
 
     # ------------------------------------------------------------------ writing
     def _check_writable(self, api: str, key) -> None:
@@ -322,248 +415,209 @@ class TensorDict(
                 f"is locked. Write in place (td.set_(key, value)) or call td.unlock_() first."
             )
 
-    def _convert(self, key, value: Any, batch_size: torch.Size) -> Any:
-        """Validate one value against ``batch_size`` and return what is stored."""
-        if isinstance(value, torch.Tensor):
-            if value.shape[: len(batch_size)] != batch_size:
-                raise ValueError(
-                    f"TensorDict.set: the value at key {key!r} has shape {list(value.shape)}, "
-                    f"which does not start with the batch size {list(batch_size)}."
-                )
-            if self._device is not None and value.device != self._device:
-                value = value.to(self._device)
-            return value
-        if is_tensor_collection(value):
-            if value.batch_size[: len(batch_size)] != batch_size:
-                raise ValueError(
-                    f"TensorDict.set: the {type(value).__name__} at key {key!r} has batch size "
-                    f"{list(value.batch_size)}, which does not start with {list(batch_size)}."
-                )
-            if self._device is not None and value.device != self._device:
-                value = value.to(self._device)
-            return value
-        if isinstance(value, Mapping):
-            return TensorDict(value, batch_size=batch_size, device=self._device)
-        if isinstance(value, NonTensorData):
-            return NonTensorData._make(value.data, batch_size, self._device)
-        if isinstance(value, _SCALARS):
-            return self._convert(key, torch.as_tensor(value, device=self._device), batch_size)
-        return NonTensorData._make(value, batch_size, self._device)
+    def _convert(self, key, value: Any, batch_size: torch.Size, api: str = "set") -> Any:
+        """Validate one new value against ``batch_size`` and return what is stored."""
+        return convert(self, key, value, batch_size, api)
 
-    def _plan_set(self, key, value: Any, inplace: bool) -> tuple:
-        """Validate one write without performing it: (node parts, last key, value, inplace)."""
-        parts = key_parts(key)
-        node: Any = self
-        batch_size = self._batch_size
-        for depth, part in enumerate(parts[:-1]):
-            inner = node._data.get(part) if node is not None else None
-            if inner is None:
-                node = None  # created at commit time with the parent's batch size
-                continue
-            if type(inner) is not TensorDict:
-                if not is_tensor_collection(inner):
-                    raise KeyError(
-                        f"TensorDict.set: cannot write {key!r}: {parts[: depth + 1]!r} holds a "
-                        f"{type(inner).__name__}, not a TensorDict."
-                    )
-                inner = inner._to_tensordict_view()
-            node = inner
-            batch_size = inner._batch_size
-        last = parts[-1]
-        existing = node._data.get(last) if node is not None else None
-        if existing is not None and (inplace or (node._is_locked)):
-            if isinstance(existing, torch.Tensor):
-                value = torch.as_tensor(value, device=existing.device)
-                if value.shape != existing.shape and (
-                    torch.broadcast_shapes(value.shape, existing.shape) != existing.shape
-                ):
-                    raise ValueError(
-                        f"TensorDict.set_: cannot write a value of shape {list(value.shape)} in "
-                        f"place into key {key!r} of shape {list(existing.shape)}."
-                    )
-                return parts, value, True
-        elif existing is None and inplace == "strict":
-            raise self._missing(key)
-        if existing is None and node is not None:
-            node._check_writable("set", key)
-        return parts, self._convert(key, value, batch_size), False
-
-    def _commit_set(self, parts: tuple, value: Any, inplace: bool) -> None:
-        node = self
-        for part in parts[:-1]:
-            inner = node._data.get(part)
-            if inner is None:
-                node._check_writable("set", parts)
-                inner = TensorDict._new_unsafe({}, node._batch_size, node._device)
-                inner._is_locked = node._is_locked
-                node._data[part] = inner
-            elif type(inner) is not TensorDict:
-                inner = inner._to_tensordict_view()
-            node = inner
-        if inplace:
-            existing = node._data[parts[-1]]
-            if isinstance(existing, torch.Tensor):
-                existing.copy_(value)
-                return
-        node._data[parts[-1]] = value
+    def _write(self, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None:
+        """Write ``(key, value)`` pairs atomically (see ``_writes.write``)."""
+        write(self, items, inplace, merge, api, prefix)
 
     def set(self, key, value: Any, *, inplace: bool = False) -> TensorDict:
         """Write ``value`` at ``key`` (creating nested TensorDicts as needed); returns self.
+
+        With ``inplace=True`` an existing tensor is written in place. On a locked
+        TensorDict existing entries are always written in place.
 
         Example:
             >>> td = TensorDict({}, [2])
             >>> td.set(("a", "b"), torch.zeros(2, 5))["a", "b"].shape
             torch.Size([2, 5])
         """
-        if type(key) is str and not inplace and not self._is_locked:
-            # fast path: a top-level, out-of-place write
-            if type(value) is torch.Tensor and self._device is None:
-                if value.shape[: len(self._batch_size)] != self._batch_size:
-                    self._convert(key, value, self._batch_size)  # raises the clear error
+        if (
+            type(key) is str
+            and type(value) is _Tensor
+            and not inplace
+            and not self._is_locked
+            and self._device is None
+        ):
+            size = self._batch_size
+            if not size or value.shape[: len(size)] == size:
                 self._data[key] = value
                 return self
-            self._data[key] = self._convert(key, value, self._batch_size)
-            return self
-        self._commit_set(*self._plan_set(key, value, inplace))
+        self._write(((key, value),), inplace, False, "set")
         return self
 
     def set_(self, key, value: Any) -> TensorDict:
-        """Copy ``value`` into the existing entry at ``key`` (in place)."""
-        existing = self._get_leaf(key)
-        if is_tensor_collection(existing):
-            existing.update_(value)
-            return self
-        if isinstance(existing, NonTensorData):
-            existing.data = value.data if isinstance(value, NonTensorData) else value
-            return self
-        self._commit_set(*self._plan_set(key, value, "strict"))
+        """Copy ``value`` into the existing entry at ``key`` (in place); returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> before = td["a"]
+            >>> _ = td.set_("a", torch.ones(2))
+            >>> before.tolist()
+            [1.0, 1.0]
+        """
+        self._write(((key, value),), "strict", False, "set_")
         return self
 
     def __setitem__(self, index, value: Any) -> None:
-        if type(index) is str or is_key(index):
+        kind = type(index)
+        if kind is tuple and type(value) is _Tensor and type(self) is TensorDict:
+            # fast path: a tensor written under existing, unlocked nested TensorDicts
+            node: Any = None
+            key: Any = None
+            if len(index) == 2:
+                first, key = index
+                if type(first) is str:
+                    node = self._data.get(first)
+            elif index:
+                node = self
+                for part in index[:-1]:
+                    if type(part) is not str or type(node) is not TensorDict:
+                        node = None
+                        break
+                    node = node._data.get(part)
+                key = index[-1]
+            if (
+                type(node) is TensorDict
+                and type(key) is str
+                and not node._is_locked
+                and node._device is None
+            ):
+                size = node._batch_size
+                ndim = len(size)
+                if ndim:
+                    shape = value.shape
+                    if ndim == 1:
+                        fits = len(shape) >= 1 and shape[0] == size[0]
+                    elif ndim == 2:
+                        fits = len(shape) >= 2 and shape[0] == size[0] and shape[1] == size[1]
+                    else:
+                        fits = shape[:ndim] == size
+                else:
+                    fits = True
+                if fits:
+                    node._data[key] = value
+                    return
+        if kind is str or is_key(index):
             self.set(index, value)
         else:
             self._set_at_index(index, value)
 
     def update(self, other: Mapping, *, inplace: bool = False) -> TensorDict:
-        """Write every entry of ``other``; on a bad value nothing is written."""
-        if isinstance(other, TensorDict):
-            items = list(other._data.items())
-        elif is_tensor_collection(other):
-            items = list(other._to_tensordict_view()._data.items())
-        else:
-            items = list(other.items())
-        plans = []
-        for key, value in items:
-            if (
-                isinstance(value, Mapping)
-                and not is_tensor_collection(value)
-                and unravel_key(key) in self
-            ):
-                current = self._get_leaf(key)
-                if isinstance(current, TensorDict):
-                    # merge nested dicts into the existing sub-TensorDict
-                    for sub_key, sub_value in value.items():
-                        plans.append(
-                            self._plan_set(key_parts(key) + key_parts(sub_key), sub_value, inplace)
-                        )
-                    continue
-            plans.append(self._plan_set(key, value, inplace))
-        for plan in plans:
-            self._commit_set(*plan)
+        """Write every entry of ``other``; nested mappings merge into nested TensorDicts.
+
+        Atomic: when an entry is invalid, nothing is written.
+
+        Example:
+            >>> td = TensorDict({"a": {"b": torch.zeros(())}})
+            >>> sorted(td.update({"a": {"c": torch.ones(())}}).keys(True, True))
+            [('a', 'b'), ('a', 'c')]
+        """
+        self._write(items_of(other, "update"), inplace, True, "update")
         return self
 
     def update_(self, other: Mapping) -> TensorDict:
-        """Copy every entry of ``other`` into the existing entries (in place)."""
-        source = (
-            other._data
-            if isinstance(other, TensorDict)
-            else (other._to_tensordict_view()._data if is_tensor_collection(other) else other)
-        )
-        for key in source:
-            self._get_leaf(key)  # all keys must exist before anything is written
-        for key, value in source.items():
-            if type(value) is NonTensorData:
-                value = value.data
-            self.set_(key, value)
+        """Copy every entry of ``other`` into the existing entries (in place, atomic)."""
+        self._write(items_of(other, "update_"), "strict", True, "update_")
         return self
+
+    def setdefault(self, key, default: Any) -> Any:
+        """The value at ``key``; if missing, write ``default`` there first."""
+        if key not in self:
+            self.set(key, default)
+        return self.get(key)
 
     def __delitem__(self, key) -> None:
         self.del_(key)
 
     def del_(self, key) -> TensorDict:
-        """Remove ``key`` (nested keys too)."""
-        parts = key_parts(key)
-        node = self._get_leaf(parts[:-1]) if len(parts) > 1 else self
-        if type(node) is not TensorDict:
-            node = node._to_tensordict_view()
+        """Remove ``key`` (nested keys too); returns self."""
+        parts = key_parts(key, "TensorDict.del_")
+        node = self._get_leaf(parts[:-1], "del_") if len(parts) > 1 else self
+        if not is_tensor_collection(node):
+            raise self._missing(key, "del_")
+        node = node._to_tensordict_view()
         if parts[-1] not in node._data:
-            raise self._missing(key)
-        node._check_writable("del_", key)
+            raise self._missing(key, "del_")
+        node._check_writable("del_", unravel_key(key))
         del node._data[parts[-1]]
         return self
 
     def pop(self, key, default: Any = _NO_DEFAULT) -> Any:
         """Remove ``key`` and return its value (or ``default`` when missing)."""
-        if key not in self:
+        value = self._get_nested(key_parts(key, "TensorDict.pop"))
+        if value is _NO_DEFAULT:
             if default is _NO_DEFAULT:
-                raise self._missing(key)
+                raise self._missing(key, "pop")
             return default
-        value = self.get(key)
         self.del_(key)
-        return value
+        return _read(value)
+
+    def clear(self) -> TensorDict:
+        """Remove every key; returns self."""
+        if self._data:
+            self._check_writable("clear", list(self._data))
+        self._data.clear()
+        return self
 
     def rename_key_(self, old_key, new_key, safe: bool = False) -> TensorDict:
-        """Rename ``old_key`` to ``new_key`` in place."""
-        value = self._get_leaf(old_key)
-        if safe and new_key in self:
-            raise KeyError(f"TensorDict.rename_key_: key {new_key!r} already exists.")
-        self._check_writable("rename_key_", old_key)
-        self.del_(old_key)
-        self._commit_set(key_parts(new_key), value, False)
+        """Rename ``old_key`` to ``new_key`` in place (atomic); returns self.
+
+        With ``safe=True`` an existing ``new_key`` is an error instead of being replaced.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(())})
+            >>> list(td.rename_key_("a", ("b", "c")).keys(True, True))
+            [('b', 'c')]
+        """
+        rename_key(self, old_key, new_key, safe)
         return self
 
     # ------------------------------------------------------------------ key views
     def select(self, *keys, strict: bool = True, inplace: bool = False) -> TensorDict:
-        """A TensorDict holding only ``keys`` (sharing the tensors)."""
+        """A TensorDict holding only ``keys`` (sharing the tensors).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(()), "d": 0}})
+            >>> list(td.select("a", ("b", "c")).keys(True, True))
+            ['a', ('b', 'c')]
+        """
         out = self._like({})
         for key in keys:
-            parts = key_parts(key)
+            parts = key_parts(key, "TensorDict.select")
             value = self._get_nested(parts)
             if value is _NO_DEFAULT:
                 if strict:
-                    raise self._missing(key)
+                    raise self._missing(key, "select")
                 continue
-            out._copy_path(self, parts, value)
+            node, source = out, self
+            for part in parts[:-1]:
+                source = source._data[part]._to_tensordict_view()
+                if part not in node._data:
+                    node._data[part] = source._like({})
+                node = node._data[part]
+            node._data[parts[-1]] = value._shallow_copy() if type(value) is TensorDict else value
         if inplace:
             self._check_writable("select", keys)
             self._data = out._data
             return self
         return out
 
-    def _copy_path(self, source: TensorDict, parts: tuple, value: Any) -> None:
-        node, src = self, source
-        for part in parts[:-1]:
-            src = src._data[part]
-            if part not in node._data:
-                node._data[part] = src._like({})
-            node = node._data[part]
-        node._data[parts[-1]] = value
-
     def exclude(self, *keys, inplace: bool = False) -> TensorDict:
-        """A TensorDict without ``keys`` (sharing the tensors)."""
-        out = self if inplace else self._shallow_copy()
-        if inplace:
+        """A TensorDict without ``keys`` (sharing the tensors); missing keys are ignored."""
+        if inplace and keys:
             self._check_writable("exclude", keys)
+        out = self if inplace else self._shallow_copy()
         for key in keys:
-            parts = key_parts(key)
-            node = out
+            parts = key_parts(key, "TensorDict.exclude")
+            node: Any = out
             for part in parts[:-1]:
-                inner = node._data.get(part)
-                if not isinstance(inner, TensorDict):
+                node = node._data.get(part)
+                if type(node) is not TensorDict:
                     node = None
                     break
-                node = inner
             if node is not None:
                 node._data.pop(parts[-1], None)
         return out
@@ -575,14 +629,21 @@ class TensorDict(
         )
 
     def copy(self) -> TensorDict:
+        """A shallow copy: new (nested) TensorDicts holding the same tensors."""
         return self._shallow_copy()
 
+    __copy__ = copy
+
     def empty(self, recurse: bool = False) -> TensorDict:
-        """A TensorDict with the same batch size and no keys."""
+        """A TensorDict with the same batch size and no keys (no leaves with ``recurse``)."""
         if not recurse:
             return self._like({})
         return self._like(
-            {k: v.empty(True) for k, v in self._data.items() if is_tensor_collection(v)}
+            {
+                k: v._to_tensordict_view().empty(True)
+                for k, v in self._data.items()
+                if is_tensor_collection(v)
+            }
         )
 
     def flatten_keys(self, separator: str = ".", inplace: bool = False) -> TensorDict:
@@ -590,15 +651,18 @@ class TensorDict(
 
         Example:
             >>> td = TensorDict({"a": {"b": torch.zeros(())}}, [])
-            >>> list(td.flatten_keys("."). keys())
+            >>> list(td.flatten_keys(".").keys())
             ['a.b']
         """
         data: dict = {}
-        for key in self.keys(True, True):
+        for key, value in self._iter_items((), True, True):
             name = key if type(key) is str else separator.join(key)
             if name in data:
-                raise KeyError(f"TensorDict.flatten_keys: two keys flatten to {name!r}.")
-            data[name] = self._get_leaf(key)
+                raise KeyError(
+                    f"TensorDict.flatten_keys: two keys flatten to {name!r}; choose another "
+                    f"separator than {separator!r}."
+                )
+            data[name] = value
         if inplace:
             self._check_writable("flatten_keys", separator)
             self._data = data
@@ -606,13 +670,19 @@ class TensorDict(
         return self._like(data)
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> TensorDict:
-        """Split keys on ``separator`` into nested TensorDicts."""
+        """Split keys on ``separator`` into nested TensorDicts.
+
+        Example:
+            >>> td = TensorDict({"a.b": torch.zeros(()), "c": torch.zeros(())})
+            >>> list(td.unflatten_keys(".").keys(True, True))
+            [('a', 'b'), 'c']
+        """
         out = self._like({})
         for key, value in self._data.items():
             parts = tuple(key.split(separator)) if separator in key else (key,)
-            if is_tensor_collection(value) and type(value) is TensorDict:
+            if type(value) is TensorDict:
                 value = value.unflatten_keys(separator)
-            out._commit_set(parts, value, False)
+            write_path(out, parts, value, False, True, "unflatten_keys", [], [], ())
         if inplace:
             self._check_writable("unflatten_keys", separator)
             self._data = out._data
@@ -625,7 +695,14 @@ class TensorDict(
         return self._is_locked
 
     def lock_(self) -> TensorDict:
-        """Refuse new, deleted and renamed keys (in-place writes stay allowed)."""
+        """Refuse new, deleted and renamed keys (in-place writes stay allowed); returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2]).lock_()
+            >>> td["a"] = torch.ones(2)  # written in place
+            >>> td.is_locked
+            True
+        """
         self._is_locked = True
         for value in self._data.values():
             if is_tensor_collection(value):
@@ -633,6 +710,7 @@ class TensorDict(
         return self
 
     def unlock_(self) -> TensorDict:
+        """Allow structural changes again (nested TensorDicts too); returns self."""
         self._is_locked = False
         for value in self._data.values():
             if is_tensor_collection(value):
@@ -646,10 +724,7 @@ class TensorDict(
     def to_dict(self) -> dict:
         """A nested ``dict`` of the values (non-tensor leaves as their Python values)."""
         return {
-            k: v.to_dict()
-            if is_tensor_collection(v)
-            else (v.data if type(v) is NonTensorData else v)
-            for k, v in self._data.items()
+            k: v.to_dict() if is_tensor_collection(v) else _read(v) for k, v in self._data.items()
         }
 
     def to_tensordict(self) -> TensorDict:
@@ -658,7 +733,7 @@ class TensorDict(
             {
                 k: v.to_tensordict()
                 if is_tensor_collection(v)
-                else (v.clone() if isinstance(v, torch.Tensor) else v)
+                else (v.clone() if isinstance(v, (_Tensor, NonTensorData)) else v)
                 for k, v in self._data.items()
             },
             self._batch_size,
@@ -673,7 +748,7 @@ class TensorDict(
         return td_state_dict(self, destination, prefix, keep_vars)
 
     def load_state_dict(self, state_dict: Mapping, strict: bool = True, assign: bool = False):
-        """Load a dict made by :meth:`state_dict` into this TensorDict."""
+        """Load a dict made by :meth:`state_dict` into this TensorDict (in place); returns self."""
         from ._state_dict import td_load_state_dict
 
         return td_load_state_dict(self, state_dict, strict, assign)
@@ -682,43 +757,6 @@ class TensorDict(
         return td_repr(self)
 
     __hash__ = None  # type: ignore[assignment]
-
-
-class _KeysView:
-    """The keys of a TensorDict; membership accepts any nested-tuple spelling."""
-
-    __slots__ = ("_include_nested", "_leaves_only", "_td")
-
-    def __init__(self, td: TensorDict, include_nested: bool, leaves_only: bool) -> None:
-        self._td = td
-        self._include_nested = include_nested
-        self._leaves_only = leaves_only
-
-    def __iter__(self):
-        if not self._include_nested and not self._leaves_only:
-            return iter(self._td._data)
-        return self._td._iter_keys((), self._include_nested, self._leaves_only)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __contains__(self, key) -> bool:
-        try:
-            parts = key_parts(key)
-        except TypeError:
-            return False
-        if len(parts) > 1 and not self._include_nested:
-            return False
-        value = self._td._get_nested(parts)
-        if value is _NO_DEFAULT:
-            return False
-        return not (self._leaves_only and is_tensor_collection(value))
-
-    def __repr__(self) -> str:
-        return f"_KeysView({list(self)})"
-
-    def __eq__(self, other) -> bool:
-        return set(self) == set(other)
 
 
 _register_pytree(TensorDict)

@@ -11,9 +11,10 @@ import difflib
 from collections.abc import Iterable
 
 NestedKey = str | tuple
+MISSING = object()  # "no value at this key", returned by lookups that do not raise
 
 
-def unravel_key(key: object) -> str | tuple[str, ...]:
+def unravel_key(key: object, api: str = "tdfunc") -> str | tuple[str, ...]:
     """Return ``key`` as a ``str`` or a flat tuple of at least two ``str``.
 
     Example:
@@ -29,35 +30,37 @@ def unravel_key(key: object) -> str | tuple[str, ...]:
             if len(key) == 1:
                 return key[0]
             if not key:
-                raise KeyError("tdfunc: an empty tuple is not a key.")
+                raise KeyError(f"{api}: an empty tuple is not a key.")
             return key
         flat: list[str] = []
-        _flatten_into(key, flat, key)
+        _flatten_into(key, flat, key, api)
         if not flat:
-            raise KeyError("tdfunc: an empty tuple is not a key.")
+            raise KeyError(f"{api}: an empty tuple is not a key.")
         return flat[0] if len(flat) == 1 else tuple(flat)
     raise TypeError(
-        f"tdfunc: a key must be a str or a (nested) tuple of str, got {type(key).__name__} {key!r}."
+        f"{api}: a key must be a str or a (nested) tuple of str, got {type(key).__name__} {key!r}."
     )
 
 
-def _flatten_into(key: tuple, out: list[str], whole: object) -> None:
+def _flatten_into(key: tuple, out: list[str], whole: object, api: str) -> None:
     for part in key:
         if type(part) is str:
             out.append(part)
         elif type(part) is tuple:
-            _flatten_into(part, out, whole)
+            _flatten_into(part, out, whole, api)
         else:
             raise TypeError(
-                f"tdfunc: a key must be a str or a (nested) tuple of str, got "
+                f"{api}: a key must be a str or a (nested) tuple of str, got "
                 f"{type(part).__name__} {part!r} inside {whole!r}."
             )
 
 
-def key_parts(key: object) -> tuple[str, ...]:
+def key_parts(key: object, api: str = "tdfunc") -> tuple[str, ...]:
     """Return ``key`` as a tuple of ``str`` (a single ``str`` becomes a 1-tuple)."""
-    key = unravel_key(key)
-    return (key,) if type(key) is str else key
+    if type(key) is str:
+        return (key,)
+    flat = unravel_key(key, api)
+    return (flat,) if isinstance(flat, str) else flat
 
 
 def is_key(index: object) -> bool:
@@ -69,15 +72,71 @@ def is_key(index: object) -> bool:
     return False
 
 
-def missing_key_error(key: object, available: Iterable[str], where: str = "") -> KeyError:
-    """A ``KeyError`` naming ``key`` and the closest keys that do exist."""
+def missing_key_error(
+    key: object, available: Iterable[str], where: str = "", api: str = "tdfunc"
+) -> KeyError:
+    """A ``KeyError`` naming ``key`` and the closest keys that do exist.
+
+    Example:
+        >>> missing_key_error("obs", ["observation", "action"]).args[0]
+        "tdfunc: key 'obs' not found. Did you mean 'observation'?"
+    """
     names = [str(name) for name in available]
     text = key if isinstance(key, str) else str(key)
     close = difflib.get_close_matches(text, names, n=3, cutoff=0.5)
-    message = f"tdfunc: key {key!r} not found{where}."
+    close += [n for n in names if n.startswith(text) and n not in close][: 3 - len(close)]
+    message = f"{api}: key {key!r} not found{where}."
     if close:
         message += f" Did you mean {', '.join(repr(c) for c in close)}?"
     elif names:
         shown = ", ".join(repr(n) for n in names[:8])
         message += f" Available keys: {shown}{', ...' if len(names) > 8 else ''}."
     return KeyError(message)
+
+
+class KeysView:
+    """The keys of a TensorDict; membership accepts any nested-tuple spelling."""
+
+    __slots__ = ("_include_nested", "_leaves_only", "_sort", "_td")
+
+    def __init__(self, td, include_nested: bool, leaves_only: bool, sort: bool = False) -> None:
+        self._td = td
+        self._include_nested = include_nested
+        self._leaves_only = leaves_only
+        self._sort = sort
+
+    def __iter__(self):
+        if not self._include_nested and not self._leaves_only and not self._sort:
+            return iter(self._td._data)
+        keys = self._td._iter_keys((), self._include_nested, self._leaves_only)
+        if self._sort:
+            return iter(sorted(keys, key=lambda k: k if type(k) is tuple else (k,)))
+        return keys
+
+    def __len__(self) -> int:
+        if not self._include_nested and not self._leaves_only:
+            return len(self._td._data)
+        return sum(1 for _ in self)
+
+    def __contains__(self, key) -> bool:
+        try:
+            parts = key_parts(key)
+        except (TypeError, KeyError):
+            return False
+        if len(parts) > 1 and not self._include_nested:
+            return False
+        value = self._td._get_nested(parts)
+        if value is MISSING:
+            return False
+        return not (self._leaves_only and getattr(type(value), "_is_tensor_collection", False))
+
+    def __repr__(self) -> str:
+        return f"KeysView({list(self)})"
+
+    def __eq__(self, other) -> bool:
+        try:
+            return set(self) == set(other)
+        except TypeError:
+            return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]

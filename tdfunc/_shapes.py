@@ -11,27 +11,77 @@ import math
 
 import torch
 
+_SIZES: dict[tuple, torch.Size] = {}  # validated batch sizes given as lists / tuples
+
 
 def as_size(batch_size, api: str = "TensorDict") -> torch.Size:
     """Validate a user-given batch size and return it as a ``torch.Size``."""
+    kind = type(batch_size)
+    if kind is list or kind is tuple:
+        key = tuple(batch_size)
+        try:
+            size = _SIZES.get(key)
+        except TypeError:  # unhashable items: torch.Size gives the error below
+            size = None
+        if size is not None:
+            return size
+        try:
+            size = torch.Size(batch_size)
+        except TypeError:
+            raise _size_type_error(batch_size, api) from None
+        _check_non_negative(size, api)
+        if len(_SIZES) < 4096 and all(type(s) is int for s in key):
+            _SIZES[key] = size
+        return size
+    if kind is torch.Size:
+        _check_non_negative(batch_size, api)
+        return batch_size
     if batch_size is None:
         return torch.Size()
-    if type(batch_size) is torch.Size:
-        size = batch_size
-    elif isinstance(batch_size, int):
+    if isinstance(batch_size, int):
         size = torch.Size([batch_size])
     else:
         try:
             size = torch.Size(batch_size)
         except TypeError:
-            raise TypeError(
-                f"{api}: batch_size must be a sequence of ints (e.g. [3, 4]), got "
-                f"{type(batch_size).__name__} {batch_size!r}."
-            ) from None
+            raise _size_type_error(batch_size, api) from None
+    _check_non_negative(size, api)
+    return size
+
+
+SIZE_CACHE: dict[tuple, tuple] = {}  # batch-size list -> size_info(...)
+
+
+def size_info(batch_size) -> tuple[torch.Size, int, int, int]:
+    """``(size, ndim, size[0] or 0, size[1] or 0)`` for the constructor's fast path (cached)."""
+    key = None
+    if type(batch_size) is list or type(batch_size) is tuple:
+        key = tuple(batch_size)
+        try:
+            info = SIZE_CACHE.get(key)
+        except TypeError:  # unhashable items: as_size gives the error
+            key = info = None
+        if info is not None:
+            return info
+    size = as_size(batch_size)
+    ndim = len(size)
+    info = (size, ndim, size[0] if ndim else 0, size[1] if ndim > 1 else 0)
+    if key is not None and len(SIZE_CACHE) < 4096 and all(type(s) is int for s in key):
+        SIZE_CACHE[key] = info
+    return info
+
+
+def _check_non_negative(size: torch.Size, api: str) -> None:
     for s in size:
         if s < 0:
             raise ValueError(f"{api}: batch_size must not be negative, got {list(size)}.")
-    return size
+
+
+def _size_type_error(batch_size, api: str) -> TypeError:
+    return TypeError(
+        f"{api}: batch_size must be a sequence of ints (e.g. [3, 4]), got "
+        f"{type(batch_size).__name__} {batch_size!r}."
+    )
 
 
 def normalize_dim(dim: int, ndim: int, api: str) -> int:
@@ -44,24 +94,30 @@ def normalize_dim(dim: int, ndim: int, api: str) -> int:
     return dim + ndim if dim < 0 else dim
 
 
-def resolve_shape(batch_size: torch.Size, shape) -> torch.Size:
+def resolve_shape(batch_size: torch.Size, shape, api: str = "reshape") -> torch.Size:
     """Resolve a ``reshape``/``view`` target (with at most one ``-1``)."""
     if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)):
         shape = tuple(shape[0])
-    shape = [int(s) for s in shape]
+    try:
+        shape = [int(s) for s in shape]
+    except (TypeError, ValueError):
+        raise TypeError(f"{api}: the new shape must be ints, got {shape!r}.") from None
     numel = math.prod(batch_size)
     if shape.count(-1) > 1:
-        raise ValueError("reshape: only one dimension can be inferred (-1).")
+        raise ValueError(f"{api}: only one dimension can be inferred (-1), got {shape}.")
+    if any(s < -1 for s in shape):
+        raise ValueError(f"{api}: invalid shape {shape} (negative size).")
     if -1 in shape:
         known = math.prod(s for s in shape if s != -1)
         if known == 0 or numel % known:
             raise ValueError(
-                f"reshape: shape {shape} is invalid for a batch of size {list(batch_size)}."
+                f"{api}: shape {shape} is invalid for a batch of size {list(batch_size)}."
             )
         shape[shape.index(-1)] = numel // known
     if math.prod(shape) != numel:
         raise ValueError(
-            f"reshape: shape {shape} is invalid for a batch of size {list(batch_size)}."
+            f"{api}: shape {shape} is invalid for a batch of size {list(batch_size)} "
+            f"({numel} elements)."
         )
     return torch.Size(shape)
 
@@ -113,6 +169,8 @@ def _simple_index_size(batch_size: torch.Size, index: tuple) -> torch.Size | Non
                 )
             dim += 1
         elif t is slice:
+            if item.step is not None and item.step <= 0:
+                raise ValueError(f"tdfunc: slice step must be positive, got {item.step}.")
             out.append(len(range(*item.indices(batch_size[dim]))))
             dim += 1
         else:

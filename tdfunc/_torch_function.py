@@ -27,87 +27,130 @@ def implements(*funcs: Callable) -> Callable:
     return register
 
 
-def _check_same_keys(items: list, api: str) -> list[str]:
-    keys = list(items[0]._to_tensordict_view()._data)
-    reference = set(keys)
-    for position, item in enumerate(items[1:], start=1):
-        other = item._to_tensordict_view()._data.keys()
-        if other != reference:
-            diff = sorted(reference.symmetric_difference(other))
-            raise KeyError(
+def _key_error(views: list, api: str) -> KeyError:
+    keys = set(views[0]._data)
+    for position, view in enumerate(views[1:], start=1):
+        if set(view._data) != keys:
+            diff = sorted(keys.symmetric_difference(view._data))
+            return KeyError(
                 f"{api}: the containers at positions 0 and {position} have different keys; "
                 f"these keys are only in one of them: {diff}."
             )
-    return keys
+    return KeyError(f"{api}: the containers have different keys.")
 
 
-def _combine(values: list, dim: int, api: str) -> Any:
-    first = values[0]
-    if isinstance(first, NonTensorData):
-        if api == "torch.stack":
-            return stack_non_tensor(values, dim)
-        return cat_non_tensor(values, dim)
-    if api == "torch.stack":
-        return torch.stack(values, dim)
-    return torch.cat(values, dim)
+def _combined(views: list, dim: int, stacking: bool, api: str) -> dict:
+    """Stack (or concatenate) every value across ``views`` (TensorDicts), key by key."""
+    first = views[0]._data
+    count = len(first)
+    for view in views:
+        if len(view._data) != count:
+            raise _key_error(views, api)
+    data: dict[str, Any] = {}
+    for key, value in first.items():
+        try:
+            values = [view._data[key] for view in views]
+        except KeyError:
+            raise _key_error(views, api) from None
+        if isinstance(value, torch.Tensor):
+            data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)
+        elif getattr(type(value), "_is_tensordict", False):
+            data[key] = _join(values, dim, stacking, api)
+        elif isinstance(value, NonTensorData):
+            data[key] = stack_non_tensor(values, dim) if stacking else cat_non_tensor(values, dim)
+        else:  # another container kind (TensorClass): its own __torch_function__
+            data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)
+    return data
 
 
-@implements(torch.stack)
-def stack(items, dim: int = 0, *, out=None):
-    """Stack containers of equal batch size along a new batch dim."""
-    items = list(items)
-    if not items:
-        raise ValueError("torch.stack: expected a non-empty list of TensorDicts.")
-    first = items[0]
-    size = first.batch_size
-    for position, item in enumerate(items[1:], start=1):
-        if item.batch_size != size:
-            raise ValueError(
-                f"torch.stack: all TensorDicts must have the same batch size; position 0 has "
-                f"{list(size)} and position {position} has {list(item.batch_size)}."
-            )
-    dim = normalize_dim(dim, len(size) + 1, "torch.stack")
-    views = [item._to_tensordict_view() for item in items]
-    keys = _check_same_keys(items, "torch.stack")
-    data = {key: _combine([v._data[key] for v in views], dim, "torch.stack") for key in keys}
-    new_size = torch.Size(list(size[:dim]) + [len(items)] + list(size[dim:]))
-    result = first._like(data, new_size, None)
-    if out is not None:
-        out.update_(result)
-        return out
-    return result
-
-
-@implements(torch.cat, torch.concat, torch.concatenate)
-def cat(items, dim: int = 0, *, out=None):
-    """Concatenate containers along an existing batch dim."""
-    items = list(items)
-    if not items:
-        raise ValueError("torch.cat: expected a non-empty list of TensorDicts.")
-    first = items[0]
-    size = first.batch_size
-    dim = normalize_dim(dim, len(size), "torch.cat")
-    for position, item in enumerate(items[1:], start=1):
-        other = item.batch_size
+def _check_sizes(sizes: list, dim: int, stacking: bool, api: str) -> torch.Size:
+    """The batch size of the result; the inputs' batch sizes must agree (but in ``dim``)."""
+    size = sizes[0]
+    if stacking:
+        for position, other in enumerate(sizes[1:], start=1):
+            if other != size:
+                raise ValueError(
+                    f"{api}: all TensorDicts must have the same batch size; position 0 has "
+                    f"{list(size)} and position {position} has {list(other)}."
+                )
+        return torch.Size((*size[:dim], len(sizes), *size[dim:]))
+    total = 0
+    for position, other in enumerate(sizes):
         if (
             len(other) != len(size)
             or other[:dim] != size[:dim]
             or other[dim + 1 :] != size[dim + 1 :]
         ):
             raise ValueError(
-                f"torch.cat: batch sizes must match except in dim {dim}; position 0 has "
+                f"{api}: batch sizes must match except in dim {dim}; position 0 has "
                 f"{list(size)} and position {position} has {list(other)}."
             )
-    views = [item._to_tensordict_view() for item in items]
-    keys = _check_same_keys(items, "torch.cat")
-    data = {key: _combine([v._data[key] for v in views], dim, "torch.cat") for key in keys}
-    total = sum(item.batch_size[dim] for item in items)
-    new_size = size[:dim] + torch.Size([total]) + size[dim + 1 :]
-    result = first._like(data, new_size, None)
+        total += other[dim]
+    return torch.Size((*size[:dim], total, *size[dim + 1 :]))
+
+
+def _names_of(views: list, dim: int, stacking: bool):
+    names = views[0]._names
+    if names is None:
+        return None
+    for view in views[1:]:
+        if view._names != names:
+            return None
+    return names[:dim] + (None,) + names[dim:] if stacking else names
+
+
+def _join(views: list, dim: int, stacking: bool, api: str):
+    """Stack or concatenate TensorDicts (``dim`` already normalized)."""
+    new_size = _check_sizes([view._batch_size for view in views], dim, stacking, api)
+    data = _combined(views, dim, stacking, api)
+    return views[0]._like(data, new_size, _names_of(views, dim, stacking))
+
+
+def _public_join(items, dim: int, out, stacking: bool):
+    api = "torch.stack" if stacking else "torch.cat"
+    items = list(items)
+    if not items:
+        raise ValueError(f"{api}: expected a non-empty list of TensorDicts.")
+    first = items[0]
+    if all(getattr(type(item), "_is_tensordict", False) for item in items):
+        views = items
+    else:
+        views = [item._to_tensordict_view() for item in items]
+    ndim = len(views[0]._batch_size)
+    if not stacking and not ndim:
+        raise ValueError(f"{api}: cannot concatenate TensorDicts with batch_size=[].")
+    dim = normalize_dim(dim, ndim + 1 if stacking else ndim, api)
+    new_size = _check_sizes([view._batch_size for view in views], dim, stacking, api)
+    data = _combined(views, dim, stacking, api)
+    result = first._like(data, new_size, _names_of(views, dim, stacking))
     if out is not None:
         out.update_(result)
         return out
     return result
+
+
+@implements(torch.stack)
+def stack(items, dim: int = 0, *, out=None):
+    """Stack containers of equal batch size along a new batch dim.
+
+    Example:
+        >>> tds = [TensorDict({"a": torch.zeros(3, 4)}, [3]) for _ in range(2)]
+        >>> torch.stack(tds, 1)["a"].shape
+        torch.Size([3, 2, 4])
+    """
+    return _public_join(items, dim, out, True)
+
+
+@implements(torch.cat, torch.concat, torch.concatenate)
+def cat(items, dim: int = 0, *, out=None):
+    """Concatenate containers along an existing batch dim.
+
+    Example:
+        >>> tds = [TensorDict({"a": torch.zeros(3, 4)}, [3]) for _ in range(2)]
+        >>> torch.cat(tds, 0)["a"].shape
+        torch.Size([6, 4])
+    """
+    return _public_join(items, dim, out, False)
 
 
 @implements(torch.unbind)

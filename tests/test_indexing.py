@@ -1,0 +1,226 @@
+"""Indexing a TensorDict like a tensor, writing at an index, and lazy preallocation.
+
+References index each plain tensor with the same index over its batch dims.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tdfunc import NonTensorStack, TensorDict
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(3, 4, 5, generator=g)
+    b = torch.randn(3, 4, generator=g)
+    c = torch.randint(0, 10, (3, 4, 2, 2), generator=g)
+    return a, b, c
+
+
+def _td():
+    a, b, c = _data()
+    return TensorDict({"a": a, "n": {"b": b, "c": c}}, batch_size=[3, 4]), (a, b, c)
+
+
+INDICES = [
+    0,
+    -1,
+    slice(1, None),
+    slice(None, None, 2),
+    (slice(None), 1),
+    (1, slice(0, 3)),
+    (Ellipsis, 2),
+    (Ellipsis, slice(None, 2)),
+    (0, Ellipsis),
+    None,
+    (None, 1),
+    (slice(None), None, 2),
+    torch.tensor([2, 0]),
+    torch.tensor([True, False, True]),
+    torch.ones(3, 4, dtype=torch.bool),
+    (slice(None), torch.tensor([3, 3, 0])),
+    (torch.tensor([0, 2]), torch.tensor([1, 3])),
+    [0, 2],
+    (),
+]
+
+
+@pytest.mark.parametrize("index", INDICES, ids=repr)
+def test_getitem_matches_each_tensor(index):
+    td, (a, b, c) = _td()
+    out = td[index]
+    reference_size = torch.zeros(3, 4)[index].shape
+    expected_b = b[index]
+    assert out.batch_size == reference_size == expected_b.shape
+    explicit = index
+    if isinstance(index, tuple) and Ellipsis in index:
+        position = index.index(Ellipsis)
+        used = len(index) - 1
+        explicit = index[:position] + (slice(None),) * (2 - used) + index[position + 1 :]
+    assert torch.equal(out["a"], a[explicit])
+    assert torch.equal(out["n", "b"], expected_b)
+    assert torch.equal(out["n", "c"], c[explicit])
+    assert out["n"].batch_size == reference_size
+
+
+def test_int_and_slice_share_storage():
+    td, (a, _, _) = _td()
+    td[0]["a"].fill_(7.0)
+    assert (a[0] == 7).all()
+    td[1:]["n", "b"].zero_()
+    assert td["n", "b"][1:].sum() == 0
+
+
+def test_ellipsis_indexes_batch_dims_not_features():
+    data = TensorDict(
+        {"key 1": torch.ones(3, 4, 5), "key 2": torch.zeros(3, 4, 5, dtype=torch.bool)},
+        batch_size=[3, 4],
+    )
+    sub = data[..., :2]
+    assert sub.shape == torch.Size([3, 2])
+    assert sub["key 1"].shape == torch.Size([3, 2, 5])
+
+
+def test_index_nested_with_longer_batch():
+    inner = TensorDict({"x": torch.arange(24.0).reshape(2, 3, 4)}, [2, 3])
+    td = TensorDict({"inner": inner}, [2])
+    out = td[1]
+    assert out["inner"].batch_size == torch.Size([3])
+    assert torch.equal(out["inner", "x"], inner["x"][1])
+    out = td[torch.tensor([1, 1, 0])]
+    assert out["inner"].batch_size == torch.Size([3, 3])
+
+
+def test_index_empty_tensordict_uses_batch_shape_only():
+    td = TensorDict({}, [4, 3])
+    assert td[torch.tensor([0, 1])].batch_size == torch.Size([2, 3])
+    assert td[:, torch.tensor([True, False, True])].batch_size == torch.Size([4, 2])
+    assert td[None, 1].batch_size == torch.Size([1, 3])
+
+
+def test_mask_select_like_the_seed():
+    label = torch.tensor([1, 0, 1, 2])
+    td = TensorDict({"label": label, "image": torch.randn(4, 2)}, [4])
+    out = td[td["label"] == 1]
+    assert out.batch_size == torch.Size([2])
+    assert torch.equal(out["image"], td["image"][label == 1])
+
+
+def test_index_names_follow():
+    td = TensorDict({"x": torch.zeros(2, 3, 4)}, [2, 3], names=["a", "b"])
+    assert td[0].names == ["b"]
+    assert td[:, 1].names == ["a"]
+    assert td[None].names == [None, "a", "b"]
+    assert td[1:].names == ["a", "b"]
+    assert td[torch.tensor([0, 1])].names == [None, None]
+
+
+# ---------------------------------------------------------------- __setitem__
+@pytest.mark.parametrize(
+    "index",
+    [0, -1, slice(0, 2), (slice(None), 1), torch.tensor([2, 0]), torch.tensor([True, False, True])],
+    ids=repr,
+)
+def test_setitem_with_tensordict_writes_in_place(index):
+    td, (a, b, c) = _td()
+    a0, b0, c0 = a.clone(), b.clone(), c.clone()
+    target = torch.zeros(3, 4)[index].shape
+    value = TensorDict(
+        {
+            "a": torch.full((*target, 5), -1.0),
+            "n": {"b": torch.full(target, -2.0), "c": torch.full((*target, 2, 2), -3)},
+        },
+        batch_size=target,
+    )
+    td[index] = value
+    assert td["a"] is a  # storage kept
+    a0[index] = -1.0
+    b0[index] = -2.0
+    c0[index] = -3
+    assert torch.equal(a, a0) and torch.equal(b, b0) and torch.equal(c, c0)
+
+
+def test_setitem_with_dict_and_scalar_and_tensor():
+    td, (a, b, c) = _td()
+    td[0] = {"a": torch.zeros(4, 5)}
+    assert (a[0] == 0).all()
+    td[1] = 3
+    assert (a[1] == 3).all() and (b[1] == 3).all() and (c[1] == 3).all()
+    td[2, 1:] = torch.tensor(9.0)
+    assert (b[2, 1:] == 9).all() and (b[2, 0] != 9)
+
+
+def test_setitem_broadcasts_a_smaller_batch():
+    td = TensorDict({"a": torch.zeros(3, 2)}, [3])
+    td[0:2] = TensorDict({"a": torch.ones(2), "n": torch.ones(2)}, [])
+    assert td["a"].tolist() == [[1, 1], [1, 1], [0, 0]]
+    assert td["n"].tolist() == [[1, 1], [1, 1], [0, 0]]
+
+
+def test_setitem_non_tensor_at_index_makes_a_stack():
+    td = TensorDict({"x": torch.zeros(3), "s": "a"}, [3])
+    td[1] = TensorDict({"s": "b"}, [])
+    assert td["s"] == ["a", "b", "a"]
+    assert isinstance(td._get_leaf("s"), NonTensorStack)
+    td[1] = TensorDict({"s": "a"}, [])
+    assert td["s"] == ["a", "a", "a"]
+
+
+# ---------------------------------------------------------------- lazy preallocation
+def foo():
+    data = TensorDict({}, batch_size=[])
+    data["a"] = torch.randn(3)
+    data["b"] = TensorDict({"c": torch.zeros(2)}, batch_size=[])
+    return data
+
+
+@pytest.mark.parametrize("order", ["ordered", "shuffled"])
+def test_lazy_preallocation_matches_stack(order):
+    n = 10
+    items = [foo() for _ in range(n)]
+    data = TensorDict({}, batch_size=[n])
+    positions = list(range(n)) if order == "ordered" else torch.randperm(n).tolist()
+    for i in positions:
+        data[i] = items[i]
+    assert data.batch_size == torch.Size([n])
+    assert data["a"].shape == torch.Size([n, 3])
+    assert data["b"].batch_size == torch.Size([n])
+    assert data["b", "c"].shape == torch.Size([n, 2])
+    reference = torch.stack([item["a"] for item in items])
+    assert torch.equal(data["a"], reference)
+
+
+def test_lazy_preallocation_allocates_once_then_writes_in_place():
+    data = TensorDict({}, batch_size=[4])
+    data[2] = TensorDict({"x": torch.ones(3, dtype=torch.int32)}, [])
+    x = data["x"]
+    assert x.dtype == torch.int32 and x.tolist() == [[0] * 3, [0] * 3, [1] * 3, [0] * 3]
+    data[0] = TensorDict({"x": torch.full((3,), 5, dtype=torch.int32)}, [])
+    assert data["x"] is x and x[0].tolist() == [5, 5, 5]
+
+
+def test_lazy_preallocation_with_slices_strings_and_device():
+    data = TensorDict({}, batch_size=[4, 2], device="meta")
+    data[1:3] = TensorDict({"y": torch.ones(2, 2, 5), "s": "hello"}, [2, 2])
+    assert data["y"].shape == torch.Size([4, 2, 5])
+    assert data["y"].device.type == "meta"
+    assert data["s"] == "hello"
+
+
+def test_lazy_preallocation_nested_with_longer_batch():
+    data = TensorDict({}, batch_size=[3])
+    item = TensorDict({"n": TensorDict({"z": torch.ones(4, 2)}, [4])}, [])
+    data[1] = item
+    assert data["n"].batch_size == torch.Size([3, 4])
+    assert data["n", "z"].shape == torch.Size([3, 4, 2])
+    assert data["n", "z"][1].sum() == 8 and data["n", "z"].sum() == 8
+
+
+def test_lazy_preallocation_of_different_strings():
+    data = TensorDict({}, batch_size=[3])
+    for i in [2, 0, 1]:
+        data[i] = TensorDict({"s": f"item {i}", "x": torch.tensor(float(i))}, [])
+    assert data["s"] == ["item 0", "item 1", "item 2"]
+    assert data["x"].tolist() == [0.0, 1.0, 2.0]
