@@ -1,0 +1,7 @@
+"""Compatibility location of the ``tensorclass`` decorator (``tensordict.prototype``).
+
+Example:
+    >>> from tdfunc.prototype import tensorclass
+"""
+
+from ._tensorclass import tensorclass as tensorclass
