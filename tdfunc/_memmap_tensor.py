@@ -1,0 +1,425 @@
+"""``MemoryMappedTensor``: a CPU tensor whose storage is a file mapped in memory.
+
+The tensor maps the whole file (``torch.from_file(..., shared=True)``), so the
+operating system reads only the pages that indexing touches, and writes in place
+(``t[i] = x``, ``t.copy_(x)``) reach the file. Every other operation returns a
+plain ``torch.Tensor`` (a view of the mapping where torch makes views): the
+subclass only marks "this tensor *is* that file".
+
+Files are always created under a fresh name (``O_EXCL``) and checked against
+the size the dtype and shape need before they are mapped: ``from_file`` would
+otherwise silently grow a short file with zeros, and a mapping past the end of
+a file crashes the process with ``SIGBUS`` on first access.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import os
+import shutil
+import stat
+import tempfile
+import uuid
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+_CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
+_WRITE_BLOCK = 1 << 30  # one os.write call writes at most ~2 GiB on Linux
+
+
+# ---------------------------------------------------------------------------- files
+def nbytes_of(shape, dtype: torch.dtype) -> int:
+    return math.prod(shape) * dtype.itemsize
+
+
+def create_file(path: str) -> int:
+    """Create ``path`` (which must not exist) and return a read-write descriptor."""
+    return os.open(path, _CREATE_FLAGS, 0o644)
+
+
+def _bytes_of(tensor: torch.Tensor):
+    """A zero-copy byte view (numpy) of a contiguous CPU tensor."""
+    return tensor.reshape(-1).view(torch.uint8).numpy()
+
+
+def _write_all(fd: int, buffer) -> None:
+    view = memoryview(buffer).cast("B")
+    offset = 0
+    while offset < len(view):
+        offset += os.write(fd, view[offset : offset + _WRITE_BLOCK])
+
+
+def plain_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` detached, on the CPU, with its conjugate/negative bits resolved."""
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.to("cpu")
+    if tensor.is_conj():
+        tensor = tensor.resolve_conj()
+    if tensor.is_neg():
+        tensor = tensor.resolve_neg()
+    return tensor
+
+
+def write_file(fd: int, path: str, tensor: torch.Tensor, shape=None) -> None:
+    """Write the content of ``tensor`` (broadcast to ``shape``) to the empty file ``fd``.
+
+    Contiguous tensors go through ``os.write`` (no copy, the GIL released);
+    others (expanded, transposed) are copied through a mapping of the file, so
+    a broadcast dataset is never materialised in memory.
+    """
+    tensor = plain_cpu(tensor)
+    shape = tensor.shape if shape is None else torch.Size(shape)
+    nbytes = nbytes_of(shape, tensor.dtype)
+    if nbytes == 0:
+        return
+    if tensor.shape == shape and tensor.is_contiguous():
+        _write_all(fd, _bytes_of(tensor))
+        return
+    os.ftruncate(fd, nbytes)
+    target = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+    target.view(tensor.dtype).view(shape).copy_(tensor)
+
+
+def allocate_file(fd: int, nbytes: int) -> None:
+    """Give the file its size without writing: a sparse file that reads as zeros."""
+    if nbytes:
+        os.ftruncate(fd, nbytes)
+
+
+def check_file(
+    path: str, nbytes: int, api: str, *, exact: bool = True, follow_symlinks: bool = False
+) -> os.stat_result:
+    """``stat`` a data file; a clear error unless it is a regular file of the right size.
+
+    Loading refuses symbolic links (``follow_symlinks=False``): a file listed in
+    ``meta.json`` must be inside the saved directory.
+    """
+    st = os.stat(path, follow_symlinks=follow_symlinks)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(
+            f"{api}: {path} is not a regular file (a symbolic link, a directory or a device); "
+            f"refusing to map it."
+        )
+    if st.st_size < nbytes or (exact and st.st_size != nbytes):
+        raise ValueError(
+            f"{api}: data file {path} holds {st.st_size} bytes, but its metadata needs "
+            f"{nbytes} bytes: the file is truncated or corrupt (an interrupted copy?). "
+            f"Save the data again."
+        )
+    return st
+
+
+def map_file(
+    path: str, dtype: torch.dtype, shape, st: os.stat_result | None = None, api: str = ""
+) -> MemoryMappedTensor:
+    """Map ``path`` as a tensor of ``dtype`` and ``shape`` (size checked unless ``st`` given)."""
+    if type(shape) is not torch.Size:
+        shape = torch.Size(shape)
+    numel = shape.numel()
+    if st is None:
+        st = check_file(
+            path,
+            numel * dtype.itemsize,
+            api or "MemoryMappedTensor.from_filename",
+            exact=False,
+            follow_symlinks=True,
+        )
+    if numel == 0:
+        return _wrap(torch.empty(shape, dtype=dtype), path, (st.st_dev, st.st_ino))
+    try:
+        base = torch.from_file(path, shared=True, size=numel, dtype=dtype)
+    except RuntimeError:
+        if os.access(path, os.W_OK):
+            raise
+        # a read-only file: a private (copy-on-write) mapping still reads it
+        base = torch.from_file(path, shared=False, size=numel, dtype=dtype)
+    if len(shape) != 1:
+        base = base.view(shape)
+    return _wrap(base, path, (st.st_dev, st.st_ino))
+
+
+def _wrap(tensor: torch.Tensor, path: str, inode: tuple) -> MemoryMappedTensor:
+    out = torch.Tensor._make_subclass(MemoryMappedTensor, tensor, False)
+    out._filename = path
+    out._inode = inode
+    if tensor.numel():
+        _register(inode, tensor)
+    return out
+
+
+# ---------------------------------------------------------------------------- mapped files
+# Files this process maps, by (device, inode), with a weak reference to each
+# mapping's storage: the storage lives as long as any view of it (a slice, a
+# Parameter made from it), so a saved file is not recycled while this process
+# can still read it, whatever path it was opened through.
+_MAPPED: dict[tuple, list[StorageWeakRef]] = {}
+_REGISTERED = [0]
+
+
+def _register(inode: tuple, tensor: torch.Tensor) -> None:
+    _MAPPED.setdefault(inode, []).append(StorageWeakRef(tensor.untyped_storage()))
+    _REGISTERED[0] += 1
+    if _REGISTERED[0] % 4096 == 0:  # forget the mappings that are gone
+        for key in list(_MAPPED):
+            is_mapped(key)
+
+
+def is_mapped(inode: tuple) -> bool:
+    """True while a tensor of this process maps the file ``(st_dev, st_ino)``."""
+    refs = _MAPPED.get(inode)
+    if not refs:
+        return False
+    alive = [ref for ref in refs if not ref.expired()]
+    if alive:
+        _MAPPED[inode] = alive
+        return True
+    _MAPPED.pop(inode, None)
+    return False
+
+
+# ---------------------------------------------------------------------------- temp location
+_TEMP: dict[str, Any] = {"dir": None, "pid": None}
+
+
+def temp_dir() -> str:
+    """A directory for memory-mapped data saved without a prefix (removed at exit)."""
+    if _TEMP["dir"] is None or _TEMP["pid"] != os.getpid():
+        _TEMP["dir"] = tempfile.mkdtemp(prefix="tdfunc-memmap-")
+        _TEMP["pid"] = os.getpid()
+        atexit.register(_remove_temp_dir, _TEMP["dir"], _TEMP["pid"])
+    return _TEMP["dir"]
+
+
+def _remove_temp_dir(path: str, pid: int) -> None:
+    if os.getpid() == pid:  # a forked child must not remove its parent's data
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def temp_path() -> str:
+    return os.path.join(temp_dir(), uuid.uuid4().hex + ".memmap")
+
+
+# ---------------------------------------------------------------------------- the class
+class MemoryMappedTensor(torch.Tensor):
+    """A tensor stored in a file and mapped in memory.
+
+    Build one from a tensor (:meth:`from_tensor`), empty with a shape and a dtype
+    (:meth:`empty`, :meth:`zeros`, :meth:`full`, ...), or from an existing file
+    (:meth:`from_filename`). Indexing reads only the pages it touches and
+    returns a plain tensor (a view of the mapping for basic indexing); in-place
+    writes reach the file. Operations return plain tensors.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "x.memmap")
+        >>> t = MemoryMappedTensor.from_tensor(torch.arange(6.0).view(2, 3), filename=path)
+        >>> t[1] = 0.0
+        >>> MemoryMappedTensor.from_filename(path, torch.float32, (2, 3))[1].tolist()
+        [0.0, 0.0, 0.0]
+        >>> type(t + 1).__name__
+        'Tensor'
+    """
+
+    # Operations run as on a plain tensor and return plain tensors (like nn.Parameter).
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    _filename: str
+    _inode: tuple
+
+    def __new__(cls, *args, **kwargs):
+        raise TypeError(
+            "MemoryMappedTensor: use a constructor: MemoryMappedTensor.from_tensor(tensor, "
+            "filename=...), MemoryMappedTensor.empty(shape, dtype=..., filename=...) or "
+            "MemoryMappedTensor.from_filename(filename, dtype, shape)."
+        )
+
+    @property
+    def filename(self) -> str:
+        """The absolute path of the file this tensor maps."""
+        return self._filename
+
+    # -------------------------------------------------------------- constructors
+    @classmethod
+    def from_tensor(
+        cls,
+        input: torch.Tensor,
+        *,
+        filename: str | os.PathLike | None = None,
+        existsok: bool = False,
+        copy_existing: bool = False,
+        copy_data: bool = True,
+        shape=None,
+    ) -> MemoryMappedTensor:
+        """A memory-mapped copy of ``input`` in ``filename`` (a temporary file if omitted).
+
+        Args:
+            input: the tensor to copy (any device; gradients are not kept).
+            filename: the file to create. Defaults to a file in a temporary
+                directory that is removed when the process exits.
+            existsok: replace an existing ``filename`` (the old file is replaced
+                atomically, so mappings of it keep their content). Defaults to
+                ``False``: an existing file is a ``FileExistsError``.
+            copy_existing: allow copying a ``MemoryMappedTensor`` that already
+                has another file. Defaults to ``False`` (a ``RuntimeError``), so
+                data is not duplicated on disk by mistake.
+            copy_data: when ``False``, only the shape and dtype are used and the
+                file reads as zeros (it is allocated sparse).
+            shape: the shape of the result, when ``input`` must be broadcast.
+
+        Example:
+            >>> t = MemoryMappedTensor.from_tensor(torch.ones(2))
+            >>> MemoryMappedTensor.from_tensor(t) is t
+            True
+        """
+        if isinstance(input, MemoryMappedTensor):
+            if filename is None or _same_file(input.filename, filename):
+                return input
+            if not copy_existing:
+                raise RuntimeError(
+                    f"MemoryMappedTensor.from_tensor: the tensor is already stored in "
+                    f"{input.filename}; pass copy_existing=True to copy it to {filename}."
+                )
+        if not isinstance(input, torch.Tensor):
+            raise TypeError(
+                f"MemoryMappedTensor.from_tensor: expected a torch.Tensor, got "
+                f"{type(input).__name__}. Convert it first (torch.as_tensor)."
+            )
+        shape = input.shape if shape is None else torch.Size(shape)
+        if copy_data:
+            input = input.expand(shape)
+
+        def fill(fd: int, path: str) -> None:
+            if copy_data:
+                write_file(fd, path, input, shape)
+            else:
+                allocate_file(fd, nbytes_of(shape, input.dtype))
+
+        return _create(filename, existsok, input.dtype, shape, fill, "from_tensor")
+
+    @classmethod
+    def empty(cls, *size, dtype: torch.dtype | None = None, filename=None, existsok=False):
+        """A new file of ``size`` and ``dtype``; allocated sparse, it reads as zeros.
+
+        Example:
+            >>> MemoryMappedTensor.empty(2, 3, dtype=torch.int64).sum().item()
+            0
+        """
+        shape = _size_arg(size)
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+
+        def fill(fd: int, path: str) -> None:
+            allocate_file(fd, nbytes_of(shape, dtype))
+
+        return _create(filename, existsok, dtype, shape, fill, "empty")
+
+    zeros = empty
+
+    @classmethod
+    def full(cls, *size, fill_value, dtype=None, filename=None, existsok=False):
+        """A new file of ``size`` filled with ``fill_value``."""
+        out = cls.empty(*size, dtype=dtype, filename=filename, existsok=existsok)
+        if fill_value != 0:
+            out.fill_(fill_value)
+        return out
+
+    @classmethod
+    def ones(cls, *size, dtype=None, filename=None, existsok=False):
+        return cls.full(*size, fill_value=1, dtype=dtype, filename=filename, existsok=existsok)
+
+    @classmethod
+    def empty_like(cls, input: torch.Tensor, *, filename=None, existsok=False):
+        return cls.empty(input.shape, dtype=input.dtype, filename=filename, existsok=existsok)
+
+    zeros_like = empty_like
+
+    @classmethod
+    def ones_like(cls, input: torch.Tensor, *, filename=None, existsok=False):
+        return cls.ones(input.shape, dtype=input.dtype, filename=filename, existsok=existsok)
+
+    @classmethod
+    def full_like(cls, input: torch.Tensor, fill_value, *, filename=None, existsok=False):
+        return cls.full(
+            input.shape,
+            fill_value=fill_value,
+            dtype=input.dtype,
+            filename=filename,
+            existsok=existsok,
+        )
+
+    @classmethod
+    def from_filename(cls, filename, dtype: torch.dtype, shape) -> MemoryMappedTensor:
+        """Map an existing file as a tensor of ``dtype`` and ``shape``.
+
+        The file must hold at least the bytes the shape needs (a shorter file is
+        a ``ValueError``, never a crash); a longer one is mapped from its start.
+        """
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(
+                f"MemoryMappedTensor.from_filename: dtype must be a torch.dtype, got {dtype!r}."
+            )
+        return map_file(os.path.abspath(os.fspath(filename)), dtype, _size_arg((shape,)))
+
+    # -------------------------------------------------------------- python protocols
+    def __deepcopy__(self, memo):
+        return self.as_subclass(torch.Tensor).clone()
+
+    def __reduce_ex__(self, protocol):
+        # pickle / torch.save store the values as a plain tensor; processes started by
+        # multiprocessing get the file itself (see _reduce_for_process below).
+        return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
+
+
+def _size_arg(size: tuple) -> torch.Size:
+    if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size)):
+        size = tuple(size[0])
+    return torch.Size(size)
+
+
+def _same_file(a: str, b) -> bool:
+    return os.path.realpath(a) == os.path.realpath(os.fspath(b))
+
+
+def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMappedTensor:
+    """Create a file through ``fill(fd, path)`` at a fresh name, then move it into place."""
+    if filename is None:
+        final = temp_path()
+    else:
+        final = os.path.abspath(os.fspath(filename))
+        if os.path.lexists(final) and not existsok:
+            raise FileExistsError(
+                f"MemoryMappedTensor.{api}: {final} already exists; pass existsok=True to "
+                f"replace it."
+            )
+    directory = os.path.dirname(final)
+    os.makedirs(directory, exist_ok=True)
+    # Written under a temporary name and renamed: existing mappings of ``final``
+    # keep their content, and a crash never leaves a half-written ``final``.
+    work = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
+    fd = create_file(work)
+    try:
+        fill(fd, work)
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(work)
+        raise
+    os.close(fd)
+    os.replace(work, final)
+    return map_file(final, dtype, shape, st)
+
+
+def _rebuild(filename: str, dtype: torch.dtype, shape: tuple) -> MemoryMappedTensor:
+    return MemoryMappedTensor.from_filename(filename, dtype, shape)
+
+
+def _reduce_for_process(tensor: MemoryMappedTensor):
+    return _rebuild, (tensor.filename, tensor.dtype, tuple(tensor.shape))
+
+
+ForkingPickler.register(MemoryMappedTensor, _reduce_for_process)
