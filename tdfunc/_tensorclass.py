@@ -398,6 +398,9 @@ def _make_init(cls: type[TensorClass], fields: tuple[Field, ...], flags: dict[st
     source = f"def __init__({signature}):\n" + "\n".join("    " + line for line in body)
     exec(compile(source, f"<tdfunc {api}.__init__>", "exec"), namespace)
     init = namespace["__init__"]
+    # the declared annotations (strings under ``from __future__ import annotations``), so
+    # ``inspect.signature`` reads like a dataclass: ``(x: 'torch.Tensor', ..., *, batch_size=...)``
+    init.__annotations__ = {field.name: field.annotation for field in fields}
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     return init

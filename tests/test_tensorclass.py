@@ -262,8 +262,9 @@ def test_constructor_positional_keyword_defaults_and_signature():
     assert foo.non_tensor == "label" and foo.nested is None
     assert foo.tensor.shape == torch.Size([2, 4]) and foo.batch_size == torch.Size([2])
     sig = inspect.signature(Foo)
-    assert (
-        str(sig) == "(tensor, non_tensor, nested=None, *, batch_size=None, device=None, names=None)"
+    assert str(sig) == (
+        "(tensor: 'torch.Tensor', non_tensor: 'Any', nested: 'Any' = None, *, "
+        "batch_size=None, device=None, names=None)"
     )
     with pytest.raises(TypeError):
         Foo(torch.zeros(2))  # a required field is missing
@@ -524,9 +525,11 @@ def test_seed_reward_data_style_class():
 
     ids = torch.arange(12).reshape(4, 3)
     data = RewardData(ids, ids > 2, batch_size=[4], names=["batch"])
+    # seed 002's form (batch_size optional: the newer seeds construct without one)
     assert str(inspect.signature(RewardData)) == (
-        "(input_ids, attention_mask, rewards=None, end_scores=None, *, batch_size=None, "
-        "device=None, names=None)"
+        "(input_ids: 'torch.Tensor', attention_mask: 'torch.Tensor', "
+        "rewards: 'Optional[torch.Tensor]' = None, end_scores: 'Optional[torch.Tensor]' = None, "
+        "*, batch_size=None, device=None, names=None)"
     )
     assert data.names == ["batch"] and data.rewards is None
     rows = data.unbind(0)
