@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from ._mixin import ContainerMixin
 from ._nontensor import NonTensorData
 
 _KEEP = object()
@@ -64,26 +65,10 @@ def _non_tensor_result(value: NonTensorData, new_size, ndim: int, key: str) -> N
     )
 
 
-class ApplyMixin:
+class ApplyMixin(ContainerMixin):
     """Leaf-wise transformation of a container (methods of ``TensorDict``)."""
 
     __slots__ = ()
-
-    # provided by TensorDict (declared here for type checkers only)
-    _batch_size: torch.Size
-    _data: dict
-    _device: torch.device | None
-    _names: tuple | None
-    _is_locked: bool
-    if TYPE_CHECKING:
-
-        def _like(
-            self, data: dict, batch_size: torch.Size | None = ..., names: Any = ...
-        ) -> Any: ...
-        def _check_writable(self, api: str, key: Any) -> None: ...
-        def _get_leaf(self, key: Any, api: str = ...) -> Any: ...
-        def _shallow_copy(self) -> Any: ...
-        def _tensor_leaves(self) -> Any: ...
 
     def apply(
         self,

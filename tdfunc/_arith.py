@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
+from ._mixin import ContainerMixin
 from ._nontensor import NonTensorData, eq_mask
 
 
@@ -64,7 +65,7 @@ def _inplace(self, other: Any, method: str):
     return self
 
 
-class ArithmeticMixin:
+class ArithmeticMixin(ContainerMixin):
     """Operators of ``TensorDict``: ``+ - * / ** == != < <= > >=``, ``all``, ``any``.
 
     Example:
@@ -76,22 +77,6 @@ class ArithmeticMixin:
     """
 
     __slots__ = ()
-
-    # provided by TensorDict (declared here for type checkers only)
-    _batch_size: torch.Size
-    _data: dict
-    _device: torch.device | None
-    _names: tuple | None
-    _is_locked: bool
-    if TYPE_CHECKING:
-
-        def _like(
-            self, data: dict, batch_size: torch.Size | None = ..., names: Any = ...
-        ) -> Any: ...
-        def _check_writable(self, api: str, key: Any) -> None: ...
-        def _get_leaf(self, key: Any, api: str = ...) -> Any: ...
-        def _shallow_copy(self) -> Any: ...
-        def _apply_tree(self, fn: Any, *args: Any, **kwargs: Any) -> Any: ...
 
     def __add__(self, other):
         return _binary(self, other, operator.add, "__add__")

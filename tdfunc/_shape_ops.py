@@ -8,12 +8,13 @@ same call over the values and computes the new batch size once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ._apply import rewrap
 from ._keys import unravel_key
+from ._mixin import ContainerMixin
 from ._nontensor import NonTensorData, write_at
 from ._shapes import (
     _simple_index_size,
@@ -35,26 +36,10 @@ def _dims_arg(dims: tuple) -> tuple:
     return dims
 
 
-class ShapeOpsMixin:
+class ShapeOpsMixin(ContainerMixin):
     """Tensor-like indexing and reshaping of a container (methods of ``TensorDict``)."""
 
     __slots__ = ()
-
-    # provided by TensorDict (declared here for type checkers only)
-    _batch_size: torch.Size
-    _data: dict
-    _device: torch.device | None
-    _names: tuple | None
-    _is_locked: bool
-    if TYPE_CHECKING:
-
-        def _like(
-            self, data: dict, batch_size: torch.Size | None = ..., names: Any = ...
-        ) -> Any: ...
-        def _check_writable(self, api: str, key: Any) -> None: ...
-        def _get_leaf(self, key: Any, api: str = ...) -> Any: ...
-        def _shallow_copy(self) -> Any: ...
-        def _apply_tree(self, fn: Any, *args: Any, **kwargs: Any) -> Any: ...
 
     # ------------------------------------------------------------------ indexing
     def _leaf_index(self, index):
