@@ -152,7 +152,8 @@ class PersistMixin:
         The directory ``prefix`` mirrors the structure: one file per tensor leaf,
         a sub-directory per nested TensorDict or TensorClass, and a ``meta.json``
         per level with the batch size, names, classes, dtypes, shapes and the
-        non-tensor values.
+        non-tensor values. A TensorClass directory holds its class and non-tensor
+        fields in its ``meta.json`` and its tensor fields in ``_tensordict/``.
 
         Saving again to the same ``prefix`` replaces the content atomically: data
         goes to files no committed ``meta.json`` uses, then ``meta.json`` is

@@ -51,6 +51,9 @@ def _referenced(node: Any, small: set[str] | None = None) -> set[str]:
     names: set[str] = set()
     if type(node) is not dict or type(node.get("entries")) is not dict:
         return names
+    inner = node.get("tensordict")  # a TensorClass: its TensorDict's sub-directory
+    if type(inner) is dict and type(inner.get("dir")) is str:
+        names.add(inner["dir"])
     for entry in node["entries"].values():
         if type(entry) is not dict:
             continue

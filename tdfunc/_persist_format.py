@@ -2,9 +2,9 @@
 
 A saved TensorDict is a directory per container (nested TensorDicts and
 TensorClass instances are sub-directories) holding one file per tensor leaf and
-a ``meta.json`` (format version 1)::
+a ``meta.json`` (format version 2)::
 
-    {"format": "tdfunc.memmap", "version": 1,
+    {"format": "tdfunc.memmap", "version": 2,
      "class": "tdfunc._container.TensorDict",
      "batch_size": [10], "names": null, "device": "cpu",
      "entries": {
@@ -12,6 +12,22 @@ a ``meta.json`` (format version 1)::
        "b": {"kind": "collection", "dir": "b", "meta": {...b/meta.json...}},
        "s": {"kind": "non_tensor", "batch_size": [10], "stack": false, "value": "text"},
        "o": {"kind": "non_tensor", "batch_size": [10], "stack": false, "file": "o.pt"}}}
+
+A TensorClass instance is two levels, as in the seeds' layout
+(``tc/meta.json`` and ``tc/_tensordict/{data.memmap, meta.json}``): its own
+``meta.json`` records the class, its non-tensor fields (``entries``, all of
+kind ``non_tensor``), the order of all its fields (``keys``) and, under
+``tensordict``, the plain TensorDict of its tensor and collection fields saved
+in the sub-directory ``_tensordict``::
+
+    {"format": "tdfunc.memmap", "version": 2, "class": "my_module.MyClass",
+     "batch_size": [], "names": null, "device": "cpu",
+     "entries": {"metadata": {"kind": "non_tensor", ..., "value": "some text"}},
+     "keys": ["data", "metadata"],
+     "tensordict": {"dir": "_tensordict", "meta": {...tc/_tensordict/meta.json...}}}
+
+Version 1 (still read) saved a TensorClass flat, like a TensorDict: its tensors
+next to its ``meta.json``.
 
 Keys are the real keys; file and directory names come from
 :func:`tdfunc._persist_keys.encode_key`. A nested entry embeds the sub-directory's
@@ -40,8 +56,10 @@ import torch
 from ._persist_keys import NAME
 
 FORMAT = "tdfunc.memmap"
-VERSION = 1
+VERSION = 2
 META = "meta.json"
+# the sub-directory of a TensorClass that holds its TensorDict (tensor and collection fields)
+TENSORDICT_DIR = "_tensordict"
 _OPEN_EXISTING = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
@@ -263,6 +281,36 @@ def validate(node: Any, path: str, api: str, parent_batch: list | None = None, a
         bad("'entries' must be a JSON object")
     for key, entry in entries.items():
         _validate_entry(key, entry, batch, path, api, at + (key,), bad)
+    if "tensordict" in node:
+        _validate_tensorclass(node, batch, path, api, at, bad)
+
+
+def _validate_tensorclass(node: dict, batch: list, path, api, at, bad) -> None:
+    """The fields of a TensorClass node (format version 2): ``tensordict`` and ``keys``."""
+    inner = node["tensordict"]
+    if type(inner) is not dict or inner.get("dir") != TENSORDICT_DIR:
+        bad(f"'tensordict' must be an object with 'dir': {TENSORDICT_DIR!r}")
+    meta = inner.get("meta")
+    if type(meta) is dict and "tensordict" in meta:
+        bad("the TensorDict of a TensorClass cannot be a TensorClass")
+    validate(meta, path, api, batch, at)
+    if meta["batch_size"] != batch:
+        bad(f"the TensorClass's batch size {batch} differs from its TensorDict's")
+    entries = node["entries"]
+    for key, entry in entries.items():
+        if entry["kind"] != "non_tensor":
+            bad(f"entry {key!r} of a TensorClass is a {entry['kind']}, expected a non_tensor")
+    shared = sorted(set(entries) & set(meta["entries"]))
+    if shared:
+        bad(f"keys {shared} are both non-tensor fields and in the TensorDict")
+    keys = node.get("keys")
+    if (
+        type(keys) is not list
+        or not all(type(key) is str for key in keys)
+        or len(set(keys)) != len(keys)
+        or set(keys) != set(entries) | set(meta["entries"])
+    ):
+        bad(f"'keys' is {keys!r}, expected the list of all the fields")
 
 
 def _validate_entry(key, entry, batch, path, api, at, bad) -> None:

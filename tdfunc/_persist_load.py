@@ -64,13 +64,21 @@ class _Load:
         self.tasks: list[tuple] = []  # (data dict, key, path, dtype, shape)
         self.result_device = self.device or torch.device("cpu")
 
-    def plan(self, node: dict, directory: str) -> _Planned:
-        """The container described by ``node``, its tensor leaves listed in ``tasks``."""
+    def plan(self, node: dict, directory: str, data: dict | None = None) -> _Planned:
+        """The container described by ``node``, its tensor leaves listed in ``tasks``.
+
+        ``data`` (given for the TensorDict of a TensorClass) receives the values.
+        """
         try:
             klass = lookup_class(node["class"])
         except ValueError as error:
             raise ValueError(f"{self.api}: {self.meta_path}: {error}") from None
-        data: dict[str, Any] = {}
+        if data is None:
+            data = {}
+        inner = node.get("tensordict")
+        if inner is not None:  # a TensorClass (format 2): its tensors are in _tensordict/
+            data.update(dict.fromkeys(node["keys"]))  # the fields' order, filled below
+            self.plan(inner["meta"], os.path.join(directory, inner["dir"]), data)
         for key, entry in node["entries"].items():
             kind = entry["kind"]
             if kind == "tensor":

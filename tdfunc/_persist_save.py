@@ -52,6 +52,7 @@ from ._persist_format import (
     FORMAT,
     META,
     TENSOR_FILE,
+    TENSORDICT_DIR,
     VERSION,
     dtype_name,
     encode_object,
@@ -100,7 +101,17 @@ def saved_path_of(obj: Any) -> str | None:
 class _Level:
     """One container of the tree being saved."""
 
-    __slots__ = ("children", "directory", "node", "results", "source", "spare", "state", "view")
+    __slots__ = (
+        "children",
+        "directory",
+        "inner",
+        "node",
+        "results",
+        "source",
+        "spare",
+        "state",
+        "view",
+    )
 
     def __init__(self, source: Any, directory: str | None) -> None:
         self.source = source
@@ -110,6 +121,7 @@ class _Level:
         self.directory = directory
         self.results: dict[str, Any] = {}
         self.children: list[_Level] = []
+        self.inner: _Level | None = None  # a TensorClass's TensorDict (its own directory)
         view = self.view
         self.node: dict = {
             "format": FORMAT,
@@ -139,15 +151,29 @@ class _Save:
 
     # -------------------------------------------------------------- walking the tree
     def plan(
-        self, source: Any, directory: str | None, at: tuple = (), inline: tuple = ()
+        self,
+        source: Any,
+        directory: str | None,
+        at: tuple = (),
+        inline: tuple = (),
+        items: list | None = None,
     ) -> _Level:
-        """Plan ``source``; ``inline`` holds the metadata its ancestors recorded for it."""
+        """Plan ``source``; ``inline`` holds the metadata its ancestors recorded for it.
+
+        ``items`` (the key-value pairs to save) is given for the TensorDict of a
+        TensorClass, which holds only the tensor and collection fields.
+        """
         level = _Level(source, directory)
         old_nodes: list = []
         if directory is not None:
-            old_nodes = self._prepare_directory(level, at, inline)
+            nested = bool(at) or items is not None
+            old_nodes = self._prepare_directory(level, at, inline, nested)
+        if items is None:
+            items = list(level.view._data.items())
+            if level.view is not source:
+                items = self._plan_tensorclass(level, items, at, old_nodes)
         entries = level.node["entries"]
-        for key, value in level.view._data.items():
+        for key, value in items:
             path = at + (key,)
             if isinstance(value, torch.Tensor):
                 entries[key] = self._plan_tensor(level, key, value, path)
@@ -173,7 +199,27 @@ class _Save:
         self.levels.append(level)
         return level
 
-    def _prepare_directory(self, level: _Level, at: tuple, inline: tuple) -> list:
+    def _plan_tensorclass(self, level: _Level, items: list, at: tuple, old_nodes: list) -> list:
+        """Plan the TensorDict of a TensorClass in ``_tensordict``; return the other items.
+
+        The TensorClass's own level keeps its non-tensor fields (and the order of
+        all fields); its tensor and collection fields form a plain TensorDict.
+        """
+        inner_items = [(k, v) for k, v in items if isinstance(v, torch.Tensor) or _collection(v)]
+        directory = level.directory
+        level.inner = self.plan(
+            level.view,
+            None if directory is None else os.path.join(directory, TENSORDICT_DIR),
+            at,
+            tuple(_inline_tensordict(node) for node in old_nodes),
+            inner_items,
+        )
+        level.node["keys"] = [key for key, _ in items]
+        level.node["tensordict"] = {"dir": TENSORDICT_DIR, "meta": level.inner.node}
+        inner_keys = {key for key, _ in inner_items}
+        return [(k, v) for k, v in items if k not in inner_keys]
+
+    def _prepare_directory(self, level: _Level, at: tuple, inline: tuple, nested: bool) -> list:
         """Create the directory or read what it holds; return the metadata that uses it."""
         directory = level.directory
         assert directory is not None
@@ -184,10 +230,11 @@ class _Save:
         except FileNotFoundError:  # a missing parent (only the top level can lack one)
             os.makedirs(directory, exist_ok=True)
         except FileExistsError:
-            if at and os.path.islink(directory):
+            if nested and os.path.islink(directory):
+                where = f" (key {_show(at)})" if at else ""
                 raise RuntimeError(
-                    f"{self.api}: refusing to write through the symbolic link {directory} (key "
-                    f"{_show(at)}); remove it or choose another prefix."
+                    f"{self.api}: refusing to write through the symbolic link {directory}"
+                    f"{where}; remove it or choose another prefix."
                 ) from None
         try:
             names = set(os.listdir(directory))
@@ -371,6 +418,8 @@ class _Save:
     # -------------------------------------------------------------- results
     def build(self, level: _Level) -> Any:
         results = level.results
+        if level.inner is not None:
+            results = {**level.inner.results, **results}
         view = level.view
         if self.inplace:
             for key in view._data:
@@ -429,6 +478,18 @@ def _inline_child(node: dict, key: str, stem: str) -> Any:
     entry = entries.get(key) if type(entries) is dict else None
     if type(entry) is dict and entry.get("kind") == "collection" and entry.get("dir") == stem:
         return entry.get("meta")
+    return None
+
+
+def _inline_tensordict(node: dict) -> Any:
+    """The metadata ``node`` records for its sub-directory ``_tensordict``, if any."""
+    inner = node.get("tensordict")
+    if type(inner) is dict and inner.get("dir") == TENSORDICT_DIR:
+        return inner.get("meta")
+    entries = node.get("entries")  # a version 1 node may use the name for a key
+    for key, entry in entries.items() if type(entries) is dict else ():
+        if type(entry) is dict and entry.get("dir") == TENSORDICT_DIR:
+            return _inline_child(node, key, TENSORDICT_DIR)
     return None
 
 

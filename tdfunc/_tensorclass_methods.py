@@ -2,7 +2,9 @@
 
 Every method forwards to the inner TensorDict and wraps the result, without
 validation, in the instance's class (frozen classes give frozen results).
-Methods that write refuse on frozen instances.
+Methods that write refuse on frozen instances. The process methods (``send``,
+``recv``, the collectives, ``map``) forward to the functions of
+:mod:`tdfunc._distributed` and :mod:`tdfunc._map`, which take any container.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, overload
 
 import torch
 
+from . import _distributed
 from ._container import TensorDict
+from ._distributed_work import DistributedWork
 from ._keys import is_key
+from ._map import td_map
 from ._torch_function import TorchFunctionMixin
 
 if TYPE_CHECKING:
@@ -91,13 +96,24 @@ class TensorClassOps(TorchFunctionMixin):
     def _data(self) -> dict:
         return self._td._data
 
-    def _check_mutable(self, api: str) -> None:
+    def _check_mutable(self, api: str, hint: str | None = None) -> None:
         if self._tc_frozen:
             name = type(self).__name__
+            if hint is None:
+                hint = f"use the out-of-place version (it returns a new {name})"
             raise dataclasses.FrozenInstanceError(
-                f"{name}.{api}: {name} is frozen and cannot be modified; use the "
-                f"out-of-place version (it returns a new {name})."
+                f"{name}.{api}: {name} is frozen and cannot be modified; {hint}."
             )
+
+    def _check_receives(self, api: str) -> None:
+        """Refuse the distributed methods that write the tensors in place (on every rank)."""
+        name = type(self).__name__
+        self._check_mutable(
+            api,
+            f"{api} writes the received values into its tensors. Receive into a TensorDict "
+            f"(td = instance.to_tensordict(); td.{api}(...)) and rebuild the instance with "
+            f"{name}.from_tensordict(td)",
+        )
 
     # ------------------------------------------------------------------ shape
     @property
@@ -457,3 +473,108 @@ class TensorClassOps(TorchFunctionMixin):
 
     def norm(self) -> torch.Tensor:
         return self._td.norm()
+
+    # ------------------------------------------------------------------ processes
+    def send(self, dst: int, *, group: Any = None, tag: int = 0) -> None:
+        """Send every tensor field to rank ``dst`` (blocking); see ``TensorDict.send``.
+
+        The receiver calls :meth:`recv` on an instance (or TensorDict) of the same
+        structure. Non-tensor fields are not sent. Frozen instances can send.
+
+        Example:
+            >>> # on every rank: pair = Pair(x=torch.zeros(3), y=torch.zeros(3), batch_size=[3])
+            >>> # rank 1: pair.send(dst=0)
+            >>> # rank 0: pair.recv(src=1)  # pair now holds rank 1's values
+        """
+        _distributed.send(self, dst, group=group, tag=tag)
+
+    def isend(self, dst: int, *, group: Any = None, tag: int = 0) -> DistributedWork:
+        """Start sending to rank ``dst``; returns a handle (see ``TensorDict.isend``).
+
+        Example:
+            >>> # rank 1: work = pair.isend(dst=0); work.wait()
+        """
+        return _distributed.isend(self, dst, group=group, tag=tag)
+
+    def recv(self, src: int | None = None, *, group: Any = None, tag: int = 0) -> int:
+        """Receive into the tensor fields, in place; returns the sender's rank.
+
+        Refused (``FrozenInstanceError``) on a frozen instance. See ``TensorDict.recv``.
+
+        Example:
+            >>> # rank 0: sender = pair.recv(src=1)
+        """
+        self._check_receives("recv")
+        return _distributed.recv(self, src, group=group, tag=tag)
+
+    def irecv(self, src: int | None = None, *, group: Any = None, tag: int = 0) -> DistributedWork:
+        """Start receiving into the tensor fields; in place after ``handle.wait()``.
+
+        Refused on a frozen instance. See ``TensorDict.irecv``.
+
+        Example:
+            >>> # rank 0: work = pair.irecv(src=1); ...; work.wait()
+        """
+        self._check_receives("irecv")
+        return _distributed.irecv(self, src, group=group, tag=tag)
+
+    def broadcast(self, src: int, *, group: Any = None, async_op: bool = False) -> Any:
+        """Overwrite every rank's tensor fields with those of rank ``src`` (in place).
+
+        Refused on a frozen instance (on every rank, so no rank waits for another).
+        Returns self, or a :class:`DistributedWork` with ``async_op=True``.
+
+        Example:
+            >>> # every rank: params.broadcast(src=0)
+        """
+        self._check_receives("broadcast")
+        return _distributed.broadcast(self, src, group=group, async_op=async_op)
+
+    def all_reduce(self, op: Any = None, *, group: Any = None, async_op: bool = False) -> Any:
+        """Reduce every tensor field across ``group``, in place on every rank.
+
+        ``op`` is a ``torch.distributed.ReduceOp`` (default ``SUM``). Refused on a
+        frozen instance. Returns self, or a handle with ``async_op=True``.
+
+        Example:
+            >>> # every rank: grads.all_reduce(torch.distributed.ReduceOp.AVG)
+        """
+        self._check_receives("all_reduce")
+        return _distributed.all_reduce(self, op, group=group, async_op=async_op)
+
+    def reduce(self, dst: int, op: Any = None, *, group: Any = None, async_op: bool = False) -> Any:
+        """Reduce every tensor field across ``group`` into rank ``dst``'s instance.
+
+        Refused on a frozen instance (on every rank). Returns self, or a handle
+        with ``async_op=True``.
+
+        Example:
+            >>> # every rank: metrics.reduce(dst=0)  # rank 0 holds the sums
+        """
+        self._check_receives("reduce")
+        return _distributed.reduce(self, dst, op, group=group, async_op=async_op)
+
+    def map(
+        self,
+        fn: Callable,
+        dim: int = 0,
+        num_workers: int | None = None,
+        chunksize: int | None = None,
+        num_chunks: int | None = None,
+        pool: Any = None,
+        pbar: bool = False,
+        mp_start_method: str | None = None,
+    ) -> Any:
+        """Apply ``fn`` to chunks along ``dim`` in worker processes (see ``TensorDict.map``).
+
+        The tensors are first moved to shared memory in place; ``fn`` gets chunks
+        of this class. Returns self when ``fn`` edits in place (returns ``None``),
+        else the concatenated results.
+
+        Example:
+            >>> # def brighten(chunk): chunk.pixels.add_(1)  (at module level)
+            >>> # frames.map(brighten, num_workers=2)
+        """
+        return td_map(
+            self, fn, dim, num_workers, chunksize, num_chunks, pool, pbar, mp_start_method
+        )

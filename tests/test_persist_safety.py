@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tdfunc._persist_save as persist_save
-from tdfunc import TensorDict
+from tdfunc import TensorClass, TensorDict
 from tdfunc._persist_dir import wait_for_cleanup
 
 
@@ -168,10 +168,25 @@ def test_symbolic_link_nested_directory_is_refused_when_saving(tmp_path, tmp_pat
 
 
 # ---------------------------------------------------------------------------- crash safety
+class _Part(TensorClass):
+    """A TensorClass level: saved as ``part/meta.json`` plus ``part/_tensordict/``."""
+
+    z: torch.Tensor
+    sub: TensorDict
+    tag: str
+
+
 def _generation(g: int) -> TensorDict:
     """A tree whose every leaf holds ``g``: a mix of generations is easy to see."""
+    part = _Part(
+        z=torch.full((64, 2), float(g)),
+        sub=TensorDict({"w": torch.full((64,), float(g))}, [64]),
+        tag=f"gen{g}",
+        batch_size=[64],
+    )
     return TensorDict(
         {
+            "part": part,
             "big": torch.full((64, 1024), float(g)),  # 256 KB: writing it takes a while
             "small": torch.full((64,), g, dtype=torch.int64),
             "inner": {
@@ -199,12 +214,13 @@ def _generation_of(td: TensorDict) -> int:
 
 def _check_consistent(path) -> int:
     generation = _generation_of(TensorDict.load_memmap(path))
-    for sub in (path / "inner", path / "inner" / "deep"):
-        _generation_of(TensorDict.load_memmap(sub))  # each level alone is one generation
+    levels = ("inner", "inner/deep", "part", "part/_tensordict", "part/_tensordict/sub")
+    for sub in levels:
+        _generation_of(TensorDict.load_memmap(path / sub))  # each level alone: one generation
     return generation
 
 
-@pytest.mark.parametrize("fail_at", range(3))
+@pytest.mark.parametrize("fail_at", range(6))
 def test_failed_commit_leaves_the_old_content(tmp_path, monkeypatch, fail_at):
     _generation(1).memmap(tmp_path)
     calls = []
@@ -323,6 +339,9 @@ def _referenced(path) -> list[str]:
 
     def walk(node: dict, relative: str) -> None:
         out.append(os.path.join(relative, "meta.json") if relative else "meta.json")
+        if "tensordict" in node:  # a TensorClass
+            inner = node["tensordict"]
+            walk(inner["meta"], os.path.join(relative, inner["dir"]) if relative else inner["dir"])
         for entry in node["entries"].values():
             if entry.get("file"):
                 out.append(os.path.join(relative, entry["file"]) if relative else entry["file"])
