@@ -153,10 +153,8 @@ class TensorDict(
         out._is_locked = False
         return out
 
-    @classmethod
-    def _from_pytree(cls, data: dict, batch_size: torch.Size, device, names):
-        """Rebuild after a pytree transform (see ``_pytree.unflatten``)."""
-        return cls._new_unsafe(data, batch_size, device, names)
+    # Rebuild after a pytree transform (``_pytree_rebuild.py``): trusted, like _new_unsafe.
+    _from_pytree = _new_unsafe
 
     @classmethod
     def fromkeys(cls, keys, value: Any = 0, batch_size=None, device=None) -> TensorDict:

@@ -351,8 +351,7 @@ class ModuleSwap:
                 continue
             param = made.get(id(value))
             if param is None:
-                param = nn.Parameter(value, requires_grad=old.requires_grad)
-                made[id(value)] = param
+                param = made[id(value)] = _as_parameter(value, old.requires_grad)
             owner[name] = param
 
     def __del__(self) -> None:
@@ -372,6 +371,21 @@ class ModuleSwap:
         return f"ModuleSwap({len(self._plan.slots)} slots, {state})"
 
 
+def _as_parameter(value: torch.Tensor, requires_grad: bool) -> nn.Parameter:
+    """A ``Parameter`` sharing ``value``'s storage.
+
+    A tensor subclass whose ``detach`` gives a plain tensor (a memory-mapped
+    tensor loaded from disk) cannot be a ``Parameter`` itself: its storage is
+    wrapped in a plain one.
+    """
+    if type(value) is not torch.Tensor:
+        try:
+            return nn.Parameter(value, requires_grad=requires_grad)
+        except RuntimeError:
+            value = value.as_subclass(torch.Tensor)
+    return nn.Parameter(value, requires_grad=requires_grad)
+
+
 class _TracedSwap(ModuleSwap):
     """The handle of a swap made while dynamo traces (an interpreted plan)."""
 
@@ -385,7 +399,12 @@ class _TracedSwap(ModuleSwap):
 
 # ------------------------------------------------------------------ from_module
 def collect_module(module: nn.Module, td_cls) -> Any:
-    """The parameters and buffers of ``module`` as nested containers (tied ones once)."""
+    """The parameters and buffers of ``module`` as nested containers (tied ones once).
+
+    A submodule that holds no tensor of its own (an activation, or one whose
+    tensors were all collected under an earlier name) gets no entry, as in
+    ``tensordict``: an empty level would only cost every transform a node.
+    """
     return _collect(module, td_cls, set(), set())
 
 
@@ -401,7 +420,9 @@ def _collect(module: nn.Module, td_cls, seen: set, visited: set):
     for name, child in module._modules.items():
         if child is None or id(child) in visited:
             continue
-        data[name] = _collect(child, td_cls, seen, visited)
+        inner = _collect(child, td_cls, seen, visited)
+        if inner._data:
+            data[name] = inner
     return td_cls._new_unsafe(data, torch.Size(), None)
 
 

@@ -1,35 +1,27 @@
 """Containers as native pytree nodes, for ``torch.utils._pytree`` and optree.
 
-``torch.func`` and ``torch.compile`` flatten a container into its tensor and
-nested-container values, transform them, and unflatten. Transforms change
-leaf shapes in between (vmap removes and re-adds the mapped dim, jacobians
-add dims), so the batch size is not stored: it is inferred on unflatten from
-the leaves, using the feature shapes recorded at flatten time. The spec
-context compares by structure only (class, keys, non-tensor values) so that
-the same container inside and outside a transform has equal specs.
+``torch.func`` and ``torch.compile`` flatten a container into its tensor
+leaves, transform them, and unflatten. Transforms change leaf shapes in
+between (vmap removes and re-adds the mapped dim, jacobians add dims), so the
+batch size is not stored: it is inferred on unflatten from the leaves, using
+the feature shapes recorded at flatten time. The spec context compares by
+structure only (class, keys, non-tensor values) so that the same container
+inside and outside a transform has equal specs.
 
-Inference, for the children that have a shape (tensors, and containers that
-hold a tensor somewhere below them):
+One node per tree: for ``torch.utils._pytree`` a container flattens straight
+to the leaves of all its nested containers, and its context describes the
+nested levels. ``vmap`` walks the tree of its arguments four times per call
+(flatten, rebuild and re-flatten its ``in_dims`` tree, unflatten), so every
+nested container as a node of its own would cost four trips through torch's
+Python pytree code. Key paths still name every level
+(``tree_flatten_with_path`` gives ``['params']['weight']``: it walks
+``flatten_with_keys``, which returns the nested containers as children), and
+optree sees one node per container. What differs from nested nodes: an
+``is_leaf`` given to ``torch.utils._pytree`` functions is called on the root
+container and on the leaves, never on a nested container.
 
-1. A child still of the kind it was at flatten time (tensor or container)
-   whose shape ends in its recorded feature shape proposes the dims before
-   it. If all proposals agree and every child starts with that prefix, it is
-   the batch size. This is exact inside and outside ``vmap`` (any
-   ``in_dims``/``out_dims`` among the batch dims) and for jacobians, also when
-   a feature size equals a batch size.
-2. Otherwise the recorded batch size, if every child still starts with it
-   (a ``tree_map`` that reduced a feature dim).
-3. Otherwise the longest prefix the children share, or an error when the
-   proposals of step 1 contradict each other. This is also the rule for a
-   jacobian, whose tensor children come back as containers (one block per
-   input): its batch size is the longest prefix its blocks share, the same
-   for ``jacrev`` and ``jacfwd``.
-
-Children without a shape (vmap's ``in_dims`` trees hold ints and ``None``)
-are held as they are; with no shaped child at all the recorded batch size is
-used. The shape ``(4,)`` of a leaf recorded as ``(4, 4)`` with batch ``[4]``
-is ambiguous; step 1 reads it as "the batch dim was reduced", as in
-``tree_map(lambda x: x.mean(0), params)``.
+The batch size is inferred level by level on unflatten
+(:mod:`tdfunc._pytree_rebuild` has the rules).
 """
 
 from __future__ import annotations
@@ -43,17 +35,25 @@ import torch.utils._pytree as torch_pytree
 from torch._C import _functorch
 
 from ._nontensor import NonTensorData, NonTensorStack
+from ._pytree_rebuild import unflatten
+from ._registry import class_name, lookup_class
 
 NAMESPACE = "tdfunc"
-_is_compiling = torch.compiler.is_compiling
+_dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
+_current_level = _functorch.maybe_current_level
 _Tensor = torch.Tensor
 _NON_TENSOR_KINDS = {"data": NonTensorData, "stack": NonTensorStack}
+_new = object.__new__
+_NOTHING: tuple = ()
+_UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
 
 
 class Context:
     """What unflatten needs besides the children. Equality ignores every shape.
 
-    Never mutated after construction: transforms compare, hash and reuse it.
+    One per container level: ``nested`` holds the contexts of the nested
+    containers that were flattened into this node. Never mutated after
+    construction: transforms compare, hash and reuse it.
     """
 
     __slots__ = (
@@ -64,8 +64,11 @@ class Context:
         "keys",
         "level",
         "names",
+        "nested",
         "non_tensor",
+        "shapes",
         "tensor_children",
+        "width",
     )
 
     def __init__(
@@ -79,23 +82,37 @@ class Context:
         device: torch.device | None,
         names: tuple | None,
         level: int | None = None,
+        nested: tuple | None = None,
+        width: int | None = None,
+        shapes: tuple | None = None,
     ) -> None:
         self.cls = cls
-        self.keys = keys  # keys of the children, in order
+        self.keys = keys  # keys of the tensor and container entries, in order
         self.non_tensor = non_tensor  # ((key, python value, leaf class), ...), not children
         self.batch_size = batch_size  # as recorded at flatten time
-        self.feature_shapes = feature_shapes  # per child: shape after the batch dims
-        self.tensor_children = tensor_children  # per child: True for a tensor
+        self.feature_shapes = feature_shapes  # per key: shape after the batch dims
+        self.tensor_children = tensor_children  # per key: True for a tensor
         self.device = device
         self.names = names
         self.level = level  # functorch level at flatten time (None outside transforms)
+        # per key: the Context of a nested container flattened into this node, or
+        # None for a child of its own; None for all when no container was inlined
+        self.nested = nested
+        self.width = len(keys) if width is None else width  # children under this level
+        if shapes is None:
+            shapes = tuple(None if f is None else batch_size + f for f in feature_shapes)
+        self.shapes = shapes  # per key: the whole shape (batch size for a container)
 
     def __eq__(self, other: object) -> bool:
         return (
             type(other) is Context
             and self.cls is other.cls
             and self.keys == other.keys
-            and _same_non_tensor(self.non_tensor, other.non_tensor)
+            and (
+                self.non_tensor is other.non_tensor
+                or _same_non_tensor(self.non_tensor, other.non_tensor)
+            )
+            and self.nested == other.nested
         )
 
     def __hash__(self) -> int:
@@ -128,8 +145,109 @@ def _collection(value: Any) -> bool:
     return getattr(type(value), "_is_tensor_collection", False)
 
 
+# ---------------------------------------------------------------- flatten
+def _level() -> int | None:
+    return None if _dynamo_compiling() else _current_level()
+
+
+def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
+    """Append the leaves of ``view`` and of its nested containers to ``out``."""
+    data = view._data
+    values = data.values()
+    if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
+        out.extend(values)
+        context = _new(Context)
+        context.cls = cls
+        context.keys = tuple(data)
+        context.non_tensor = _NOTHING
+        context.batch_size = view._batch_size
+        context.shapes = context.feature_shapes = (None,) * len(data)
+        context.tensor_children = (False,) * len(data)
+        context.device = view._device
+        context.names = view._names
+        context.level = level
+        context.nested = None
+        context.width = len(data)
+        return context
+    batch_size = view._batch_size
+    ndim = len(batch_size)
+    start = len(out)
+    keys = []
+    shapes: list[torch.Size | None] = []
+    features: list[torch.Size | None] = []
+    kinds = []
+    nested: list[Context | None] | None = None
+    non_tensor: list | None = None
+    for key, value in data.items():
+        if isinstance(value, _Tensor):
+            out.append(value)
+            keys.append(key)
+            shape = value.shape
+            shapes.append(shape)
+            features.append(shape[ndim:] if ndim else shape)
+            kinds.append(True)
+            if nested is not None:
+                nested.append(None)
+            continue
+        kind = type(value)
+        if kind not in _UNSHAPED:
+            if getattr(kind, "_is_tensor_collection", False):
+                if not getattr(kind, "_is_tensordict", False):
+                    value = value._to_tensordict_view()
+                if nested is None:
+                    nested = [None] * len(keys)
+                nested.append(_inline(value, kind, out, level))
+                keys.append(key)
+                shape = value._batch_size
+                shapes.append(shape)
+                features.append(shape[ndim:] if ndim else shape)
+                kinds.append(False)
+                continue
+            if isinstance(value, NonTensorData):
+                if non_tensor is None:
+                    non_tensor = []
+                non_tensor.append((key, value.data, kind))
+                continue
+        # an int or None of an in_dims tree, or any object held by a transform
+        out.append(value)
+        keys.append(key)
+        shapes.append(None)
+        features.append(None)
+        kinds.append(False)
+        if nested is not None:
+            nested.append(None)
+    context = _new(Context)
+    context.cls = cls
+    context.keys = tuple(keys)
+    context.non_tensor = _NOTHING if non_tensor is None else tuple(non_tensor)
+    context.batch_size = batch_size
+    context.shapes = tuple(shapes)
+    context.feature_shapes = tuple(features)
+    context.tensor_children = tuple(kinds)
+    context.device = view._device
+    context.names = view._names
+    context.level = level
+    context.nested = None if nested is None else tuple(nested)
+    context.width = len(out) - start
+    return context
+
+
 def flatten(container) -> tuple[list, Context]:
-    """Children (tensors and nested containers, in key order) and the context."""
+    """The leaves (tensors, in key order, nested containers included) and the context."""
+    leaves: list = []
+    context = _inline(container._to_tensordict_view(), type(container), leaves, _level())
+    return leaves, context
+
+
+def _flatten_tensordict(container) -> tuple[list, Context]:
+    """:func:`flatten` for TensorDict classes (the container is its own view)."""
+    leaves: list = []
+    level = None if _dynamo_compiling() else _current_level()
+    return leaves, _inline(container, type(container), leaves, level)
+
+
+def flatten_shallow(container) -> tuple[list, Context]:
+    """Children of one level: tensors and nested containers (for key paths and optree)."""
     view = container._to_tensordict_view()
     batch_size = view._batch_size
     ndim = len(batch_size)
@@ -142,199 +260,38 @@ def flatten(container) -> tuple[list, Context]:
         if isinstance(value, _Tensor):
             keys.append(key)
             children.append(value)
-            shapes.append(value.shape[ndim:])
+            shapes.append(value.shape)
             kinds.append(True)
         elif isinstance(value, NonTensorData):
             non_tensor.append((key, value.data, type(value)))
         else:
             keys.append(key)
             children.append(value)
-            shapes.append(value.batch_size[ndim:] if _collection(value) else None)
+            shapes.append(value.batch_size if _collection(value) else None)
             kinds.append(False)
     context = Context(
         type(container),
         tuple(keys),
         tuple(non_tensor),
         batch_size,
-        tuple(shapes),
+        tuple(None if shape is None else shape[ndim:] for shape in shapes),
         tuple(kinds),
         view._device,
         view._names,
-        None if _is_compiling() else _functorch.maybe_current_level(),
+        _level(),
+        shapes=tuple(shapes),
     )
     return children, context
 
 
-def _leafless(child: Any) -> bool:
-    """A container without any tensor below it: its batch size carries no information."""
-    for value in child._to_tensordict_view()._data.values():
-        if isinstance(value, _Tensor) or (_collection(value) and not _leafless(value)):
-            return False
-    return True
-
-
-def infer_batch_size(children: list, context: Context) -> torch.Size:
-    """The batch size that the (transformed) children imply; see the module docstring."""
-    shapes = []
-    candidate = None
-    disagree = False
-    replaced = False  # a tensor child came back as a container or the reverse
-    for child, feature, was_tensor in zip(
-        children, context.feature_shapes, context.tensor_children
-    ):
-        if isinstance(child, _Tensor):
-            shape = child.shape
-            is_tensor = True
-        elif _collection(child) and not _leafless(child):
-            shape = child.batch_size
-            is_tensor = False
-        else:
-            continue
-        shapes.append(shape)
-        if is_tensor is not was_tensor:
-            replaced = True
-            continue
-        split = len(shape) - len(feature)
-        if split < 0 or shape[split:] != feature:
-            continue
-        if candidate is None:
-            candidate = shape[:split]
-        elif candidate != shape[:split]:
-            disagree = True
-    if not shapes:
-        return context.batch_size
-    if candidate is not None and not disagree:
-        size = len(candidate)
-        if all(shape[:size] == candidate for shape in shapes):
-            return candidate
-    recorded = context.batch_size
-    size = len(recorded)
-    if not replaced and all(shape[:size] == recorded for shape in shapes):
-        return recorded
-    if disagree:
-        raise _inconsistent(children, context)
-    return _common_prefix(shapes)
-
-
-def _inconsistent(children: list, context: Context) -> ValueError:
-    detail = ", ".join(
-        f"{key!r}: {list(child.shape if isinstance(child, _Tensor) else child.batch_size)}"
-        for key, child in zip(context.keys, children)
-        if isinstance(child, _Tensor) or _collection(child)
-    )
-    features = ", ".join(
-        f"{key!r}: {list(shape)}"
-        for key, shape in zip(context.keys, context.feature_shapes)
-        if shape is not None
-    )
-    return ValueError(
-        f"tdfunc: cannot infer the batch size of a {context.cls.__name__} after a transform: "
-        f"its leaves now have shapes {{{detail}}} but had batch size {list(context.batch_size)} "
-        f"and feature shapes {{{features}}}, so they imply different batch sizes. Under vmap, "
-        f"map every leaf of a container over the same batch dim (in_dims=None for a leaf "
-        f"that has the batch dims leaves it inconsistent); give shared leaves their own "
-        f"sub-container with batch_size=[] instead."
-    )
-
-
-def _common_prefix(shapes: list) -> torch.Size:
-    prefix = []
-    for dims in zip(*shapes):
-        if any(d != dims[0] for d in dims):
-            break
-        prefix.append(dims[0])
-    return torch.Size(prefix)
-
-
-def _check_vmap_input(children: list, context: Context) -> None:
-    """Refuse a vmap that maps a feature dim of a leaf instead of a batch dim.
-
-    At vmap's input boundary the leaves were flattened outside the transform and
-    come back as BatchedTensors of a deeper level; their physical mapped dim must
-    be one of the batch dims. Anywhere else (flatten and unflatten at the same
-    level, e.g. a tree_map inside vmap) there is nothing to check.
-    """
-    ndim = len(context.batch_size)
-    for key, child in zip(context.keys, children):
-        if not isinstance(child, _Tensor) or not _functorch.is_batchedtensor(child):
-            continue
-        if context.level is not None and _functorch.maybe_get_level(child) <= context.level:
-            return
-        bdim = _functorch.maybe_get_bdim(child)
-        if bdim >= ndim:
-            name = context.cls.__name__
-            dims = "it has none" if not ndim else f"they are dims 0..{ndim - 1}"
-            raise ValueError(
-                f"vmap: a {name} with batch_size={list(context.batch_size)} was mapped over "
-                f"dim {bdim} (at key {key!r}), which is not one of its batch dims ({dims}). "
-                f"vmap can only map a {name} over its batch dims: give it a batch dim first, "
-                f"e.g. {name}(..., batch_size=[n]), or map another dim."
-            )
-
-
-def unflatten(children, context: Context):
-    """Rebuild a container; children that are not tensors are held without validation."""
-    children = list(children)
-    batch_size = _batch_size_of(children, context)
-    data = dict(zip(context.keys, children))
-    recorded = context.batch_size
-    if batch_size != recorded:
-        for key, child, feature in zip(context.keys, children, context.feature_shapes):
-            # a leafless container's own unflatten could only guess its batch size
-            if (
-                feature is not None
-                and _collection(child)
-                and child.batch_size != batch_size + feature
-                and _leafless(child)
-            ):
-                data[key] = _rebatched(child, batch_size + feature)
-    for key, value, kind in context.non_tensor:
-        data[key] = kind._make(value, batch_size, context.device)
-    names = context.names if batch_size == recorded else None
-    return context.cls._from_pytree(data, batch_size, _device_of(children, context), names)
-
-
-def _batch_size_of(children: list, context: Context) -> torch.Size:
-    if not _is_compiling():  # dynamo cannot trace the functorch level queries
-        level = _functorch.maybe_current_level()
-        # only a deeper level than at flatten time can be vmap's input boundary
-        if level is not None and (context.level is None or level > context.level):
-            _check_vmap_input(children, context)
-    return infer_batch_size(children, context)
-
-
-def _rebatched(child: Any, batch_size: torch.Size) -> Any:
-    """A copy of a leafless container with ``batch_size`` (nested ones follow)."""
-    view = child._to_tensordict_view()
-    ndim = len(view._batch_size)
-    data = {}
-    for key, value in view._data.items():
-        if _collection(value):
-            value = _rebatched(value, batch_size + value.batch_size[ndim:])
-        elif isinstance(value, NonTensorData):
-            value = type(value)._make(value.data, batch_size, value.device)
-        data[key] = value
-    return type(child)._from_pytree(data, batch_size, view._device, None)
-
-
-def _device_of(children: list, context: Context):
-    if context.device is None:
-        return None
-    for child in children:
-        if isinstance(child, _Tensor):
-            return child.device
-    return context.device
-
-
 def flatten_with_keys(container):
-    """Like :func:`flatten`, each child paired with its ``MappingKey`` (for key paths)."""
-    children, context = flatten(container)
+    """:func:`flatten_shallow`, each child paired with its ``MappingKey`` (for key paths)."""
+    children, context = flatten_shallow(container)
     return [(torch_pytree.MappingKey(k), c) for k, c in zip(context.keys, children)], context
 
 
 # ---------------------------------------------------------------- serialisation
-def to_dumpable_context(context: Context) -> str:
-    """The context as JSON, for ``treespec_dumps`` and ``torch.export``."""
+def _dumpable(context: Context) -> dict:
     non_tensor = []
     for key, value, kind in context.non_tensor:
         try:
@@ -347,41 +304,60 @@ def to_dumpable_context(context: Context) -> str:
                 f"them) can be serialised in a treespec."
             ) from None
         non_tensor.append([key, value, "stack" if kind is NonTensorStack else "data"])
-    return json.dumps(
-        {
-            "class": f"{context.cls.__module__}.{context.cls.__qualname__}",
-            "keys": list(context.keys),
-            "non_tensor": non_tensor,
-            "batch_size": list(context.batch_size),
-            "feature_shapes": [None if s is None else list(s) for s in context.feature_shapes],
-            "tensor_children": list(context.tensor_children),
-            "device": None if context.device is None else str(context.device),
-            "names": None if context.names is None else list(context.names),
-        }
+    return {
+        "class": class_name(context.cls),
+        "keys": list(context.keys),
+        "non_tensor": non_tensor,
+        "batch_size": list(context.batch_size),
+        "feature_shapes": [None if s is None else list(s) for s in context.feature_shapes],
+        "tensor_children": list(context.tensor_children),
+        "device": None if context.device is None else str(context.device),
+        "names": None if context.names is None else list(context.names),
+        "nested": None
+        if context.nested is None
+        else [None if inner is None else _dumpable(inner) for inner in context.nested],
+        "width": context.width,
+    }
+
+
+def to_dumpable_context(context: Context) -> str:
+    """The context as JSON, for ``treespec_dumps`` and ``torch.export``."""
+    return json.dumps(_dumpable(context))
+
+
+def _loaded(raw: dict, cls: type) -> Context:
+    nested = raw.get("nested")
+    return Context(
+        cls,
+        tuple(raw["keys"]),
+        tuple((k, v, _NON_TENSOR_KINDS[kind]) for k, v, kind in raw["non_tensor"]),
+        torch.Size(raw["batch_size"]),
+        tuple(None if s is None else torch.Size(s) for s in raw["feature_shapes"]),
+        tuple(raw["tensor_children"]),
+        None if raw["device"] is None else torch.device(raw["device"]),
+        None if raw["names"] is None else tuple(raw["names"]),
+        None,
+        None
+        if nested is None
+        else tuple(
+            None if inner is None else _loaded(inner, lookup_class(inner["class"]))
+            for inner in nested
+        ),
+        raw.get("width"),
     )
 
 
 def _context_loader(cls: type):
     def from_dumpable_context(dumped: str) -> Context:
-        raw = json.loads(dumped)
-        return Context(
-            cls,
-            tuple(raw["keys"]),
-            tuple((k, v, _NON_TENSOR_KINDS[kind]) for k, v, kind in raw["non_tensor"]),
-            torch.Size(raw["batch_size"]),
-            tuple(None if s is None else torch.Size(s) for s in raw["feature_shapes"]),
-            tuple(raw["tensor_children"]),
-            None if raw["device"] is None else torch.device(raw["device"]),
-            None if raw["names"] is None else tuple(raw["names"]),
-        )
+        return _loaded(json.loads(dumped), cls)
 
     return from_dumpable_context
 
 
 # ---------------------------------------------------------------- registration
 def _optree_flatten(container):
-    """optree's form: (children, context, entries)."""
-    children, context = flatten(container)
+    """optree's form: (children, context, entries), one node per container level."""
+    children, context = flatten_shallow(container)
     return children, context, context.keys
 
 
@@ -393,9 +369,9 @@ def register(cls: type) -> None:
     """Register ``cls`` (TensorDict or a TensorClass subclass) with both pytree libraries."""
     torch_pytree.register_pytree_node(
         cls,
-        flatten,
+        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten,
         unflatten,
-        serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
+        serialized_type_name=class_name(cls),
         to_dumpable_context=to_dumpable_context,
         from_dumpable_context=_context_loader(cls),
         flatten_with_keys_fn=flatten_with_keys,

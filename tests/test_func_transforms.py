@@ -201,6 +201,32 @@ def test_vmap_over_a_dim_that_is_not_a_batch_dim_is_an_error():
     assert vmap(lambda t: t, in_dims=1)(TensorDict(batched, [2, 3])).batch_size == (3, 2)
 
 
+def test_vmap_over_a_feature_dim_of_a_nested_level_is_an_error():
+    td = TensorDict({"a": torch.randn(4, 3), "n": TensorDict({"b": torch.randn(4, 5)}, [4])}, [4])
+    unbatched = TensorDict({"a": torch.randn(3), "n": TensorDict({"b": torch.randn(4, 5)}, [])}, [])
+    assert vmap(lambda t: t)(td).batch_size == torch.Size([4])
+    with pytest.raises(ValueError, match=r"batch_size=\[\] was mapped over dim 0 \(at key 'b'\)"):
+        vmap(lambda t: t["n", "b"], (dims_like(unbatched, None, {"n": 0}),))(unbatched)
+
+
+def test_spec_recorded_outside_rebuilt_inside_vmap():
+    # one member's spec, rebuilt from the stacked leaves inside vmap (their batch
+    # dim is the one vmap maps): not vmap's input boundary, nothing to refuse
+    g = _gen(14)
+    stacked = {"w": torch.randn(5, 4, 3, generator=g), "n": {"b": torch.randn(5, 4, generator=g)}}
+    member = TensorDict({"w": torch.zeros(4, 3), "n": {"b": torch.zeros(4)}}, [])
+    spec = pytree.tree_structure(member)
+
+    def f(w, b):
+        td = pytree.tree_unflatten([w, b], spec)
+        assert td.batch_size == torch.Size([]) and td["n"].batch_size == torch.Size([])
+        return td["n", "b"].sin() @ td["w"]
+
+    out = vmap(f)(stacked["w"], stacked["n"]["b"])
+    reference = torch.stack([stacked["n"]["b"][i].sin() @ stacked["w"][i] for i in range(5)])
+    assert torch.allclose(out, reference)
+
+
 def test_vmap_mixing_mapped_and_unmapped_leaves_is_an_error():
     td = TensorDict({"a": torch.randn(2, 3), "b": torch.randn(2, 3)}, [2])
     in_dims = dims_like(td, 0, {"b": None})

@@ -79,7 +79,7 @@ def test_from_module_leaves_are_the_module_tensors_nested_by_submodule():
     assert got.keys() == expected.keys()
     assert all(got[name] is expected[name] for name in expected)
     assert params.batch_size == torch.Size([]) and params["0"].batch_size == torch.Size([])
-    assert params["1"].is_empty()  # Tanh: a submodule without tensors
+    assert "1" not in params  # Tanh: a submodule without tensors has no entry
 
 
 def test_from_module_keeps_tied_and_shared_tensors_once():
@@ -285,6 +285,28 @@ def test_without_with_shares_storage_with_the_tensordict():
     with torch.no_grad():
         model.weight.add_(1)
     assert torch.equal(params["weight"], torch.ones(2, 3))
+
+
+class _DetachesToPlain(torch.Tensor):
+    """A tensor subclass whose ops (``detach`` included) return plain tensors, as a
+    memory-mapped tensor loaded from disk does: ``nn.Parameter`` refuses it."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+def test_loading_a_tensor_subclass_for_good_gives_plain_parameters():
+    model = nn.Linear(3, 2)
+    weight = torch.ones(2, 3).as_subclass(_DetachesToPlain)
+    with pytest.raises(RuntimeError):  # why the swap cannot simply wrap it
+        nn.Parameter(weight)
+    params = TensorDict({"weight": weight, "bias": torch.zeros(2)}, [])
+    params.to_module(model)
+    assert type(model.weight) is nn.Parameter and model.weight.requires_grad
+    assert model.weight.data_ptr() == weight.data_ptr()
+    assert torch.equal(model(torch.ones(1, 3)), torch.full((1, 2), 3.0))
 
 
 def test_handle_commits_when_shown_at_a_prompt_or_on_request():

@@ -81,6 +81,35 @@ def test_key_paths_match_nested_keys():
     assert pytree.keystr(pytree.tree_flatten_with_path(td)[0][1][0]) == "['b']['c']"
 
 
+def test_torch_pytree_sees_one_node_per_tree_optree_one_per_level():
+    source, batch = RAW["nested_2d"]()
+    td = TensorDict(source, batch)
+    leaves, spec = pytree.tree_flatten(td)
+    reference = pytree.tree_structure(source)  # plain dicts: one node per level
+    assert spec.num_leaves == reference.num_leaves == len(leaves)
+    assert spec.num_nodes == 1 + spec.num_leaves  # nested levels live in the context
+    assert reference.num_nodes > spec.num_nodes
+    # key paths and optree still see every level
+    optree_spec = optree.tree_structure(td, namespace=NAMESPACE)
+    assert optree_spec.num_nodes == optree.tree_structure(source).num_nodes
+    assert len(optree.tree_paths(td, namespace=NAMESPACE)[1]) == 2  # ('b', 'c')
+
+
+def test_containers_without_leaves_ride_in_the_spec():
+    td = TensorDict({"x": torch.randn(3, 2), "empty": {}, "tagged": {"s": "t", "deeper": {}}}, [3])
+    leaves, spec = pytree.tree_flatten(td)
+    assert len(leaves) == 1 and spec.num_nodes == 2
+    for rebuilt in (
+        pytree.tree_unflatten([leaves[0] * 2], spec),
+        pytree.tree_unflatten(leaves, pytree.treespec_loads(pytree.treespec_dumps(spec))),
+    ):
+        assert set(rebuilt.keys(True)) == set(td.keys(True))
+        assert rebuilt["tagged", "s"] == "t"
+        assert rebuilt["tagged", "deeper"].batch_size == torch.Size([3])
+    out = vmap(lambda t: t)(td)
+    assert out["tagged"].batch_size == out["tagged", "deeper"].batch_size == torch.Size([3])
+
+
 def test_optree_namespace_tree_map_returns_tensordict():
     source, batch = RAW["nested_2d"]()
     td = TensorDict(source, batch)
