@@ -32,7 +32,7 @@ from ._repr import td_repr
 from ._shape_ops import ShapeOpsMixin
 from ._shapes import SIZE_CACHE, as_size, size_info
 from ._torch_function import TorchFunctionMixin
-from ._writes import build_fast, convert, full_key, items_of, rename_key, write, write_path
+from ._writes import build_fast, full_key, items_of, rename_key, write, write_path
 
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor
@@ -412,10 +412,6 @@ class TensorDict(
                 f"TensorDict.{api}: cannot add, delete or rename key {key!r}: the TensorDict "
                 f"is locked. Write in place (td.set_(key, value)) or call td.unlock_() first."
             )
-
-    def _convert(self, key, value: Any, batch_size: torch.Size, api: str = "set") -> Any:
-        """Validate one new value against ``batch_size`` and return what is stored."""
-        return convert(self, key, value, batch_size, api)
 
     def _write(self, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None:
         """Write ``(key, value)`` pairs atomically (see ``_writes.write``)."""
