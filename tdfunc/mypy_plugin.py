@@ -6,4 +6,4 @@ Enable it in the mypy configuration::
     plugins = ["tdfunc.mypy_plugin"]
 """
 
-from ._tensorclass_mypy import plugin as plugin
+from ._tensorclass.mypy import plugin as plugin

@@ -518,13 +518,3 @@ def test_errors_without_a_process_group():
         td.send(0, tag=-1)
     with pytest.raises(ValueError, match=r"shard_range: .*rank=2, world_size=2"):
         shard_range(4, 2, 2)
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    from tdfunc import _distributed, _distributed_layout, _distributed_work, _map, _sharded
-
-    names = {"torch": torch, "TensorDict": TensorDict}
-    for module in (_distributed, _distributed_layout, _distributed_work, _map, _sharded):
-        assert doctest.testmod(module, extraglobs=names).failed == 0

@@ -415,11 +415,3 @@ def test_compiled_forward_fullgraph_without_recompiles():
         x = torch.randn(5, 2)
         torch.testing.assert_close(compiled(x), loop_forward(members, x))
     assert counter.frame_count == 1
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    import tdfunc._ensemble
-
-    assert doctest.testmod(tdfunc._ensemble).failed == 0

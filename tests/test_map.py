@@ -16,7 +16,7 @@ import torch
 import torch.multiprocessing as torch_mp
 
 from tdfunc import TensorClass, TensorDict
-from tdfunc._map import td_map
+from tdfunc._distributed.map import td_map
 
 
 # ---------------------------------------------------------------- worker functions

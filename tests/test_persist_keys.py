@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tdfunc import TensorDict
-from tdfunc._persist_keys import encode_key, is_valid_name
+from tdfunc._persist.keys import encode_key, is_valid_name
 
 TRICKY_KEYS = [
     "a",

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tdfunc import MemoryMappedTensor, NonTensorData, TensorClass, TensorDict
-from tdfunc._persist_dir import wait_for_cleanup
+from tdfunc._persist.directory import wait_for_cleanup
 
 
 class Point(TensorClass):
@@ -422,7 +422,7 @@ def test_reusing_a_leaf_whose_file_is_queued_for_removal_copies_it(tmp_path, mon
     referenced (else the new meta.json would point to a file that disappears)."""
     import threading
 
-    import tdfunc._persist_dir as persist_dir
+    import tdfunc._persist.directory as persist_dir
 
     release = threading.Event()
     real_remove = persist_dir._remove

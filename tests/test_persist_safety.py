@@ -13,9 +13,9 @@ import time
 import pytest
 import torch
 
-import tdfunc._persist_save as persist_save
+import tdfunc._persist.save as persist_save
 from tdfunc import TensorClass, TensorDict
-from tdfunc._persist_dir import wait_for_cleanup
+from tdfunc._persist.directory import wait_for_cleanup
 
 
 def _meta(path) -> dict:
@@ -91,7 +91,16 @@ def test_newer_format_version_asks_for_an_upgrade(saved):
         TensorDict.load_memmap(saved)
 
 
-@pytest.mark.parametrize("name", ["os.system", "this.s", "builtins.eval", "tdfunc.TensorDict"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "os.system",
+        "this.s",
+        "builtins.eval",
+        "tdfunc.Ensemble",
+        "tdfunc._core.container.TensorDict",
+    ],
+)
 def test_meta_cannot_import_or_build_an_arbitrary_class(saved, name):
     modules_before = set(sys.modules)
     meta = _meta(saved)

@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from tdfunc import MemoryMappedTensor, TensorClass, TensorDict
-from tdfunc._persist_dir import wait_for_cleanup
-from tdfunc._registry import class_name
+from tdfunc._core.registry import class_name
+from tdfunc._persist.directory import wait_for_cleanup
 
 
 class Point(TensorClass):

@@ -20,7 +20,7 @@ from corpus import CORPUS, RAW, assert_same_leaves, plain_leaves
 from torch.func import grad, jacrev, vmap
 
 from tdfunc import NonTensorStack, TensorClass, TensorDict
-from tdfunc._pytree import NAMESPACE, Context
+from tdfunc._functional.pytree import NAMESPACE, Context
 
 
 def _corpus_params():
@@ -346,7 +346,7 @@ def test_importing_tdfunc_leaves_torch_functions_untouched():
     assert report["changed"] == [] and report["new"] == []
     # the only global change: pytree registrations of tdfunc's own classes
     added = report["added"]
-    assert "tdfunc._container.TensorDict" in added and "__main__.Point" in added
+    assert "tdfunc._core.container.TensorDict" in added and "__main__.Point" in added
     assert all(name.startswith(("tdfunc.", "__main__.")) for name in added), added
 
 

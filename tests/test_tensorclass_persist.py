@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tdfunc import TensorClass, TensorDict, tensorclass
-from tdfunc._memmap_tensor import MemoryMappedTensor
+from tdfunc._persist.memmap_tensor import MemoryMappedTensor
 
 
 class Record(TensorClass):

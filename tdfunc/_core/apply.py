@@ -1,0 +1,333 @@
+"""``apply`` and the leaf-wise methods built on it (clone, to, detach, zero_, ...)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .mixin import ContainerMixin
+from .nontensor import NonTensorData
+
+_KEEP = object()
+_Tensor = torch.Tensor
+
+
+def _collection(value: Any) -> bool:
+    return getattr(type(value), "_is_tensor_collection", False)
+
+
+def rewrap(original: Any, result):
+    """``result`` (a TensorDict built from ``original``'s view) in ``original``'s class."""
+    if getattr(type(original), "_is_tensordict", False):
+        return result
+    return type(original)._from_pytree(
+        result._data, result._batch_size, result._device, result._names
+    )
+
+
+def _others_at(others: tuple, key: str, api: str) -> list:
+    values = []
+    for position, other in enumerate(others):
+        data = other._data
+        if key not in data:
+            raise KeyError(
+                f"TensorDict.{api}: key {key!r} is missing from the TensorDict passed at "
+                f"position {position + 1}; all TensorDicts must have the same keys."
+            )
+        values.append(data[key])
+    return values
+
+
+def _views(values: Sequence, key: str, api: str) -> tuple:
+    views = []
+    for position, value in enumerate(values):
+        if not _collection(value):
+            raise TypeError(
+                f"TensorDict.{api}: key {key!r} holds a TensorDict, but the container passed at "
+                f"position {position + 1} holds a {type(value).__name__} there."
+            )
+        views.append(value._to_tensordict_view())
+    return tuple(views)
+
+
+def _non_tensor_result(value: NonTensorData, new_size, ndim: int, key: str) -> NonTensorData:
+    if new_size is None:
+        return value.clone()
+    if type(value) is NonTensorData:
+        return NonTensorData._make(value.data, new_size + value.batch_size[ndim:], value.device)
+    if value.batch_size[: len(new_size)] == new_size:
+        return value.clone()
+    raise ValueError(
+        f"TensorDict.apply: cannot give the non-tensor stack at key {key!r} (batch size "
+        f"{list(value.batch_size)}) the new batch size {list(new_size)}."
+    )
+
+
+class ApplyMixin(ContainerMixin):
+    """Leaf-wise transformation of a container (methods of ``TensorDict``)."""
+
+    __slots__ = ()
+
+    def apply(
+        self,
+        fn: Callable,
+        *others,
+        batch_size=None,
+        names: Any = _KEEP,
+        inplace: bool = False,
+        filter_empty: bool = True,
+    ):
+        """A new container with ``fn`` applied to every tensor leaf.
+
+        ``fn`` receives the leaf of ``self`` and the matching leaves of ``others``
+        (containers with the same keys). A leaf for which ``fn`` returns ``None``
+        is dropped (and a nested container left empty by that, too). Pass
+        ``batch_size`` when ``fn`` changes the batch dims. Non-tensor leaves are
+        carried over.
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(2), "b": torch.zeros(2, dtype=torch.long)}, [2])
+            >>> sorted(td.apply(lambda x: x if x.is_floating_point() else None).keys())
+            ['a']
+        """
+        if inplace:
+            return self.apply_(fn, *others)
+        new_size = None if batch_size is None else torch.Size(batch_size)
+        views = tuple(other._to_tensordict_view() for other in others)
+        out = self._apply_tree(fn, views, new_size, None, filter_empty)
+        if names is not _KEEP:
+            out.names = names
+        return out
+
+    def named_apply(
+        self,
+        fn: Callable,
+        *others,
+        nested_keys: bool = False,
+        batch_size=None,
+        filter_empty: bool = True,
+    ):
+        """Like :meth:`apply`, with the key passed first: ``fn(key, leaf, *other_leaves)``.
+
+        The key is the leaf's own key, or its full tuple path with ``nested_keys=True``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(())}})
+            >>> out = td.named_apply(lambda k, x: x + len(k), nested_keys=True)
+            >>> out["b", "c"].item()
+            2.0
+        """
+        new_size = None if batch_size is None else torch.Size(batch_size)
+        views = tuple(other._to_tensordict_view() for other in others)
+        return self._apply_tree(fn, views, new_size, (), filter_empty, local_keys=not nested_keys)
+
+    def _apply_tree(
+        self,
+        fn: Callable,
+        others: tuple = (),
+        new_size: torch.Size | None = None,
+        prefix: tuple | None = None,
+        filter_empty: bool = True,
+        *,
+        local_keys: bool = False,
+        check: bool = True,
+    ):
+        """The engine of ``apply``.
+
+        ``others`` are TensorDict views with the same keys. With ``prefix`` (a tuple)
+        ``fn`` gets the key first: the full path ``prefix + (key,)``, or the leaf's
+        own key with ``local_keys``. ``check`` validates results (user functions).
+        """
+        ndim = len(self._batch_size)
+        expected = self._batch_size if new_size is None else new_size
+        count = len(expected)
+        data = {}
+        for key, value in self._data.items():
+            other_values = _others_at(others, key, "apply") if others else ()
+            if isinstance(value, _Tensor):
+                if prefix is not None:
+                    name = key if local_keys else prefix + (key,)
+                    result = fn(name, value, *other_values)
+                elif others:
+                    result = fn(value, *other_values)
+                else:
+                    result = fn(value)
+                if result is None:
+                    continue
+                if check and (
+                    not isinstance(result, _Tensor) or (count and result.shape[:count] != expected)
+                ):
+                    shown = key if prefix is None or local_keys else prefix + (key,)
+                    raise _result_error(result, shown, expected)
+            elif _collection(value):
+                view = value._to_tensordict_view()
+                inner_size = None if new_size is None else new_size + view._batch_size[ndim:]
+                sub = view._apply_tree(
+                    fn,
+                    _views(other_values, key, "apply") if others else (),
+                    inner_size,
+                    None if prefix is None else prefix + (key,),
+                    filter_empty,
+                    local_keys=local_keys,
+                    check=check,
+                )
+                if filter_empty and not sub._data and view._data:
+                    continue
+                result = rewrap(value, sub)
+            elif isinstance(value, NonTensorData):
+                result = _non_tensor_result(value, new_size, ndim, key)
+            else:
+                result = value
+            data[key] = result
+        return self._like(data, new_size, self._names if new_size is None else None)
+
+    def apply_(self, fn: Callable, *others):
+        """Apply ``fn`` to every tensor leaf and write the result into it (in place).
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(2)}, [2])
+            >>> td.apply_(lambda x: x * 3)["a"].tolist()
+            [3.0, 3.0]
+        """
+        views = tuple(other._to_tensordict_view() for other in others)
+        self._apply_inplace(fn, views)
+        return self
+
+    def _apply_inplace(self, fn: Callable, others: tuple) -> None:
+        for key, value in self._data.items():
+            other_values = _others_at(others, key, "apply_") if others else ()
+            if isinstance(value, _Tensor):
+                result = fn(value, *other_values)
+                if result is not None and result is not value:
+                    value.copy_(result)
+            elif _collection(value):
+                view = value._to_tensordict_view()
+                view._apply_inplace(fn, _views(other_values, key, "apply_") if others else ())
+
+    # -------------------------------------------------------------- leaf-wise
+    def clone(self, recurse: bool = True):
+        """A copy; with ``recurse=False`` the copy shares the tensors.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> td.clone()["a"] is td["a"]
+            False
+        """
+        if not recurse:
+            return self._shallow_copy()
+        return self._apply_tree(_Tensor.clone, (), None, None, False, check=False)
+
+    def detach(self):
+        """A copy whose tensors are detached from the autograd graph (sharing storage)."""
+        return self._apply_tree(_Tensor.detach, (), None, None, False, check=False)
+
+    def detach_(self):
+        """Detach every tensor leaf in place; returns self."""
+        for value in self._tensor_leaves():
+            value.detach_()
+        return self
+
+    def contiguous(self):
+        """A copy whose tensors are contiguous."""
+        return self._apply_tree(_Tensor.contiguous, (), None, None, False, check=False)
+
+    def requires_grad_(self, requires_grad: bool = True):
+        """Set ``requires_grad`` on every tensor leaf; returns self."""
+        for value in self._tensor_leaves():
+            value.requires_grad_(requires_grad)
+        return self
+
+    def zero_(self):
+        """Fill every tensor leaf with zeros (in place); returns self."""
+        for value in self._tensor_leaves():
+            value.zero_()
+        return self
+
+    def fill_(self, key, value):
+        """Fill the entry at ``key`` with ``value`` in place (every leaf below it for a
+        nested TensorDict); returns self."""
+        entry = self._get_leaf(key, "fill_")
+        if _collection(entry):
+            for leaf in entry._to_tensordict_view()._tensor_leaves():
+                leaf.fill_(value)
+        elif isinstance(entry, _Tensor):
+            entry.fill_(value)
+        else:
+            raise TypeError(f"TensorDict.fill_: the entry at key {key!r} is not a tensor.")
+        return self
+
+    def to(self, *args, **kwargs):
+        """Move and/or cast every tensor leaf, like ``Tensor.to``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> td.to(torch.float64)["a"].dtype
+            torch.float64
+        """
+        if args and _collection(args[0]):
+            other = args[0]
+            args = (other.device,) if other.device is not None else ()
+        device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is None and dtype is None:
+            return self
+
+        def convert(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.to(device=device, dtype=dtype, non_blocking=non_blocking)
+
+        out = self._apply_tree(convert, (), None, None, False, check=False)
+        if device is not None:
+            out._set_device(device)
+        return out
+
+    def _set_device(self, device) -> None:
+        self._device = torch.device(device)  # type: ignore[misc]
+        for value in self._data.values():
+            if isinstance(value, NonTensorData):
+                value.device = self._device
+            elif _collection(value):
+                value._to_tensordict_view()._set_device(device)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else device)
+
+    def float(self):
+        return self.to(torch.float32)
+
+    def double(self):
+        return self.to(torch.float64)
+
+    def half(self):
+        return self.to(torch.float16)
+
+    def bfloat16(self):
+        return self.to(torch.bfloat16)
+
+    def share_memory_(self):
+        """Move every tensor leaf to shared memory (in place); returns self."""
+        for value in self._tensor_leaves():
+            value.share_memory_()
+        return self
+
+    def is_shared(self) -> bool:
+        """True when every tensor leaf is in shared memory (and there is at least one)."""
+        from .repr import is_shared
+
+        return is_shared(self)
+
+
+def _result_error(result: Any, key, expected: torch.Size) -> Exception:
+    if not isinstance(result, _Tensor):
+        return TypeError(
+            f"TensorDict.apply: the function returned a {type(result).__name__} for key "
+            f"{key!r}; it must return a tensor (or None to drop the key)."
+        )
+    return ValueError(
+        f"TensorDict.apply: the function returned a tensor of shape {list(result.shape)} for "
+        f"key {key!r}, which does not start with the batch size {list(expected)}. Pass "
+        f"batch_size=... to apply when the function changes the batch dims."
+    )

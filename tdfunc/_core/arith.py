@@ -1,0 +1,239 @@
+"""Elementwise arithmetic and comparisons, leaf by leaf.
+
+The other operand is a container with the same keys, or anything a tensor
+accepts (a number, a tensor broadcastable against every leaf).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from .mixin import ContainerMixin
+from .nontensor import NonTensorData, eq_mask
+
+
+def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
+    if getattr(type(other), "_is_tensor_collection", False):
+        other_data = other._to_tensordict_view()._data
+        if other_data.keys() != self._data.keys():
+            missing = sorted(set(self._data) ^ set(other_data))
+            raise KeyError(
+                f"TensorDict.{api}: both operands must have the same keys; these keys are "
+                f"only in one of them: {missing}."
+            )
+        pairs = [(k, v, other_data[k]) for k, v in self._data.items()]
+    elif isinstance(other, Mapping):
+        raise TypeError(
+            f"TensorDict.{api}: the other operand is a {type(other).__name__}; convert it to a "
+            f"TensorDict first (TensorDict(other, batch_size=...))."
+        )
+    else:
+        pairs = [(k, v, other) for k, v in self._data.items()]
+    data: dict[str, Any] = {}
+    for key, value, rhs in pairs:
+        if isinstance(value, NonTensorData):
+            if api in ("__eq__", "__ne__"):
+                mask = eq_mask(value, rhs)
+                data[key] = mask if api == "__eq__" else ~mask
+            else:
+                data[key] = value
+            continue
+        data[key] = op(value, rhs)
+    return self._like(data)
+
+
+def _inplace(self, other: Any, method: str):
+    if getattr(type(other), "_is_tensor_collection", False):
+        other_data = other._to_tensordict_view()._data
+        if other_data.keys() != self._data.keys():
+            missing = sorted(set(self._data) ^ set(other_data))
+            raise KeyError(
+                f"TensorDict.{method}: both operands must have the same keys; these keys are "
+                f"only in one of them: {missing}."
+            )
+        for key, value in self._data.items():
+            if not isinstance(value, NonTensorData):
+                getattr(value, method)(other_data[key])
+    else:
+        for value in self._data.values():
+            if not isinstance(value, NonTensorData):
+                getattr(value, method)(other)
+    return self
+
+
+class ArithmeticMixin(ContainerMixin):
+    """Operators of ``TensorDict``: ``+ - * / ** == != < <= > >=``, ``all``, ``any``.
+
+    Example:
+        >>> td = TensorDict({"a": torch.ones(2)}, [2])
+        >>> (td * 2 + 1)["a"].tolist()
+        [3.0, 3.0]
+        >>> (td == 1).all()
+        True
+    """
+
+    __slots__ = ()
+
+    def __add__(self, other):
+        return _binary(self, other, operator.add, "__add__")
+
+    def __radd__(self, other):
+        return _binary(self, other, lambda a, b: b + a, "__radd__")
+
+    def __sub__(self, other):
+        return _binary(self, other, operator.sub, "__sub__")
+
+    def __rsub__(self, other):
+        return _binary(self, other, lambda a, b: b - a, "__rsub__")
+
+    def __mul__(self, other):
+        return _binary(self, other, operator.mul, "__mul__")
+
+    def __rmul__(self, other):
+        return _binary(self, other, lambda a, b: b * a, "__rmul__")
+
+    def __truediv__(self, other):
+        return _binary(self, other, operator.truediv, "__truediv__")
+
+    def __rtruediv__(self, other):
+        return _binary(self, other, lambda a, b: b / a, "__rtruediv__")
+
+    def __pow__(self, other):
+        return _binary(self, other, operator.pow, "__pow__")
+
+    def __floordiv__(self, other):
+        return _binary(self, other, operator.floordiv, "__floordiv__")
+
+    def __mod__(self, other):
+        return _binary(self, other, operator.mod, "__mod__")
+
+    def __and__(self, other):
+        return _binary(self, other, operator.and_, "__and__")
+
+    def __or__(self, other):
+        return _binary(self, other, operator.or_, "__or__")
+
+    def __xor__(self, other):
+        return _binary(self, other, operator.xor, "__xor__")
+
+    def __invert__(self):
+        return self._apply_tree(operator.invert, (), None, None, False, check=False)
+
+    def __neg__(self):
+        return self._apply_tree(operator.neg, (), None, None, False, check=False)
+
+    def __abs__(self):
+        return self._apply_tree(torch.abs, (), None, None, False, check=False)
+
+    def _unary(self, fn: Callable):
+        return self._apply_tree(fn, (), None, None, False, check=False)
+
+    def abs(self):
+        """Element-wise ``abs`` of every tensor leaf."""
+        return self._unary(torch.abs)
+
+    def exp(self):
+        return self._unary(torch.exp)
+
+    def log(self):
+        return self._unary(torch.log)
+
+    def sqrt(self):
+        return self._unary(torch.sqrt)
+
+    def sign(self):
+        return self._unary(torch.sign)
+
+    def sigmoid(self):
+        return self._unary(torch.sigmoid)
+
+    def tanh(self):
+        return self._unary(torch.tanh)
+
+    def pow(self, exponent):
+        return _binary(self, exponent, operator.pow, "pow")
+
+    def clamp(self, min=None, max=None):
+        """Clamp every tensor leaf to ``[min, max]``."""
+        return self._unary(lambda t: t.clamp(min, max))
+
+    def __eq__(self, other):  # type: ignore[override]
+        if other is None:
+            return False
+        return _binary(self, other, operator.eq, "__eq__", compare=True)
+
+    def __ne__(self, other):  # type: ignore[override]
+        if other is None:
+            return True
+        return _binary(self, other, operator.ne, "__ne__", compare=True)
+
+    def __lt__(self, other):
+        return _binary(self, other, operator.lt, "__lt__", compare=True)
+
+    def __le__(self, other):
+        return _binary(self, other, operator.le, "__le__", compare=True)
+
+    def __gt__(self, other):
+        return _binary(self, other, operator.gt, "__gt__", compare=True)
+
+    def __ge__(self, other):
+        return _binary(self, other, operator.ge, "__ge__", compare=True)
+
+    def __iadd__(self, other):
+        return _inplace(self, other, "add_")
+
+    def __isub__(self, other):
+        return _inplace(self, other, "sub_")
+
+    def __imul__(self, other):
+        return _inplace(self, other, "mul_")
+
+    def __itruediv__(self, other):
+        return _inplace(self, other, "div_")
+
+    def add_(self, other, *, alpha: float | None = None):
+        if alpha is not None:
+            other = other * alpha
+        return _inplace(self, other, "add_")
+
+    def sub_(self, other):
+        return _inplace(self, other, "sub_")
+
+    def mul_(self, other):
+        return _inplace(self, other, "mul_")
+
+    def div_(self, other):
+        return _inplace(self, other, "div_")
+
+    def lerp_(self, end, weight: float):
+        if getattr(type(end), "_is_tensor_collection", False):
+            end_data = end._to_tensordict_view()._data
+            for key, value in self._data.items():
+                if not isinstance(value, NonTensorData):
+                    value.lerp_(end_data[key], weight)
+            return self
+        raise TypeError("TensorDict.lerp_: end must be a TensorDict with the same keys.")
+
+    def all(self) -> bool:
+        """True when every element of every tensor leaf is true (non-zero)."""
+        return all(bool(v.all()) for v in self._tensor_leaves())
+
+    def any(self) -> bool:
+        """True when some element of some tensor leaf is true (non-zero)."""
+        return any(bool(v.any()) for v in self._tensor_leaves())
+
+    def _tensor_leaves(self):
+        for value in self._data.values():
+            if isinstance(value, torch.Tensor):
+                yield value
+            elif getattr(type(value), "_is_tensor_collection", False):
+                yield from value._to_tensordict_view()._tensor_leaves()
+
+    def norm(self) -> torch.Tensor:
+        """The 2-norm of all tensor leaves taken together."""
+        leaves = [v.detach().float().pow(2).sum() for v in self._tensor_leaves()]
+        return torch.stack(leaves).sum().sqrt() if leaves else torch.zeros(())

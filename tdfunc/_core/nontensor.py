@@ -1,0 +1,374 @@
+"""Non-tensor leaves: Python objects carried along a batch.
+
+``NonTensorData`` holds one Python value shared by every element of its batch;
+shape operations only change its batch size. ``NonTensorStack`` holds one value
+per batch element (``.data`` is a nested list with the shape of the batch); it
+appears when containers with different values are stacked, or when a value is
+written at an index. Reading either from a ``TensorDict`` returns the Python
+value (a nested list for a stack).
+
+Both are treated as immutable by tdfunc: writes replace the leaf object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from .shapes import index_batch_size, normalize_dim, resolve_shape
+
+
+def _size_of(shape) -> torch.Size:
+    return shape if type(shape) is torch.Size else torch.Size(shape)
+
+
+def _dims(dims: tuple) -> tuple:
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple, torch.Size)):
+        return tuple(dims[0])
+    return dims
+
+
+def _meta(batch_size: torch.Size) -> torch.Tensor:
+    """A data-free stand-in with the batch shape, for torch's own shape rules."""
+    return torch.empty(batch_size, device="meta")
+
+
+class NonTensorData:
+    """One Python value shared by every element of a batch.
+
+    Example:
+        >>> leaf = NonTensorData("a string!", batch_size=[3])
+        >>> leaf[0].data
+        'a string!'
+    """
+
+    __slots__ = ("batch_size", "data", "device")
+
+    def __init__(self, data: Any, batch_size=(), device=None) -> None:
+        self.data = data
+        self.batch_size = torch.Size(batch_size)
+        self.device = None if device is None else torch.device(device)
+
+    @classmethod
+    def _make(cls, data: Any, batch_size: torch.Size, device) -> NonTensorData:
+        """Trusted constructor: no conversion of its arguments."""
+        self = object.__new__(cls)
+        self.data = data
+        self.batch_size = batch_size
+        self.device = device
+        return self
+
+    def tolist(self) -> Any:
+        """The value(s): the value itself here; a nested list for a ``NonTensorStack``."""
+        return self.data
+
+    def _array(self) -> np.ndarray:
+        """An object array of the batch shape holding the value at every position."""
+        array = np.empty(tuple(self.batch_size), dtype=object)
+        array.fill(self.data)
+        return array
+
+    # ------------------------------------------------------------------ tensor-like surface
+    @property
+    def shape(self) -> torch.Size:
+        return self.batch_size
+
+    def dim(self) -> int:
+        return len(self.batch_size)
+
+    ndim = property(dim)
+
+    def numel(self) -> int:
+        return self.batch_size.numel()
+
+    def _with(self, batch_size) -> NonTensorData:
+        return NonTensorData._make(self.data, _size_of(batch_size), self.device)
+
+    def __getitem__(self, index) -> NonTensorData:
+        return self._with(index_batch_size(self.batch_size, index))
+
+    def reshape(self, *shape) -> NonTensorData:
+        return self._with(resolve_shape(self.batch_size, shape))
+
+    view = reshape
+
+    def unsqueeze(self, dim: int) -> NonTensorData:
+        return self._with(_meta(self.batch_size).unsqueeze(dim).shape)
+
+    def squeeze(self, dim=None) -> NonTensorData:
+        meta = _meta(self.batch_size)
+        return self._with((meta.squeeze() if dim is None else meta.squeeze(dim)).shape)
+
+    def permute(self, *dims) -> NonTensorData:
+        return self._with(_meta(self.batch_size).permute(_dims(dims)).shape)
+
+    def transpose(self, dim0: int, dim1: int) -> NonTensorData:
+        return self._with(_meta(self.batch_size).transpose(dim0, dim1).shape)
+
+    def expand(self, *shape) -> NonTensorData:
+        return self._with(_meta(self.batch_size).expand(_dims(shape)).shape)
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> NonTensorData:
+        return self._with(_meta(self.batch_size).flatten(start_dim, end_dim).shape)
+
+    def unflatten(self, dim: int, sizes) -> NonTensorData:
+        return self._with(_meta(self.batch_size).unflatten(dim, sizes).shape)
+
+    def unbind(self, dim: int = 0) -> tuple[NonTensorData, ...]:
+        size = list(self.batch_size)
+        n = size.pop(dim)
+        new = torch.Size(size)
+        return tuple(self._with(new) for _ in range(n))
+
+    def split(self, split_size, dim: int = 0) -> tuple[NonTensorData, ...]:
+        return tuple(self._with(p.shape) for p in _meta(self.batch_size).split(split_size, dim))
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[NonTensorData, ...]:
+        return tuple(self._with(p.shape) for p in _meta(self.batch_size).chunk(chunks, dim))
+
+    def to(self, *args, **kwargs) -> NonTensorData:
+        device = kwargs.get("device", args[0] if args else None)
+        if isinstance(device, (str, torch.device)):
+            out = self._with(self.batch_size)
+            out.device = torch.device(device)
+            return out
+        return self
+
+    def clone(self, *args, **kwargs) -> NonTensorData:
+        return self._with(self.batch_size)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NonTensorData):
+            return type(other) is type(self) and _equal(self.data, other.data)
+        return _equal(self.data, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(data={self.data}, batch_size={self.batch_size}, "
+            f"device={self.device})"
+        )
+
+
+class NonTensorStack(NonTensorData):
+    """One Python value per batch element; ``.data`` is a nested list shaped like the batch.
+
+    Every shape operation goes through a numpy object array, so indexing with
+    tensors or masks, permutes and reshapes behave exactly as they do on a tensor.
+
+    Example:
+        >>> stack = NonTensorStack(["a", "b", "c"], batch_size=[3])
+        >>> stack[torch.tensor([2, 0])].data
+        ['c', 'a']
+    """
+
+    __slots__ = ()
+
+    def __init__(self, data: list, batch_size, device=None) -> None:
+        super().__init__(data, batch_size, device)
+        _check_nested(data, tuple(self.batch_size))
+
+    def tolist(self) -> list:
+        return self.data
+
+    def _array(self) -> np.ndarray:
+        shape = tuple(self.batch_size)
+        array = np.empty(shape, dtype=object)
+        for position in np.ndindex(*shape):
+            item = self.data
+            for i in position:
+                item = item[i]
+            array[position] = item
+        return array
+
+    def _from(self, array: np.ndarray) -> NonTensorData:
+        return from_array(array, self.device)
+
+    def _with(self, batch_size) -> NonTensorData:
+        # Only called with the same batch size (clone, to): copy the outer lists.
+        return NonTensorStack._make(_copy_nested(self.data), _size_of(batch_size), self.device)
+
+    def __getitem__(self, index) -> NonTensorData:
+        return self._from(take(self._array(), index))
+
+    def reshape(self, *shape) -> NonTensorData:
+        return self._from(self._array().reshape(tuple(resolve_shape(self.batch_size, shape))))
+
+    view = reshape
+
+    def unsqueeze(self, dim: int) -> NonTensorData:
+        dim = normalize_dim(dim, len(self.batch_size) + 1, "NonTensorStack.unsqueeze")
+        return self._from(np.expand_dims(self._array(), dim))
+
+    def squeeze(self, dim=None) -> NonTensorData:
+        array = self._array()
+        if dim is None:
+            return self._from(array.squeeze())
+        dim = normalize_dim(dim, array.ndim, "NonTensorStack.squeeze")
+        return self._from(array.squeeze(dim) if array.shape[dim] == 1 else array)
+
+    def permute(self, *dims) -> NonTensorData:
+        return self._from(self._array().transpose(_dims(dims)))
+
+    def transpose(self, dim0: int, dim1: int) -> NonTensorData:
+        return self._from(np.swapaxes(self._array(), dim0, dim1))
+
+    def expand(self, *shape) -> NonTensorData:
+        target = tuple(_meta(self.batch_size).expand(_dims(shape)).shape)
+        return self._from(np.broadcast_to(self._array(), target).copy())
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> NonTensorData:
+        target = _meta(self.batch_size).flatten(start_dim, end_dim).shape
+        return self._from(self._array().reshape(tuple(target)))
+
+    def unflatten(self, dim: int, sizes) -> NonTensorData:
+        target = _meta(self.batch_size).unflatten(dim, sizes).shape
+        return self._from(self._array().reshape(tuple(target)))
+
+    def unbind(self, dim: int = 0) -> tuple[NonTensorData, ...]:
+        array = self._array()
+        dim = normalize_dim(dim, array.ndim, "NonTensorStack.unbind")
+        prefix = (slice(None),) * dim
+        return tuple(self._from(take(array, prefix + (i,))) for i in range(array.shape[dim]))
+
+    def split(self, split_size, dim: int = 0) -> tuple[NonTensorData, ...]:
+        array = self._array()
+        pieces = _meta(self.batch_size).split(split_size, dim)
+        dim = normalize_dim(dim, array.ndim, "NonTensorStack.split")
+        bounds = np.cumsum([p.shape[dim] for p in pieces])[:-1]
+        return tuple(self._from(p) for p in np.split(array, bounds, axis=dim))
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[NonTensorData, ...]:
+        sizes = [p.shape[dim] for p in _meta(self.batch_size).chunk(chunks, dim)]
+        return self.split(sizes, dim)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NonTensorData):
+            other = other.tolist() if type(other) is NonTensorStack else other.data
+        return _equal(self.data, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# ---------------------------------------------------------------------- helpers
+def _equal(left: Any, right: Any) -> bool:
+    try:
+        return bool(left == right)
+    except Exception:  # values whose == is not a bool (arrays, tensors, ...)
+        return left is right
+
+
+def _check_nested(data: Any, shape: tuple) -> None:
+    if not shape:
+        return
+    if not isinstance(data, list) or len(data) != shape[0]:
+        raise ValueError(
+            f"NonTensorStack: data must be a nested list of shape {list(shape)}; got "
+            f"{type(data).__name__} of length {len(data) if isinstance(data, list) else '-'}."
+        )
+    for item in data:
+        _check_nested(item, shape[1:])
+
+
+def _copy_nested(data: Any) -> Any:
+    return [_copy_nested(item) for item in data] if isinstance(data, list) else data
+
+
+def _nested_list(array: np.ndarray) -> Any:
+    if array.ndim == 0:
+        return array[()]
+    if array.ndim == 1:
+        return list(array)
+    return [_nested_list(sub) for sub in array]
+
+
+def _numpy_index(index: Any) -> Any:
+    if isinstance(index, torch.Tensor):
+        return index.cpu().numpy()
+    if type(index) is tuple:
+        return tuple(_numpy_index(item) for item in index)
+    return index
+
+
+def _positions(shape: tuple, index: Any) -> np.ndarray:
+    """Flat positions that ``index`` selects in an array of ``shape`` (always an array)."""
+    return np.asarray(np.arange(int(np.prod(shape))).reshape(shape)[_numpy_index(index)])
+
+
+def take(array: np.ndarray, index: Any) -> np.ndarray:
+    """``array[index]`` for an object array, always as an array (0-d for one element)."""
+    positions = _positions(array.shape, index)
+    out = np.empty(positions.shape, dtype=object)
+    out.reshape(-1)[:] = array.reshape(-1)[positions.reshape(-1)]
+    return out
+
+
+def from_array(array: np.ndarray, device) -> NonTensorData:
+    """A leaf for an object array: a ``NonTensorData`` when 0-d, else a ``NonTensorStack``."""
+    if array.ndim == 0:
+        return NonTensorData._make(array[()], torch.Size(), device)
+    return NonTensorStack._make(_nested_list(array), torch.Size(array.shape), device)
+
+
+def as_array(leaf: NonTensorData | Any, batch_size: torch.Size) -> np.ndarray:
+    """``leaf`` (a non-tensor leaf or a plain Python value) as an object array."""
+    if isinstance(leaf, NonTensorData):
+        return leaf._array()
+    array = np.empty(tuple(batch_size), dtype=object)
+    array.fill(leaf)
+    return array
+
+
+def write_at(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
+    """A new leaf equal to ``leaf`` with ``value`` (a leaf or a Python value) at ``index``."""
+    if type(leaf) is NonTensorData:
+        new = value.data if type(value) is NonTensorData else value
+        if type(value) is not NonTensorStack and _equal(leaf.data, new):
+            return leaf
+    array = np.ascontiguousarray(leaf._array())
+    positions = _positions(array.shape, index)
+    source = as_array(value, torch.Size(positions.shape))
+    flat = array.reshape(-1)
+    flat[positions.reshape(-1)] = np.broadcast_to(source, positions.shape).reshape(-1)
+    return from_array(array, leaf.device)
+
+
+def eq_mask(leaf: NonTensorData, other: Any) -> torch.Tensor:
+    """Element-wise ``leaf == other`` as a bool tensor of the batch shape."""
+    size = leaf.batch_size
+    if type(leaf) is NonTensorData and type(other) is not NonTensorStack:
+        value = other.data if isinstance(other, NonTensorData) else other
+        return torch.full(size, _equal(leaf.data, value), dtype=torch.bool)
+    left = leaf._array()
+    right = as_array(other, size)
+    out = np.empty(left.shape, dtype=bool)
+    for position in np.ndindex(*left.shape):
+        out[position] = _equal(left[position], right[position])
+    return torch.from_numpy(out)
+
+
+def stack_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
+    """Stack non-tensor leaves: equal values stay one value, others become a stack."""
+    first = leaves[0]
+    if all(type(leaf) is NonTensorData for leaf in leaves) and all(
+        _equal(leaf.data, first.data) for leaf in leaves[1:]
+    ):
+        size = list(first.batch_size)
+        size.insert(dim, len(leaves))
+        return NonTensorData._make(first.data, torch.Size(size), first.device)
+    return from_array(np.stack([leaf._array() for leaf in leaves], axis=dim), first.device)
+
+
+def cat_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
+    """Concatenate non-tensor leaves along an existing batch dim."""
+    first = leaves[0]
+    if all(type(leaf) is NonTensorData for leaf in leaves) and all(
+        _equal(leaf.data, first.data) for leaf in leaves[1:]
+    ):
+        size = list(first.batch_size)
+        size[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
+        return NonTensorData._make(first.data, torch.Size(size), first.device)
+    return from_array(np.concatenate([leaf._array() for leaf in leaves], axis=dim), first.device)

@@ -1,0 +1,246 @@
+"""One ``__torch_function__`` dispatch table for ``torch.stack``, ``torch.cat``, ...
+
+Containers are not tensors; torch calls ``__torch_function__`` on them when
+they appear in the arguments of a torch function, and this table routes the
+call. Functions not in the table are not supported on containers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .nontensor import NonTensorData, cat_non_tensor, stack_non_tensor
+from .shapes import normalize_dim
+
+HANDLED: dict[Callable, Callable] = {}
+
+
+def implements(*funcs: Callable) -> Callable:
+    def register(handler: Callable) -> Callable:
+        for func in funcs:
+            HANDLED[func] = handler
+        return handler
+
+    return register
+
+
+def _key_error(views: list, api: str) -> KeyError:
+    keys = set(views[0]._data)
+    for position, view in enumerate(views[1:], start=1):
+        if set(view._data) != keys:
+            diff = sorted(keys.symmetric_difference(view._data))
+            return KeyError(
+                f"{api}: the containers at positions 0 and {position} have different keys; "
+                f"these keys are only in one of them: {diff}."
+            )
+    return KeyError(f"{api}: the containers have different keys.")
+
+
+def _combined(views: list, dim: int, stacking: bool, api: str) -> dict:
+    """Stack (or concatenate) every value across ``views`` (TensorDicts), key by key."""
+    first = views[0]._data
+    count = len(first)
+    for view in views:
+        if len(view._data) != count:
+            raise _key_error(views, api)
+    data: dict[str, Any] = {}
+    for key, value in first.items():
+        try:
+            values = [view._data[key] for view in views]
+        except KeyError:
+            raise _key_error(views, api) from None
+        if isinstance(value, torch.Tensor):
+            data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)
+        elif getattr(type(value), "_is_tensordict", False):
+            data[key] = _join(values, dim, stacking, api)
+        elif isinstance(value, NonTensorData):
+            data[key] = stack_non_tensor(values, dim) if stacking else cat_non_tensor(values, dim)
+        else:  # another container kind (TensorClass): its own __torch_function__
+            data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)
+    return data
+
+
+def _check_sizes(sizes: list, dim: int, stacking: bool, api: str) -> torch.Size:
+    """The batch size of the result; the inputs' batch sizes must agree (but in ``dim``)."""
+    size = sizes[0]
+    if stacking:
+        for position, other in enumerate(sizes[1:], start=1):
+            if other != size:
+                raise ValueError(
+                    f"{api}: all TensorDicts must have the same batch size; position 0 has "
+                    f"{list(size)} and position {position} has {list(other)}."
+                )
+        return torch.Size((*size[:dim], len(sizes), *size[dim:]))
+    total = 0
+    for position, other in enumerate(sizes):
+        if (
+            len(other) != len(size)
+            or other[:dim] != size[:dim]
+            or other[dim + 1 :] != size[dim + 1 :]
+        ):
+            raise ValueError(
+                f"{api}: batch sizes must match except in dim {dim}; position 0 has "
+                f"{list(size)} and position {position} has {list(other)}."
+            )
+        total += other[dim]
+    return torch.Size((*size[:dim], total, *size[dim + 1 :]))
+
+
+def _names_of(views: list, dim: int, stacking: bool):
+    names = views[0]._names
+    if names is None:
+        return None
+    for view in views[1:]:
+        if view._names != names:
+            return None
+    return names[:dim] + (None,) + names[dim:] if stacking else names
+
+
+def _join(views: list, dim: int, stacking: bool, api: str):
+    """Stack or concatenate TensorDicts (``dim`` already normalized)."""
+    new_size = _check_sizes([view._batch_size for view in views], dim, stacking, api)
+    data = _combined(views, dim, stacking, api)
+    return views[0]._like(data, new_size, _names_of(views, dim, stacking))
+
+
+def _public_join(items, dim: int, out, stacking: bool):
+    api = "torch.stack" if stacking else "torch.cat"
+    items = list(items)
+    if not items:
+        raise ValueError(f"{api}: expected a non-empty list of TensorDicts.")
+    first = items[0]
+    if all(getattr(type(item), "_is_tensordict", False) for item in items):
+        views = items
+    else:
+        views = [item._to_tensordict_view() for item in items]
+    ndim = len(views[0]._batch_size)
+    if not stacking and not ndim:
+        raise ValueError(f"{api}: cannot concatenate TensorDicts with batch_size=[].")
+    dim = normalize_dim(dim, ndim + 1 if stacking else ndim, api)
+    new_size = _check_sizes([view._batch_size for view in views], dim, stacking, api)
+    data = _combined(views, dim, stacking, api)
+    result = first._like(data, new_size, _names_of(views, dim, stacking))
+    if out is not None:
+        out.update_(result)
+        return out
+    return result
+
+
+@implements(torch.stack)
+def stack(items, dim: int = 0, *, out=None):
+    """Stack containers of equal batch size along a new batch dim.
+
+    Example:
+        >>> tds = [TensorDict({"a": torch.zeros(3, 4)}, [3]) for _ in range(2)]
+        >>> torch.stack(tds, 1)["a"].shape
+        torch.Size([3, 2, 4])
+    """
+    return _public_join(items, dim, out, True)
+
+
+@implements(torch.cat, torch.concat, torch.concatenate)
+def cat(items, dim: int = 0, *, out=None):
+    """Concatenate containers along an existing batch dim.
+
+    Example:
+        >>> tds = [TensorDict({"a": torch.zeros(3, 4)}, [3]) for _ in range(2)]
+        >>> torch.cat(tds, 0)["a"].shape
+        torch.Size([6, 4])
+    """
+    return _public_join(items, dim, out, False)
+
+
+@implements(torch.unbind)
+def unbind(item, dim: int = 0):
+    return item.unbind(dim)
+
+
+@implements(torch.split)
+def split(item, split_size_or_sections, dim: int = 0):
+    return item.split(split_size_or_sections, dim)
+
+
+@implements(torch.chunk)
+def chunk(item, chunks: int, dim: int = 0):
+    return item.chunk(chunks, dim)
+
+
+@implements(torch.squeeze)
+def squeeze(item, dim=None):
+    return item.squeeze(dim)
+
+
+@implements(torch.unsqueeze)
+def unsqueeze(item, dim: int):
+    return item.unsqueeze(dim)
+
+
+@implements(torch.permute)
+def permute(item, dims):
+    return item.permute(*dims)
+
+
+@implements(torch.reshape)
+def reshape(item, shape):
+    return item.reshape(*shape)
+
+
+@implements(torch.flatten)
+def flatten(item, start_dim: int = 0, end_dim: int = -1):
+    return item.flatten(start_dim, end_dim)
+
+
+@implements(torch.transpose)
+def transpose(item, dim0: int, dim1: int):
+    return item.transpose(dim0, dim1)
+
+
+@implements(torch.clone)
+def clone(item, *, memory_format=None):
+    return item.clone()
+
+
+@implements(torch.zeros_like)
+def zeros_like(item, **kwargs):
+    return item.apply(lambda t: torch.zeros_like(t, **kwargs))
+
+
+@implements(torch.ones_like)
+def ones_like(item, **kwargs):
+    return item.apply(lambda t: torch.ones_like(t, **kwargs))
+
+
+@implements(torch.empty_like)
+def empty_like(item, **kwargs):
+    return item.apply(lambda t: torch.empty_like(t, **kwargs))
+
+
+@implements(torch.full_like)
+def full_like(item, fill_value, **kwargs):
+    return item.apply(lambda t: torch.full_like(t, fill_value, **kwargs))
+
+
+@implements(torch.randn_like)
+def randn_like(item, **kwargs):
+    return item.apply(lambda t: torch.randn_like(t, **kwargs))
+
+
+@implements(torch.rand_like)
+def rand_like(item, **kwargs):
+    return item.apply(lambda t: torch.rand_like(t, **kwargs))
+
+
+class TorchFunctionMixin:
+    """Routes the torch functions in :data:`HANDLED` to their container versions."""
+
+    __slots__ = ()
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        handler = HANDLED.get(func)
+        if handler is None:
+            return NotImplemented
+        return handler(*args, **(kwargs or {}))

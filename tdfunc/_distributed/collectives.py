@@ -1,0 +1,402 @@
+"""Sending TensorDicts between processes with ``torch.distributed``.
+
+tdfunc builds no cluster machinery: every method rides on an initialised
+process group (gloo on CPU, NCCL on GPU) and accepts ``group=``. Ranks are
+global ranks, as in ``torch.distributed``.
+
+Point-to-point wire format (``send``/``isend`` to ``recv``/``irecv``). Leaves
+are ordered by key path (insertion order does not matter) and every message
+starts with a 64-byte int64 header: magic, format version, structure digest
+(keys, shapes, dtypes), key digest, payload bytes, leaf count, sender rank,
+payload message count. Then:
+
+- gloo, payload up to ``_INLINE_BYTES``: the payload follows the header in the
+  same message (gloo accepts a message shorter than the receive buffer, so the
+  receiver posts one buffer that fits either kind of first message).
+- otherwise: the header alone on ``tag``, then on ``tag + 2**30`` the small
+  leaves packed in one buffer and each big leaf on its own, without copies
+  when contiguous on both sides.
+
+The receiver checks the digest before it posts any payload receive and sizes
+those from the header, so a structure mismatch is a clear ``ValueError`` on
+the receiver; the mismatched payload is drained, so the sender never waits for
+a receive that will not come (and a too-small receive, which aborts gloo, is
+never posted).
+
+Receives are matched in the order they are posted, so the receives of one
+channel (group, source, tag) run in order on a helper thread (``irecv``) or
+inline (``recv``); gloo's send handles report completion only once waited on,
+so ``isend`` handles are waited on by a helper thread too, which also keeps a
+dropped handle's send alive until it completes.
+
+Collectives (``broadcast``, ``all_reduce``, ``reduce``) first all-reduce the
+structure digests (one small message) so that a mismatch raises the same
+error on every rank instead of hanging, then move one flat buffer per dtype
+(``broadcast``: byte buffers, split like point-to-point payloads).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors
+
+from .layout import (
+    _HEADER_BYTES,
+    _HEADER_FORMAT,
+    _MAGIC,
+    _VERSION,
+    _copy_into,
+    _Layout,
+    _path_str,
+)
+from .work import _POST_LOCK, DistributedWork, _Channel, _channel
+
+_PAYLOAD_TAG = 1 << 30
+# gloo: a payload up to this size travels inside the header message (one message instead of
+# two round trips); the receiver keeps one buffer of this size per (source, tag)
+_INLINE_BYTES = 1 << 20
+
+
+# ---------------------------------------------------------------- checks
+def _check_ready(api: str, tag: int = 0) -> None:
+    if type(tag) is not int or not 0 <= tag < _PAYLOAD_TAG:
+        raise ValueError(
+            f"TensorDict.{api}: tag must be an int in [0, 2**30) (tdfunc uses tag + 2**30 "
+            f"for the payload), got {tag!r}."
+        )
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(
+            f"TensorDict.{api}: torch.distributed is not initialised. Call "
+            f"torch.distributed.init_process_group(backend='gloo', ...) on every rank first."
+        )
+
+
+def _check_rank(api: str, name: str, rank: Any) -> None:
+    if type(rank) is not int:
+        raise TypeError(f"TensorDict.{api}: {name} must be an int rank, got {rank!r}.")
+
+
+# ---------------------------------------------------------------- point to point
+def _is_gloo(group: Any) -> bool:
+    return dist.get_backend(group) == "gloo"
+
+
+def _post_send(td: Any, dst: int, group: Any, tag: int, api: str) -> list:
+    _check_ready(api, tag)
+    _check_rank(api, "dst", dst)
+    layout = _Layout(td, api)
+    gloo = _is_gloo(group)
+    if gloo and layout.total <= _INLINE_BYTES:  # one message: header and payload
+        message = layout.pack(list(range(len(layout.tensors))), layout.header(0, True))
+        return [dist.isend(message, dst, group=group, tag=tag)]
+    segments = layout.segments(split=gloo)
+    header = layout.header(len(segments), False)
+    buffers = [layout.pack(indices) for indices in segments]
+    with _POST_LOCK:  # the messages of one send stay consecutive, whatever other threads do
+        works = [dist.isend(header, dst, group=group, tag=tag)]
+        for buffer in buffers:
+            works.append(dist.isend(buffer, dst, group=group, tag=tag + _PAYLOAD_TAG))
+    return works
+
+
+def send(td: Any, dst: int, *, group: Any = None, tag: int = 0) -> None:
+    for work in _post_send(td, dst, group, tag, "send"):
+        work.wait()
+
+
+def isend(td: Any, dst: int, *, group: Any = None, tag: int = 0) -> DistributedWork:
+    works = _post_send(td, dst, group, tag, "isend")
+    handle = DistributedWork("isend")
+
+    def wait_all(channel: _Channel) -> None:
+        for work in works:
+            work.wait()
+
+    _channel(group, "send", dst, tag).submit(handle, wait_all)
+    return handle
+
+
+def _receive(td: Any, src: int | None, group: Any, tag: int, api: str, channel: _Channel) -> int:
+    layout = _Layout(td, api)
+    gloo = _is_gloo(group)
+    # gloo accepts a message shorter than the receive buffer: one buffer fits both kinds of
+    # first message (header alone, or header and a payload of up to _INLINE_BYTES)
+    first = channel.scratch(_HEADER_BYTES + (_INLINE_BYTES if gloo else 0), layout.device)
+    dist.recv(first, src, group=group, tag=tag)
+    header = struct.unpack(_HEADER_FORMAT, first[:_HEADER_BYTES].cpu().numpy().tobytes())
+    magic, version, digest, key_digest, total, count, sender, flags = header
+    if magic != _MAGIC or version != _VERSION:
+        raise RuntimeError(
+            f"TensorDict.{api}: the message received on tag {tag} is not a tdfunc TensorDict "
+            f"header (magic {magic:#x}, version {version}); was it sent with "
+            f"TensorDict.send/isend of the same tdfunc version?"
+        )
+    inline, messages = flags & 1, flags >> 1
+    if digest != layout.digest or total != layout.total:
+        if messages:  # drain the payload so the sender completes and the channel stays usable
+            scratch = torch.empty(total, dtype=torch.uint8, device=layout.device)
+            for _ in range(messages):  # each message is at most `total` bytes
+                dist.recv(scratch, sender, group=group, tag=tag + _PAYLOAD_TAG)
+        what = (
+            "the keys differ"
+            if key_digest != layout.key_digest
+            else "same keys, but some shapes or dtypes differ"
+        )
+        raise ValueError(
+            f"TensorDict.{api}: the TensorDict sent by rank {sender} (tag {tag}) does not have "
+            f"the structure of the receiving one: {what}. Sender: {count} tensor leaves, "
+            f"{total} bytes. Receiver expects {layout.describe()}. The payload was received "
+            f"and discarded. Hint: the receiving TensorDict must have the same keys, shapes "
+            f"and dtypes as the sent one (e.g. torch.zeros_like(template) on every rank)."
+        )
+    if inline:
+        layout.unpack(list(range(len(layout.tensors))), first[_HEADER_BYTES:])
+        return sender
+    pending = []
+    for indices in layout.segments(split=gloo):
+        buffer, must_unpack = layout.receive_buffer(indices)
+        work = dist.irecv(buffer, sender, group=group, tag=tag + _PAYLOAD_TAG)
+        pending.append((work, indices, buffer, must_unpack))
+    for work, indices, buffer, must_unpack in pending:
+        work.wait()  # type: ignore[union-attr]
+        if must_unpack:
+            layout.unpack(indices, buffer)
+    return sender
+
+
+def recv(td: Any, src: int | None = None, *, group: Any = None, tag: int = 0) -> int:
+    _check_ready("recv", tag)
+    if src is not None:
+        _check_rank("recv", "src", src)
+    channel = _channel(group, "recv", src, tag)
+    return channel.run_now(partial(_receive, td, src, group, tag, "recv"))
+
+
+def irecv(td: Any, src: int | None = None, *, group: Any = None, tag: int = 0):
+    _check_ready("irecv", tag)
+    if src is not None:
+        _check_rank("irecv", "src", src)
+    _Layout(td, "irecv")  # fail early on unsupported leaves
+    handle = DistributedWork("irecv")
+    _channel(group, "recv", src, tag).submit(
+        handle, partial(_receive, td, src, group, tag, "irecv")
+    )
+    return handle
+
+
+# ---------------------------------------------------------------- collectives
+def _check_same_structure(layout: _Layout, group: Any, api: str) -> None:
+    """All-reduce (max) the digests and their negations: min == max on every rank, or raise."""
+    values = [layout.digest, layout.key_digest, layout.total]
+    probe = torch.tensor(values + [-v for v in values], dtype=torch.int64, device=layout.device)
+    dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
+    high = probe[:3].tolist()
+    low = [-v for v in probe[3:].tolist()]
+    if high != low:
+        what = "the keys differ" if high[1] != low[1] else "some shapes or dtypes differ"
+        raise ValueError(
+            f"TensorDict.{api}: the TensorDicts on the ranks of the group do not have the same "
+            f"structure ({what}). This rank (rank {dist.get_rank()}) has {layout.describe()}. "
+            f"Hint: every rank must call {api} with TensorDicts of the same keys, shapes and "
+            f"dtypes."
+        )
+
+
+def _result(td: Any, works: list, finish: Callable | None, async_op: bool, api: str):
+    handle = DistributedWork(api, works=works, finish=finish)
+    if async_op:
+        return handle
+    handle.wait()
+    return td
+
+
+def broadcast(td: Any, src: int, *, group: Any = None, async_op: bool = False):
+    _check_ready("broadcast")
+    _check_rank("broadcast", "src", src)
+    layout = _Layout(td, "broadcast")
+    _check_same_structure(layout, group, "broadcast")
+    is_src = dist.get_rank() == src
+    works, outputs = [], []
+    for indices in layout.segments(split=True):
+        if is_src:
+            buffer, must_unpack = layout.pack(indices), False
+        else:
+            buffer, must_unpack = layout.receive_buffer(indices)
+        works.append(dist.broadcast(buffer, src, group=group, async_op=True))
+        if must_unpack:
+            outputs.append((indices, buffer))
+
+    def finish() -> None:
+        for indices, buffer in outputs:
+            layout.unpack(indices, buffer)
+
+    return _result(td, works, finish, async_op, "broadcast")
+
+
+def _reduce_op(op: Any, layout: _Layout, api: str) -> tuple[Any, bool]:
+    """gloo has no AVG: reduce with SUM and divide by the world size afterwards."""
+    if op != dist.ReduceOp.AVG:
+        return op, False
+    for path, tensor in zip(layout.paths, layout.tensors):
+        if not (tensor.is_floating_point() or tensor.is_complex()):
+            raise TypeError(
+                f"TensorDict.{api}: ReduceOp.AVG needs floating-point leaves; the value at key "
+                f"{_path_str(path)} has dtype {tensor.dtype}. Hint: use ReduceOp.SUM."
+            )
+    return dist.ReduceOp.SUM, True
+
+
+def _reduction(td: Any, dst: int | None, op: Any, group: Any, async_op: bool, api: str):
+    _check_ready(api)
+    layout = _Layout(td, api)
+    _check_same_structure(layout, group, api)
+    op, average = _reduce_op(op, layout, api)
+    receives = dst is None or dist.get_rank() == dst
+    world = dist.get_world_size(group)
+    works, outputs = [], []
+    for members in layout.groups(range(len(layout.tensors))):
+        tensors = [layout.tensors[i] for i in members]
+        in_place = dst is None and len(tensors) == 1 and tensors[0].is_contiguous()
+        if in_place:
+            buffer = tensors[0].detach()  # no copy
+        else:  # reduce may use the buffer as scratch on the other ranks: always a copy
+            with torch.no_grad():
+                if len(tensors) == 1:  # (_flatten_dense_tensors returns a view for one)
+                    buffer = tensors[0].reshape(-1).clone()
+                else:
+                    buffer = _flatten_dense_tensors(tensors)
+        if dst is None:
+            works.append(dist.all_reduce(buffer, op=op, group=group, async_op=True))
+        else:
+            works.append(dist.reduce(buffer, dst, op=op, group=group, async_op=True))
+        outputs.append((tensors, buffer, in_place))
+
+    @torch.no_grad()
+    def finish() -> None:
+        if not receives:
+            return
+        for tensors, buffer, in_place in outputs:
+            if average:
+                buffer.div_(world)
+            if not in_place:
+                _copy_into(tensors, buffer)
+
+    return _result(td, works, finish, async_op, api)
+
+
+def all_reduce(td: Any, op: Any = None, *, group: Any = None, async_op: bool = False):
+    op = dist.ReduceOp.SUM if op is None else op
+    return _reduction(td, None, op, group, async_op, "all_reduce")
+
+
+def reduce(td: Any, dst: int, op: Any = None, *, group: Any = None, async_op: bool = False):
+    _check_rank("reduce", "dst", dst)
+    op = dist.ReduceOp.SUM if op is None else op
+    return _reduction(td, dst, op, group, async_op, "reduce")
+
+
+# ---------------------------------------------------------------- methods
+# The functions above take any container (TensorDict or TensorClass); TensorClass
+# forwards its methods to them.
+class DistributedMixin:
+    """Methods of ``TensorDict``: send, recv, isend, irecv, broadcast, all_reduce, reduce."""
+
+    __slots__ = ()
+
+    def send(self, dst: int, *, group: Any = None, tag: int = 0) -> None:
+        """Send every tensor leaf to rank ``dst`` (blocking) as one structured message.
+
+        The receiver calls :meth:`recv` (or :meth:`irecv`) on a TensorDict with the
+        same keys, shapes and dtypes. Non-tensor leaves are not sent.
+
+        Args:
+            dst: the global rank to send to.
+            group: the process group (default: the default group).
+            tag: matches sends to receives; tdfunc also uses ``tag + 2**30``.
+
+        Example:
+            >>> # on every rank: td = TensorDict({"a": torch.zeros(3), "b": {"c": torch.zeros(())}})
+            >>> # rank 1: td.send(dst=0)
+            >>> # rank 0: td.recv(src=1)  # td now holds rank 1's values
+        """
+        send(self, dst, group=group, tag=tag)
+
+    def isend(self, dst: int, *, group: Any = None, tag: int = 0) -> DistributedWork:
+        """Start sending to rank ``dst``; returns a :class:`DistributedWork` handle.
+
+        Do not modify the tensors before ``handle.wait()``. A dropped handle does not
+        cancel the send.
+
+        Example:
+            >>> # rank 1: work = data.isend(dst=0); work.wait()
+        """
+        return isend(self, dst, group=group, tag=tag)
+
+    def recv(self, src: int | None = None, *, group: Any = None, tag: int = 0) -> int:
+        """Receive into this TensorDict's tensors (in place); returns the sender's rank.
+
+        Raises ``ValueError`` if the sent TensorDict has other keys, shapes or dtypes
+        (the mismatched payload is drained, so the sender does not hang).
+
+        Args:
+            src: the global rank to receive from; ``None`` accepts any rank (do not
+                mix it with pending receives from a given rank on the same tag).
+            group: the process group (default: the default group).
+            tag: must match the sender's ``tag``.
+
+        Example:
+            >>> # rank 0: data = TensorDict({"a": torch.zeros(())}, []); data.recv(src=1)
+        """
+        return recv(self, src, group=group, tag=tag)
+
+    def irecv(self, src: int | None = None, *, group: Any = None, tag: int = 0) -> DistributedWork:
+        """Start receiving into this TensorDict; the data is in place after ``handle.wait()``.
+
+        Receives from one source and tag complete in the order they were posted,
+        also when a handle is dropped.
+
+        Example:
+            >>> # rank 0: work = data.irecv(src=1); ...; work.wait()
+        """
+        return irecv(self, src, group=group, tag=tag)
+
+    def broadcast(self, src: int, *, group: Any = None, async_op: bool = False):
+        """Overwrite every rank's tensors with those of rank ``src`` (in place).
+
+        Every rank of ``group`` must call it with a TensorDict of the same structure,
+        or every rank raises ``ValueError``. Returns self (or a handle with
+        ``async_op=True``).
+
+        Example:
+            >>> # every rank: params.broadcast(src=0)  # all ranks start from rank 0's params
+        """
+        return broadcast(self, src, group=group, async_op=async_op)
+
+    def all_reduce(self, op: Any = None, *, group: Any = None, async_op: bool = False):
+        """Reduce every leaf across the ranks of ``group``, in place on every rank.
+
+        One flat buffer per dtype is reduced. ``op`` is a ``torch.distributed.ReduceOp``
+        (default ``SUM``); ``AVG`` works on gloo too (sum, then divide). Returns self
+        (or a handle with ``async_op=True``).
+
+        Example:
+            >>> # every rank: grads.all_reduce(torch.distributed.ReduceOp.AVG)
+        """
+        return all_reduce(self, op, group=group, async_op=async_op)
+
+    def reduce(self, dst: int, op: Any = None, *, group: Any = None, async_op: bool = False):
+        """Reduce every leaf across ``group`` into rank ``dst``'s tensors (in place).
+
+        The other ranks' tensors are left unchanged. Returns self (or a handle with
+        ``async_op=True``).
+
+        Example:
+            >>> # every rank: metrics.reduce(dst=0)  # rank 0 holds the sums
+        """
+        return reduce(self, dst, op, group=group, async_op=async_op)

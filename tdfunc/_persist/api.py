@@ -1,0 +1,452 @@
+"""Memory-mapped persistence: ``memmap``, ``memmap_``, ``memmap_like``, ``load_memmap``, ...
+
+The methods of ``TensorDict`` defined here are thin: the format lives in
+:mod:`tdfunc._persist_format` (and key encoding in :mod:`tdfunc._persist_keys`),
+writing in :mod:`tdfunc._persist_save`, reading in :mod:`tdfunc._persist_load`.
+The module-level functions :func:`memmap_collection` and
+:func:`load_collection` work on any tensor collection, so ``TensorClass`` can
+forward to them and keep its own class on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from . import load as _persist_load
+from . import save as _persist_save
+from .memmap_tensor import MemoryMappedTensor
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while saving or loading.
+
+    Both allocate a few small objects per leaf; with many leaves that triggers
+    collections that walk every object of the program (10-20% of a save).
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _check_options(api: str, share_non_tensor: bool, robust_key) -> None:
+    if share_non_tensor:
+        raise NotImplementedError(
+            f"{api}: share_non_tensor=True is not supported: non-tensor values are saved "
+            f"in meta.json and loaded per process. Share them through tensors instead."
+        )
+    if robust_key is False:
+        raise ValueError(
+            f"{api}: robust_key=False (keys used as file names as they are) is not supported: "
+            f"tdfunc always encodes keys so that no key can leave the directory."
+        )
+
+
+def memmap_collection(
+    obj: Any,
+    prefix=None,
+    copy_existing: bool = False,
+    *,
+    api: str = "TensorDict.memmap",
+    inplace: bool = False,
+    like: bool = False,
+    num_threads: int = 0,
+    return_early: bool = False,
+    share_non_tensor: bool = False,
+    existsok: bool = True,
+    robust_key: bool | None = True,
+    fsync: bool = False,
+) -> Any:
+    """Save any tensor collection (TensorDict or TensorClass) as memory-mapped files.
+
+    The class of ``obj`` (and of every nested collection) is recorded in
+    ``meta.json``. See :meth:`PersistMixin.memmap` for the arguments.
+    """
+    _check_options(api, share_non_tensor, robust_key)
+    background = return_early and isinstance(num_threads, int) and num_threads > 0
+    with contextlib.nullcontext() if background else _gc_paused():
+        return _persist_save.save(
+            obj,
+            prefix,
+            api=api,
+            inplace=inplace,
+            like=like,
+            copy_existing=copy_existing,
+            num_threads=num_threads,
+            return_early=return_early,
+            existsok=existsok,
+            fsync=fsync,
+        )
+
+
+def load_collection(
+    cls: type | None,
+    prefix,
+    device=None,
+    non_blocking: bool = False,
+    *,
+    out: Any = None,
+    num_threads: int = 0,
+    api: str = "TensorDict.load_memmap",
+) -> Any:
+    """Load what :func:`memmap_collection` saved; its recorded class is rebuilt.
+
+    With ``cls`` a TensorClass and a plain TensorDict on disk, the data is
+    wrapped in ``cls``. With ``out``, the data is moved into ``out``.
+    """
+    if out is not None and device is None:
+        device = out.device
+    with _gc_paused():
+        loaded = _persist_load.load(
+            prefix, api=api, device=device, non_blocking=non_blocking, num_threads=num_threads
+        )
+    if out is not None:
+        locked = out.is_locked
+        if locked:
+            out.unlock_()
+        _persist_load.load_into(out, loaded)
+        _persist_save.remember_path(out, os.path.abspath(os.fspath(prefix)))
+        if locked:
+            out.lock_()
+        return out
+    from .._core.container import TensorDict  # a module-level import would be circular
+
+    if cls is not None and type(loaded) is TensorDict and not issubclass(cls, TensorDict):
+        # a TensorClass loading data that was saved as a plain TensorDict
+        loaded = cls._from_pytree(  # type: ignore[attr-defined]
+            loaded._data, loaded.batch_size, loaded.device, loaded._names
+        )
+    return loaded
+
+
+class PersistMixin:
+    """Methods of ``TensorDict``: memmap, memmap_, memmap_like, load_memmap, save, load."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ saving
+    def memmap(
+        self,
+        prefix: str | os.PathLike | None = None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        return_early: bool = False,
+        share_non_tensor: bool = False,
+        existsok: bool = True,
+        robust_key: bool | None = True,
+        fsync: bool = False,
+    ):
+        """Write every tensor to a memory-mapped file and return a new, locked TensorDict.
+
+        The directory ``prefix`` mirrors the structure: one file per tensor leaf,
+        a sub-directory per nested TensorDict or TensorClass, and a ``meta.json``
+        per level with the batch size, names, classes, dtypes, shapes and the
+        non-tensor values. A TensorClass directory holds its class and non-tensor
+        fields in its ``meta.json`` and its tensor fields in ``_tensordict/``.
+
+        Saving again to the same ``prefix`` replaces the content atomically: data
+        goes to files no committed ``meta.json`` uses, then ``meta.json`` is
+        renamed into place, so a load (even after a crash) sees the old or the
+        new data, never a mix. Files this process still maps keep their content.
+        Repeated saves reuse the small files (up to 8 MiB) of the generation
+        before the last instead of creating and deleting files, so another
+        process that keeps an old load open sees small leaves change after two
+        saves: reload it (``memmap_refresh_``) instead.
+
+        Args:
+            prefix: the directory to write. Defaults to a temporary location
+                (removed when the process exits, no ``meta.json``).
+            copy_existing: a leaf that is already a ``MemoryMappedTensor`` stored
+                in ``prefix`` is kept as it is (no copy); one stored elsewhere is
+                an error unless ``copy_existing=True``, so data is not duplicated
+                on disk by mistake.
+            num_threads: threads writing the files (``0``: the calling thread).
+            return_early: with ``num_threads > 0``, return a
+                ``concurrent.futures.Future`` of the result at once.
+            share_non_tensor: not supported (``True`` raises).
+            existsok: when ``False``, a ``prefix`` that already holds saved data
+                is a ``FileExistsError``.
+            robust_key: keys are always encoded into safe file names (``False``
+                raises).
+            fsync: also ``fsync`` files and directories, so that the save
+                survives a power loss or kernel crash (slow on many small files).
+                Without it the save survives a killed process.
+
+        Returns:
+            A locked TensorDict of ``MemoryMappedTensor`` leaves on the CPU (or a
+            ``Future`` of it). In-place writes to it reach the files.
+
+        Example:
+            >>> import tempfile
+            >>> td = TensorDict({"a": torch.zeros(3), "b": {"c": torch.ones(3)}}, [3])
+            >>> path = tempfile.mkdtemp()
+            >>> saved = td.memmap(path)
+            >>> type(saved["b", "c"]).__name__, saved.is_locked
+            ('MemoryMappedTensor', True)
+            >>> saved["a"][0] = 5.0
+            >>> TensorDict.load_memmap(path)["a"].tolist()
+            [5.0, 0.0, 0.0]
+        """
+        return memmap_collection(
+            self,
+            prefix,
+            copy_existing,
+            api="TensorDict.memmap",
+            num_threads=num_threads,
+            return_early=return_early,
+            share_non_tensor=share_non_tensor,
+            existsok=existsok,
+            robust_key=robust_key,
+            fsync=fsync,
+        )
+
+    def memmap_(
+        self,
+        prefix: str | os.PathLike | None = None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        return_early: bool = False,
+        share_non_tensor: bool = False,
+        existsok: bool = True,
+        robust_key: bool | None = True,
+        fsync: bool = False,
+    ):
+        """Like :meth:`memmap`, but replaces the leaves of this TensorDict (in place).
+
+        Returns ``self``, locked (or a ``Future`` of it with ``return_early``).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3)}, [3])
+            >>> td.memmap_() is td, type(td["a"]).__name__
+            (True, 'MemoryMappedTensor')
+        """
+        return memmap_collection(
+            self,
+            prefix,
+            copy_existing,
+            api="TensorDict.memmap_",
+            inplace=True,
+            num_threads=num_threads,
+            return_early=return_early,
+            share_non_tensor=share_non_tensor,
+            existsok=existsok,
+            robust_key=robust_key,
+            fsync=fsync,
+        )
+
+    def memmap_like(
+        self,
+        prefix: str | os.PathLike | None = None,
+        copy_existing: bool = False,
+        *,
+        existsok: bool = True,
+        num_threads: int = 0,
+        return_early: bool = False,
+        share_non_tensor: bool = False,
+        robust_key: bool | None = True,
+        fsync: bool = False,
+    ):
+        """A new memory-mapped TensorDict with the same shapes and dtypes, and no content.
+
+        Files are allocated sparse (they read as zeros and take no disk space
+        until written), so preallocating a large dataset from an expanded
+        datum is instant. Arguments as in :meth:`memmap`.
+
+        Example:
+            >>> datum = TensorDict({"image": torch.zeros(3, 8, 8, dtype=torch.uint8)}, [])
+            >>> data = datum.expand(1000).memmap_like()
+            >>> data[10] = TensorDict({"image": torch.ones(3, 8, 8, dtype=torch.uint8)}, [])
+            >>> int(data["image"].sum())
+            192
+        """
+        return memmap_collection(
+            self,
+            prefix,
+            copy_existing,
+            api="TensorDict.memmap_like",
+            like=True,
+            num_threads=num_threads,
+            return_early=return_early,
+            share_non_tensor=share_non_tensor,
+            existsok=existsok,
+            robust_key=robust_key,
+            fsync=fsync,
+        )
+
+    def save(
+        self,
+        prefix: str | os.PathLike | None = None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        return_early: bool = False,
+        share_non_tensor: bool = False,
+        robust_key: bool | None = True,
+        fsync: bool = False,
+    ):
+        """Save to ``prefix``; the same as :meth:`memmap` (returns the saved TensorDict)."""
+        return memmap_collection(
+            self,
+            prefix,
+            copy_existing,
+            api="TensorDict.save",
+            num_threads=num_threads,
+            return_early=return_early,
+            share_non_tensor=share_non_tensor,
+            robust_key=robust_key,
+            fsync=fsync,
+        )
+
+    def dumps(
+        self,
+        prefix: str | os.PathLike | None = None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        return_early: bool = False,
+        share_non_tensor: bool = False,
+        robust_key: bool | None = True,
+        fsync: bool = False,
+    ):
+        """Save to ``prefix``; the same as :meth:`memmap`."""
+        return memmap_collection(
+            self,
+            prefix,
+            copy_existing,
+            api="TensorDict.dumps",
+            num_threads=num_threads,
+            return_early=return_early,
+            share_non_tensor=share_non_tensor,
+            robust_key=robust_key,
+            fsync=fsync,
+        )
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load_memmap(
+        cls,
+        prefix: str | os.PathLike,
+        device: torch.device | str | None = None,
+        non_blocking: bool = False,
+        *,
+        out=None,
+        robust_key: bool | None = True,
+        num_threads: int = 0,
+    ):
+        """Load a directory written by :meth:`memmap` (or any sub-directory of one).
+
+        Tensor leaves are ``MemoryMappedTensor`` instances: nothing is read until
+        it is used, and in-place writes reach the files. Nested TensorDicts and
+        TensorClass instances come back with their classes (only classes known
+        to tdfunc are built; nothing is unpickled).
+
+        Args:
+            prefix: the saved directory, or one of its sub-directories.
+            device: move the leaves to this device. ``"meta"`` opens no data
+                file and returns empty meta tensors (the structure and sizes);
+                under ``FakeTensorMode`` the leaves are fake tensors.
+            non_blocking: passed to ``Tensor.to`` when ``device`` is given.
+            out: load into this TensorDict (see :meth:`load_memmap_`).
+            robust_key: accepted for compatibility (``False`` raises).
+            num_threads: threads mapping the files and moving them to ``device``.
+
+        Raises:
+            FileNotFoundError: ``prefix/meta.json`` is missing.
+            ValueError: ``meta.json`` is corrupt or names an unknown class, or a
+                data file is shorter (or longer) than its metadata says.
+
+        Example:
+            >>> import tempfile
+            >>> td = TensorDict.fromkeys(["a", "b", ("nested", "e")], 0)
+            >>> path = tempfile.mkdtemp()
+            >>> _ = td.memmap(path)
+            >>> (TensorDict.load_memmap(path) == td).all()
+            True
+            >>> TensorDict.load_memmap(path + "/nested")["e"]
+            MemoryMappedTensor(0)
+            >>> TensorDict.load_memmap(path, device="meta")["a"].device
+            device(type='meta')
+        """
+        _check_options("TensorDict.load_memmap", False, robust_key)
+        return load_collection(cls, prefix, device, non_blocking, out=out, num_threads=num_threads)
+
+    @classmethod
+    def load(cls, prefix: str | os.PathLike, *args, **kwargs):
+        """Load from ``prefix``; the same as :meth:`load_memmap`."""
+        return cls.load_memmap(prefix, *args, **kwargs)
+
+    def load_memmap_(
+        self, prefix: str | os.PathLike, robust_key: bool | None = True, *, num_threads: int = 0
+    ):
+        """Replace the content of this TensorDict by the data saved in ``prefix``.
+
+        Nested TensorDicts are reused (same objects); leaves are replaced by the
+        loaded memory-mapped tensors; keys that are not saved are removed.
+        Returns ``self`` (still locked if it was).
+
+        Example:
+            >>> import tempfile
+            >>> path = tempfile.mkdtemp()
+            >>> _ = TensorDict({"a": torch.ones(2)}, [2]).memmap(path)
+            >>> td = TensorDict({"a": torch.zeros(2), "b": torch.zeros(2)}, [2])
+            >>> sorted(td.load_memmap_(path).keys()), td["a"].tolist()
+            (['a'], [1.0, 1.0])
+        """
+        _check_options("TensorDict.load_memmap_", False, robust_key)
+        return load_collection(
+            None, prefix, out=self, num_threads=num_threads, api="TensorDict.load_memmap_"
+        )
+
+    def load_(self, prefix: str | os.PathLike, *args, **kwargs):
+        """Load from ``prefix`` into this TensorDict; the same as :meth:`load_memmap_`."""
+        return self.load_memmap_(prefix, *args, **kwargs)
+
+    def memmap_refresh_(self):
+        """Reload the content from :attr:`saved_path` (after another process saved there).
+
+        Raises:
+            RuntimeError: this TensorDict was not saved or loaded from a directory.
+
+        Example:
+            >>> import tempfile
+            >>> path = tempfile.mkdtemp()
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2]).memmap(path)
+            >>> _ = TensorDict({"a": torch.ones(2), "b": torch.ones(2)}, [2]).memmap(path)
+            >>> sorted(td.memmap_refresh_().keys()), td["a"].tolist()
+            (['a', 'b'], [1.0, 1.0])
+        """
+        path = self.saved_path
+        if path is None:
+            raise RuntimeError(
+                "TensorDict.memmap_refresh_: this TensorDict has no saved path; only a "
+                "TensorDict returned by memmap/memmap_/memmap_like(prefix) or load_memmap "
+                "can be refreshed."
+            )
+        return load_collection(None, path, out=self, api="TensorDict.memmap_refresh_")
+
+    # ------------------------------------------------------------------ state
+    @property
+    def saved_path(self) -> str | None:
+        """The directory this TensorDict was saved to or loaded from, else ``None``."""
+        return _persist_save.saved_path_of(self)
+
+    def is_memmap(self) -> bool:
+        """True when every tensor leaf is a ``MemoryMappedTensor`` (and there is one)."""
+        values = self.values(True, True)  # type: ignore[attr-defined]
+        leaves = [v for v in values if isinstance(v, torch.Tensor)]
+        if not leaves:
+            return self.saved_path is not None
+        return all(isinstance(v, MemoryMappedTensor) for v in leaves)

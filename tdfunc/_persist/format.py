@@ -1,0 +1,352 @@
+"""The on-disk format of a saved TensorDict: ``meta.json``, data-file names, checks.
+
+A saved TensorDict is a directory per container (nested TensorDicts and
+TensorClass instances are sub-directories) holding one file per tensor leaf and
+a ``meta.json`` (format version 2)::
+
+    {"format": "tdfunc.memmap", "version": 2,
+     "class": "tdfunc._container.TensorDict",
+     "batch_size": [10], "names": null, "device": "cpu",
+     "entries": {
+       "a": {"kind": "tensor", "file": "a.memmap", "dtype": "float32", "shape": [10]},
+       "b": {"kind": "collection", "dir": "b", "meta": {...b/meta.json...}},
+       "s": {"kind": "non_tensor", "batch_size": [10], "stack": false, "value": "text"},
+       "o": {"kind": "non_tensor", "batch_size": [10], "stack": false, "file": "o.pt"}}}
+
+A TensorClass instance is two levels, as in the seeds' layout
+(``tc/meta.json`` and ``tc/_tensordict/{data.memmap, meta.json}``): its own
+``meta.json`` records the class, its non-tensor fields (``entries``, all of
+kind ``non_tensor``), the order of all its fields (``keys``) and, under
+``tensordict``, the plain TensorDict of its tensor and collection fields saved
+in the sub-directory ``_tensordict``::
+
+    {"format": "tdfunc.memmap", "version": 2, "class": "my_module.MyClass",
+     "batch_size": [], "names": null, "device": "cpu",
+     "entries": {"metadata": {"kind": "non_tensor", ..., "value": "some text"}},
+     "keys": ["data", "metadata"],
+     "tensordict": {"dir": "_tensordict", "meta": {...tc/_tensordict/meta.json...}}}
+
+Version 1 (still read) saved a TensorClass flat, like a TensorDict: its tensors
+next to its ``meta.json``.
+
+Keys are the real keys; file and directory names come from
+:func:`tdfunc._persist_keys.encode_key`. A nested entry embeds the sub-directory's
+metadata, so loading from the top reads one ``meta.json`` and sees one
+consistent snapshot, while the sub-directory's own ``meta.json`` allows loading
+it alone. Non-tensor values that JSON holds exactly are stored inline; others
+with ``torch.save`` in a ``.pt`` file, read back with ``weights_only=True``.
+
+``meta.json`` is untrusted input: :func:`read_meta` validates every field
+before the loader uses it (names cannot leave the directory, dtypes come from a
+fixed table, classes are looked up in :mod:`tdfunc._registry` only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import secrets
+from typing import Any
+
+import torch
+
+from .keys import NAME
+
+FORMAT = "tdfunc.memmap"
+VERSION = 2
+META = "meta.json"
+# the sub-directory of a TensorClass that holds its TensorDict (tensor and collection fields)
+TENSORDICT_DIR = "_tensordict"
+_OPEN_EXISTING = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+_DTYPE_NAMES = [
+    *("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64"),
+    *("float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128"),
+    *("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"),
+]
+DTYPES: dict[str, torch.dtype] = {
+    name: getattr(torch, name)
+    for name in _DTYPE_NAMES
+    if isinstance(getattr(torch, name, None), torch.dtype)
+}
+_DTYPE_NAME = {dtype: name for name, dtype in DTYPES.items()}
+
+_STEM = f"(?:{NAME.pattern})"
+TENSOR_FILE = re.compile(rf"{_STEM}(?:\.[0-9a-f]{{8}})?\.memmap")
+OBJECT_FILE = re.compile(rf"{_STEM}(?:\.[0-9a-f]{{8}})?\.pt")
+# a meta.json being written, the previous meta.json kept until cleanup, a stale directory
+META_TMP = re.compile(r"meta\.json\.[0-9a-f]{16}\.(?:tmp|old)")
+TRASH = re.compile(r"trash\.[0-9a-f]{16}\.tmp")
+
+
+def dtype_name(dtype: torch.dtype, key: str, api: str) -> str:
+    try:
+        return _DTYPE_NAME[dtype]
+    except KeyError:
+        raise TypeError(
+            f"{api}: cannot save key {key!r}: dtype {dtype} has no memory-mapped file format."
+        ) from None
+
+
+def data_file(stem: str, token: str | None, suffix: str) -> str:
+    """``<stem>.memmap`` or, when that name is taken, ``<stem>.<token>.memmap``."""
+    return f"{stem}.{suffix}" if token is None else f"{stem}.{token}.{suffix}"
+
+
+def new_token() -> str:
+    return secrets.token_hex(4)
+
+
+# ---------------------------------------------------------------------------- non-tensor values
+def is_json_exact(value: Any) -> bool:
+    """True when ``json.loads(json.dumps(value)) == value`` with the same types."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return True
+    if kind is list:
+        return all(is_json_exact(item) for item in value)
+    if kind is dict:
+        return all(type(k) is str and is_json_exact(v) for k, v in value.items())
+    return False
+
+
+def encode_object(value: Any, key: str, api: str) -> bytes:
+    """``torch.save`` bytes for ``value``, checked to load back with ``weights_only=True``."""
+    buffer = io.BytesIO()
+    try:
+        torch.save(value, buffer)
+        torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    except Exception as error:
+        raise TypeError(
+            f"{api}: cannot save the non-tensor value at key {key!r} (a "
+            f"{type(value).__name__}): loading never unpickles, so a value must be JSON "
+            f"(None, bool, int, float, str, lists, dicts with str keys) or something "
+            f"torch.load(weights_only=True) accepts (tensors, tuples, sets, bytes, ...). "
+            f"Hint: convert it, or allow its type with torch.serialization.add_safe_globals. "
+            f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+        ) from None
+    return buffer.getvalue()
+
+
+def decode_object(path: str, api: str) -> Any:
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except FileNotFoundError:
+        raise
+    except Exception as error:
+        raise ValueError(
+            f"{api}: cannot read the non-tensor value in {path} with "
+            f"torch.load(weights_only=True): {str(error).splitlines()[0] if str(error) else error}"
+        ) from None
+
+
+# ---------------------------------------------------------------------------- meta.json
+def write_meta(directory: str, node: dict, fsync: bool, spare: str | None = None) -> str | None:
+    """Commit ``node`` as ``directory/meta.json`` through an atomic rename.
+
+    The new content is written over ``spare`` (the ``meta.json`` of two saves
+    ago, which nothing references) when given, else into a new file. The
+    current ``meta.json`` is kept under a ``.old`` name (a hard link), returned
+    as the spare of the next save: replacing the last link of a file frees its
+    blocks, which can take milliseconds on file systems with online discard.
+    """
+    text = json.dumps(node, ensure_ascii=True).encode("ascii")
+    work = None
+    if spare is not None:
+        with contextlib.suppress(OSError):
+            fd = os.open(os.path.join(directory, spare), _OPEN_EXISTING)
+            try:
+                size = os.fstat(fd).st_size
+                # JSON ignores trailing spaces: padding avoids a truncation (a block free)
+                _write_fd(fd, text + b" " * (size - len(text)), fsync)
+            finally:
+                os.close(fd)
+            work = os.path.join(directory, spare)
+    if work is None:
+        work = os.path.join(directory, f"{META}.{secrets.token_hex(8)}.tmp")
+        fd = os.open(work, _CREATE, 0o644)
+        try:
+            _write_fd(fd, text, fsync)
+        finally:
+            os.close(fd)
+    target = os.path.join(directory, META)
+    kept: str | None = f"{META}.{secrets.token_hex(8)}.old"
+    try:
+        os.link(target, os.path.join(directory, kept))  # type: ignore[arg-type]
+    except OSError:  # no meta.json yet, or no hard links on this file system
+        kept = None
+    os.replace(work, target)
+    if fsync:
+        fsync_directory(directory)
+    return kept
+
+
+def _write_fd(fd: int, data: bytes, fsync: bool) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    if fsync:
+        os.fsync(fd)
+
+
+def fsync_directory(directory: str) -> None:
+    if os.name != "posix":  # directories cannot be opened for fsync elsewhere
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_meta(directory: str, api: str) -> tuple[dict, bytes]:
+    """The validated ``meta.json`` of ``directory`` and its raw bytes."""
+    path = os.path.join(directory, META)
+    for _ in range(3):
+        try:
+            with open(path, "rb") as file:
+                raw = file.read()
+                inode = os.fstat(file.fileno()).st_ino
+        except FileNotFoundError:
+            hint = (
+                "" if os.path.isdir(directory) else f" (the directory {directory} does not exist)"
+            )
+            raise FileNotFoundError(
+                f"{api}: {path} not found{hint}: {directory} does not hold data saved with "
+                f"memmap/memmap_/memmap_like/save."
+            ) from None
+        except IsADirectoryError:
+            raise ValueError(f"{api}: {path} is a directory, expected a metadata file.") from None
+        try:
+            node = json.loads(raw)
+            break
+        except (ValueError, UnicodeDecodeError) as error:
+            problem = error
+            # a save may have recycled the file while it was read: read the new one
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_ino != inode:
+                    continue
+            raise ValueError(f"{api}: {path} is corrupt: not valid JSON ({problem}).") from None
+    else:
+        raise ValueError(f"{api}: {path} is corrupt: not valid JSON ({problem}).")
+    validate(node, path, api)
+    return node, raw
+
+
+def _shape(value: Any) -> bool:
+    return type(value) is list and all(type(s) is int and s >= 0 for s in value)
+
+
+def validate(node: Any, path: str, api: str, parent_batch: list | None = None, at=()) -> None:
+    """Check every field of a metadata node (recursively); ``ValueError`` naming the file."""
+
+    def bad(message: str) -> None:
+        where = f" at key {at if len(at) > 1 else at[0]!r}" if at else ""
+        raise ValueError(f"{api}: {path} is corrupt{where}: {message}.")
+
+    if type(node) is not dict:
+        bad(f"expected a JSON object, got {type(node).__name__}")
+    if node.get("format") != FORMAT:
+        bad(f"'format' is {node.get('format')!r}, expected {FORMAT!r}")
+    version = node.get("version")
+    if type(version) is not int or version < 1:
+        bad(f"'version' is {version!r}, expected a positive integer")
+    if version > VERSION:
+        raise ValueError(
+            f"{api}: {path} uses format version {version}; this tdfunc reads versions up to "
+            f"{VERSION}. Upgrade tdfunc to load it."
+        )
+    if type(node.get("class")) is not str:
+        bad("'class' must be a string")
+    batch = node.get("batch_size")
+    if not _shape(batch):
+        bad(f"'batch_size' is {batch!r}, expected a list of non-negative integers")
+    if parent_batch is not None and batch[: len(parent_batch)] != parent_batch:
+        bad(f"batch size {batch} does not start with the parent's {parent_batch}")
+    names = node.get("names")
+    if names is not None and (
+        type(names) is not list
+        or len(names) != len(batch)
+        or not all(n is None or type(n) is str for n in names)
+    ):
+        bad(f"'names' is {names!r}, expected null or {len(batch)} strings or nulls")
+    if node.get("device") is not None and type(node.get("device")) is not str:
+        bad("'device' must be a string or null")
+    entries = node.get("entries")
+    if type(entries) is not dict:
+        bad("'entries' must be a JSON object")
+    for key, entry in entries.items():
+        _validate_entry(key, entry, batch, path, api, at + (key,), bad)
+    if "tensordict" in node:
+        _validate_tensorclass(node, batch, path, api, at, bad)
+
+
+def _validate_tensorclass(node: dict, batch: list, path, api, at, bad) -> None:
+    """The fields of a TensorClass node (format version 2): ``tensordict`` and ``keys``."""
+    inner = node["tensordict"]
+    if type(inner) is not dict or inner.get("dir") != TENSORDICT_DIR:
+        bad(f"'tensordict' must be an object with 'dir': {TENSORDICT_DIR!r}")
+    meta = inner.get("meta")
+    if type(meta) is dict and "tensordict" in meta:
+        bad("the TensorDict of a TensorClass cannot be a TensorClass")
+    validate(meta, path, api, batch, at)
+    if meta["batch_size"] != batch:
+        bad(f"the TensorClass's batch size {batch} differs from its TensorDict's")
+    entries = node["entries"]
+    for key, entry in entries.items():
+        if entry["kind"] != "non_tensor":
+            bad(f"entry {key!r} of a TensorClass is a {entry['kind']}, expected a non_tensor")
+    shared = sorted(set(entries) & set(meta["entries"]))
+    if shared:
+        bad(f"keys {shared} are both non-tensor fields and in the TensorDict")
+    keys = node.get("keys")
+    if (
+        type(keys) is not list
+        or not all(type(key) is str for key in keys)
+        or len(set(keys)) != len(keys)
+        or set(keys) != set(entries) | set(meta["entries"])
+    ):
+        bad(f"'keys' is {keys!r}, expected the list of all the fields")
+
+
+def _validate_entry(key, entry, batch, path, api, at, bad) -> None:
+    if type(entry) is not dict:
+        bad(f"entry {key!r} is not a JSON object")
+    kind = entry.get("kind")
+    if kind == "tensor":
+        if type(entry.get("file")) is not str or not TENSOR_FILE.fullmatch(entry["file"]):
+            bad(f"data file name {entry.get('file')!r} is not a name tdfunc writes")
+        if entry.get("dtype") not in DTYPES:
+            bad(f"dtype {entry.get('dtype')!r} is not a known dtype")
+        shape = entry.get("shape")
+        if not _shape(shape) or shape[: len(batch)] != batch:
+            bad(f"shape {shape!r} is not a list of sizes starting with the batch size {batch}")
+    elif kind == "collection":
+        if not isinstance(entry.get("dir"), str) or not NAME.fullmatch(entry["dir"]):
+            bad(f"directory name {entry.get('dir')!r} is not a name tdfunc writes")
+        validate(entry.get("meta"), path, api, batch, at)
+    elif kind == "non_tensor":
+        size = entry.get("batch_size")
+        if not _shape(size) or size[: len(batch)] != batch:
+            bad(f"batch size {size!r} does not start with {batch}")
+        if type(entry.get("stack")) is not bool:
+            bad("'stack' must be true or false")
+        has_value, has_file = "value" in entry, "file" in entry
+        if has_value == has_file:
+            bad("a non-tensor entry needs exactly one of 'value' and 'file'")
+        if has_file and (
+            type(entry["file"]) is not str or not OBJECT_FILE.fullmatch(entry["file"])
+        ):
+            bad(f"file name {entry['file']!r} is not a name tdfunc writes")
+        if (
+            has_value
+            and entry["stack"]
+            and (type(entry["value"]) is not list or not size or len(entry["value"]) != size[0])
+        ):
+            bad(f"a stack of non-tensor values must be a list of {size[:1]} values")
+    else:
+        bad(f"entry {key!r} has unknown kind {kind!r}")

@@ -1,0 +1,206 @@
+"""Reading a saved directory back: validated metadata, size-checked mappings.
+
+Loading never unpickles (non-tensor files are read with
+``torch.load(weights_only=True)``) and only builds classes registered in
+:mod:`tdfunc._registry`. A data file is checked against the size its dtype and
+shape need before it is mapped, so a truncated file is a ``ValueError`` and
+never a ``SIGBUS``.
+
+A concurrent save to the same directory removes the files of the generation
+it replaces; a load that finds a referenced file gone reads ``meta.json`` again
+and starts over, so it returns one generation, whole.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from .._core.nontensor import NonTensorData, NonTensorStack
+from .._core.registry import lookup_class
+from .directory import worker_pool
+from .format import DTYPES, META, decode_object, read_meta
+from .memmap_tensor import check_file, map_file, nbytes_of
+from .save import remember_path
+
+_ATTEMPTS = 5
+
+
+class _Gone(Exception):
+    """A data file listed in ``meta.json`` disappeared (a concurrent save replaced it)."""
+
+    def __init__(self, error: FileNotFoundError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _fake_mode_active() -> bool:
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+
+
+class _Planned:
+    """A container whose tensor leaves are not mapped yet."""
+
+    __slots__ = ("batch_size", "data", "directory", "klass", "names")
+
+    def __init__(self, klass, data: dict, batch_size, names, directory: str) -> None:
+        self.klass = klass
+        self.data = data
+        self.batch_size = batch_size
+        self.names = names
+        self.directory = directory
+
+
+class _Load:
+    def __init__(self, api: str, device, non_blocking: bool, meta_path: str) -> None:
+        self.api = api
+        self.device = None if device is None else torch.device(device)
+        self.non_blocking = non_blocking
+        self.meta_path = meta_path
+        self.fake = _fake_mode_active()
+        self.placeholder = self.fake or (self.device is not None and self.device.type == "meta")
+        self.tasks: list[tuple] = []  # (data dict, key, path, dtype, shape)
+        self.result_device = self.device or torch.device("cpu")
+
+    def plan(self, node: dict, directory: str, data: dict | None = None) -> _Planned:
+        """The container described by ``node``, its tensor leaves listed in ``tasks``.
+
+        ``data`` (given for the TensorDict of a TensorClass) receives the values.
+        """
+        try:
+            klass = lookup_class(node["class"])
+        except ValueError as error:
+            raise ValueError(f"{self.api}: {self.meta_path}: {error}") from None
+        if data is None:
+            data = {}
+        inner = node.get("tensordict")
+        if inner is not None:  # a TensorClass (format 2): its tensors are in _tensordict/
+            data.update(dict.fromkeys(node["keys"]))  # the fields' order, filled below
+            self.plan(inner["meta"], os.path.join(directory, inner["dir"]), data)
+        for key, entry in node["entries"].items():
+            kind = entry["kind"]
+            if kind == "tensor":
+                dtype, shape = DTYPES[entry["dtype"]], torch.Size(entry["shape"])
+                if self.placeholder:
+                    device = "meta" if not self.fake else None
+                    data[key] = torch.empty(shape, dtype=dtype, device=device)
+                else:
+                    path = os.path.join(directory, entry["file"])
+                    self.tasks.append((data, key, path, dtype, shape))
+            elif kind == "collection":
+                data[key] = self.plan(entry["meta"], os.path.join(directory, entry["dir"]))
+            else:
+                if "value" in entry:
+                    value = entry["value"]
+                else:
+                    path = os.path.join(directory, entry["file"])
+                    try:
+                        value = decode_object(path, self.api)
+                    except FileNotFoundError as error:
+                        raise _Gone(error) from None
+                leaf = NonTensorStack if entry["stack"] else NonTensorData
+                data[key] = leaf._make(value, torch.Size(entry["batch_size"]), self.result_device)
+        names = node["names"]
+        names = None if names is None or all(n is None for n in names) else tuple(names)
+        return _Planned(klass, data, torch.Size(node["batch_size"]), names, directory)
+
+    def map_one(self, task: tuple) -> None:
+        data, key, path, dtype, shape = task
+        try:
+            st = check_file(path, nbytes_of(shape, dtype), self.api)
+        except FileNotFoundError as error:
+            raise _Gone(error) from None
+        tensor: torch.Tensor = map_file(path, dtype, shape, st)
+        if self.device is not None and self.device.type != "cpu":
+            tensor = tensor.to(self.device, non_blocking=self.non_blocking)
+        data[key] = tensor
+
+    def map_all(self, num_threads: int) -> None:
+        if num_threads <= 1 or len(self.tasks) < 2 * num_threads:
+            for task in self.tasks:
+                self.map_one(task)
+            return
+        chunk = -(-len(self.tasks) // num_threads)
+        futures = [
+            worker_pool(num_threads).submit(self._map_some, self.tasks[i : i + chunk])
+            for i in range(0, len(self.tasks), chunk)
+        ]
+        for future in futures:
+            future.result()
+
+    def _map_some(self, tasks: list) -> None:
+        for task in tasks:
+            self.map_one(task)
+
+    def build(self, planned: _Planned) -> Any:
+        data = planned.data
+        for key, value in data.items():
+            if type(value) is _Planned:
+                data[key] = self.build(value)
+        out = planned.klass._from_pytree(
+            data, planned.batch_size, self.result_device, planned.names
+        )
+        if not self.placeholder:
+            remember_path(out, planned.directory)
+            inner = out._to_tensordict_view()
+            if inner is not out:
+                remember_path(inner, planned.directory)
+        return out
+
+
+def load(prefix, *, api: str, device=None, non_blocking: bool = False, num_threads: int = 0):
+    """The container saved in ``prefix``, with memory-mapped tensor leaves."""
+    directory = os.path.abspath(os.fspath(prefix))
+    meta_path = os.path.join(directory, META)
+    for _ in range(_ATTEMPTS):
+        node, raw = read_meta(directory, api)
+        work = _Load(api, device, non_blocking, meta_path)
+        try:
+            planned = work.plan(node, directory)
+            work.map_all(num_threads)
+        except _Gone as gone:
+            if _unchanged(meta_path, raw):
+                raise FileNotFoundError(
+                    f"{api}: {gone.error.filename} is listed in {meta_path} but missing: the "
+                    f"saved data is incomplete (files were removed by hand?)."
+                ) from None
+            continue  # a concurrent save committed a new generation: read it instead
+        return work.build(planned)
+    raise RuntimeError(
+        f"{api}: {directory} kept changing while it was read ({_ATTEMPTS} attempts): another "
+        f"process is saving to it in a loop. Load it once that process has finished."
+    )
+
+
+def _unchanged(meta_path: str, raw: bytes) -> bool:
+    try:
+        with open(meta_path, "rb") as file:
+            return file.read() == raw
+    except OSError:
+        return False
+
+
+def load_into(out: Any, loaded: Any) -> Any:
+    """Move the content of ``loaded`` into ``out`` (same object, nested containers reused)."""
+    target = out._to_tensordict_view()
+    source = loaded._to_tensordict_view()
+    old = target._data
+    new: dict[str, Any] = {}
+    for key, value in source._data.items():
+        current = old.get(key)
+        if (
+            current is not None
+            and getattr(type(value), "_is_tensor_collection", False)
+            and type(current) is type(value)
+        ):
+            new[key] = load_into(current, value)
+        else:
+            new[key] = value
+    old.clear()
+    old.update(new)
+    target._batch_size = source._batch_size
+    target._names = source._names
+    target._device = source._device
+    return out

@@ -1,0 +1,543 @@
+"""Writing a TensorDict (or TensorClass) as a directory of memory-mapped files.
+
+A save runs in four steps, so that a crash at any point leaves a loadable
+directory with either the old or the new content, never a mix:
+
+1. *plan* (calling thread): walk the container, validate every value, encode
+   non-tensor values, create the directories. Nothing is written yet, so an
+   invalid value fails the save before any file changes.
+2. *write* (``num_threads`` threads): every tensor goes to a file that no
+   committed ``meta.json`` references: a new one (``O_EXCL``; ``a.memmap`` on
+   the first save, ``a.<token>.memmap`` when that name is taken), or a small
+   file of the generation before the last, overwritten in place (see
+   :mod:`tdfunc._persist_dir`). Files in use are never written.
+3. *commit*: each level's ``meta.json`` is replaced through an atomic rename,
+   sub-directories first and the top level last. The top-level ``meta.json``
+   embeds the whole tree, so a load from the top sees exactly one generation.
+4. *clean*: files and sub-directories that neither the new ``meta.json`` files
+   nor the next save need are removed, in a background thread: freeing a
+   file's blocks can take milliseconds (file systems mounted with online
+   discard). Files still mapped keep their content (only the name goes away).
+   Concurrent saves to one directory are not supported.
+
+Durability: by default nothing is ``fsync``-ed. The page cache makes the rename
+ordering hold for every reader and across a killed process; ``fsync=True``
+extends it to power loss / kernel crashes (data files, then ``meta.json``, then
+the directory are synced), at a large cost on small files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+
+from .._core.nontensor import NonTensorData, NonTensorStack
+from .._core.registry import class_name
+from .directory import Directory, is_doomed, read_node, remove_in_background, worker_pool
+from .directory import wait_for_cleanup as wait_for_cleanup
+from .format import (
+    FORMAT,
+    META,
+    TENSOR_FILE,
+    TENSORDICT_DIR,
+    VERSION,
+    dtype_name,
+    encode_object,
+    fsync_directory,
+    is_json_exact,
+    write_meta,
+)
+from .keys import encode_key
+from .memmap_tensor import (
+    MemoryMappedTensor,
+    allocate_file,
+    map_file,
+    nbytes_of,
+    plain_cpu,
+    write_file,
+)
+
+_CPU = torch.device("cpu")
+# Larger leaves are written with write(): through a mapping, every page would fault
+# (and, on ext4, start a journal transaction).
+_COPY_INTO_MAPPING = 16 << 10
+_OPEN_EXISTING = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _collection(value: Any) -> bool:
+    return getattr(type(value), "_is_tensor_collection", False)
+
+
+# ---------------------------------------------------------------------------- saved paths
+_SAVED: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def remember_path(obj: Any, directory: str) -> None:
+    """Record that ``obj`` mirrors ``directory`` (read back by ``saved_path``)."""
+    key = id(obj)
+
+    def forget(ref, key=key):
+        if _SAVED.get(key, (None,))[0] is ref:
+            del _SAVED[key]
+
+    with contextlib.suppress(TypeError):  # no weak references: nothing to remember
+        _SAVED[key] = (weakref.ref(obj, forget), directory)
+
+
+def saved_path_of(obj: Any) -> str | None:
+    entry = _SAVED.get(id(obj))
+    if entry is None or entry[0]() is not obj:
+        return None
+    return entry[1]
+
+
+# ---------------------------------------------------------------------------- plan
+class _Level:
+    """One container of the tree being saved."""
+
+    __slots__ = (
+        "children",
+        "directory",
+        "inner",
+        "node",
+        "results",
+        "source",
+        "spare",
+        "state",
+        "view",
+    )
+
+    def __init__(self, source: Any, directory: str | None) -> None:
+        self.source = source
+        self.state: Directory | None = None
+        self.spare: str | None = None
+        self.view = source._to_tensordict_view()
+        self.directory = directory
+        self.results: dict[str, Any] = {}
+        self.children: list[_Level] = []
+        self.inner: _Level | None = None  # a TensorClass's TensorDict (its own directory)
+        view = self.view
+        self.node: dict = {
+            "format": FORMAT,
+            "version": VERSION,
+            "class": class_name(type(source)),
+            "batch_size": list(view.batch_size),
+            "names": None if view._names is None else list(view._names),
+            "device": None if view.device is None else str(view.device),
+            "entries": {},
+        }
+
+
+class _Save:
+    """The options of one save and the work it collects while planning."""
+
+    def __init__(self, api, inplace, like, copy_existing, existsok, fsync) -> None:
+        self.api = api
+        self.inplace = inplace
+        self.like = like
+        self.copy_existing = copy_existing
+        self.existsok = existsok
+        self.fsync = fsync
+        self.jobs: list[tuple] = []  # (nbytes, callable)
+        self.levels: list[_Level] = []  # post-order: children before parents
+        self.created: list[str] = []
+        self.lock = threading.Lock()
+
+    # -------------------------------------------------------------- walking the tree
+    def plan(
+        self,
+        source: Any,
+        directory: str | None,
+        at: tuple = (),
+        inline: tuple = (),
+        items: list | None = None,
+    ) -> _Level:
+        """Plan ``source``; ``inline`` holds the metadata its ancestors recorded for it.
+
+        ``items`` (the key-value pairs to save) is given for the TensorDict of a
+        TensorClass, which holds only the tensor and collection fields.
+        """
+        level = _Level(source, directory)
+        old_nodes: list = []
+        if directory is not None:
+            nested = bool(at) or items is not None
+            old_nodes = self._prepare_directory(level, at, inline, nested)
+        if items is None:
+            items = list(level.view._data.items())
+            if level.view is not source:
+                items = self._plan_tensorclass(level, items, at, old_nodes)
+        entries = level.node["entries"]
+        for key, value in items:
+            path = at + (key,)
+            if isinstance(value, torch.Tensor):
+                entries[key] = self._plan_tensor(level, key, value, path)
+            elif _collection(value):
+                stem = encode_key(key)
+                child = self.plan(
+                    value,
+                    None if directory is None else os.path.join(directory, stem),
+                    path,
+                    tuple(_inline_child(node, key, stem) for node in old_nodes),
+                )
+                level.children.append(child)
+                level.results[key] = child
+                entries[key] = {"kind": "collection", "dir": stem, "meta": child.node}
+            elif isinstance(value, NonTensorData):
+                entries[key] = self._plan_object(level, key, value, path)
+            else:
+                raise TypeError(
+                    f"{self.api}: cannot save the value at key {_show(path)} (a "
+                    f"{type(value).__name__}); expected a tensor, a tensor collection or "
+                    f"NonTensorData."
+                )
+        self.levels.append(level)
+        return level
+
+    def _plan_tensorclass(self, level: _Level, items: list, at: tuple, old_nodes: list) -> list:
+        """Plan the TensorDict of a TensorClass in ``_tensordict``; return the other items.
+
+        The TensorClass's own level keeps its non-tensor fields (and the order of
+        all fields); its tensor and collection fields form a plain TensorDict.
+        """
+        inner_items = [(k, v) for k, v in items if isinstance(v, torch.Tensor) or _collection(v)]
+        directory = level.directory
+        level.inner = self.plan(
+            level.view,
+            None if directory is None else os.path.join(directory, TENSORDICT_DIR),
+            at,
+            tuple(_inline_tensordict(node) for node in old_nodes),
+            inner_items,
+        )
+        level.node["keys"] = [key for key, _ in items]
+        level.node["tensordict"] = {"dir": TENSORDICT_DIR, "meta": level.inner.node}
+        inner_keys = {key for key, _ in inner_items}
+        return [(k, v) for k, v in items if k not in inner_keys]
+
+    def _prepare_directory(self, level: _Level, at: tuple, inline: tuple, nested: bool) -> list:
+        """Create the directory or read what it holds; return the metadata that uses it."""
+        directory = level.directory
+        assert directory is not None
+        try:
+            os.mkdir(directory)
+            level.state = Directory(directory, set(), [])  # new, hence empty
+            return []
+        except FileNotFoundError:  # a missing parent (only the top level can lack one)
+            os.makedirs(directory, exist_ok=True)
+        except FileExistsError:
+            if nested and os.path.islink(directory):
+                where = f" (key {_show(at)})" if at else ""
+                raise RuntimeError(
+                    f"{self.api}: refusing to write through the symbolic link {directory}"
+                    f"{where}; remove it or choose another prefix."
+                ) from None
+        try:
+            names = set(os.listdir(directory))
+        except NotADirectoryError:
+            raise FileExistsError(
+                f"{self.api}: {directory} exists and is not a directory; choose another prefix."
+            ) from None
+        if not self.existsok and META in names:
+            raise FileExistsError(
+                f"{self.api}: {directory} already holds saved data ({META} exists) and "
+                f"existsok=False; pass existsok=True to replace it."
+            )
+        # the files this directory's meta.json uses, and those its ancestors' use: both
+        # stay untouched until the new metadata is committed
+        old_nodes = [read_node(directory) if META in names else None, *inline]
+        level.state = Directory(directory, names, old_nodes)
+        return [node for node in old_nodes if node is not None]
+
+    def _plan_tensor(self, level: _Level, key: str, value, path) -> dict:
+        entry = {
+            "kind": "tensor",
+            "file": None,
+            "dtype": dtype_name(value.dtype, _key(path), self.api),
+            "shape": list(value.shape),
+        }
+        if value.layout is not torch.strided or value.is_nested or value.is_quantized:
+            raise TypeError(
+                f"{self.api}: cannot save key {_show(path)}: only dense (strided, "
+                f"non-quantized) tensors can be memory-mapped, got layout {value.layout}."
+            )
+        if isinstance(value, MemoryMappedTensor):
+            real = None if level.directory is None else os.path.realpath(level.directory)
+            if real is None or _reusable(value, real):
+                # already stored where it belongs: keep the same file and object
+                level.results[key] = value
+                if real is not None:
+                    entry["file"] = name = os.path.basename(value.filename)
+                    assert level.state is not None
+                    level.state.protect(name)
+                return entry
+            if os.path.dirname(os.path.realpath(value.filename)) != real and not (
+                self.copy_existing
+            ):
+                raise RuntimeError(
+                    f"{self.api}: key {_show(path)} is already memory-mapped in "
+                    f"{value.filename}, outside {level.directory}. Pass copy_existing=True "
+                    f"to copy it there."
+                )
+        stem = encode_key(key)
+        nbytes = nbytes_of(value.shape, value.dtype)
+
+        def job() -> None:
+            level.results[key] = self._write_tensor(level.state, stem, value, entry)
+
+        self.jobs.append((nbytes, job))
+        return entry
+
+    def _plan_object(self, level: _Level, key: str, value: NonTensorData, path) -> dict:
+        stack = type(value) is NonTensorStack
+        entry: dict = {"kind": "non_tensor", "batch_size": list(value.batch_size), "stack": stack}
+        level.results[key] = type(value)._make(value.data, value.batch_size, _CPU)
+        if level.directory is None:
+            return entry
+        if is_json_exact(value.data):
+            entry["value"] = value.data
+            return entry
+        blob = encode_object(value.data, _key(path), self.api)
+        stem = encode_key(key)
+        state = level.state
+        assert state is not None
+
+        def job() -> None:
+            fd, name = self._create(state, stem, "pt")
+            try:
+                os.write(fd, blob)
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            entry["file"] = name
+
+        self.jobs.append((len(blob), job))
+        entry["file"] = None
+        return entry
+
+    # -------------------------------------------------------------- writing
+    def _create(self, state: Directory, stem: str, suffix: str) -> tuple[int, str]:
+        fd, name = state.create(stem, suffix)
+        with self.lock:  # removed again if the save fails
+            self.created.append(os.path.join(state.path, name))
+        return fd, name
+
+    def _write_tensor(self, state, stem: str, value, entry: dict) -> MemoryMappedTensor:
+        if state is None:
+            return MemoryMappedTensor.from_tensor(value, copy_data=not self.like)
+        nbytes = nbytes_of(value.shape, value.dtype)
+        spare = None if self.like else state.recycle(stem, nbytes)
+        if spare is not None:
+            name, st = spare
+            entry["file"] = name
+            path = os.path.join(state.path, name)
+            if nbytes <= _COPY_INTO_MAPPING:
+                # a few pages: copying into a mapping costs fewer system calls than write()
+                mapped = map_file(path, value.dtype, value.shape, st)
+                if nbytes:
+                    mapped.copy_(plain_cpu(value))
+                if self.fsync:
+                    _fsync_path(path)
+                return mapped
+            fd = os.open(path, _OPEN_EXISTING)
+        else:
+            fd, name = self._create(state, stem, "memmap")
+            path = os.path.join(state.path, name)
+            st = None
+        try:
+            if self.like:
+                allocate_file(fd, nbytes)
+            else:
+                write_file(fd, path, value)
+            if self.fsync:
+                os.fsync(fd)
+            if st is None:
+                st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        entry["file"] = name
+        return map_file(path, value.dtype, value.shape, st)
+
+    def run_jobs(self, num_threads: int) -> None:
+        if num_threads <= 1 or len(self.jobs) <= 1:
+            for _, job in self.jobs:
+                job()
+            return
+        # one task per thread, balanced by bytes: submitting a task per tiny leaf
+        # would cost more than writing it
+        bins: list[list] = [[] for _ in range(min(num_threads, len(self.jobs)))]
+        loads = [0] * len(bins)
+        for nbytes, job in sorted(self.jobs, key=lambda item: -item[0]):
+            i = loads.index(min(loads))
+            bins[i].append(job)
+            loads[i] += nbytes + 4096
+
+        def run(jobs: list) -> None:
+            for job in jobs:
+                job()
+
+        pool = worker_pool(num_threads)
+        for future in [pool.submit(run, jobs) for jobs in bins]:
+            future.result()
+
+    # -------------------------------------------------------------- commit and clean
+    def commit(self) -> None:
+        for level in self.levels:  # post-order: the top level is committed last
+            if level.state is not None:
+                level.spare = write_meta(
+                    level.state.path, level.node, self.fsync, level.state.spare_meta
+                )
+        if self.fsync:
+            for level in self.levels:
+                if level.directory is not None:
+                    fsync_directory(level.directory)
+
+    def clean(self) -> None:
+        """Remove what earlier saves left (in a background thread: freeing blocks is slow)."""
+        files: list[str] = []
+        trash: list[str] = []
+        for level in self.levels:
+            if level.state is not None:
+                stale_files, stale_dirs = level.state.stale(level.node, level.spare)
+                files += stale_files
+                trash += stale_dirs
+        if files or trash:
+            remove_in_background(files, trash)
+
+    def discard(self) -> None:
+        """After a failure: remove the files this save created (nothing references them)."""
+        for path in self.created:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    # -------------------------------------------------------------- results
+    def build(self, level: _Level) -> Any:
+        results = level.results
+        if level.inner is not None:
+            results = {**level.inner.results, **results}
+        view = level.view
+        if self.inplace:
+            for key in view._data:
+                value = results[key]
+                view._data[key] = self.build(value) if isinstance(value, _Level) else value
+            view._device = _CPU
+            out = level.source
+        else:
+            data = {
+                key: self.build(value) if isinstance(value, _Level) else value
+                for key, value in ((k, results[k]) for k in view._data)
+            }
+            out = type(level.source)._from_pytree(data, view.batch_size, _CPU, view._names)
+        if level.directory is not None:
+            remember_path(out, level.directory)
+            inner = out._to_tensordict_view()
+            if inner is not out:
+                remember_path(inner, level.directory)
+        return out
+
+
+def _key(path: tuple) -> Any:
+    return path[0] if len(path) == 1 else path
+
+
+def _show(path: tuple) -> str:
+    return repr(_key(path))
+
+
+def _reusable(value: MemoryMappedTensor, real_directory: str) -> bool:
+    """The file of ``value`` is a data file of this directory, still the one it maps."""
+    filename = value.filename
+    if os.path.dirname(os.path.realpath(filename)) != real_directory:
+        return False
+    name = os.path.basename(filename)
+    if not TENSOR_FILE.fullmatch(name) or is_doomed(os.path.join(real_directory, name)):
+        return False
+    try:
+        st = os.stat(filename, follow_symlinks=False)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == value._inode and st.st_size == value.nbytes
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _inline_child(node: dict, key: str, stem: str) -> Any:
+    """The metadata ``node`` records for its sub-directory ``stem`` (key ``key``), if any."""
+    entries = node.get("entries")
+    entry = entries.get(key) if type(entries) is dict else None
+    if type(entry) is dict and entry.get("kind") == "collection" and entry.get("dir") == stem:
+        return entry.get("meta")
+    return None
+
+
+def _inline_tensordict(node: dict) -> Any:
+    """The metadata ``node`` records for its sub-directory ``_tensordict``, if any."""
+    inner = node.get("tensordict")
+    if type(inner) is dict and inner.get("dir") == TENSORDICT_DIR:
+        return inner.get("meta")
+    entries = node.get("entries")  # a version 1 node may use the name for a key
+    for key, entry in entries.items() if type(entries) is dict else ():
+        if type(entry) is dict and entry.get("dir") == TENSORDICT_DIR:
+            return _inline_child(node, key, TENSORDICT_DIR)
+    return None
+
+
+# ---------------------------------------------------------------------------- entry point
+def save(
+    obj: Any,
+    prefix,
+    *,
+    api: str,
+    inplace: bool,
+    like: bool,
+    copy_existing: bool,
+    num_threads: int,
+    return_early: bool,
+    existsok: bool,
+    fsync: bool,
+) -> Any:
+    """Save ``obj`` under ``prefix`` (a temporary location when ``None``); see the module doc."""
+    if not isinstance(num_threads, int) or num_threads < 0:
+        raise ValueError(f"{api}: num_threads must be a non-negative int, got {num_threads!r}.")
+    directory = None if prefix is None else os.path.abspath(os.fspath(prefix))
+    work = _Save(api, inplace, like, copy_existing, existsok, fsync)
+    top = work.plan(obj, directory)
+
+    def finish() -> Any:
+        try:
+            work.run_jobs(num_threads)
+        except BaseException:
+            work.discard()
+            raise
+        finally:
+            work.jobs = []  # the jobs refer to ``work``: drop the cycle (and the mappings)
+        work.commit()
+        work.clean()
+        out = work.build(top)
+        out.lock_()
+        return out
+
+    if not (return_early and num_threads > 0):
+        return finish()
+    future: Future = Future()
+
+    def background() -> None:
+        try:
+            future.set_result(finish())
+        except BaseException as error:
+            future.set_exception(error)
+
+    future.set_running_or_notify_cancel()
+    threading.Thread(target=background, name="tdfunc-memmap").start()
+    return future

@@ -1,0 +1,515 @@
+"""``TensorClass``: typed, dataclass-like containers built on a TensorDict.
+
+A subclass declares its fields with annotations; the class gets a generated
+``__init__``, one property per field (reading straight from the inner
+TensorDict), and every TensorDict operation as an explicit method returning
+the same class. An instance holds one TensorDict (``_td``) and nothing else.
+
+Flags come from brackets (``TensorClass["frozen", "nocast"]``), class keywords
+(``class Foo(TensorClass, autocast=True)``) or the :func:`tensorclass`
+decorator. Each subclass is registered as a pytree node (``vmap``, ``grad`` and
+``torch.compile`` see through it) and in the class registry (persistence).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
+
+import torch
+from typing_extensions import dataclass_transform
+
+from .._core.container import TensorDict
+from .._core.nontensor import NonTensorData
+from .._core.registry import register_class
+from .._core.shapes import as_size
+from .._functional.pytree import register as _register_pytree
+from .fields import (
+    FLAGS,
+    MISSING,
+    Field,
+    check_tensor_only_annotations,
+    collect_fields,
+    convert_default,
+    convert_nocast,
+    convert_tensor_only,
+    make_autocast,
+    parse_bracket_flags,
+    resolve_flags,
+)
+from .persist import TensorClassPersist
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from typing_extensions import Self
+
+    FlagName = Literal["autocast", "nocast", "tensor_only", "frozen", "shadow"]
+
+    # For type checkers only: a dataclass_transform metaclass makes every
+    # subclass a dataclass with a generated __init__ (fields, then the keyword
+    # arguments below). TensorClass names it directly, so (PEP 681) it is
+    # neither frozen nor non-frozen, and subclasses may be either.
+    @dataclass_transform(eq_default=False, field_specifiers=(dataclasses.field,))
+    class _Meta(type): ...
+
+    class _BatchSizeArg:
+        def __get__(self, obj: object, owner: Any) -> torch.Size: ...
+        def __set__(self, obj: object, value: Sequence[int] | torch.Size | int | None) -> None: ...
+
+    class _DeviceArg:
+        def __get__(self, obj: object, owner: Any) -> torch.device | None: ...
+        def __set__(self, obj: object, value: torch.device | str | int | None) -> None: ...
+
+    class _NamesArg:
+        def __get__(self, obj: object, owner: Any) -> list[str | None] | None: ...
+        def __set__(self, obj: object, value: Sequence[str | None] | None) -> None: ...
+
+else:
+    _Meta = type
+
+
+FrozenInstanceError = dataclasses.FrozenInstanceError
+_FACTORY = object()  # placeholder default of a field with a default_factory
+_RESERVED: list[frozenset[str]] = []
+_CARRIERS: dict[tuple, type] = {}
+
+
+class TensorClass(TensorClassPersist, metaclass=_Meta):
+    """Base class of typed tensor containers (the inheritance form of ``@tensorclass``).
+
+    Subclass it and annotate fields; instances behave like a TensorDict
+    (indexing, reshaping, ``torch.stack``, ``to``, ``apply``, memmap) and every
+    derived result is an instance of the same class. ``TensorClass`` itself is
+    not a tensorclass: only its subclasses are.
+
+    Keyword Args:
+        batch_size: the leading dims every field shares. Defaults to ``[]``.
+        device: if given, every tensor written is moved to this device.
+        names: optional names of the batch dims.
+
+    Example:
+        >>> from typing import Any
+        >>> class Foo(TensorClass):
+        ...     tensor: torch.Tensor
+        ...     non_tensor: Any
+        ...     nested: Any = None
+        >>> foo = Foo(tensor=torch.randn(3), non_tensor="a string!", batch_size=[3])
+        >>> foo[1:].tensor.shape, foo.non_tensor
+        (torch.Size([2]), 'a string!')
+        >>> class Params(TensorClass["frozen"]):
+        ...     weight: torch.Tensor
+        >>> hash(Params(weight=torch.ones(2))) is not None
+        True
+    """
+
+    __slots__ = ("__weakref__", "_td")
+    if TYPE_CHECKING:
+        # keyword arguments of the generated __init__ (read back as properties)
+        batch_size: _BatchSizeArg = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+        device: _DeviceArg = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+        names: _NamesArg = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+    _is_tensor_collection: ClassVar[bool] = True
+    _tc_flags: ClassVar[dict[str, bool]] = dict.fromkeys(FLAGS, False)
+    _tc_fields: ClassVar[tuple[Field, ...]] = ()
+    _tc_field_names: ClassVar[frozenset[str]] = frozenset()
+    _tc_converters: ClassVar[dict[str, Callable]] = {}
+    _tc_frozen: ClassVar[bool] = False
+    _tc_ready: ClassVar[bool] = False  # a real tensorclass (not TensorClass, not a flag carrier)
+    _tc_init: ClassVar[Callable[..., None]]
+
+    def __init_subclass__(
+        cls,
+        *,
+        autocast: bool | None = None,
+        nocast: bool | None = None,
+        tensor_only: bool | None = None,
+        frozen: bool | None = None,
+        shadow: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        requested = {
+            "autocast": autocast,
+            "nocast": nocast,
+            "tensor_only": tensor_only,
+            "frozen": frozen,
+            "shadow": shadow,
+        }
+        cls._tc_flags = resolve_flags(cls, requested)
+        if cls.__dict__.get("_tc_carrier"):
+            cls._tc_ready = False
+            return
+        _build_class(cls, cls._tc_flags, _defining_locals(cls))
+
+    def __class_getitem__(cls, item: FlagName | tuple[FlagName, ...]) -> type[Self]:
+        """``TensorClass["frozen", "nocast"]``: a base class with those flags turned on."""
+        flags = parse_bracket_flags(cls.__name__, item)
+        key = (cls, tuple(sorted(flags)))
+        carrier = _CARRIERS.get(key)
+        if carrier is None:
+            label = ", ".join(repr(flag) for flag in flags)
+            namespace = {
+                "__slots__": (),
+                "__module__": cls.__module__,
+                "__qualname__": f"{cls.__qualname__}[{label}]",
+                "__doc__": cls.__doc__,
+                "_tc_carrier": True,
+            }
+            metaclass: Any = type(cls)
+            carrier = metaclass(f"{cls.__name__}[{label}]", (cls,), namespace, **flags)
+            _CARRIERS[key] = carrier
+        return carrier
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        cls = type(self)
+        if not cls._tc_ready:
+            raise TypeError(
+                f"{cls.__name__} is not a tensorclass itself: subclass it and declare fields, "
+                f"e.g. `class Batch({cls.__name__}): x: torch.Tensor`."
+            )
+        cls._tc_init(self, *args, **kwargs)
+
+    # ------------------------------------------------------------------ fields
+    def _write_field(self, name: str, value: Any) -> None:
+        """Cast ``value`` by the class flags and store it as field ``name``."""
+        cls = type(self)
+        if cls._tc_frozen:
+            raise FrozenInstanceError(
+                f"{cls.__name__} is frozen: cannot assign field {name!r}. Build a new "
+                f"instance instead, e.g. {cls.__name__}(**{{...}}, batch_size=...)."
+            )
+        td = self._td
+        if value is None:
+            if name in td._data:
+                td.del_(name)
+            return
+        stored = cls._tc_converters[name](cls.__name__, name, value, td._batch_size, td._device)
+        if td._is_locked:
+            td.set(name, stored)
+        else:
+            td._data[name] = stored
+
+    # ------------------------------------------------------------------ copying
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_td": self._td}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "_td", state["_td"])
+
+    def __copy__(self) -> Self:
+        return self._wrap_td(self._td._shallow_copy())
+
+    def __deepcopy__(self, memo: dict) -> Self:
+        import copy
+
+        return self._wrap_td(copy.deepcopy(self._td, memo))
+
+
+def _reserved_names() -> frozenset[str]:
+    if not _RESERVED:
+        # "data" is free: TensorClass has no such member, and the seeds' persistence
+        # example declares a field named data without the shadow flag.
+        _RESERVED.append(frozenset(dir(TensorClass)) | frozenset(dir(TensorDict)))
+    return _RESERVED[0]
+
+
+def _defining_locals(cls: type) -> dict | None:
+    """Locals of the scope running the class statement that string annotations name."""
+    wanted = set()
+    for annotation in inspect.get_annotations(cls).values():
+        if isinstance(annotation, str):
+            wanted.update(re.findall(r"[A-Za-z_]\w*", annotation))
+    if not wanted:
+        return None
+    frame: Any = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back  # the decorator form: skip this module's frames
+    if frame is None or frame.f_locals is frame.f_globals:
+        return None
+    local_vars = frame.f_locals
+    return {name: local_vars[name] for name in wanted if name in local_vars}
+
+
+def _build_class(cls: type[TensorClass], flags: dict[str, bool], localns: dict | None) -> None:
+    """Fields, properties, ``__init__``, hashing, and the pytree/registry entries."""
+    fields = collect_fields(cls, _reserved_names(), flags["shadow"], localns)
+    if flags["tensor_only"]:
+        check_tensor_only_annotations(cls, fields)
+        converter = convert_tensor_only
+    elif flags["nocast"]:
+        converter = convert_nocast
+    else:
+        converter = convert_default
+    cls._tc_fields = fields
+    cls._tc_field_names = frozenset(field.name for field in fields)
+    cls._tc_converters = {
+        field.name: make_autocast(field) if flags["autocast"] else converter for field in fields
+    }
+    cls._tc_frozen = flags["frozen"]
+    cls._tc_ready = True
+    for field in fields:
+        setattr(cls, field.name, _field_property(field.name, flags["tensor_only"]))
+    init = _make_init(cls, fields, flags)
+    cls._tc_init = init
+    if "__init__" not in cls.__dict__:
+        cls.__init__ = init  # type: ignore[method-assign]
+    if "__match_args__" not in cls.__dict__:
+        setattr(cls, "__match_args__", tuple(field.name for field in fields))  # noqa: B010
+    if flags["frozen"]:
+        if cls.__dict__.get("__hash__") is None:
+            cls.__hash__ = object.__hash__  # type: ignore[assignment]
+        cls.__setattr__ = _frozen_setattr  # type: ignore[method-assign, assignment]
+        cls.__delattr__ = _frozen_delattr  # type: ignore[method-assign, assignment]
+    _register_pytree(cls)
+    register_class(cls)
+
+
+def _frozen_setattr(self: TensorClass, name: str, value: Any) -> None:
+    raise FrozenInstanceError(
+        f"{type(self).__name__} is frozen: cannot assign {name!r}. Build a new instance "
+        f"instead (frozen instances are immutable parameter sets and batches)."
+    )
+
+
+def _frozen_delattr(self: TensorClass, name: str) -> None:
+    raise FrozenInstanceError(f"{type(self).__name__} is frozen: cannot delete {name!r}.")
+
+
+_PROPERTY_SOURCE = """
+def fget(self):
+    try:
+        value = self._td._data[{name!r}]
+    except KeyError:
+        return None
+    if type(value) is Tensor:
+        return value
+    if isinstance(value, NonTensorData):
+        return value.data
+    return value
+"""
+
+_TENSOR_ONLY_SOURCE = """
+def fget(self):
+    try:
+        return self._td._data[{name!r}]
+    except KeyError:
+        return None
+"""
+
+
+def _field_property(name: str, tensor_only: bool) -> property:
+    """A property reading the field straight from the inner TensorDict's dict."""
+    namespace: dict[str, Any] = {"Tensor": torch.Tensor, "NonTensorData": NonTensorData}
+    source = (_TENSOR_ONLY_SOURCE if tensor_only else _PROPERTY_SOURCE).format(name=name)
+    exec(compile(source, f"<tdfunc field {name}>", "exec"), namespace)
+
+    def fset(self: TensorClass, value: Any) -> None:
+        self._write_field(name, value)
+
+    def fdel(self: TensorClass) -> None:
+        self._write_field(name, None)
+
+    return property(namespace["fget"], fset, fdel, doc=f"The field {name!r}.")
+
+
+def _make_init(cls: type[TensorClass], fields: tuple[Field, ...], flags: dict[str, bool]):
+    """Generate ``__init__(self, <fields>, *, batch_size=None, device=None, names=None)``.
+
+    Every name the generated code uses besides the parameters starts with ``_tc_``,
+    a prefix field names cannot have, so no field can shadow it.
+    """
+    names = [field.name for field in fields]
+    api = cls.__name__
+    namespace: dict[str, Any] = {
+        "_tc_Size": torch.Size,
+        "_tc_Tensor": torch.Tensor,
+        "_tc_as_size": as_size,
+        "_tc_device": torch.device,
+        "_tc_new_td": TensorDict._new_unsafe,
+        "_tc_set_td": TensorClass.__dict__["_td"].__set__,
+        "_tc_FACTORY": _FACTORY,
+        "_tc_api": api,
+    }
+    params = []
+    for field in fields:
+        if field.default is not MISSING:
+            namespace[f"_tc_default_{field.name}"] = field.default
+            params.append(f"{field.name}=_tc_default_{field.name}")
+        elif field.default_factory is not MISSING:
+            namespace[f"_tc_factory_{field.name}"] = field.default_factory
+            params.append(f"{field.name}=_tc_FACTORY")
+        else:
+            params.append(field.name)
+    extra = [k for k in ("batch_size", "device", "names") if k not in names]
+    signature = ", ".join(["_tc_self", *params])
+    if extra:
+        signature += ", *, " + ", ".join(f"{k}=None" for k in extra)
+    body = []
+    if "batch_size" in extra:
+        body.append(
+            "_tc_size = batch_size if type(batch_size) is _tc_Size "
+            "else _tc_as_size(batch_size, _tc_api)"
+        )
+    else:
+        body.append("_tc_size = _tc_Size()")
+    if "device" in extra:
+        body.append("_tc_dev = None if device is None else _tc_device(device)")
+    else:
+        body.append("_tc_dev = None")
+    body += [
+        "_tc_data = {}",
+        "_tc_n = len(_tc_size)",
+        # one batch dim (the common case) is checked without slicing a torch.Size
+        "_tc_s0 = _tc_size[0] if _tc_n == 1 else (-2 if _tc_n == 0 else -1)",
+    ]
+    fast = not flags["autocast"]  # a tensor is stored as it is unless autocast casts it
+    for field in fields:
+        name = field.name
+        namespace[f"_tc_convert_{name}"] = cls._tc_converters[name]
+        if field.default_factory is not MISSING:
+            body.append(f"if {name} is _tc_FACTORY: {name} = _tc_factory_{name}()")
+        convert = (
+            f"_tc_data[{name!r}] = _tc_convert_{name}(_tc_api, {name!r}, {name}, _tc_size, _tc_dev)"
+        )
+        if fast:
+            body += [
+                f"if type({name}) is _tc_Tensor and _tc_dev is None and (_tc_s0 == -2 "
+                f"or (_tc_s0 >= 0 and {name}.ndim and {name}.shape[0] == _tc_s0) "
+                f"or (_tc_s0 == -1 and {name}.shape[:_tc_n] == _tc_size)):",
+                f"    _tc_data[{name!r}] = {name}",
+                f"elif {name} is not None:",
+                f"    {convert}",
+            ]
+        else:
+            body += [f"if {name} is not None:", f"    {convert}"]
+    body.append("_tc_td = _tc_new_td(_tc_data, _tc_size, _tc_dev, None)")
+    if flags["frozen"]:
+        body.append("_tc_td._is_locked = True")
+    if "names" in extra:
+        body.append("if names is not None: _tc_td.names = names")
+    body.append("_tc_set_td(_tc_self, _tc_td)")
+    if hasattr(cls, "__post_init__"):
+        body.append("_tc_self.__post_init__()")
+    source = f"def __init__({signature}):\n" + "\n".join("    " + line for line in body)
+    exec(compile(source, f"<tdfunc {api}.__init__>", "exec"), namespace)
+    init = namespace["__init__"]
+    # the declared annotations (strings under ``from __future__ import annotations``), so
+    # ``inspect.signature`` reads like a dataclass: ``(x: 'torch.Tensor', ..., *, batch_size=...)``
+    init.__annotations__ = {field.name: field.annotation for field in fields}
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    return init
+
+
+# ---------------------------------------------------------------------- public helpers
+def is_tensorclass(obj: Any) -> bool:
+    """True for a tensorclass (a subclass of ``TensorClass`` with fields) or an instance.
+
+    Example:
+        >>> class Foo(TensorClass):
+        ...     x: torch.Tensor
+        >>> is_tensorclass(Foo), is_tensorclass(Foo(x=torch.zeros(()))), is_tensorclass(TensorClass)
+        (True, True, False)
+    """
+    cls = obj if isinstance(obj, type) else type(obj)
+    return issubclass(cls, TensorClass) and cls._tc_ready
+
+
+_T = TypeVar("_T")
+
+
+@overload
+def tensorclass(cls: type[_T], /) -> type[_T]: ...
+
+
+@overload
+def tensorclass(
+    cls: None = None,
+    /,
+    *,
+    autocast: bool = False,
+    nocast: bool = False,
+    tensor_only: bool = False,
+    frozen: bool = False,
+    shadow: bool = False,
+) -> Callable[[type[_T]], type[_T]]: ...
+
+
+@dataclass_transform(eq_default=False)
+def tensorclass(
+    cls: type[_T] | None = None,
+    /,
+    *,
+    autocast: bool = False,
+    nocast: bool = False,
+    tensor_only: bool = False,
+    frozen: bool = False,
+    shadow: bool = False,
+) -> Any:
+    """Decorator form of :class:`TensorClass`: ``@tensorclass`` or ``@tensorclass(frozen=True)``.
+
+    The decorated class is rebuilt as a subclass of ``TensorClass`` (its own bases
+    come first), so it has every TensorClass method. Prefer the inheritance form
+    for type checking: checkers do not know the decorated class's TensorDict
+    methods or its ``batch_size`` argument.
+
+    Example:
+        >>> @tensorclass
+        ... class MyData:
+        ...     image: torch.Tensor
+        ...     label: torch.Tensor
+        >>> data = MyData(torch.zeros(4, 3), torch.arange(4), batch_size=[4])
+        >>> data[data.label > 1].batch_size
+        torch.Size([2])
+    """
+    requested = {
+        "autocast": autocast or None,
+        "nocast": nocast or None,
+        "tensor_only": tensor_only or None,
+        "frozen": frozen or None,
+        "shadow": shadow or None,
+    }
+    parse_bracket_flags("tensorclass", tuple(k for k, v in requested.items() if v))
+
+    def wrap(target: type[_T]) -> type[_T]:
+        return _from_plain_class(target, requested)
+
+    return wrap if cls is None else wrap(cls)
+
+
+def _from_plain_class(target: type, requested: Mapping[str, bool | None]) -> Any:
+    if not isinstance(target, type):
+        raise TypeError(f"tensorclass: expected a class, got {type(target).__name__}.")
+    if issubclass(target, TensorClass):
+        raise TypeError(
+            f"tensorclass: {target.__name__} is already a TensorClass; pass flags as class "
+            f"keywords instead, e.g. class {target.__name__}(Base, frozen=True)."
+        )
+    namespace = {k: v for k, v in target.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    namespace["__qualname__"] = target.__qualname__
+    bases = tuple(base for base in target.__bases__ if base is not object) + (TensorClass,)
+    flags = {k: v for k, v in requested.items() if v is not None}
+    new = type(target.__name__, bases, namespace, **flags)
+    _retarget_class_cells(namespace, target, new)
+    return new
+
+
+def _retarget_class_cells(namespace: dict, old: type, new: type) -> None:
+    """Point the ``__class__`` cells of methods (zero-argument ``super()``) at ``new``."""
+    for value in namespace.values():
+        if isinstance(value, (classmethod, staticmethod)):
+            value = value.__func__
+        functions = [value.fget, value.fset, value.fdel] if isinstance(value, property) else [value]
+        for function in functions:
+            function = inspect.unwrap(function) if callable(function) else function
+            for cell in getattr(function, "__closure__", None) or ():
+                try:
+                    if cell.cell_contents is old:
+                        cell.cell_contents = new
+                except ValueError:  # an empty cell
+                    continue
