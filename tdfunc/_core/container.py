@@ -18,20 +18,13 @@ from typing import Any
 
 import torch
 
-from .._distributed.collectives import DistributedMixin
-from .._distributed.map import MapMixin
-from .._functional.module_swap import ModuleSwapMixin
 from .._functional.pytree import register as _register_pytree
-from .._persist.api import PersistMixin
-from .apply import ApplyMixin
-from .arith import ArithmeticMixin
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .nontensor import NonTensorData, NonTensorStack
+from .ops import TensorOps
 from .registry import register_class
 from .repr import td_repr
-from .shape_ops import ShapeOpsMixin
 from .shapes import SIZE_CACHE, as_size, size_info
-from .torch_function import TorchFunctionMixin
 from .writes import build_fast, full_key, items_of, rename_key, write, write_path
 
 _NO_DEFAULT = MISSING
@@ -50,16 +43,7 @@ def _read(value: Any) -> Any:
     return value
 
 
-class TensorDict(
-    ShapeOpsMixin,
-    ArithmeticMixin,
-    ApplyMixin,
-    TorchFunctionMixin,
-    ModuleSwapMixin,
-    PersistMixin,
-    DistributedMixin,
-    MapMixin,
-):
+class TensorDict(TensorOps):
     """A dictionary of tensors that share leading batch dimensions.
 
     Args:

@@ -1,0 +1,48 @@
+"""``TensorOps``: every operation shared by ``TensorDict`` and ``TensorClass``.
+
+This is the one place where the method mixins are put together. ``TensorDict``
+and ``TensorClass`` both derive from :class:`TensorOps`, so a mixin added here
+serves both (and every TensorClass subclass) with one implementation; the parity
+test (``tests/test_parity.py``) checks that the two public APIs stay equal.
+
+A mixin reads the container only through the state declared in
+:class:`~tdfunc._core.mixin.ContainerMixin` (``_data``, ``_batch_size``,
+``_device``, ``_names``, ``_is_locked``), builds results with ``self._like(...)``
+and checks writes with ``self._check_writable(api, key)`` /
+``self._check_mutable(api)``. ``TensorDict`` stores that state in slots; a
+``TensorClass`` instance forwards it to its inner TensorDict.
+
+Example:
+    >>> import torch
+    >>> from tdfunc import TensorClass, TensorDict
+    >>> class Pair(TensorClass):
+    ...     a: torch.Tensor
+    >>> issubclass(TensorDict, TensorOps), issubclass(Pair, TensorOps)
+    (True, True)
+"""
+
+from __future__ import annotations
+
+from .._distributed.collectives import DistributedMixin
+from .._distributed.map import MapMixin
+from .._functional.module_swap import ModuleSwapMixin
+from .._persist.api import PersistMixin
+from .apply import ApplyMixin
+from .arith import ArithmeticMixin
+from .shape_ops import ShapeOpsMixin
+from .torch_function import TorchFunctionMixin
+
+
+class TensorOps(
+    ShapeOpsMixin,
+    ArithmeticMixin,
+    ApplyMixin,
+    TorchFunctionMixin,
+    ModuleSwapMixin,
+    PersistMixin,
+    DistributedMixin,
+    MapMixin,
+):
+    """The shared methods of ``TensorDict`` and ``TensorClass`` (add new mixins here)."""
+
+    __slots__ = ()
