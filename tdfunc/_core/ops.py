@@ -13,12 +13,9 @@ and checks writes with ``self._check_writable(api, key)`` /
 ``TensorClass`` instance forwards it to its inner TensorDict.
 
 Example:
-    >>> import torch
-    >>> from tdfunc import TensorClass, TensorDict
-    >>> class Pair(TensorClass):
-    ...     a: torch.Tensor
-    >>> issubclass(TensorDict, TensorOps), issubclass(Pair, TensorOps)
-    (True, True)
+    >>> from tdfunc import TensorDict
+    >>> issubclass(TensorDict, TensorOps)
+    True
 """
 
 from __future__ import annotations
@@ -27,13 +24,19 @@ from .._distributed.collectives import DistributedMixin
 from .._distributed.map import MapMixin
 from .._functional.module_swap import ModuleSwapMixin
 from .._persist.api import PersistMixin
+from .access import AccessMixin
 from .apply import ApplyMixin
 from .arith import ArithmeticMixin
+from .batch import BatchMixin
+from .key_views import KeyViewsMixin
 from .shape_ops import ShapeOpsMixin
 from .torch_function import TorchFunctionMixin
 
 
 class TensorOps(
+    BatchMixin,
+    AccessMixin,
+    KeyViewsMixin,
     ShapeOpsMixin,
     ArithmeticMixin,
     ApplyMixin,

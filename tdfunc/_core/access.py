@@ -1,0 +1,376 @@
+"""Reading and writing entries: ``[]``, ``get``, ``set``, ``update``, ``del_``, ``keys``, locking.
+
+A mixin of :class:`~tdfunc._core.ops.TensorOps`, so ``TensorDict`` and every
+``TensorClass`` share it. Writes go through ``self._write`` (the atomic engine of
+:mod:`tdfunc._core.writes`); a ``TensorClass`` adds its casting rules there.
+
+The fast paths test ``type(node) is TensorDict`` (nested levels are plain
+TensorDicts); ``TensorDict`` derives from this mixin, so ``container.py`` binds
+the name below once the class exists.
+
+Example:
+    >>> import torch
+    >>> from tdfunc import TensorDict
+    >>> td = TensorDict({"a": {"b": torch.zeros(2)}}, [2])
+    >>> td.set(("a", "c"), torch.ones(2))["a", "c"].tolist()
+    [1.0, 1.0]
+    >>> sorted(td.keys(include_nested=True, leaves_only=True))
+    [('a', 'b'), ('a', 'c')]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
+from .mixin import ContainerMixin, is_tensor_collection, read_value
+from .writes import full_key, items_of, rename_key, write
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from .container import TensorDict
+else:
+    TensorDict = None  # bound by container.py: the class derives from this mixin
+
+_NO_DEFAULT = MISSING
+_Tensor = torch.Tensor
+_read = read_value
+
+
+class AccessMixin(ContainerMixin):
+    """Entries of a container by key (methods of ``TensorDict`` and ``TensorClass``)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ reading
+    def __getitem__(self, index) -> Any:
+        kind = type(index)
+        if kind is str:
+            try:
+                value = self._data[index]
+            except KeyError:
+                raise self._missing(index, "__getitem__") from None
+        elif kind is tuple:
+            if len(index) == 2:
+                # fast path: ("nested", "key")
+                first, second = index
+                if type(first) is str and type(second) is str:
+                    node = self._data.get(first)
+                    if type(node) is TensorDict:
+                        value = node._data.get(second, _NO_DEFAULT)
+                        if value is not _NO_DEFAULT:
+                            return value if type(value) is _Tensor else _read(value)
+            if not is_key(index):
+                return self._index(index)
+            value = self._get_leaf(index, "__getitem__")
+        else:
+            return self._index(index)
+        return value if type(value) is _Tensor else _read(value)
+
+    def get(self, key, default: Any = _NO_DEFAULT) -> Any:
+        """The value at ``key`` (a ``str`` or nested tuple); non-tensor leaves give their value.
+
+        Example:
+            >>> td = TensorDict({"a": {"b": torch.zeros(())}}, [])
+            >>> td.get(("a", "b"))
+            tensor(0.)
+            >>> td.get("missing", None) is None
+            True
+        """
+        if type(key) is str:
+            value = self._data.get(key, _NO_DEFAULT)
+        else:
+            value = self._get_nested(key_parts(key, "TensorDict.get"))
+        if value is _NO_DEFAULT:
+            if default is _NO_DEFAULT:
+                raise self._missing(key, "get")
+            return default
+        return value if type(value) is _Tensor else _read(value)
+
+    def _get_nested(self, parts: tuple) -> Any:
+        """The stored value at ``parts``, or ``_NO_DEFAULT`` (also when a leaf is in the way)."""
+        node: Any = self
+        for part in parts:
+            if type(node) is not TensorDict:
+                if not is_tensor_collection(node):
+                    return _NO_DEFAULT
+                node = node._to_tensordict_view()
+            node = node._data.get(part, _NO_DEFAULT)
+            if node is _NO_DEFAULT:
+                return node
+        return node
+
+    def _get_leaf(self, key, api: str = "get") -> Any:
+        """The stored value (``NonTensorData`` not unwrapped), or raise ``KeyError``."""
+        if type(key) is str:
+            value = self._data.get(key, _NO_DEFAULT)
+        else:
+            value = self._get_nested(key_parts(key, f"TensorDict.{api}"))
+        if value is _NO_DEFAULT:
+            raise self._missing(key, api)
+        return value
+
+    def _missing(self, key, api: str = "get", prefix: tuple = ()) -> KeyError:
+        """A ``KeyError`` for ``key`` naming where the path stops and the closest keys."""
+        parts = key_parts(key, f"TensorDict.{api}")
+        node: Any = self
+        for depth, part in enumerate(parts):
+            if not is_tensor_collection(node):
+                return KeyError(
+                    f"TensorDict.{api}: key {full_key(prefix, parts)!r} not found: "
+                    f"{prefix + parts[:depth]!r} holds a {type(node).__name__}, not a TensorDict."
+                )
+            data = node._to_tensordict_view()._data
+            if part not in data:
+                above = prefix + parts[:depth]
+                where = f" under {above!r}" if above else ""
+                return missing_key_error(part, data, where, f"TensorDict.{api}")
+            node = data[part]
+        return KeyError(f"TensorDict.{api}: key {full_key(prefix, parts)!r} not found.")
+
+    def __contains__(self, key) -> bool:
+        if type(key) is str:
+            return key in self._data
+        try:
+            return self._get_nested(key_parts(key)) is not _NO_DEFAULT
+        except (TypeError, KeyError):
+            return False
+
+    def keys(
+        self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
+    ) -> KeysView:
+        """The keys; nested keys (as tuples) too with ``include_nested=True``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(())}})
+            >>> list(td.keys(include_nested=True, leaves_only=True))
+            ['a', ('b', 'c')]
+        """
+        return KeysView(self, include_nested, leaves_only, sort)
+
+    def values(self, include_nested: bool = False, leaves_only: bool = False):
+        """The values, in key order (non-tensor leaves as their Python values)."""
+        for _, value in self._iter_items((), include_nested, leaves_only):
+            yield _read(value)
+
+    def items(self, include_nested: bool = False, leaves_only: bool = False):
+        """``(key, value)`` pairs, in key order (non-tensor leaves as their Python values)."""
+        for key, value in self._iter_items((), include_nested, leaves_only):
+            yield key, _read(value)
+
+    def _iter_items(self, prefix: tuple, include_nested: bool, leaves_only: bool):
+        """``(key, stored value)`` pairs; keys are tuples below the top level."""
+        for key, value in self._data.items():
+            full = prefix + (key,) if prefix else key
+            nested = is_tensor_collection(value)
+            if not (nested and leaves_only):
+                yield full, value
+            if nested and include_nested:
+                inner = value if type(value) is TensorDict else value._to_tensordict_view()
+                yield from inner._iter_items(
+                    full if type(full) is tuple else (full,), include_nested, leaves_only
+                )
+
+    def _iter_keys(self, prefix: tuple, include_nested: bool, leaves_only: bool):
+        for key, _ in self._iter_items(prefix, include_nested, leaves_only):
+            yield key
+
+    def is_empty(self) -> bool:
+        """True when there is no leaf, at any depth."""
+        return not any(True for _ in self._iter_items((), True, True))
+
+    # ------------------------------------------------------------------ writing
+    def _check_writable(self, api: str, key) -> None:
+        if self._is_locked:
+            raise RuntimeError(
+                f"TensorDict.{api}: cannot add, delete or rename key {key!r}: the TensorDict "
+                f"is locked. Write in place (td.set_(key, value)) or call td.unlock_() first."
+            )
+
+    def _write(self, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None:
+        """Write ``(key, value)`` pairs atomically (see ``_writes.write``)."""
+        write(self, items, inplace, merge, api, prefix)
+
+    def set(self, key, value: Any, *, inplace: bool = False) -> Self:
+        """Write ``value`` at ``key`` (creating nested TensorDicts as needed); returns self.
+
+        With ``inplace=True`` an existing tensor is written in place. On a locked
+        TensorDict existing entries are always written in place.
+
+        Example:
+            >>> td = TensorDict({}, [2])
+            >>> td.set(("a", "b"), torch.zeros(2, 5))["a", "b"].shape
+            torch.Size([2, 5])
+        """
+        if (
+            type(key) is str
+            and type(value) is _Tensor
+            and not inplace
+            and not self._is_locked
+            and self._device is None
+        ):
+            size = self._batch_size
+            if not size or value.shape[: len(size)] == size:
+                self._data[key] = value
+                return self
+        self._write(((key, value),), inplace, False, "set")
+        return self
+
+    def set_(self, key, value: Any) -> Self:
+        """Copy ``value`` into the existing entry at ``key`` (in place); returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> before = td["a"]
+            >>> _ = td.set_("a", torch.ones(2))
+            >>> before.tolist()
+            [1.0, 1.0]
+        """
+        self._write(((key, value),), "strict", False, "set_")
+        return self
+
+    def __setitem__(self, index, value: Any) -> None:
+        kind = type(index)
+        if kind is tuple and type(value) is _Tensor and type(self) is TensorDict:
+            # fast path: a tensor written under existing, unlocked nested TensorDicts
+            node: Any = None
+            key: Any = None
+            if len(index) == 2:
+                first, key = index
+                if type(first) is str:
+                    node = self._data.get(first)
+            elif index:
+                node = self
+                for part in index[:-1]:
+                    if type(part) is not str or type(node) is not TensorDict:
+                        node = None
+                        break
+                    node = node._data.get(part)
+                key = index[-1]
+            if (
+                type(node) is TensorDict
+                and type(key) is str
+                and not node._is_locked
+                and node._device is None
+            ):
+                size = node._batch_size
+                ndim = len(size)
+                if ndim:
+                    shape = value.shape
+                    if ndim == 1:
+                        fits = len(shape) >= 1 and shape[0] == size[0]
+                    elif ndim == 2:
+                        fits = len(shape) >= 2 and shape[0] == size[0] and shape[1] == size[1]
+                    else:
+                        fits = shape[:ndim] == size
+                else:
+                    fits = True
+                if fits:
+                    node._data[key] = value
+                    return
+        if kind is str or is_key(index):
+            self.set(index, value)
+        else:
+            self._set_at_index(index, value)
+
+    def update(self, other: Mapping, *, inplace: bool = False) -> Self:
+        """Write every entry of ``other``; nested mappings merge into nested TensorDicts.
+
+        Atomic: when an entry is invalid, nothing is written.
+
+        Example:
+            >>> td = TensorDict({"a": {"b": torch.zeros(())}})
+            >>> sorted(td.update({"a": {"c": torch.ones(())}}).keys(True, True))
+            [('a', 'b'), ('a', 'c')]
+        """
+        self._write(items_of(other, "update"), inplace, True, "update")
+        return self
+
+    def update_(self, other: Mapping) -> Self:
+        """Copy every entry of ``other`` into the existing entries (in place, atomic)."""
+        self._write(items_of(other, "update_"), "strict", True, "update_")
+        return self
+
+    def setdefault(self, key, default: Any) -> Any:
+        """The value at ``key``; if missing, write ``default`` there first."""
+        if key not in self:
+            self.set(key, default)
+        return self.get(key)
+
+    def __delitem__(self, key) -> None:
+        self.del_(key)
+
+    def del_(self, key) -> Self:
+        """Remove ``key`` (nested keys too); returns self."""
+        parts = key_parts(key, "TensorDict.del_")
+        node = self._get_leaf(parts[:-1], "del_") if len(parts) > 1 else self
+        if not is_tensor_collection(node):
+            raise self._missing(key, "del_")
+        node = node._to_tensordict_view()
+        if parts[-1] not in node._data:
+            raise self._missing(key, "del_")
+        node._check_writable("del_", unravel_key(key))
+        del node._data[parts[-1]]
+        return self
+
+    def pop(self, key, default: Any = _NO_DEFAULT) -> Any:
+        """Remove ``key`` and return its value (or ``default`` when missing)."""
+        value = self._get_nested(key_parts(key, "TensorDict.pop"))
+        if value is _NO_DEFAULT:
+            if default is _NO_DEFAULT:
+                raise self._missing(key, "pop")
+            return default
+        self.del_(key)
+        return _read(value)
+
+    def clear(self) -> Self:
+        """Remove every key; returns self."""
+        if self._data:
+            self._check_writable("clear", list(self._data))
+        self._data.clear()
+        return self
+
+    def rename_key_(self, old_key, new_key, safe: bool = False) -> Self:
+        """Rename ``old_key`` to ``new_key`` in place (atomic); returns self.
+
+        With ``safe=True`` an existing ``new_key`` is an error instead of being replaced.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(())})
+            >>> list(td.rename_key_("a", ("b", "c")).keys(True, True))
+            [('b', 'c')]
+        """
+        rename_key(self, old_key, new_key, safe)
+        return self
+
+    # ------------------------------------------------------------------ locking
+    @property
+    def is_locked(self) -> bool:
+        return self._is_locked
+
+    def lock_(self) -> Self:
+        """Refuse new, deleted and renamed keys (in-place writes stay allowed); returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2]).lock_()
+            >>> td["a"] = torch.ones(2)  # written in place
+            >>> td.is_locked
+            True
+        """
+        self._is_locked = True
+        for value in self._data.values():
+            if is_tensor_collection(value):
+                value.lock_()
+        return self
+
+    def unlock_(self) -> Self:
+        """Allow structural changes again (nested TensorDicts too); returns self."""
+        self._is_locked = False
+        for value in self._data.values():
+            if is_tensor_collection(value):
+                value.unlock_()
+        return self

@@ -1,0 +1,131 @@
+"""Batch dims of a container: ``batch_size``, ``shape``, ``names``, ``len``, iteration.
+
+A mixin of :class:`~tdfunc._core.ops.TensorOps`, so ``TensorDict`` and every
+``TensorClass`` share it (see :mod:`tdfunc._core.mixin` for the state it reads).
+
+Example:
+    >>> import torch
+    >>> from tdfunc import TensorDict
+    >>> td = TensorDict({"a": torch.zeros(3, 4)}, [3], names=["batch"])
+    >>> td.shape, td.names, len(td)
+    (torch.Size([3]), ['batch'], 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import torch
+
+from .mixin import ContainerMixin
+from .nontensor import NonTensorData, NonTensorStack
+from .shapes import as_size
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+
+class BatchMixin(ContainerMixin):
+    """The batch dims of a container (methods of ``TensorDict`` and ``TensorClass``)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value) -> None:
+        size = as_size(value, "TensorDict.batch_size")
+        ndim = len(size)
+        for key, item in self._data.items():
+            if isinstance(item, NonTensorData):
+                continue
+            if item.shape[:ndim] != size:
+                raise ValueError(
+                    f"TensorDict.batch_size: cannot set batch size {list(size)}: the value at "
+                    f"key {key!r} has shape {list(item.shape)}."
+                )
+        for key, item in self._data.items():
+            if type(item) is NonTensorData:
+                self._data[key] = NonTensorData._make(item.data, size, item.device)
+            elif isinstance(item, NonTensorStack) and item.batch_size[:ndim] != size:
+                raise ValueError(
+                    f"TensorDict.batch_size: cannot set batch size {list(size)}: the "
+                    f"non-tensor stack at key {key!r} has batch size {list(item.batch_size)}."
+                )
+        if self._names is not None and len(size) != len(self._names):
+            self._names = None
+        self._batch_size = size
+
+    @property
+    def shape(self) -> torch.Size:
+        return self._batch_size
+
+    @property
+    def batch_dims(self) -> int:
+        return len(self._batch_size)
+
+    ndim = batch_dims
+
+    def dim(self) -> int:
+        return len(self._batch_size)
+
+    def numel(self) -> int:
+        return self._batch_size.numel()
+
+    def size(self, dim: int | None = None):
+        return self._batch_size if dim is None else self._batch_size[dim]
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._device
+
+    @property
+    def names(self) -> list:
+        """Names of the batch dims (``None`` for an unnamed dim), one per batch dim."""
+        if self._names is None:
+            return [None] * len(self._batch_size)
+        return list(self._names)
+
+    @names.setter
+    def names(self, value) -> None:
+        if value is None:
+            self._names = None
+            return
+        value = tuple(value)
+        if len(value) != len(self._batch_size):
+            raise ValueError(
+                f"TensorDict.names: expected {len(self._batch_size)} names for batch size "
+                f"{list(self._batch_size)}, got {list(value)}."
+            )
+        for name in value:
+            if name is not None and not isinstance(name, str):
+                raise TypeError(f"TensorDict.names: names must be str or None, got {name!r}.")
+        given = [n for n in value if n is not None]
+        if len(set(given)) != len(given):
+            raise ValueError(f"TensorDict.names: names must be unique, got {list(value)}.")
+        self._names = value if given else None
+
+    def refine_names(self, *names) -> Self:
+        """Set the names of the batch dims in place (``...`` is not supported); returns self."""
+        self.names = names[0] if len(names) == 1 and isinstance(names[0], (list, tuple)) else names
+        return self
+
+    def __len__(self) -> int:
+        return self._batch_size[0] if self._batch_size else 0
+
+    def __iter__(self) -> Iterator[Self]:
+        if not self._batch_size:
+            raise TypeError(
+                "TensorDict: iteration over a TensorDict with batch_size=[] is not "
+                "possible; iterate over td.keys() or td.items() instead."
+            )
+        return iter(self.unbind(0))
+
+    def __bool__(self) -> bool:
+        raise RuntimeError(
+            "TensorDict: the truth value of a TensorDict is ambiguous; use .all() or .any()."
+        )

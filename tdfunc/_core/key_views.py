@@ -1,0 +1,196 @@
+"""Views of the keys and conversions: ``select``, ``exclude``, ``flatten_keys``, ``to_dict``, ...
+
+A mixin of :class:`~tdfunc._core.ops.TensorOps`, so ``TensorDict`` and every
+``TensorClass`` share it. Results are built with ``self._like`` (the same kind
+of container as ``self``).
+
+Example:
+    >>> import torch
+    >>> from tdfunc import TensorDict
+    >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.ones(())}})
+    >>> list(td.exclude("a").flatten_keys().keys())
+    ['b.c']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .keys import MISSING, key_parts
+from .mixin import ContainerMixin, is_tensor_collection, read_value
+from .nontensor import NonTensorData
+from .repr import td_repr
+from .writes import write_path
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from .container import TensorDict
+else:
+    TensorDict = None  # bound by container.py: the class derives from this mixin
+
+_NO_DEFAULT = MISSING
+_Tensor = torch.Tensor
+_read = read_value
+
+
+class KeyViewsMixin(ContainerMixin):
+    """Key selection, key flattening and conversions (``TensorDict`` and ``TensorClass``)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ key views
+    def select(self, *keys, strict: bool = True, inplace: bool = False) -> Self:
+        """A TensorDict holding only ``keys`` (sharing the tensors).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(()), "d": 0}})
+            >>> list(td.select("a", ("b", "c")).keys(True, True))
+            ['a', ('b', 'c')]
+        """
+        out = self._like({})
+        for key in keys:
+            parts = key_parts(key, "TensorDict.select")
+            value = self._get_nested(parts)
+            if value is _NO_DEFAULT:
+                if strict:
+                    raise self._missing(key, "select")
+                continue
+            node, source = out, self
+            for part in parts[:-1]:
+                source = source._data[part]._to_tensordict_view()
+                if part not in node._data:
+                    node._data[part] = source._like({})
+                node = node._data[part]
+            node._data[parts[-1]] = value._shallow_copy() if type(value) is TensorDict else value
+        if inplace:
+            self._check_writable("select", keys)
+            self._data = out._data
+            return self
+        return out
+
+    def exclude(self, *keys, inplace: bool = False) -> Self:
+        """A TensorDict without ``keys`` (sharing the tensors); missing keys are ignored."""
+        if inplace and keys:
+            self._check_writable("exclude", keys)
+        out = self if inplace else self._shallow_copy()
+        for key in keys:
+            parts = key_parts(key, "TensorDict.exclude")
+            node: Any = out
+            for part in parts[:-1]:
+                node = node._data.get(part)
+                if type(node) is not TensorDict:
+                    node = None
+                    break
+            if node is not None:
+                node._data.pop(parts[-1], None)
+        return out
+
+    def _shallow_copy(self) -> Self:
+        """A copy of the key structure (nested TensorDicts too) sharing the leaves."""
+        return self._like(
+            {k: v._shallow_copy() if type(v) is TensorDict else v for k, v in self._data.items()}
+        )
+
+    def copy(self) -> Self:
+        """A shallow copy: new (nested) TensorDicts holding the same tensors."""
+        return self._shallow_copy()
+
+    __copy__ = copy
+
+    def empty(self, recurse: bool = False) -> Self:
+        """A TensorDict with the same batch size and no keys (no leaves with ``recurse``)."""
+        if not recurse:
+            return self._like({})
+        return self._like(
+            {
+                k: v._to_tensordict_view().empty(True)
+                for k, v in self._data.items()
+                if is_tensor_collection(v)
+            }
+        )
+
+    def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
+        """Flatten nested keys into single keys joined by ``separator``.
+
+        Example:
+            >>> td = TensorDict({"a": {"b": torch.zeros(())}}, [])
+            >>> list(td.flatten_keys(".").keys())
+            ['a.b']
+        """
+        data: dict = {}
+        for key, value in self._iter_items((), True, True):
+            name = key if type(key) is str else separator.join(key)
+            if name in data:
+                raise KeyError(
+                    f"TensorDict.flatten_keys: two keys flatten to {name!r}; choose another "
+                    f"separator than {separator!r}."
+                )
+            data[name] = value
+        if inplace:
+            self._check_writable("flatten_keys", separator)
+            self._data = data
+            return self
+        return self._like(data)
+
+    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
+        """Split keys on ``separator`` into nested TensorDicts.
+
+        Example:
+            >>> td = TensorDict({"a.b": torch.zeros(()), "c": torch.zeros(())})
+            >>> list(td.unflatten_keys(".").keys(True, True))
+            [('a', 'b'), 'c']
+        """
+        out = self._like({})
+        for key, value in self._data.items():
+            parts = tuple(key.split(separator)) if separator in key else (key,)
+            if type(value) is TensorDict:
+                value = value.unflatten_keys(separator)
+            write_path(out, parts, value, False, True, "unflatten_keys", [], [], ())
+        if inplace:
+            self._check_writable("unflatten_keys", separator)
+            self._data = out._data
+            return self
+        return out
+
+    # ------------------------------------------------------------------ misc
+    def _to_tensordict_view(self) -> Self:
+        return self
+
+    def to_dict(self) -> dict:
+        """A nested ``dict`` of the values (non-tensor leaves as their Python values)."""
+        return {
+            k: v.to_dict() if is_tensor_collection(v) else _read(v) for k, v in self._data.items()
+        }
+
+    def to_tensordict(self) -> Self:
+        """A copy as a plain ``TensorDict`` (tensors cloned)."""
+        return TensorDict._new_unsafe(
+            {
+                k: v.to_tensordict()
+                if is_tensor_collection(v)
+                else (v.clone() if isinstance(v, (_Tensor, NonTensorData)) else v)
+                for k, v in self._data.items()
+            },
+            self._batch_size,
+            self._device,
+            self._names,
+        )
+
+    def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False):
+        """A flat dict of tensors with dotted keys, plus ``_metadata`` for the structure."""
+        from .state_dict import td_state_dict
+
+        return td_state_dict(self, destination, prefix, keep_vars)
+
+    def load_state_dict(self, state_dict: Mapping, strict: bool = True, assign: bool = False):
+        """Load a dict made by :meth:`state_dict` into this TensorDict (in place); returns self."""
+        from .state_dict import td_load_state_dict
+
+        return td_load_state_dict(self, state_dict, strict, assign)
+
+    def __repr__(self) -> str:
+        return td_repr(self)
