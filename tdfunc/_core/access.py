@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
@@ -30,6 +30,8 @@ from .mixin import ContainerMixin, is_tensor_collection, read_value
 from .writes import full_key, items_of, rename_key, write
 
 if TYPE_CHECKING:
+    from types import EllipsisType
+
     from typing_extensions import Self
 
     from .container import TensorDict
@@ -47,13 +49,31 @@ class AccessMixin(ContainerMixin):
     __slots__ = ()
 
     # ------------------------------------------------------------------ reading
-    def __getitem__(self, index) -> Any:
+    @overload
+    def __getitem__(self, index: str) -> Any: ...
+
+    @overload
+    def __getitem__(
+        self, index: int | slice | torch.Tensor | list[Any] | EllipsisType | None
+    ) -> Self: ...
+
+    @overload
+    def __getitem__(self, index: tuple[Any, ...]) -> Any: ...
+
+    def __getitem__(self, index: Any) -> Any:
+        """A key (``str`` or tuple of ``str``) reads a value; anything else indexes the batch.
+
+        Example:
+            >>> td = TensorDict({"a": {"b": torch.zeros(3)}}, [3])
+            >>> td["a", "b"].shape, td[1:].batch_size
+            (torch.Size([3]), torch.Size([2]))
+        """
         kind = type(index)
         if kind is str:
             try:
                 value = self._data[index]
             except KeyError:
-                raise self._missing(index, "__getitem__") from None
+                return self._get_missing(index, _NO_DEFAULT, "__getitem__")
         elif kind is tuple:
             if len(index) == 2:
                 # fast path: ("nested", "key")
@@ -66,7 +86,9 @@ class AccessMixin(ContainerMixin):
                             return value if type(value) is _Tensor else _read(value)
             if not is_key(index):
                 return self._index(index)
-            value = self._get_leaf(index, "__getitem__")
+            value = self._get_nested(key_parts(index))
+            if value is _NO_DEFAULT:
+                return self._get_missing(index, _NO_DEFAULT, "__getitem__")
         else:
             return self._index(index)
         return value if type(value) is _Tensor else _read(value)
@@ -84,12 +106,42 @@ class AccessMixin(ContainerMixin):
         if type(key) is str:
             value = self._data.get(key, _NO_DEFAULT)
         else:
-            value = self._get_nested(key_parts(key, "TensorDict.get"))
+            try:
+                parts = key_parts(key)
+            except TypeError:
+                parts = self._key_parts(key, "get")  # raises, naming the API
+            value = self._get_nested(parts)
         if value is _NO_DEFAULT:
-            if default is _NO_DEFAULT:
-                raise self._missing(key, "get")
-            return default
+            return self._get_missing(key, default, "get")
         return value if type(value) is _Tensor else _read(value)
+
+    def _key_parts(self, key, api: str) -> tuple:
+        """``key`` as a tuple of ``str``; a bad key is a ``TypeError`` naming ``Class.api``."""
+        try:
+            return key_parts(key)
+        except TypeError:
+            return key_parts(key, f"{type(self).__name__}.{api}")  # raises, naming the API
+
+    def _get_missing(self, key, default: Any, api: str) -> Any:
+        """What reading a key that holds no value gives: ``default``, or a ``KeyError``.
+
+        A field of a TensorClass that holds ``None`` (is unset) reads ``None``, also
+        through a nested key (``td.get(("instance", "field"))``).
+        """
+        parts = key_parts(key, f"{type(self).__name__}.{api}")
+        if len(parts) == 1:
+            if parts[0] in self._field_names:
+                return None
+        else:
+            inner = self._data.get(parts[0])
+            if is_tensor_collection(inner):
+                try:
+                    return inner._get_missing(parts[1:], default, api)
+                except KeyError:
+                    raise self._missing(key, api) from None
+        if default is _NO_DEFAULT:
+            raise self._missing(key, api)
+        return default
 
     def _get_nested(self, parts: tuple) -> Any:
         """The stored value at ``parts``, or ``_NO_DEFAULT`` (also when a leaf is in the way)."""
@@ -109,28 +161,30 @@ class AccessMixin(ContainerMixin):
         if type(key) is str:
             value = self._data.get(key, _NO_DEFAULT)
         else:
-            value = self._get_nested(key_parts(key, f"TensorDict.{api}"))
+            value = self._get_nested(self._key_parts(key, api))
         if value is _NO_DEFAULT:
             raise self._missing(key, api)
         return value
 
     def _missing(self, key, api: str = "get", prefix: tuple = ()) -> KeyError:
         """A ``KeyError`` for ``key`` naming where the path stops and the closest keys."""
-        parts = key_parts(key, f"TensorDict.{api}")
+        name = f"{type(self).__name__}.{api}"
+        parts = key_parts(key, name)
         node: Any = self
         for depth, part in enumerate(parts):
             if not is_tensor_collection(node):
                 return KeyError(
-                    f"TensorDict.{api}: key {full_key(prefix, parts)!r} not found: "
+                    f"{name}: key {full_key(prefix, parts)!r} not found: "
                     f"{prefix + parts[:depth]!r} holds a {type(node).__name__}, not a TensorDict."
                 )
             data = node._to_tensordict_view()._data
             if part not in data:
                 above = prefix + parts[:depth]
                 where = f" under {above!r}" if above else ""
-                return missing_key_error(part, data, where, f"TensorDict.{api}")
+                known = sorted(set(data) | set(node._field_names))
+                return missing_key_error(part, known, where, name)
             node = data[part]
-        return KeyError(f"TensorDict.{api}: key {full_key(prefix, parts)!r} not found.")
+        return KeyError(f"{name}: key {full_key(prefix, parts)!r} not found.")
 
     def __contains__(self, key) -> bool:
         if type(key) is str:
@@ -185,9 +239,11 @@ class AccessMixin(ContainerMixin):
 
     # ------------------------------------------------------------------ writing
     def _check_writable(self, api: str, key) -> None:
+        self._check_mutable(api)
         if self._is_locked:
+            name = type(self).__name__
             raise RuntimeError(
-                f"TensorDict.{api}: cannot add, delete or rename key {key!r}: the TensorDict "
+                f"{name}.{api}: cannot add, delete or rename key {key!r}: the {name} "
                 f"is locked. Write in place (td.set_(key, value)) or call td.unlock_() first."
             )
 
@@ -306,7 +362,8 @@ class AccessMixin(ContainerMixin):
 
     def del_(self, key) -> Self:
         """Remove ``key`` (nested keys too); returns self."""
-        parts = key_parts(key, "TensorDict.del_")
+        self._check_mutable("del_")
+        parts = key_parts(key, f"{type(self).__name__}.del_")
         node = self._get_leaf(parts[:-1], "del_") if len(parts) > 1 else self
         if not is_tensor_collection(node):
             raise self._missing(key, "del_")
@@ -319,7 +376,8 @@ class AccessMixin(ContainerMixin):
 
     def pop(self, key, default: Any = _NO_DEFAULT) -> Any:
         """Remove ``key`` and return its value (or ``default`` when missing)."""
-        value = self._get_nested(key_parts(key, "TensorDict.pop"))
+        self._check_mutable("pop")
+        value = self._get_nested(self._key_parts(key, "pop"))
         if value is _NO_DEFAULT:
             if default is _NO_DEFAULT:
                 raise self._missing(key, "pop")
@@ -329,6 +387,7 @@ class AccessMixin(ContainerMixin):
 
     def clear(self) -> Self:
         """Remove every key; returns self."""
+        self._check_mutable("clear")
         if self._data:
             self._check_writable("clear", list(self._data))
         self._data.clear()
@@ -344,6 +403,7 @@ class AccessMixin(ContainerMixin):
             >>> list(td.rename_key_("a", ("b", "c")).keys(True, True))
             [('b', 'c')]
         """
+        self._check_mutable("rename_key_")
         rename_key(self, old_key, new_key, safe)
         return self
 
@@ -368,7 +428,12 @@ class AccessMixin(ContainerMixin):
         return self
 
     def unlock_(self) -> Self:
-        """Allow structural changes again (nested TensorDicts too); returns self."""
+        """Allow structural changes again (nested TensorDicts too); returns self.
+
+        A frozen TensorClass stays locked (this is a no-op on it).
+        """
+        if self._frozen:
+            return self
         self._is_locked = False
         for value in self._data.values():
             if is_tensor_collection(value):

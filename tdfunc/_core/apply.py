@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -12,6 +12,9 @@ from .nontensor import NonTensorData
 
 _KEEP = object()
 _Tensor = torch.Tensor
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def _collection(value: Any) -> bool:
@@ -78,7 +81,7 @@ class ApplyMixin(ContainerMixin):
         names: Any = _KEEP,
         inplace: bool = False,
         filter_empty: bool = True,
-    ):
+    ) -> Self:
         """A new container with ``fn`` applied to every tensor leaf.
 
         ``fn`` receives the leaf of ``self`` and the matching leaves of ``others``
@@ -108,7 +111,7 @@ class ApplyMixin(ContainerMixin):
         nested_keys: bool = False,
         batch_size=None,
         filter_empty: bool = True,
-    ):
+    ) -> Self:
         """Like :meth:`apply`, with the key passed first: ``fn(key, leaf, *other_leaves)``.
 
         The key is the leaf's own key, or its full tuple path with ``nested_keys=True``.
@@ -183,7 +186,7 @@ class ApplyMixin(ContainerMixin):
             data[key] = result
         return self._like(data, new_size, self._names if new_size is None else None)
 
-    def apply_(self, fn: Callable, *others):
+    def apply_(self, fn: Callable, *others) -> Self:
         """Apply ``fn`` to every tensor leaf and write the result into it (in place).
 
         Example:
@@ -191,6 +194,7 @@ class ApplyMixin(ContainerMixin):
             >>> td.apply_(lambda x: x * 3)["a"].tolist()
             [3.0, 3.0]
         """
+        self._check_mutable("apply_")
         views = tuple(other._to_tensordict_view() for other in others)
         self._apply_inplace(fn, views)
         return self
@@ -207,7 +211,7 @@ class ApplyMixin(ContainerMixin):
                 view._apply_inplace(fn, _views(other_values, key, "apply_") if others else ())
 
     # -------------------------------------------------------------- leaf-wise
-    def clone(self, recurse: bool = True):
+    def clone(self, recurse: bool = True) -> Self:
         """A copy; with ``recurse=False`` the copy shares the tensors.
 
         Example:
@@ -219,35 +223,39 @@ class ApplyMixin(ContainerMixin):
             return self._shallow_copy()
         return self._apply_tree(_Tensor.clone, (), None, None, False, check=False)
 
-    def detach(self):
+    def detach(self) -> Self:
         """A copy whose tensors are detached from the autograd graph (sharing storage)."""
         return self._apply_tree(_Tensor.detach, (), None, None, False, check=False)
 
-    def detach_(self):
+    def detach_(self) -> Self:
         """Detach every tensor leaf in place; returns self."""
+        self._check_mutable("detach_")
         for value in self._tensor_leaves():
             value.detach_()
         return self
 
-    def contiguous(self):
+    def contiguous(self) -> Self:
         """A copy whose tensors are contiguous."""
         return self._apply_tree(_Tensor.contiguous, (), None, None, False, check=False)
 
-    def requires_grad_(self, requires_grad: bool = True):
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
         """Set ``requires_grad`` on every tensor leaf; returns self."""
+        self._check_mutable("requires_grad_")
         for value in self._tensor_leaves():
             value.requires_grad_(requires_grad)
         return self
 
-    def zero_(self):
+    def zero_(self) -> Self:
         """Fill every tensor leaf with zeros (in place); returns self."""
+        self._check_mutable("zero_")
         for value in self._tensor_leaves():
             value.zero_()
         return self
 
-    def fill_(self, key, value):
+    def fill_(self, key, value) -> Self:
         """Fill the entry at ``key`` with ``value`` in place (every leaf below it for a
         nested TensorDict); returns self."""
+        self._check_mutable("fill_")
         entry = self._get_leaf(key, "fill_")
         if _collection(entry):
             for leaf in entry._to_tensordict_view()._tensor_leaves():
@@ -258,7 +266,7 @@ class ApplyMixin(ContainerMixin):
             raise TypeError(f"TensorDict.fill_: the entry at key {key!r} is not a tensor.")
         return self
 
-    def to(self, *args, **kwargs):
+    def to(self, *args, **kwargs) -> Self:
         """Move and/or cast every tensor leaf, like ``Tensor.to``.
 
         Example:
@@ -289,25 +297,25 @@ class ApplyMixin(ContainerMixin):
             elif _collection(value):
                 value._to_tensordict_view()._set_device(device)
 
-    def cpu(self):
+    def cpu(self) -> Self:
         return self.to("cpu")
 
-    def cuda(self, device=None):
+    def cuda(self, device=None) -> Self:
         return self.to("cuda" if device is None else device)
 
-    def float(self):
+    def float(self) -> Self:
         return self.to(torch.float32)
 
-    def double(self):
+    def double(self) -> Self:
         return self.to(torch.float64)
 
-    def half(self):
+    def half(self) -> Self:
         return self.to(torch.float16)
 
-    def bfloat16(self):
+    def bfloat16(self) -> Self:
         return self.to(torch.bfloat16)
 
-    def share_memory_(self):
+    def share_memory_(self) -> Self:
         """Move every tensor leaf to shared memory (in place); returns self."""
         for value in self._tensor_leaves():
             value.share_memory_()

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .mixin import ContainerMixin
 from .nontensor import NonTensorData, eq_mask
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
@@ -47,6 +50,7 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
 
 
 def _inplace(self, other: Any, method: str):
+    self._check_mutable(method)
     if getattr(type(other), "_is_tensor_collection", False):
         other_data = other._to_tensordict_view()._data
         if other_data.keys() != self._data.keys():
@@ -78,138 +82,140 @@ class ArithmeticMixin(ContainerMixin):
 
     __slots__ = ()
 
-    def __add__(self, other):
+    def __add__(self, other) -> Self:
         return _binary(self, other, operator.add, "__add__")
 
-    def __radd__(self, other):
+    def __radd__(self, other) -> Self:
         return _binary(self, other, lambda a, b: b + a, "__radd__")
 
-    def __sub__(self, other):
+    def __sub__(self, other) -> Self:
         return _binary(self, other, operator.sub, "__sub__")
 
-    def __rsub__(self, other):
+    def __rsub__(self, other) -> Self:
         return _binary(self, other, lambda a, b: b - a, "__rsub__")
 
-    def __mul__(self, other):
+    def __mul__(self, other) -> Self:
         return _binary(self, other, operator.mul, "__mul__")
 
-    def __rmul__(self, other):
+    def __rmul__(self, other) -> Self:
         return _binary(self, other, lambda a, b: b * a, "__rmul__")
 
-    def __truediv__(self, other):
+    def __truediv__(self, other) -> Self:
         return _binary(self, other, operator.truediv, "__truediv__")
 
-    def __rtruediv__(self, other):
+    def __rtruediv__(self, other) -> Self:
         return _binary(self, other, lambda a, b: b / a, "__rtruediv__")
 
-    def __pow__(self, other):
+    def __pow__(self, other) -> Self:
         return _binary(self, other, operator.pow, "__pow__")
 
-    def __floordiv__(self, other):
+    def __floordiv__(self, other) -> Self:
         return _binary(self, other, operator.floordiv, "__floordiv__")
 
-    def __mod__(self, other):
+    def __mod__(self, other) -> Self:
         return _binary(self, other, operator.mod, "__mod__")
 
-    def __and__(self, other):
+    def __and__(self, other) -> Self:
         return _binary(self, other, operator.and_, "__and__")
 
-    def __or__(self, other):
+    def __or__(self, other) -> Self:
         return _binary(self, other, operator.or_, "__or__")
 
-    def __xor__(self, other):
+    def __xor__(self, other) -> Self:
         return _binary(self, other, operator.xor, "__xor__")
 
-    def __invert__(self):
+    def __invert__(self) -> Self:
         return self._apply_tree(operator.invert, (), None, None, False, check=False)
 
-    def __neg__(self):
+    def __neg__(self) -> Self:
         return self._apply_tree(operator.neg, (), None, None, False, check=False)
 
-    def __abs__(self):
+    def __abs__(self) -> Self:
         return self._apply_tree(torch.abs, (), None, None, False, check=False)
 
     def _unary(self, fn: Callable):
         return self._apply_tree(fn, (), None, None, False, check=False)
 
-    def abs(self):
+    def abs(self) -> Self:
         """Element-wise ``abs`` of every tensor leaf."""
         return self._unary(torch.abs)
 
-    def exp(self):
+    def exp(self) -> Self:
         return self._unary(torch.exp)
 
-    def log(self):
+    def log(self) -> Self:
         return self._unary(torch.log)
 
-    def sqrt(self):
+    def sqrt(self) -> Self:
         return self._unary(torch.sqrt)
 
-    def sign(self):
+    def sign(self) -> Self:
         return self._unary(torch.sign)
 
-    def sigmoid(self):
+    def sigmoid(self) -> Self:
         return self._unary(torch.sigmoid)
 
-    def tanh(self):
+    def tanh(self) -> Self:
         return self._unary(torch.tanh)
 
-    def pow(self, exponent):
+    def pow(self, exponent) -> Self:
         return _binary(self, exponent, operator.pow, "pow")
 
-    def clamp(self, min=None, max=None):
+    def clamp(self, min=None, max=None) -> Self:
         """Clamp every tensor leaf to ``[min, max]``."""
         return self._unary(lambda t: t.clamp(min, max))
 
-    def __eq__(self, other):  # type: ignore[override]
+    def __eq__(self, other) -> Self:  # type: ignore[override]
         if other is None:
             return False
         return _binary(self, other, operator.eq, "__eq__", compare=True)
 
-    def __ne__(self, other):  # type: ignore[override]
+    def __ne__(self, other) -> Self:  # type: ignore[override]
         if other is None:
             return True
         return _binary(self, other, operator.ne, "__ne__", compare=True)
 
-    def __lt__(self, other):
+    def __lt__(self, other) -> Self:
         return _binary(self, other, operator.lt, "__lt__", compare=True)
 
-    def __le__(self, other):
+    def __le__(self, other) -> Self:
         return _binary(self, other, operator.le, "__le__", compare=True)
 
-    def __gt__(self, other):
+    def __gt__(self, other) -> Self:
         return _binary(self, other, operator.gt, "__gt__", compare=True)
 
-    def __ge__(self, other):
+    def __ge__(self, other) -> Self:
         return _binary(self, other, operator.ge, "__ge__", compare=True)
 
-    def __iadd__(self, other):
-        return _inplace(self, other, "add_")
+    # A frozen TensorClass answers NotImplemented, so `p += x` rebinds p to p + x.
+    def __iadd__(self, other) -> Self:
+        return NotImplemented if self._frozen else _inplace(self, other, "add_")
 
-    def __isub__(self, other):
-        return _inplace(self, other, "sub_")
+    def __isub__(self, other) -> Self:
+        return NotImplemented if self._frozen else _inplace(self, other, "sub_")
 
-    def __imul__(self, other):
-        return _inplace(self, other, "mul_")
+    def __imul__(self, other) -> Self:
+        return NotImplemented if self._frozen else _inplace(self, other, "mul_")
 
-    def __itruediv__(self, other):
-        return _inplace(self, other, "div_")
+    def __itruediv__(self, other) -> Self:
+        return NotImplemented if self._frozen else _inplace(self, other, "div_")
 
-    def add_(self, other, *, alpha: float | None = None):
+    def add_(self, other, *, alpha: float | None = None) -> Self:
         if alpha is not None:
             other = other * alpha
         return _inplace(self, other, "add_")
 
-    def sub_(self, other):
+    def sub_(self, other) -> Self:
         return _inplace(self, other, "sub_")
 
-    def mul_(self, other):
+    def mul_(self, other) -> Self:
         return _inplace(self, other, "mul_")
 
-    def div_(self, other):
+    def div_(self, other) -> Self:
         return _inplace(self, other, "div_")
 
-    def lerp_(self, end, weight: float):
+    def lerp_(self, end, weight: float) -> Self:
+        self._check_mutable("lerp_")
         if getattr(type(end), "_is_tensor_collection", False):
             end_data = end._to_tensordict_view()._data
             for key, value in self._data.items():

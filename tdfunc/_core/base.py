@@ -23,12 +23,9 @@ Example:
 from __future__ import annotations
 
 import abc
-import os
 from typing import Any
 
-import torch
-
-from .._persist.api import _check_options, load_collection
+from .._persist.api import PersistMixin
 
 
 # abstract through __init__ (it has no abstract methods to declare); ABC for __subclasshook__
@@ -61,42 +58,11 @@ class TensorDictBase(abc.ABC):  # noqa: B024
         # the marker of TensorDict and its subclasses (TensorClass has none)
         return True if getattr(subclass, "_is_tensordict", False) else NotImplemented
 
-    @classmethod
-    def load_memmap(
-        cls,
-        prefix: str | os.PathLike,
-        device: torch.device | str | None = None,
-        non_blocking: bool = False,
-        *,
-        out: Any = None,
-        robust_key: bool | None = True,
-        num_threads: int = 0,
-    ) -> Any:
-        """Load a directory written by ``memmap``; the recorded class is rebuilt.
-
-        The same as ``TensorDict.load_memmap`` (see it for the arguments), except
-        that a directory saved from a TensorClass comes back as that TensorClass.
-
-        Example:
-            >>> import tempfile, torch
-            >>> from tdfunc import TensorDict, TensorDictBase
-            >>> path = tempfile.mkdtemp()
-            >>> _ = TensorDict({"a": {"b": torch.zeros(())}}).memmap(path)
-            >>> TensorDictBase.load_memmap(path)["a", "b"].shape
-            torch.Size([])
-        """
-        _check_options("TensorDictBase.load_memmap", False, robust_key)
-        return load_collection(
-            None,
-            prefix,
-            device,
-            non_blocking,
-            out=out,
-            num_threads=num_threads,
-            api="TensorDictBase.load_memmap",
-        )
+    # One implementation of loading: the classmethods of PersistMixin (a TensorClass
+    # saved on disk comes back as that TensorClass; nothing is converted).
+    load_memmap = PersistMixin.__dict__["load_memmap"]
+    load = PersistMixin.__dict__["load"]
 
     @classmethod
-    def load(cls, prefix: str | os.PathLike, *args: Any, **kwargs: Any) -> Any:
-        """Load from ``prefix``; the same as :meth:`load_memmap`."""
-        return cls.load_memmap(prefix, *args, **kwargs)
+    def _adopt(cls, loaded: Any) -> Any:
+        return loaded

@@ -38,14 +38,15 @@ class BatchMixin(ContainerMixin):
 
     @batch_size.setter
     def batch_size(self, value) -> None:
-        size = as_size(value, "TensorDict.batch_size")
+        size = as_size(value, f"{type(self).__name__}.batch_size")
         ndim = len(size)
         for key, item in self._data.items():
             if isinstance(item, NonTensorData):
                 continue
             if item.shape[:ndim] != size:
                 raise ValueError(
-                    f"TensorDict.batch_size: cannot set batch size {list(size)}: the value at "
+                    f"{type(self).__name__}.batch_size: cannot set batch size {list(size)}: "
+                    f"the value at "
                     f"key {key!r} has shape {list(item.shape)}."
                 )
         for key, item in self._data.items():
@@ -53,7 +54,7 @@ class BatchMixin(ContainerMixin):
                 self._data[key] = NonTensorData._make(item.data, size, item.device)
             elif isinstance(item, NonTensorStack) and item.batch_size[:ndim] != size:
                 raise ValueError(
-                    f"TensorDict.batch_size: cannot set batch size {list(size)}: the "
+                    f"{type(self).__name__}.batch_size: cannot set batch size {list(size)}: the "
                     f"non-tensor stack at key {key!r} has batch size {list(item.batch_size)}."
                 )
         if self._names is not None and len(size) != len(self._names):
@@ -98,15 +99,20 @@ class BatchMixin(ContainerMixin):
         value = tuple(value)
         if len(value) != len(self._batch_size):
             raise ValueError(
-                f"TensorDict.names: expected {len(self._batch_size)} names for batch size "
+                f"{type(self).__name__}.names: expected {len(self._batch_size)} names for "
+                f"batch size "
                 f"{list(self._batch_size)}, got {list(value)}."
             )
         for name in value:
             if name is not None and not isinstance(name, str):
-                raise TypeError(f"TensorDict.names: names must be str or None, got {name!r}.")
+                raise TypeError(
+                    f"{type(self).__name__}.names: names must be str or None, got {name!r}."
+                )
         given = [n for n in value if n is not None]
         if len(set(given)) != len(given):
-            raise ValueError(f"TensorDict.names: names must be unique, got {list(value)}.")
+            raise ValueError(
+                f"{type(self).__name__}.names: names must be unique, got {list(value)}."
+            )
         self._names = value if given else None
 
     def refine_names(self, *names) -> Self:
@@ -119,13 +125,15 @@ class BatchMixin(ContainerMixin):
 
     def __iter__(self) -> Iterator[Self]:
         if not self._batch_size:
+            name = type(self).__name__
             raise TypeError(
-                "TensorDict: iteration over a TensorDict with batch_size=[] is not "
+                f"{name}: iteration over a {name} with batch_size=[] is not "
                 "possible; iterate over td.keys() or td.items() instead."
             )
-        return iter(self.unbind(0))
+        return iter(self.unbind(0))  # type: ignore[attr-defined]
 
     def __bool__(self) -> bool:
+        name = type(self).__name__
         raise RuntimeError(
-            "TensorDict: the truth value of a TensorDict is ambiguous; use .all() or .any()."
+            f"{name}: the truth value of a {name} is ambiguous; use .all() or .any()."
         )

@@ -126,7 +126,8 @@ class KeyViewsMixin(ContainerMixin):
             name = key if type(key) is str else separator.join(key)
             if name in data:
                 raise KeyError(
-                    f"TensorDict.flatten_keys: two keys flatten to {name!r}; choose another "
+                    f"{type(self).__name__}.flatten_keys: two keys flatten to {name!r}; choose "
+                    f"another "
                     f"separator than {separator!r}."
                 )
             data[name] = value
@@ -160,25 +161,47 @@ class KeyViewsMixin(ContainerMixin):
     def _to_tensordict_view(self) -> Self:
         return self
 
-    def to_dict(self) -> dict:
-        """A nested ``dict`` of the values (non-tensor leaves as their Python values)."""
-        return {
-            k: v.to_dict() if is_tensor_collection(v) else _read(v) for k, v in self._data.items()
-        }
+    def to_dict(self, *, retain_none: bool = True) -> dict:
+        """A nested ``dict`` of the values (non-tensor leaves as their Python values).
 
-    def to_tensordict(self) -> Self:
-        """A copy as a plain ``TensorDict`` (tensors cloned)."""
-        return TensorDict._new_unsafe(
-            {
-                k: v.to_tensordict()
-                if is_tensor_collection(v)
-                else (v.clone() if isinstance(v, (_Tensor, NonTensorData)) else v)
-                for k, v in self._data.items()
-            },
-            self._batch_size,
-            self._device,
-            self._names,
-        )
+        Unset fields of a TensorClass appear as ``None`` unless ``retain_none=False``.
+
+        Example:
+            >>> TensorDict({"a": {"b": torch.zeros(())}}).to_dict()
+            {'a': {'b': tensor(0.)}}
+        """
+        out = {
+            k: v.to_dict(retain_none=retain_none) if is_tensor_collection(v) else _read(v)
+            for k, v in self._data.items()
+        }
+        if retain_none:
+            for name in self._field_names:
+                out.setdefault(name, None)
+        return out
+
+    def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
+        """A copy as a plain ``TensorDict`` (tensors cloned, TensorClasses converted).
+
+        Args:
+            retain_none: unset fields of a TensorClass become non-tensor ``None``
+                entries (the default), or are left out with ``False``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> td.to_tensordict()["a"] is td["a"]
+            False
+        """
+        data = {
+            k: v.to_tensordict(retain_none=retain_none)
+            if is_tensor_collection(v)
+            else (v.clone() if isinstance(v, (_Tensor, NonTensorData)) else v)
+            for k, v in self._data.items()
+        }
+        if retain_none is not False:
+            for name in self._field_names:
+                if name not in data:
+                    data[name] = NonTensorData._make(None, self._batch_size, self._device)
+        return TensorDict._new_unsafe(data, self._batch_size, self._device, self._names)
 
     def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False):
         """A flat dict of tensors with dotted keys, plus ``_metadata`` for the structure."""

@@ -11,11 +11,14 @@ container of the same kind as ``self``), structural writes are checked with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from .nontensor import NonTensorData
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def is_tensor_collection(obj: object) -> bool:
@@ -47,15 +50,27 @@ class ContainerMixin:
     _device: torch.device | None
     _names: tuple | None
     _is_locked: bool
+    # a frozen TensorClass refuses every write; unset fields of a TensorClass read None
+    _frozen: ClassVar[bool] = False
+    _field_names: ClassVar[frozenset[str]] = frozenset()
 
     def _check_mutable(self, api: str) -> None:
-        """Refuse a write of values in place (a frozen TensorClass); a TensorDict accepts."""
+        """Refuse a write (a frozen TensorClass raises); a TensorDict accepts every write."""
+
+    @classmethod
+    def _adopt(cls, loaded: Any) -> Any:
+        """``loaded`` (a container built elsewhere, e.g. from disk) as this class would give it.
+
+        A TensorDict takes it as it is (a saved TensorClass loads as that class); a
+        TensorClass wraps a plain TensorDict in itself.
+        """
+        return loaded
 
     if TYPE_CHECKING:
 
         def _like(
             self, data: dict, batch_size: torch.Size | None = ..., names: Any = ...
-        ) -> Any: ...
+        ) -> Self: ...
         def _check_writable(self, api: str, key: Any) -> None: ...
         def _get_leaf(self, key: Any, api: str = ...) -> Any: ...
         def _shallow_copy(self) -> Any: ...

@@ -13,9 +13,12 @@ and checks writes with ``self._check_writable(api, key)`` /
 ``TensorClass`` instance forwards it to its inner TensorDict.
 
 Example:
-    >>> from tdfunc import TensorDict
-    >>> issubclass(TensorDict, TensorOps)
-    True
+    >>> import torch
+    >>> from tdfunc import TensorClass, TensorDict
+    >>> class Pair(TensorClass):
+    ...     a: torch.Tensor
+    >>> issubclass(TensorDict, TensorOps), issubclass(Pair, TensorOps)
+    (True, True)
 """
 
 from __future__ import annotations

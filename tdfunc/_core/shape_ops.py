@@ -8,7 +8,7 @@ same call over the values and computes the new batch size once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,6 +24,9 @@ from .shapes import (
     resolve_shape,
 )
 from .writes import writable_view
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def _collection(value: Any) -> bool:
@@ -106,6 +109,7 @@ class ShapeOpsMixin(ContainerMixin):
 
     def _set_at_index(self, index, value: Any) -> None:
         """``td[index] = value``: validate every write first, then perform them."""
+        self._check_mutable("__setitem__")
         leaf_index, target = self._leaf_index(index)
         if target is None:
             target = index_batch_size(self._batch_size, leaf_index)
@@ -183,7 +187,7 @@ class ShapeOpsMixin(ContainerMixin):
     def _map(self, fn, new_size: torch.Size, names=None):
         return self._like({k: fn(v) for k, v in self._data.items()}, new_size, names)
 
-    def reshape(self, *shape):
+    def reshape(self, *shape) -> Self:
         """Reshape the batch dims (feature dims are kept).
 
         Example:
@@ -194,7 +198,7 @@ class ShapeOpsMixin(ContainerMixin):
         ndim = len(self._batch_size)
         return self._map(lambda v: v.reshape(new_size + v.shape[ndim:]), new_size)
 
-    def view(self, *shape):
+    def view(self, *shape) -> Self:
         """Like :meth:`reshape`, but never copies (errors when a view is impossible)."""
         if len(shape) == 1 and isinstance(shape[0], torch.dtype):
             raise TypeError("TensorDict.view: viewing as a dtype is not supported.")
@@ -202,7 +206,7 @@ class ShapeOpsMixin(ContainerMixin):
         ndim = len(self._batch_size)
         return self._map(lambda v: v.view(new_size + v.shape[ndim:]), new_size)
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1):
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         """Merge batch dims ``start_dim..end_dim`` into one."""
         ndim = len(self._batch_size)
         if ndim == 0:
@@ -218,7 +222,7 @@ class ShapeOpsMixin(ContainerMixin):
         new_size = size[:start] + torch.Size([merged]) + size[end + 1 :]
         return self._map(lambda v: v.flatten(start, end), new_size)
 
-    def unflatten(self, dim: int, sizes):
+    def unflatten(self, dim: int, sizes) -> Self:
         """Split batch dim ``dim`` into ``sizes``."""
         ndim = len(self._batch_size)
         dim = normalize_dim(dim, ndim, "TensorDict.unflatten")
@@ -226,7 +230,7 @@ class ShapeOpsMixin(ContainerMixin):
         new_size = self._batch_size[:dim] + inner + self._batch_size[dim + 1 :]
         return self._map(lambda v: v.unflatten(dim, inner), new_size)
 
-    def squeeze(self, dim: int | None = None):
+    def squeeze(self, dim: int | None = None) -> Self:
         """Remove batch dims of size 1 (all of them, or ``dim`` only)."""
         size = self._batch_size
         if dim is None:
@@ -246,7 +250,7 @@ class ShapeOpsMixin(ContainerMixin):
 
         return self._map(squeeze, new_size, names)
 
-    def unsqueeze(self, dim: int):
+    def unsqueeze(self, dim: int) -> Self:
         """Insert a batch dim of size 1 at ``dim``."""
         ndim = len(self._batch_size)
         dim = normalize_dim(dim, ndim + 1, "TensorDict.unsqueeze")
@@ -257,7 +261,7 @@ class ShapeOpsMixin(ContainerMixin):
             names = self._names[:dim] + (None,) + self._names[dim:]
         return self._map(lambda v: v.unsqueeze(dim), torch.Size(size), names)
 
-    def permute(self, *dims):
+    def permute(self, *dims) -> Self:
         """Reorder the batch dims."""
         dims = _dims_arg(dims)
         ndim = len(self._batch_size)
@@ -273,7 +277,7 @@ class ShapeOpsMixin(ContainerMixin):
         names = self._names and tuple(self._names[d] for d in dims)
         return self._map(lambda v: v.permute(dims + tuple(range(ndim, v.dim()))), new_size, names)
 
-    def transpose(self, dim0: int, dim1: int):
+    def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two batch dims."""
         ndim = len(self._batch_size)
         dim0 = normalize_dim(dim0, ndim, "TensorDict.transpose")
@@ -287,7 +291,7 @@ class ShapeOpsMixin(ContainerMixin):
             names = tuple(swapped)
         return self._map(lambda v: v.transpose(dim0, dim1), torch.Size(size), names)
 
-    def expand(self, *shape):
+    def expand(self, *shape) -> Self:
         """Broadcast the batch dims to ``shape`` (new leading dims allowed), without copying."""
         shape = _dims_arg(shape)
         ndim = len(self._batch_size)
@@ -313,7 +317,7 @@ class ShapeOpsMixin(ContainerMixin):
         names = self._names and (None,) * offset + self._names
         return self._map(lambda v: v.expand(new_size + v.shape[ndim:]), new_size, names)
 
-    def expand_as(self, other):
+    def expand_as(self, other) -> Self:
         return self.expand(other.shape)
 
     # ------------------------------------------------------------------ splitting
@@ -327,7 +331,7 @@ class ShapeOpsMixin(ContainerMixin):
             for values, size in zip(zip(*pieces_by_key.values()), sizes)
         )
 
-    def unbind(self, dim: int = 0):
+    def unbind(self, dim: int = 0) -> tuple[Self, ...]:
         """The slices along batch dim ``dim``, sharing storage."""
         ndim = len(self._batch_size)
         dim = normalize_dim(dim, ndim, "TensorDict.unbind")
@@ -339,7 +343,7 @@ class ShapeOpsMixin(ContainerMixin):
             names = _clean(names[:dim] + names[dim + 1 :])
         return self._pieces(pieces, [new_size] * size[dim], names)
 
-    def split(self, split_size, dim: int = 0):
+    def split(self, split_size, dim: int = 0) -> tuple[Self, ...]:
         """Split along batch dim ``dim`` into pieces of ``split_size`` (int or list)."""
         ndim = len(self._batch_size)
         dim = normalize_dim(dim, ndim, "TensorDict.split")
@@ -363,7 +367,7 @@ class ShapeOpsMixin(ContainerMixin):
         pieces = {key: value.split(lengths, dim) for key, value in self._data.items()}
         return self._pieces(pieces, sizes, self._names)
 
-    def chunk(self, chunks: int, dim: int = 0):
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
         """Split along batch dim ``dim`` into ``chunks`` pieces (like ``torch.chunk``)."""
         ndim = len(self._batch_size)
         dim = normalize_dim(dim, ndim, "TensorDict.chunk")

@@ -353,6 +353,7 @@ class DistributedMixin:
         Example:
             >>> # rank 0: data = TensorDict({"a": torch.zeros(())}, []); data.recv(src=1)
         """
+        self._check_mutable("recv")  # type: ignore[attr-defined]
         return recv(self, src, group=group, tag=tag)
 
     def irecv(self, src: int | None = None, *, group: Any = None, tag: int = 0) -> DistributedWork:
@@ -364,6 +365,7 @@ class DistributedMixin:
         Example:
             >>> # rank 0: work = data.irecv(src=1); ...; work.wait()
         """
+        self._check_mutable("irecv")  # type: ignore[attr-defined]
         return irecv(self, src, group=group, tag=tag)
 
     def broadcast(self, src: int, *, group: Any = None, async_op: bool = False):
@@ -376,6 +378,7 @@ class DistributedMixin:
         Example:
             >>> # every rank: params.broadcast(src=0)  # all ranks start from rank 0's params
         """
+        self._check_mutable("broadcast")  # type: ignore[attr-defined]
         return broadcast(self, src, group=group, async_op=async_op)
 
     def all_reduce(self, op: Any = None, *, group: Any = None, async_op: bool = False):
@@ -388,6 +391,7 @@ class DistributedMixin:
         Example:
             >>> # every rank: grads.all_reduce(torch.distributed.ReduceOp.AVG)
         """
+        self._check_mutable("all_reduce")  # type: ignore[attr-defined]
         return all_reduce(self, op, group=group, async_op=async_op)
 
     def reduce(self, dst: int, op: Any = None, *, group: Any = None, async_op: bool = False):
@@ -399,4 +403,5 @@ class DistributedMixin:
         Example:
             >>> # every rank: metrics.reduce(dst=0)  # rank 0 holds the sums
         """
+        self._check_mutable("reduce")  # type: ignore[attr-defined]
         return reduce(self, dst, op, group=group, async_op=async_op)

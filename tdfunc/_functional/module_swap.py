@@ -22,7 +22,7 @@ runs none of this Python anyway.
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -38,6 +38,9 @@ _MAX_PLANS = 4  # a module rarely sees more than one or two key structures
 # recent first]). A plain dict probed by id is several times cheaper than a
 # WeakKeyDictionary lookup; the weak reference's callback drops the entry.
 _PLANS: dict[int, tuple[weakref.ref, list]] = {}
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def _collection(value: Any) -> bool:
@@ -432,7 +435,7 @@ class ModuleSwapMixin:
     __slots__ = ()
 
     @classmethod
-    def from_module(cls, module: nn.Module, *, lock: bool = False):
+    def from_module(cls, module: nn.Module, *, lock: bool = False) -> Self:
         """The parameters and buffers of ``module``, nested by submodule (batch ``[]``).
 
         The leaves are the module's own ``Parameter`` and buffer objects; a tensor
@@ -451,7 +454,7 @@ class ModuleSwapMixin:
         return out.lock_() if lock else out
 
     @classmethod
-    def from_modules(cls, *modules: nn.Module, lock: bool = False):
+    def from_modules(cls, *modules: nn.Module, lock: bool = False) -> Self:
         """The parameters of several identical modules, stacked along a new dim (``[N]``).
 
         The stacked leaves are new leaf tensors (they require grad when the

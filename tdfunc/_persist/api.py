@@ -3,9 +3,9 @@
 The methods of ``TensorDict`` defined here are thin: the format lives in
 :mod:`tdfunc._persist_format` (and key encoding in :mod:`tdfunc._persist_keys`),
 writing in :mod:`tdfunc._persist_save`, reading in :mod:`tdfunc._persist_load`.
-The module-level functions :func:`memmap_collection` and
-:func:`load_collection` work on any tensor collection, so ``TensorClass`` can
-forward to them and keep its own class on disk.
+The methods serve ``TensorDict`` and every ``TensorClass`` (through
+:class:`~tdfunc._core.ops.TensorOps`); the class of each level is recorded on
+disk, so a saved TensorClass loads back as its class.
 """
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ import contextlib
 import gc
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import load as _persist_load
 from . import save as _persist_save
 from .memmap_tensor import MemoryMappedTensor
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 @contextlib.contextmanager
@@ -91,7 +94,6 @@ def memmap_collection(
 
 
 def load_collection(
-    cls: type | None,
     prefix,
     device=None,
     non_blocking: bool = False,
@@ -102,8 +104,7 @@ def load_collection(
 ) -> Any:
     """Load what :func:`memmap_collection` saved; its recorded class is rebuilt.
 
-    With ``cls`` a TensorClass and a plain TensorDict on disk, the data is
-    wrapped in ``cls``. With ``out``, the data is moved into ``out``.
+    With ``out``, the data is moved into ``out`` (which is returned).
     """
     if out is not None and device is None:
         device = out.device
@@ -120,13 +121,6 @@ def load_collection(
         if locked:
             out.lock_()
         return out
-    from .._core.container import TensorDict  # a module-level import would be circular
-
-    if cls is not None and type(loaded) is TensorDict and not issubclass(cls, TensorDict):
-        # a TensorClass loading data that was saved as a plain TensorDict
-        loaded = cls._from_pytree(  # type: ignore[attr-defined]
-            loaded._data, loaded.batch_size, loaded.device, loaded._names
-        )
     return loaded
 
 
@@ -147,7 +141,7 @@ class PersistMixin:
         existsok: bool = True,
         robust_key: bool | None = True,
         fsync: bool = False,
-    ):
+    ) -> Self:
         """Write every tensor to a memory-mapped file and return a new, locked TensorDict.
 
         The directory ``prefix`` mirrors the structure: one file per tensor leaf,
@@ -203,7 +197,7 @@ class PersistMixin:
             self,
             prefix,
             copy_existing,
-            api="TensorDict.memmap",
+            api=f"{type(self).__name__}.memmap",
             num_threads=num_threads,
             return_early=return_early,
             share_non_tensor=share_non_tensor,
@@ -223,7 +217,7 @@ class PersistMixin:
         existsok: bool = True,
         robust_key: bool | None = True,
         fsync: bool = False,
-    ):
+    ) -> Self:
         """Like :meth:`memmap`, but replaces the leaves of this TensorDict (in place).
 
         Returns ``self``, locked (or a ``Future`` of it with ``return_early``).
@@ -233,11 +227,12 @@ class PersistMixin:
             >>> td.memmap_() is td, type(td["a"]).__name__
             (True, 'MemoryMappedTensor')
         """
+        self._check_mutable("memmap_")  # type: ignore[attr-defined]
         return memmap_collection(
             self,
             prefix,
             copy_existing,
-            api="TensorDict.memmap_",
+            api=f"{type(self).__name__}.memmap_",
             inplace=True,
             num_threads=num_threads,
             return_early=return_early,
@@ -258,7 +253,7 @@ class PersistMixin:
         share_non_tensor: bool = False,
         robust_key: bool | None = True,
         fsync: bool = False,
-    ):
+    ) -> Self:
         """A new memory-mapped TensorDict with the same shapes and dtypes, and no content.
 
         Files are allocated sparse (they read as zeros and take no disk space
@@ -276,7 +271,7 @@ class PersistMixin:
             self,
             prefix,
             copy_existing,
-            api="TensorDict.memmap_like",
+            api=f"{type(self).__name__}.memmap_like",
             like=True,
             num_threads=num_threads,
             return_early=return_early,
@@ -296,13 +291,13 @@ class PersistMixin:
         share_non_tensor: bool = False,
         robust_key: bool | None = True,
         fsync: bool = False,
-    ):
+    ) -> Self:
         """Save to ``prefix``; the same as :meth:`memmap` (returns the saved TensorDict)."""
         return memmap_collection(
             self,
             prefix,
             copy_existing,
-            api="TensorDict.save",
+            api=f"{type(self).__name__}.save",
             num_threads=num_threads,
             return_early=return_early,
             share_non_tensor=share_non_tensor,
@@ -320,13 +315,13 @@ class PersistMixin:
         share_non_tensor: bool = False,
         robust_key: bool | None = True,
         fsync: bool = False,
-    ):
+    ) -> Self:
         """Save to ``prefix``; the same as :meth:`memmap`."""
         return memmap_collection(
             self,
             prefix,
             copy_existing,
-            api="TensorDict.dumps",
+            api=f"{type(self).__name__}.dumps",
             num_threads=num_threads,
             return_early=return_early,
             share_non_tensor=share_non_tensor,
@@ -380,8 +375,12 @@ class PersistMixin:
             >>> TensorDict.load_memmap(path, device="meta")["a"].device
             device(type='meta')
         """
-        _check_options("TensorDict.load_memmap", False, robust_key)
-        return load_collection(cls, prefix, device, non_blocking, out=out, num_threads=num_threads)
+        api = f"{cls.__name__}.load_memmap"
+        _check_options(api, False, robust_key)
+        loaded = load_collection(
+            prefix, device, non_blocking, out=out, num_threads=num_threads, api=api
+        )
+        return loaded if out is not None else cls._adopt(loaded)  # type: ignore[attr-defined]
 
     @classmethod
     def load(cls, prefix: str | os.PathLike, *args, **kwargs):
@@ -390,7 +389,7 @@ class PersistMixin:
 
     def load_memmap_(
         self, prefix: str | os.PathLike, robust_key: bool | None = True, *, num_threads: int = 0
-    ):
+    ) -> Self:
         """Replace the content of this TensorDict by the data saved in ``prefix``.
 
         Nested TensorDicts are reused (same objects); leaves are replaced by the
@@ -405,16 +404,16 @@ class PersistMixin:
             >>> sorted(td.load_memmap_(path).keys()), td["a"].tolist()
             (['a'], [1.0, 1.0])
         """
-        _check_options("TensorDict.load_memmap_", False, robust_key)
-        return load_collection(
-            None, prefix, out=self, num_threads=num_threads, api="TensorDict.load_memmap_"
-        )
+        api = f"{type(self).__name__}.load_memmap_"
+        self._check_mutable("load_memmap_")  # type: ignore[attr-defined]
+        _check_options(api, False, robust_key)
+        return load_collection(prefix, out=self, num_threads=num_threads, api=api)
 
-    def load_(self, prefix: str | os.PathLike, *args, **kwargs):
+    def load_(self, prefix: str | os.PathLike, *args, **kwargs) -> Self:
         """Load from ``prefix`` into this TensorDict; the same as :meth:`load_memmap_`."""
         return self.load_memmap_(prefix, *args, **kwargs)
 
-    def memmap_refresh_(self):
+    def memmap_refresh_(self) -> Self:
         """Reload the content from :attr:`saved_path` (after another process saved there).
 
         Raises:
@@ -428,20 +427,27 @@ class PersistMixin:
             >>> sorted(td.memmap_refresh_().keys()), td["a"].tolist()
             (['a', 'b'], [1.0, 1.0])
         """
+        name = type(self).__name__
+        self._check_mutable("memmap_refresh_")  # type: ignore[attr-defined]
         path = self.saved_path
         if path is None:
             raise RuntimeError(
-                "TensorDict.memmap_refresh_: this TensorDict has no saved path; only a "
-                "TensorDict returned by memmap/memmap_/memmap_like(prefix) or load_memmap "
+                f"{name}.memmap_refresh_: this {name} has no saved path; only a "
+                f"{name} returned by memmap/memmap_/memmap_like(prefix) or load_memmap "
                 "can be refreshed."
             )
-        return load_collection(None, path, out=self, api="TensorDict.memmap_refresh_")
+        return load_collection(path, out=self, api=f"{name}.memmap_refresh_")
 
     # ------------------------------------------------------------------ state
     @property
     def saved_path(self) -> str | None:
-        """The directory this TensorDict was saved to or loaded from, else ``None``."""
-        return _persist_save.saved_path_of(self)
+        """The directory this container was saved to or loaded from, else ``None``."""
+        path = _persist_save.saved_path_of(self)
+        if path is None:
+            view = self._to_tensordict_view()  # type: ignore[attr-defined]
+            if view is not self:  # a TensorClass: its inner TensorDict may have been saved
+                path = _persist_save.saved_path_of(view)
+        return path
 
     def is_memmap(self) -> bool:
         """True when every tensor leaf is a ``MemoryMappedTensor`` (and there is one)."""

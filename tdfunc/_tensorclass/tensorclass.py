@@ -1,9 +1,12 @@
 """``TensorClass``: typed, dataclass-like containers built on a TensorDict.
 
 A subclass declares its fields with annotations; the class gets a generated
-``__init__``, one property per field (reading straight from the inner
-TensorDict), and every TensorDict operation as an explicit method returning
-the same class. An instance holds one TensorDict (``_td``) and nothing else.
+``__init__`` and one property per field (reading straight from the inner
+TensorDict). Every TensorDict operation comes from the same shared mixins as
+``TensorDict``'s (:class:`~tdfunc._core.ops.TensorOps`, through
+:mod:`tdfunc._tensorclass.state`) and returns the same class. An instance holds
+one TensorDict (``_td``) and nothing else: assigning a name that is not a field
+raises ``AttributeError`` (subclasses get empty ``__slots__``).
 
 Flags come from brackets (``TensorClass["frozen", "nocast"]``), class keywords
 (``class Foo(TensorClass, autocast=True)``) or the :func:`tensorclass`
@@ -28,6 +31,7 @@ from .._core.nontensor import NonTensorData
 from .._core.registry import register_class
 from .._core.shapes import as_size
 from .._functional.pytree import register as _register_pytree
+from .convert import TensorClassConvert
 from .fields import (
     FLAGS,
     MISSING,
@@ -41,7 +45,7 @@ from .fields import (
     parse_bracket_flags,
     resolve_flags,
 )
-from .persist import TensorClassPersist
+from .state import _set_td
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -70,7 +74,13 @@ if TYPE_CHECKING:
         def __set__(self, obj: object, value: Sequence[str | None] | None) -> None: ...
 
 else:
-    _Meta = type
+
+    class _Meta(type):
+        """Gives every subclass empty ``__slots__``: a typo (``foo.xx = 5``) is an error."""
+
+        def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: Any):
+            namespace.setdefault("__slots__", ())
+            return super().__new__(mcs, name, bases, namespace, **kwargs)
 
 
 FrozenInstanceError = dataclasses.FrozenInstanceError
@@ -79,7 +89,7 @@ _RESERVED: list[frozenset[str]] = []
 _CARRIERS: dict[tuple, type] = {}
 
 
-class TensorClass(TensorClassPersist, metaclass=_Meta):
+class TensorClass(TensorClassConvert, metaclass=_Meta):
     """Base class of typed tensor containers (the inheritance form of ``@tensorclass``).
 
     Subclass it and annotate fields; instances behave like a TensorDict
@@ -107,7 +117,7 @@ class TensorClass(TensorClassPersist, metaclass=_Meta):
         True
     """
 
-    __slots__ = ("__weakref__", "_td")
+    __slots__ = ("__weakref__",)
     if TYPE_CHECKING:
         # keyword arguments of the generated __init__ (read back as properties)
         batch_size: _BatchSizeArg = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
@@ -174,40 +184,19 @@ class TensorClass(TensorClassPersist, metaclass=_Meta):
             )
         cls._tc_init(self, *args, **kwargs)
 
-    # ------------------------------------------------------------------ fields
-    def _write_field(self, name: str, value: Any) -> None:
-        """Cast ``value`` by the class flags and store it as field ``name``."""
-        cls = type(self)
-        if cls._tc_frozen:
-            raise FrozenInstanceError(
-                f"{cls.__name__} is frozen: cannot assign field {name!r}. Build a new "
-                f"instance instead, e.g. {cls.__name__}(**{{...}}, batch_size=...)."
-            )
-        td = self._td
-        if value is None:
-            if name in td._data:
-                td.del_(name)
-            return
-        stored = cls._tc_converters[name](cls.__name__, name, value, td._batch_size, td._device)
-        if td._is_locked:
-            td.set(name, stored)
-        else:
-            td._data[name] = stored
-
     # ------------------------------------------------------------------ copying
     def __getstate__(self) -> dict[str, Any]:
         return {"_td": self._td}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        object.__setattr__(self, "_td", state["_td"])
-
-    def __copy__(self) -> Self:
-        return self._wrap_td(self._td._shallow_copy())
+        _set_td(self, state["_td"])
 
     def __deepcopy__(self, memo: dict) -> Self:
         import copy
 
-        return self._wrap_td(copy.deepcopy(self._td, memo))
+        out = object.__new__(type(self))
+        _set_td(out, copy.deepcopy(self._td, memo))
+        return out
 
 
 def _reserved_names() -> frozenset[str]:
@@ -250,8 +239,10 @@ def _build_class(cls: type[TensorClass], flags: dict[str, bool], localns: dict |
     cls._tc_converters = {
         field.name: make_autocast(field) if flags["autocast"] else converter for field in fields
     }
-    cls._tc_frozen = flags["frozen"]
+    cls._tc_frozen = cls._frozen = flags["frozen"]
+    cls._field_names = cls._tc_field_names
     cls._tc_ready = True
+    cls.__dataclass_fields__ = _dataclass_fields(fields)  # type: ignore[attr-defined]
     for field in fields:
         setattr(cls, field.name, _field_property(field.name, flags["tensor_only"]))
     init = _make_init(cls, fields, flags)
@@ -269,7 +260,30 @@ def _build_class(cls: type[TensorClass], flags: dict[str, bool], localns: dict |
     register_class(cls)
 
 
+_STATE = frozenset({"_td", "_data", "_batch_size", "_device", "_names", "_is_locked"})
+
+
+def _dataclass_fields(fields: tuple[Field, ...]) -> dict[str, dataclasses.Field]:
+    """``__dataclass_fields__``: ``dataclasses.is_dataclass`` and ``fields`` see the fields."""
+    out = {}
+    for field in fields:
+        if field.default_factory is not MISSING:
+            spec: Any = dataclasses.field(default_factory=field.default_factory)
+        elif field.default is not MISSING:
+            spec = dataclasses.field(default=field.default)
+        else:
+            spec = dataclasses.field()
+        spec.name = field.name
+        spec.type = field.annotation
+        spec._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
+        out[field.name] = spec
+    return out
+
+
 def _frozen_setattr(self: TensorClass, name: str, value: Any) -> None:
+    if name in _STATE:  # the shared mixins' state (e.g. the device of a new result)
+        object.__setattr__(self, name, value)
+        return
     raise FrozenInstanceError(
         f"{type(self).__name__} is frozen: cannot assign {name!r}. Build a new instance "
         f"instead (frozen instances are immutable parameter sets and batches)."
@@ -331,7 +345,7 @@ def _make_init(cls: type[TensorClass], fields: tuple[Field, ...], flags: dict[st
         "_tc_as_size": as_size,
         "_tc_device": torch.device,
         "_tc_new_td": TensorDict._new_unsafe,
-        "_tc_set_td": TensorClass.__dict__["_td"].__set__,
+        "_tc_set_td": _set_td,
         "_tc_FACTORY": _FACTORY,
         "_tc_api": api,
     }

@@ -1,0 +1,225 @@
+"""TensorClass constructors from other containers, ``state_dict`` with classes, and printing.
+
+These are TensorClass's own: ``from_tensordict`` (and ``from_module``,
+``from_modules`` built on it) fill the fields (defaults for missing ones);
+``state_dict`` records the class of every nested tensorclass and the unset
+fields; ``repr`` lists the fields. Everything else comes from the shared
+mixins (:mod:`tdfunc._core.ops`).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .._core.container import TensorDict
+from .._core.nontensor import NonTensorData
+from .._core.registry import class_name
+from .._core.repr import is_shared, leaf_repr
+from .fields import MISSING
+from .state import TensorClassState, _set_td, _unknown_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from torch import nn
+    from typing_extensions import Self
+
+    from .fields import Field
+
+
+def _is_tensorclass_instance(value: Any) -> bool:
+    return getattr(type(value), "_tc_ready", False)
+
+
+class TensorClassConvert(TensorClassState):
+    """Constructors from TensorDicts and modules, ``state_dict``, ``repr``."""
+
+    __slots__ = ()
+    if TYPE_CHECKING:
+        _tc_fields: ClassVar[tuple[Field, ...]]
+        _tc_flags: ClassVar[dict[str, bool]]
+
+    @classmethod
+    def from_tensordict(
+        cls, tensordict: Any, non_tensordict: Mapping | None = None, safe: bool = True
+    ) -> Self:
+        """Wrap ``tensordict`` (shared, not copied) in this class.
+
+        Args:
+            tensordict: the TensorDict whose entries become the fields.
+            non_tensordict: more field values (non-tensor data, nested
+                tensorclasses), cast by the class flags.
+            safe: raise a ``TypeError`` when ``tensordict`` is not a TensorDict.
+
+        Fields missing from both get their default, or ``None``.
+
+        Example:
+            >>> class Foo(TensorClass):
+            ...     x: torch.Tensor
+            ...     label: str = "none"
+            >>> foo = Foo.from_tensordict(TensorDict({"x": torch.zeros(2)}, [2]), {"label": "a"})
+            >>> foo.label, foo.batch_size
+            ('a', torch.Size([2]))
+        """
+        if not getattr(cls, "_tc_ready", False):
+            raise TypeError(f"{cls.__name__}.from_tensordict: call it on a tensorclass subclass.")
+        if _is_tensorclass_instance(tensordict):
+            tensordict = tensordict._td
+        if safe and not isinstance(tensordict, TensorDict):
+            raise TypeError(
+                f"{cls.__name__}.from_tensordict: expected a TensorDict, got "
+                f"{type(tensordict).__name__}. Pass safe=False to wrap another container."
+            )
+        if cls._tc_flags["tensor_only"]:
+            for key, value in tensordict._data.items():
+                if isinstance(value, NonTensorData):
+                    raise TypeError(
+                        f"{cls.__name__}.from_tensordict: {cls.__name__} is tensor_only but key "
+                        f"{key!r} holds non-tensor data ({type(value.data).__name__})."
+                    )
+        out = object.__new__(cls)
+        _set_td(out, tensordict)
+        if cls._frozen:
+            tensordict._is_locked = True
+        for name, value in (non_tensordict or {}).items():
+            out._write_unchecked(name, value)
+        for field in cls._tc_fields:
+            if field.name in tensordict._data or (non_tensordict and field.name in non_tensordict):
+                continue
+            if field.default_factory is not MISSING:
+                out._write_unchecked(field.name, field.default_factory())
+            elif field.default is not MISSING:
+                out._write_unchecked(field.name, field.default)
+        return out
+
+    def _write_unchecked(self, name: str, value: Any) -> None:
+        """Write a field at construction time (no frozen check)."""
+        cls = type(self)
+        if name not in cls._tc_field_names:
+            raise _unknown_name(cls, "from_tensordict", name)
+        td = self._td
+        if value is None:
+            td._data.pop(name, None)
+            return
+        converter = cls._tc_converters[name]
+        td._data[name] = converter(cls.__name__, name, value, td._batch_size, td._device)
+
+    @classmethod
+    def from_module(cls, module: nn.Module, *, lock: bool = False) -> Self:
+        """The parameters and buffers of ``module`` as an instance (fields = their names).
+
+        Example:
+            >>> class LinearParams(TensorClass["frozen"]):
+            ...     weight: torch.Tensor
+            ...     bias: torch.Tensor
+            >>> LinearParams.from_module(torch.nn.Linear(3, 4)).weight.shape
+            torch.Size([4, 3])
+        """
+        out = cls.from_tensordict(TensorDict.from_module(module))
+        return out.lock_() if lock else out
+
+    @classmethod
+    def from_modules(cls, *modules: nn.Module, lock: bool = False) -> Self:
+        """The parameters of several identical modules, stacked along a new batch dim."""
+        out = cls.from_tensordict(TensorDict.from_modules(*modules))
+        return out.lock_() if lock else out
+
+    # ------------------------------------------------------------------ state dict
+    def state_dict(
+        self,
+        destination: dict | None = None,
+        prefix: str = "",
+        keep_vars: bool = False,
+        flatten: bool = True,
+    ) -> dict[str, Any]:
+        """Tensors under their logical (dotted) keys; non-tensor fields and types in ``_metadata``.
+
+        Besides what ``TensorDict.state_dict`` records, ``_metadata`` holds the
+        class (``"type"``), the classes of nested tensorclasses (``"types"``) and
+        the fields holding ``None`` (``"none_fields"``).
+
+        Example:
+            >>> class Foo(TensorClass):
+            ...     x: torch.Tensor
+            ...     label: str
+            >>> sd = Foo(x=torch.zeros(2), label="a", batch_size=[2]).state_dict()
+            >>> list(sd), sorted(sd["_metadata"]["non_tensor"]), sd["_metadata"]["type"][-4:]
+            (['x', '_metadata'], ['label'], '.Foo')
+        """
+        out = self._td.state_dict(destination, prefix, keep_vars)
+        meta = out[prefix + "_metadata"]
+        meta["type"] = class_name(type(self))
+        types: dict[str, str] = {}
+        none_fields: list[str] = []
+        for path, node in _tensorclass_nodes(self, ()):
+            for field in node._tc_fields:
+                if field.name not in node._td._data:
+                    none_fields.append(".".join((*path, field.name)))
+            if path:
+                types[".".join(path)] = class_name(type(node))
+        meta["types"] = types
+        meta["none_fields"] = none_fields
+        if not flatten:
+            return _unflatten_state(out, prefix)
+        return out
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Self:
+        """Load a dict made by :meth:`state_dict` (flat or nested) into this instance."""
+        self._check_mutable("load_state_dict")
+        flat = dict(_flatten_state(state_dict))
+        nones = (flat.get("_metadata") or {}).get("none_fields", ())
+        self._td.load_state_dict(flat, strict=strict, assign=assign)
+        for key in nones:
+            parts = tuple(key.split("."))
+            if parts in self._td or (len(parts) == 1 and parts[0] in self._td._data):
+                self._td.del_(parts if len(parts) > 1 else parts[0])
+        return self
+
+    # ------------------------------------------------------------------ printing
+    def __repr__(self) -> str:
+        td = self._td
+        data = td._data
+        items = [f"{key}={leaf_repr(data[key])}" for key in sorted(data)]
+        items += [f"{f.name}=None" for f in self._tc_fields if f.name not in data]
+        tail = [f"batch_size={td._batch_size}", f"device={td._device}"]
+        if td._names is not None:
+            tail.append(f"names={list(td._names)}")
+        tail.append(f"is_shared={is_shared(td)}")
+        body = textwrap.indent(",\n".join(items + tail), "    ")
+        return f"{type(self).__name__}(\n{body})"
+
+
+def _tensorclass_nodes(node: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
+    """(path, instance) for ``node`` and every tensorclass nested below it."""
+    if _is_tensorclass_instance(node):
+        yield path, node
+    for key, value in node._to_tensordict_view()._data.items():
+        if getattr(type(value), "_is_tensor_collection", False):
+            yield from _tensorclass_nodes(value, (*path, key))
+
+
+def _unflatten_state(flat: dict, prefix: str) -> dict:
+    """``{"a.b": t}`` -> ``{"a": {"b": t}}`` (``_metadata`` stays at the top)."""
+    nested: dict = {}
+    for key, value in flat.items():
+        name = key[len(prefix) :]
+        parts = [name] if name == "_metadata" else name.split(".")
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return {prefix + key: value for key, value in nested.items()}
+
+
+def _flatten_state(state: Mapping, path: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in state.items():
+        if key == "_metadata" and not path:
+            yield key, value
+        elif isinstance(value, Mapping):
+            yield from _flatten_state(value, f"{path}{key}.")
+        else:
+            yield f"{path}{key}", value
