@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from tdfunc import NonTensorData, TensorDict
+from tdfunc import NonTensorData, TensorClass, TensorDict
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -164,6 +164,34 @@ CORPUS: dict[str, Callable[[], TensorDict]] = {
 }
 
 BATCHED = [name for name in CORPUS if name not in ("empty", "flat_0d")]
+
+
+# ---------------------------------------------------------------- TensorClass
+class Sample(TensorClass):
+    """The corpus TensorClass: tensor fields, a nested TensorDict, a non-tensor field."""
+
+    obs: torch.Tensor
+    reward: torch.Tensor
+    extra: TensorDict
+    label: str = "train"
+
+
+def raw_sample() -> tuple[dict, list[int]]:
+    """The fields of :func:`sample` as a plain dict (batch [4, 3], float leaves)."""
+    g = _gen(6)
+    return {
+        "obs": torch.randn(4, 3, 2, generator=g),
+        "reward": torch.randn(4, 3, generator=g),
+        "extra": {"value": torch.randn(4, 3, 5, generator=g)},
+        "label": "train",
+    }, [4, 3]
+
+
+def sample() -> Sample:
+    """A :class:`Sample` built from :func:`raw_sample`."""
+    raw, batch_size = raw_sample()
+    extra = TensorDict(raw["extra"], batch_size)
+    return Sample(raw["obs"], raw["reward"], extra, raw["label"], batch_size=batch_size)
 
 
 # ---------------------------------------------------------------- references

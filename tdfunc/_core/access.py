@@ -367,10 +367,9 @@ class AccessMixin(ContainerMixin):
         node = self._get_leaf(parts[:-1], "del_") if len(parts) > 1 else self
         if not is_tensor_collection(node):
             raise self._missing(key, "del_")
-        node = node._to_tensordict_view()
         if parts[-1] not in node._data:
             raise self._missing(key, "del_")
-        node._check_writable("del_", unravel_key(key))
+        node._check_writable("del_", unravel_key(key))  # a nested TensorClass names itself
         del node._data[parts[-1]]
         return self
 

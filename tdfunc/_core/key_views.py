@@ -209,7 +209,9 @@ class KeyViewsMixin(ContainerMixin):
 
         return td_state_dict(self, destination, prefix, keep_vars)
 
-    def load_state_dict(self, state_dict: Mapping, strict: bool = True, assign: bool = False):
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+    ) -> Self:
         """Load a dict made by :meth:`state_dict` into this TensorDict (in place); returns self."""
         from .state_dict import td_load_state_dict
 

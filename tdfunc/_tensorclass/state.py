@@ -157,7 +157,7 @@ class TensorClassState(TensorOps):
             f"{name}.{api}: {name} is frozen and cannot be modified; {hint}."
         )
 
-    def set(self, key: Any, value: Any, *, inplace: bool = False) -> Self:
+    def set(self, key, value: Any, *, inplace: bool = False) -> Self:
         """Write ``value`` at ``key`` (a field is cast by the class flags); returns self.
 
         The same as ``TensorDict.set`` without its fast path, which stores a tensor
