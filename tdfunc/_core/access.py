@@ -27,7 +27,7 @@ import torch
 
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .mixin import ContainerMixin, is_tensor_collection, read_value
-from .writes import full_key, items_of, rename_key, write
+from .writes import full_key, items_of, rename_key, writable_view, write
 
 if TYPE_CHECKING:
     from types import EllipsisType
@@ -367,9 +367,11 @@ class AccessMixin(ContainerMixin):
         node = self._get_leaf(parts[:-1], "del_") if len(parts) > 1 else self
         if not is_tensor_collection(node):
             raise self._missing(key, "del_")
+        if node is not self:  # a write through this container into a nested one
+            node = writable_view(node, "del_", unravel_key(key))
         if parts[-1] not in node._data:
             raise self._missing(key, "del_")
-        node._check_writable("del_", unravel_key(key))  # a nested TensorClass names itself
+        node._check_writable("del_", unravel_key(key))
         del node._data[parts[-1]]
         return self
 
