@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .mixin import ContainerMixin
+from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData
 
 _KEEP = object()
@@ -15,10 +16,6 @@ _Tensor = torch.Tensor
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-
-def _collection(value: Any) -> bool:
-    return getattr(type(value), "_is_tensor_collection", False)
 
 
 def rewrap(original: Any, result):

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
+def _binary(self, other: Any, op: Callable, api: str):
     if getattr(type(other), "_is_tensor_collection", False):
         other_data = other._to_tensordict_view()._data
         if other_data.keys() != self._data.keys():
@@ -168,24 +168,24 @@ class ArithmeticMixin(ContainerMixin):
     def __eq__(self, other) -> Self:  # type: ignore[override]
         if other is None:
             return False
-        return _binary(self, other, operator.eq, "__eq__", compare=True)
+        return _binary(self, other, operator.eq, "__eq__")
 
     def __ne__(self, other) -> Self:  # type: ignore[override]
         if other is None:
             return True
-        return _binary(self, other, operator.ne, "__ne__", compare=True)
+        return _binary(self, other, operator.ne, "__ne__")
 
     def __lt__(self, other) -> Self:
-        return _binary(self, other, operator.lt, "__lt__", compare=True)
+        return _binary(self, other, operator.lt, "__lt__")
 
     def __le__(self, other) -> Self:
-        return _binary(self, other, operator.le, "__le__", compare=True)
+        return _binary(self, other, operator.le, "__le__")
 
     def __gt__(self, other) -> Self:
-        return _binary(self, other, operator.gt, "__gt__", compare=True)
+        return _binary(self, other, operator.gt, "__gt__")
 
     def __ge__(self, other) -> Self:
-        return _binary(self, other, operator.ge, "__ge__", compare=True)
+        return _binary(self, other, operator.ge, "__ge__")
 
     # A frozen TensorClass answers NotImplemented, so `p += x` rebinds p to p + x.
     def __iadd__(self, other) -> Self:

@@ -15,6 +15,7 @@ import torch
 from .apply import rewrap
 from .keys import unravel_key
 from .mixin import ContainerMixin
+from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData, write_at
 from .shapes import (
     _simple_index_size,
@@ -27,10 +28,6 @@ from .writes import writable_view
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-
-def _collection(value: Any) -> bool:
-    return getattr(type(value), "_is_tensor_collection", False)
 
 
 def _dims_arg(dims: tuple) -> tuple:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .keys import MISSING, key_parts, unravel_key
+from .mixin import is_tensor_collection
 from .nontensor import NonTensorData, NonTensorStack
 
 _NO_DEFAULT = MISSING
@@ -30,10 +31,6 @@ def _tensordict():
     from .container import TensorDict
 
     return TensorDict
-
-
-def is_tensor_collection(obj: object) -> bool:
-    return getattr(type(obj), "_is_tensor_collection", False)
 
 
 def writable_view(container: Any, api: str, key: Any):

@@ -29,6 +29,7 @@ from torch import nn
 from torch._C import _functorch
 
 from .._core.keys import missing_key_error
+from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData
 
 _is_compiling = torch.compiler.is_dynamo_compiling  # only dynamo cannot run this code
@@ -41,10 +42,6 @@ _PLANS: dict[int, tuple[weakref.ref, list]] = {}
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-
-def _collection(value: Any) -> bool:
-    return getattr(type(value), "_is_tensor_collection", False)
 
 
 class _Mismatch(Exception):

@@ -34,6 +34,7 @@ import torch
 import torch.utils._pytree as torch_pytree
 from torch._C import _functorch
 
+from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
 from .._core.registry import ALIASES, class_name, lookup_class
 from .rebuild import unflatten
@@ -139,10 +140,6 @@ def _same_non_tensor(left: tuple, right: tuple) -> bool:
         except Exception:  # values whose == is not a bool (arrays, tensors, ...)
             return False
     return True
-
-
-def _collection(value: Any) -> bool:
-    return getattr(type(value), "_is_tensor_collection", False)
 
 
 # ---------------------------------------------------------------- flatten

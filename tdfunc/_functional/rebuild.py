@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch._C import _functorch
 
+from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData
 
 if TYPE_CHECKING:
@@ -56,10 +57,6 @@ _SCALAR = torch.Size([])
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
 # a level of children of these classes takes the one-pass path
 _TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
-
-
-def _collection(value: Any) -> bool:
-    return getattr(type(value), "_is_tensor_collection", False)
 
 
 # ---------------------------------------------------------------- batch size

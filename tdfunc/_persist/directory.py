@@ -42,7 +42,6 @@ from .keys import NAME
 from .memmap_tensor import create_file, is_mapped, nbytes_of
 
 KEEP_LIMIT = 8 << 20  # stale files up to this size are kept for the next save to overwrite
-_OPEN_EXISTING = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _STEM_OF = re.compile(r"([^.]*)\..*")
 
 

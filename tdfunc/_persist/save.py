@@ -37,11 +37,13 @@ from typing import Any
 
 import torch
 
+from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
 from .._core.registry import class_name
 from .directory import Directory, is_doomed, read_node, remove_in_background, worker_pool
 from .directory import wait_for_cleanup as wait_for_cleanup
 from .format import (
+    _OPEN_EXISTING,
     FORMAT,
     META,
     TENSOR_FILE,
@@ -67,11 +69,6 @@ _CPU = torch.device("cpu")
 # Larger leaves are written with write(): through a mapping, every page would fault
 # (and, on ext4, start a journal transaction).
 _COPY_INTO_MAPPING = 16 << 10
-_OPEN_EXISTING = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-def _collection(value: Any) -> bool:
-    return getattr(type(value), "_is_tensor_collection", False)
 
 
 # ---------------------------------------------------------------------------- saved paths

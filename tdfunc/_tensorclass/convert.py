@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._core.container import TensorDict
+from .._core.mixin import is_tensor_collection
 from .._core.nontensor import NonTensorData
 from .._core.registry import class_name
 from .._core.repr import is_shared, leaf_repr
@@ -198,7 +199,7 @@ def _tensorclass_nodes(node: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
     if _is_tensorclass_instance(node):
         yield path, node
     for key, value in node._to_tensordict_view()._data.items():
-        if getattr(type(value), "_is_tensor_collection", False):
+        if is_tensor_collection(value):
             yield from _tensorclass_nodes(value, (*path, key))
 
 

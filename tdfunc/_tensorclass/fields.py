@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._core.mixin import is_tensor_collection
 from .._core.nontensor import NonTensorData
 
 FLAGS = ("autocast", "nocast", "tensor_only", "frozen", "shadow")
@@ -274,7 +275,7 @@ def convert_default(owner: str, name: str, value: Any, size: torch.Size, device)
     """What a value becomes under the default casting rules."""
     if isinstance(value, torch.Tensor):
         return fit_tensor(owner, name, value, size, device)
-    if getattr(type(value), "_is_tensor_collection", False):
+    if is_tensor_collection(value):
         return fit_collection(owner, name, value, size, device)
     if isinstance(value, NonTensorData):
         return NonTensorData._make(value.data, size, device)
@@ -297,7 +298,7 @@ def convert_nocast(owner: str, name: str, value: Any, size: torch.Size, device) 
 def convert_tensor_only(owner: str, name: str, value: Any, size: torch.Size, device) -> Any:
     if isinstance(value, torch.Tensor):
         return fit_tensor(owner, name, value, size, device)
-    if getattr(type(value), "_is_tensor_collection", False):
+    if is_tensor_collection(value):
         return fit_collection(owner, name, value, size, device)
     if isinstance(value, _SCALARS):
         return fit_tensor(owner, name, torch.as_tensor(value, device=device), size, device)
@@ -349,9 +350,7 @@ def _cast_to(target: Any, owner: str, name: str, value: Any, size, device) -> An
         return fit_collection(
             owner, name, _to_collection(target, value, size, device), size, device
         )
-    if getattr(type(value), "_is_tensor_collection", False) or (
-        isinstance(value, torch.Tensor) and target is object
-    ):
+    if is_tensor_collection(value) or (isinstance(value, torch.Tensor) and target is object):
         return convert_default(owner, name, value, size, device)
     if not isinstance(value, target):
         value = _call_cast(target, value, target, owner, name)
@@ -361,7 +360,7 @@ def _cast_to(target: Any, owner: str, name: str, value: Any, size, device) -> An
 def _to_collection(target: Any, value: Any, size, device) -> Any:
     from .._core.container import TensorDict
 
-    if getattr(type(value), "_is_tensor_collection", False):
+    if is_tensor_collection(value):
         if isinstance(value, target):
             return value
         if issubclass(target, TensorDict):
