@@ -735,17 +735,30 @@ class TensorDict(
             self._names,
         )
 
-    def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False):
-        """A flat dict of tensors with dotted keys, plus ``_metadata`` for the structure."""
+    def state_dict(
+        self, destination=None, prefix: str = "", keep_vars: bool = False, flatten: bool = True
+    ):
+        """An ``OrderedDict`` of the tensor leaves under dotted keys, like ``nn.Module``'s.
+
+        The structure (batch sizes, devices, names, non-tensor values) is in its
+        ``_metadata`` attribute; ``flatten=False`` nests the levels instead.
+
+        Example:
+            >>> sd = TensorDict({"a": {"b": torch.zeros(2)}}, [2]).state_dict()
+            >>> list(sd), sd._metadata[""]["batch_size"]
+            (['a.b'], [2])
+        """
         from .state_dict import td_state_dict
 
-        return td_state_dict(self, destination, prefix, keep_vars)
+        return td_state_dict(self, destination, prefix, keep_vars, flatten)
 
-    def load_state_dict(self, state_dict: Mapping, strict: bool = True, assign: bool = False):
-        """Load a dict made by :meth:`state_dict` into this TensorDict (in place); returns self."""
+    def load_state_dict(
+        self, state_dict: Mapping, strict: bool = True, assign: bool = False, from_flatten=None
+    ):
+        """Load a state dict (flat, nested or legacy) into this TensorDict (in place); returns self."""
         from .state_dict import td_load_state_dict
 
-        return td_load_state_dict(self, state_dict, strict, assign)
+        return td_load_state_dict(self, state_dict, strict, assign, from_flatten)
 
     def __repr__(self) -> str:
         return td_repr(self)

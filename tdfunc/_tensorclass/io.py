@@ -326,11 +326,12 @@ class TensorClassIO(TensorClassOps):
             ...     x: torch.Tensor
             ...     label: str
             >>> sd = Foo(x=torch.zeros(2), label="a", batch_size=[2]).state_dict()
-            >>> list(sd), sorted(sd["_metadata"]["non_tensor"]), sd["_metadata"]["type"][-4:]
-            (['x', '_metadata'], ['label'], '.Foo')
+            >>> meta = sd._metadata[""]
+            >>> list(sd), sorted(meta["non_tensor"]), meta["type"][-4:]
+            (['x'], ['label'], '.Foo')
         """
-        out = self._td.state_dict(destination, prefix, keep_vars)
-        meta = out[prefix + "_metadata"]
+        out = self._td.state_dict(destination, prefix, keep_vars, flatten)
+        meta = out._metadata[prefix[:-1] if prefix.endswith(".") else prefix]
         meta["type"] = class_name(type(self))
         types: dict[str, str] = {}
         none_fields: list[str] = []
@@ -342,8 +343,6 @@ class TensorClassIO(TensorClassOps):
                 types[".".join(path)] = class_name(type(node))
         meta["types"] = types
         meta["none_fields"] = none_fields
-        if not flatten:
-            return _unflatten_state(out, prefix)
         return out
 
     def load_state_dict(
@@ -353,11 +352,14 @@ class TensorClassIO(TensorClassOps):
         assign: bool = False,
         from_flatten: bool | None = None,
     ) -> Self:
-        """Load a dict made by :meth:`state_dict` (flat or nested) into this instance."""
+        """Load a state dict (flat, nested, or the legacy ``_tensordict`` format) into this instance."""
         self._check_mutable("load_state_dict")
-        flat = dict(_flatten_state(state_dict))
-        nones = (flat.get("_metadata") or {}).get("none_fields", ())
-        self._td.load_state_dict(flat, strict=strict, assign=assign)
+        metadata = getattr(state_dict, "_metadata", None)
+        root = metadata.get("", {}) if isinstance(metadata, Mapping) else {}
+        nones = root.get("none_fields") or (state_dict.get("_metadata") or {}).get(
+            "none_fields", ()
+        )
+        self._td.load_state_dict(state_dict, strict=strict, assign=assign, from_flatten=from_flatten)
         for key in nones:
             parts = tuple(key.split("."))
             if parts in self._td or (len(parts) == 1 and parts[0] in self._td._data):
@@ -385,26 +387,3 @@ def _tensorclass_nodes(node: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
     for key, value in node._to_tensordict_view()._data.items():
         if getattr(type(value), "_is_tensor_collection", False):
             yield from _tensorclass_nodes(value, (*path, key))
-
-
-def _unflatten_state(flat: dict, prefix: str) -> dict:
-    """``{"a.b": t}`` -> ``{"a": {"b": t}}`` (``_metadata`` stays at the top)."""
-    nested: dict = {}
-    for key, value in flat.items():
-        name = key[len(prefix) :]
-        parts = [name] if name == "_metadata" else name.split(".")
-        node = nested
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return {prefix + key: value for key, value in nested.items()}
-
-
-def _flatten_state(state: Mapping, path: str = "") -> Iterator[tuple[str, Any]]:
-    for key, value in state.items():
-        if key == "_metadata" and not path:
-            yield key, value
-        elif isinstance(value, Mapping):
-            yield from _flatten_state(value, f"{path}{key}.")
-        else:
-            yield f"{path}{key}", value
