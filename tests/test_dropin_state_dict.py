@@ -1,4 +1,4 @@
-"""``state_dict`` as tensordict documents it: ``_metadata`` an attribute, ``flatten=``, legacy formats."""
+"""``state_dict`` as tensordict documents it: ``_metadata`` attribute, ``flatten=``, legacy."""
 
 from __future__ import annotations
 

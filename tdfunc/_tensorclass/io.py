@@ -352,14 +352,14 @@ class TensorClassIO(TensorClassOps):
         assign: bool = False,
         from_flatten: bool | None = None,
     ) -> Self:
-        """Load a state dict (flat, nested, or the legacy ``_tensordict`` format) into this instance."""
+        """Load a state dict (flat, nested, or legacy ``_tensordict``) into this instance."""
         self._check_mutable("load_state_dict")
         metadata = getattr(state_dict, "_metadata", None)
         root = metadata.get("", {}) if isinstance(metadata, Mapping) else {}
         nones = root.get("none_fields") or (state_dict.get("_metadata") or {}).get(
             "none_fields", ()
         )
-        self._td.load_state_dict(state_dict, strict=strict, assign=assign, from_flatten=from_flatten)
+        self._td.load_state_dict(state_dict, strict, assign, from_flatten)
         for key in nones:
             parts = tuple(key.split("."))
             if parts in self._td or (len(parts) == 1 and parts[0] in self._td._data):
