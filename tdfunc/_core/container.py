@@ -755,7 +755,7 @@ class TensorDict(
     def load_state_dict(
         self, state_dict: Mapping, strict: bool = True, assign: bool = False, from_flatten=None
     ):
-        """Load a state dict (flat, nested or legacy) into this TensorDict in place; returns self."""
+        """Load a state dict (flat, nested or legacy) into this TensorDict in place."""
         from .state_dict import td_load_state_dict
 
         return td_load_state_dict(self, state_dict, strict, assign, from_flatten)
