@@ -19,9 +19,6 @@ from .mixin import ContainerMixin
 from .nontensor import NonTensorData, eq_mask
 
 
-_COMPARISONS = ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
-
-
 def _is_operand(other: Any) -> bool:
     """Whether ``other`` is something a leaf-by-leaf operation takes."""
     return isinstance(
