@@ -50,6 +50,26 @@ def _read(value: Any) -> Any:
     return value
 
 
+def _send(td, key, value: torch.Tensor, inplace: bool) -> torch.Tensor:
+    """``value`` sent without blocking to where ``td.set(key, value)`` will store it."""
+    copied = (inplace or td._is_locked) and td._data
+    existing = td._get_nested(key_parts(key)) if copied else _NO_DEFAULT
+    device = existing.device if isinstance(existing, _Tensor) else td._device
+    if device is None or value.device == device:
+        return value
+    return value.to(device, non_blocking=True)
+
+
+def _moved(source: Mapping, device: torch.device) -> dict:
+    """``source`` with its tensors already sent to ``device`` without blocking."""
+    return {
+        k: v.to(device, non_blocking=True)
+        if isinstance(v, _Tensor)
+        else (_moved(v, device) if type(v) is dict else v)
+        for k, v in source.items()
+    }
+
+
 class TensorDict(
     ShapeOpsMixin,
     ArithmeticMixin,
@@ -88,9 +108,17 @@ class TensorDict(
         batch_size=None,
         device=None,
         names=None,
-        *,
+        non_blocking: bool | None = None,
         lock: bool = False,
+        **entries: Any,
     ) -> None:
+        if entries:  # TensorDict(a=tensor, b=tensor, batch_size=[3]), as in tensordict
+            if source is not None:
+                raise ValueError(
+                    "TensorDict: pass the entries either as source or as keyword arguments, "
+                    f"not both (got source and {sorted(entries)})."
+                )
+            source = entries
         if type(source) is dict and device is None:
             # fast path: str keys, plain tensors and dicts (anything else takes the full path)
             info = None
@@ -112,6 +140,8 @@ class TensorDict(
                 if lock:
                     self.lock_()
                 return
+        if non_blocking and device is not None and isinstance(source, Mapping):
+            source = _moved(source, torch.device(device))
         given: Any = source
         inherit = batch_size is None and is_tensor_collection(given)
         size = given.batch_size if inherit else as_size(batch_size)
@@ -417,11 +447,15 @@ class TensorDict(
         """Write ``(key, value)`` pairs atomically (see ``_writes.write``)."""
         write(self, items, inplace, merge, api, prefix)
 
-    def set(self, key, value: Any, *, inplace: bool = False) -> TensorDict:
+    def set(
+        self, key, value: Any, *, inplace: bool = False, non_blocking: bool = False
+    ) -> TensorDict:
         """Write ``value`` at ``key`` (creating nested TensorDicts as needed); returns self.
 
         With ``inplace=True`` an existing tensor is written in place. On a locked
-        TensorDict existing entries are always written in place.
+        TensorDict existing entries are always written in place. With
+        ``non_blocking=True`` a tensor that must change device is sent without
+        blocking (``Tensor.to(..., non_blocking=True)``).
 
         Example:
             >>> td = TensorDict({}, [2])
@@ -439,6 +473,8 @@ class TensorDict(
             if not size or value.shape[: len(size)] == size:
                 self._data[key] = value
                 return self
+        if non_blocking and type(value) is _Tensor:
+            value = _send(self, key, value, inplace)
         self._write(((key, value),), inplace, False, "set")
         return self
 
@@ -715,17 +751,38 @@ class TensorDict(
     def _to_tensordict_view(self) -> TensorDict:
         return self
 
-    def to_dict(self) -> dict:
-        """A nested ``dict`` of the values (non-tensor leaves as their Python values)."""
-        return {
-            k: v.to_dict() if is_tensor_collection(v) else _read(v) for k, v in self._data.items()
-        }
+    def to_dict(self, *, retain_none: bool = True, convert_tensors=False) -> dict:
+        """A nested ``dict`` of the values (non-tensor leaves as their Python values).
 
-    def to_tensordict(self) -> TensorDict:
-        """A copy as a plain ``TensorDict`` (tensors cloned)."""
+        Args:
+            retain_none: keep the ``None`` fields of nested tensorclasses.
+            convert_tensors: ``True`` turns tensors into lists, ``"numpy"`` into arrays.
+
+        Example:
+            >>> TensorDict({"a": torch.arange(2)}).to_dict(convert_tensors=True)
+            {'a': [0, 1]}
+        """
+        out = {}
+        for k, v in self._data.items():
+            if is_tensor_collection(v):
+                kwargs = {"convert_tensors": convert_tensors} if convert_tensors else {}
+                out[k] = v.to_dict(retain_none=retain_none, **kwargs)
+            elif isinstance(v, _Tensor) and convert_tensors:
+                out[k] = v.numpy(force=True) if convert_tensors == "numpy" else v.tolist()
+            else:
+                out[k] = _read(v)
+        return out
+
+    def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
+        """A copy as a plain ``TensorDict`` (tensors cloned, nested tensorclasses converted).
+
+        Args:
+            retain_none: passed to nested tensorclasses: whether their ``None``
+                fields become entries of the result.
+        """
         return TensorDict._new_unsafe(
             {
-                k: v.to_tensordict()
+                k: v.to_tensordict(retain_none=retain_none)
                 if is_tensor_collection(v)
                 else (v.clone() if isinstance(v, (_Tensor, NonTensorData)) else v)
                 for k, v in self._data.items()
