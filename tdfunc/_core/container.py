@@ -26,7 +26,7 @@ from .._persist.api import PersistMixin
 from .apply import ApplyMixin
 from .arith import ArithmeticMixin
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NonTensorData, NonTensorMixin, NonTensorStack
 from .registry import register_class
 from .repr import td_repr
 from .shape_ops import ShapeOpsMixin
@@ -79,6 +79,7 @@ class TensorDict(
     PersistMixin,
     DistributedMixin,
     MapMixin,
+    NonTensorMixin,
 ):
     """A dictionary of tensors that share leading batch dimensions.
 
@@ -323,14 +324,19 @@ class TensorDict(
             return self._index(index)
         return value if type(value) is _Tensor else _read(value)
 
-    def get(self, key, default: Any = _NO_DEFAULT) -> Any:
-        """The value at ``key`` (a ``str`` or nested tuple); non-tensor leaves give their value.
+    def get(self, key, default: Any = None) -> Any:
+        """The entry at ``key`` (a ``str`` or nested tuple), or ``default`` (``None``) if missing.
+
+        As in tensordict, a non-tensor entry comes as its ``NonTensorData``
+        (``td[key]`` and :meth:`get_non_tensor` give the Python value).
 
         Example:
-            >>> td = TensorDict({"a": {"b": torch.zeros(())}}, [])
+            >>> td = TensorDict({"a": {"b": torch.zeros(())}, "s": "text"}, [])
             >>> td.get(("a", "b"))
             tensor(0.)
-            >>> td.get("missing", None) is None
+            >>> td.get("s").data, td["s"]
+            ('text', 'text')
+            >>> td.get("missing") is None
             True
         """
         if type(key) is str:
@@ -338,10 +344,8 @@ class TensorDict(
         else:
             value = self._get_nested(key_parts(key, "TensorDict.get"))
         if value is _NO_DEFAULT:
-            if default is _NO_DEFAULT:
-                raise self._missing(key, "get")
             return default
-        return value if type(value) is _Tensor else _read(value)
+        return value
 
     def _get_nested(self, parts: tuple) -> Any:
         """The stored value at ``parts``, or ``_NO_DEFAULT`` (also when a leaf is in the way)."""
@@ -393,26 +397,65 @@ class TensorDict(
             return False
 
     def keys(
-        self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf=None,
+        *,
+        sort: bool = False,
     ) -> KeysView:
         """The keys; nested keys (as tuples) too with ``include_nested=True``.
+
+        ``is_leaf`` (a function of the value's class) decides what counts as a
+        leaf for ``leaves_only``; by default everything but a nested container.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(())}})
             >>> list(td.keys(include_nested=True, leaves_only=True))
             ['a', ('b', 'c')]
         """
+        if is_leaf is not None:
+            return [key for key, _ in self._entries(include_nested, leaves_only, is_leaf, sort)]
         return KeysView(self, include_nested, leaves_only, sort)
 
-    def values(self, include_nested: bool = False, leaves_only: bool = False):
-        """The values, in key order (non-tensor leaves as their Python values)."""
-        for _, value in self._iter_items((), include_nested, leaves_only):
-            yield _read(value)
+    def values(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf=None,
+        *,
+        sort: bool = False,
+    ):
+        """The entries, in key order; a non-tensor entry comes as its ``NonTensorData``."""
+        for _, value in self._entries(include_nested, leaves_only, is_leaf, sort):
+            yield value
 
-    def items(self, include_nested: bool = False, leaves_only: bool = False):
-        """``(key, value)`` pairs, in key order (non-tensor leaves as their Python values)."""
-        for key, value in self._iter_items((), include_nested, leaves_only):
-            yield key, _read(value)
+    def items(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf=None,
+        *,
+        sort: bool = False,
+    ):
+        """``(key, entry)`` pairs in key order; non-tensor entries come as ``NonTensorData``."""
+        return self._entries(include_nested, leaves_only, is_leaf, sort)
+
+    def _entries(self, include_nested: bool, leaves_only: bool, is_leaf, sort: bool):
+        """``(key, stored value)`` for keys/values/items with ``is_leaf`` and ``sort``."""
+        if is_leaf is None:
+            pairs = self._iter_items((), include_nested, leaves_only)
+        else:
+            pairs = (
+                (k, v)
+                for k, v in self._iter_items((), include_nested, False)
+                if not leaves_only or is_leaf(type(v))
+            )
+        if sort:  # tensordict sorts nested keys by their joined name
+            return iter(
+                sorted(pairs, key=lambda kv: kv[0] if type(kv[0]) is str else ".".join(kv[0]))
+            )
+        return pairs
 
     def _iter_items(self, prefix: tuple, include_nested: bool, leaves_only: bool):
         """``(key, stored value)`` pairs; keys are tuples below the top level."""

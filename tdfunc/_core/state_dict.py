@@ -251,7 +251,7 @@ def _non_tensor(entry: Any) -> Any:
     if not isinstance(entry, Mapping) or "data" not in entry:
         return entry  # a bare value (legacy tensorclass format)
     if entry.get("stack"):
-        return NonTensorStack(entry["data"], entry["batch_size"])
+        return NonTensorStack.from_list(entry["data"], batch_size=entry["batch_size"])
     return NonTensorData(entry["data"])
 
 

@@ -61,12 +61,13 @@ class TensorClassIO(TensorClassOps):
         """
         if type(key) is str and key in self._tc_field_names and key not in self._td._data:
             return None
-        if default is _NO_DEFAULT:
-            try:
-                return self._td.get(key)
-            except KeyError:
-                raise self._missing(key) from None
-        return self._td.get(key, default)
+        value = self._td.get(key, _NO_DEFAULT)
+        if value is _NO_DEFAULT:
+            if default is _NO_DEFAULT:
+                raise self._missing(key)
+            return default
+        # a tensorclass's get gives the content of a non-tensor entry (tensordict)
+        return value.tolist() if isinstance(value, NonTensorData) else value
 
     def _missing(self, key: Any) -> KeyError:
         names = sorted(set(self._tc_field_names) | set(self._td._data))
