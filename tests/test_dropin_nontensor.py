@@ -1,4 +1,4 @@
-"""The non-tensor API as tensordict documents it (``get`` gives ``NonTensorData``, ``[]`` the value)."""
+"""The non-tensor API as tensordict documents it: ``get`` gives ``NonTensorData``."""
 
 from __future__ import annotations
 
