@@ -25,6 +25,7 @@ from .._functional.pytree import register as _register_pytree
 from .._persist.api import PersistMixin
 from .apply import ApplyMixin
 from .arith import ArithmeticMixin
+from .context import ContextMixin, locking_parent, record_lock, remember, write_back
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .nontensor import NonTensorData, NonTensorMixin, NonTensorStack
 from .registry import register_class
@@ -80,6 +81,7 @@ class TensorDict(
     DistributedMixin,
     MapMixin,
     NonTensorMixin,
+    ContextMixin,
 ):
     """A dictionary of tensors that share leading batch dimensions.
 
@@ -99,7 +101,15 @@ class TensorDict(
         torch.Size([2])
     """
 
-    __slots__ = ("__weakref__", "_batch_size", "_data", "_device", "_is_locked", "_names")
+    __slots__ = (
+        "__weakref__",
+        "_batch_size",
+        "_data",
+        "_device",
+        "_is_locked",
+        "_last_op",
+        "_names",
+    )
     _is_tensor_collection = True
     _is_tensordict = True  # TensorDict and its subclasses (not TensorClass)
 
@@ -578,17 +588,33 @@ class TensorDict(
         else:
             self._set_at_index(index, value)
 
-    def update(self, other: Mapping, *, inplace: bool = False) -> TensorDict:
+    def update(
+        self,
+        other: Mapping | None = None,
+        clone: bool = False,
+        inplace: bool = False,
+        *,
+        non_blocking: bool = False,
+        keys_to_update=None,
+        **entries: Any,
+    ) -> TensorDict:
         """Write every entry of ``other``; nested mappings merge into nested TensorDicts.
 
-        Atomic: when an entry is invalid, nothing is written.
+        Atomic: when an entry is invalid, nothing is written. ``clone=True``
+        writes copies, ``keys_to_update`` limits the update to these keys (and
+        what is below them), keyword ``entries`` are written too.
 
         Example:
             >>> td = TensorDict({"a": {"b": torch.zeros(())}})
             >>> sorted(td.update({"a": {"c": torch.ones(())}}).keys(True, True))
             [('a', 'b'), ('a', 'c')]
         """
-        self._write(items_of(other, "update"), inplace, True, "update")
+        from .update import update_items
+
+        items = update_items(other, clone, keys_to_update, non_blocking, self._device)
+        if entries:
+            items = list(items) + update_items(entries, clone, keys_to_update, False, None)
+        self._write(items, inplace, True, "update")
         return self
 
     def update_(self, other: Mapping) -> TensorDict:
@@ -740,7 +766,8 @@ class TensorDict(
             self._check_writable("flatten_keys", separator)
             self._data = data
             return self
-        return self._like(data)
+        out = self._like(data)
+        return write_back(out, self, lambda flat: flat.unflatten_keys(separator))
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> TensorDict:
         """Split keys on ``separator`` into nested TensorDicts.
@@ -760,15 +787,13 @@ class TensorDict(
             self._check_writable("unflatten_keys", separator)
             self._data = out._data
             return self
-        return out
+        return write_back(out, self, lambda nested: nested.flatten_keys(separator))
 
     # ------------------------------------------------------------------ locking
-    @property
-    def is_locked(self) -> bool:
-        return self._is_locked
-
     def lock_(self) -> TensorDict:
         """Refuse new, deleted and renamed keys (in-place writes stay allowed); returns self.
+
+        Used as ``with td.lock_():``, the TensorDict is unlocked when the block exits.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(2)}, [2]).lock_()
@@ -780,15 +805,27 @@ class TensorDict(
         for value in self._data.values():
             if is_tensor_collection(value):
                 value.lock_()
-        return self
+                record_lock(self, value)
+        return remember(self, TensorDict.unlock_)
 
     def unlock_(self) -> TensorDict:
-        """Allow structural changes again (nested TensorDicts too); returns self."""
+        """Allow structural changes again (nested TensorDicts too); returns self.
+
+        Used as ``with td.unlock_():``, the TensorDict is locked again when the
+        block exits. A nested TensorDict cannot be unlocked while the TensorDict
+        that locked it is locked.
+        """
+        parent = locking_parent(self)
+        if parent is not None:
+            raise RuntimeError(
+                "TensorDict.unlock_: this TensorDict is an entry of a locked TensorDict, which "
+                "keeps it locked; unlock that parent first (with parent.unlock_(): ...)."
+            )
         self._is_locked = False
         for value in self._data.values():
             if is_tensor_collection(value):
                 value.unlock_()
-        return self
+        return remember(self, TensorDict.lock_)
 
     # ------------------------------------------------------------------ misc
     def _to_tensordict_view(self) -> TensorDict:
