@@ -424,7 +424,7 @@ class TensorDict(
             >>> list(td.keys(include_nested=True, leaves_only=True))
             ['a', ('b', 'c')]
         """
-        if is_leaf is not None:
+        if is_leaf is not None or sort:  # nested keys sort by their joined name (tensordict)
             return [key for key, _ in self._entries(include_nested, leaves_only, is_leaf, sort)]
         return KeysView(self, include_nested, leaves_only, sort)
 
