@@ -120,9 +120,9 @@ def test_missing_key_suggests_close_matches():
         td["obz"]
     assert info.value.args[0] == "TensorDict.__getitem__: key 'obz' not found. Did you mean 'obs'?"
     with pytest.raises(KeyError) as info:
-        td.get(("n", "deep", "z"))
+        td["n", "deep", "z"]
     assert info.value.args[0] == (
-        "TensorDict.get: key 'z' not found under ('n', 'deep'). Available keys: 'y'."
+        "TensorDict.__getitem__: key 'z' not found under ('n', 'deep'). Available keys: 'y'."
     )
     with pytest.raises(KeyError, match="Did you mean 'x'"):
         td["n", "xx"]

@@ -191,8 +191,7 @@ def test_get_with_default():
     assert td.get("missing", None) is None
     assert td.get(("b", "missing"), 7) == 7
     assert td.get(("a", "under_a_tensor"), "d") == "d"
-    with pytest.raises(KeyError):
-        td.get("missing")
+    assert td.get("missing") is None  # as dict.get, and tensordict since 0.7
 
 
 def test_unravelled_nested_keys_for_read_and_write():

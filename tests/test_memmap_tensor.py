@@ -83,11 +83,11 @@ def test_from_tensor_non_contiguous_sources(tmp_path, make):
     assert torch.equal(mapped.as_subclass(torch.Tensor), expected)
 
 
-def test_writes_reach_the_file_and_indexing_gives_plain_views(tmp_path):
+def test_writes_reach_the_file_and_indexing_gives_memory_mapped_views(tmp_path):
     path = tmp_path / "x.memmap"
     mapped = MemoryMappedTensor.from_tensor(torch.zeros(4, 3), filename=path)
     row = mapped[1]
-    assert type(row) is torch.Tensor
+    assert type(row) is MemoryMappedTensor and row.filename == mapped.filename  # tensordict
     row.fill_(7.0)  # a view of the mapping: the write reaches the file
     mapped[3, 2] = 5.0
     on_disk = np.fromfile(path, dtype=np.float32).reshape(4, 3)
@@ -169,9 +169,9 @@ def test_existing_memmap_reuse_and_copy_rules(tmp_path):
     assert copied.filename != first.filename and copied.tolist() == [0, 1, 2]
 
 
-def test_constructor_is_not_public_and_type_errors_are_clear():
+def test_constructor_type_errors_are_clear():
     with pytest.raises(TypeError, match="from_tensor"):
-        MemoryMappedTensor(torch.zeros(2))
+        MemoryMappedTensor(3.0)
     with pytest.raises(TypeError, match=r"torch\.Tensor"):
         MemoryMappedTensor.from_tensor(np.zeros(2))
     with pytest.raises(TypeError, match=r"torch\.dtype"):

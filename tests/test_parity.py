@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import inspect
 import operator
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,7 @@ OWN_ON_TENSORCLASS = {
     "state_dict": "records the classes of nested tensorclasses and the unset fields",
     "load_state_dict": "restores the unset fields",
     "__hash__": "frozen classes are hashable (as frozen dataclasses)",
+    "__getstate__": "pickles its inner TensorDict (which drops pending with-actions)",
 }
 SIGNATURE_DIFFERS = {
     # tensordict's TensorClass.state_dict has flatten=; TensorDict.state_dict gets it too
@@ -160,6 +162,11 @@ def _to_module(o: Any) -> Any:
 # ``tmp_path`` get a fresh directory.
 CASES: dict[str, tuple[Callable, str]] = {
     "__abs__": (abs, "sample"),
+    "__exit__": (lambda o: o.__exit__(None, None, None), "sample"),
+    "__getstate__": (lambda o: pickle.loads(pickle.dumps(o)), "sample"),
+    "get_non_tensor": (lambda o: o.get_non_tensor("label"), "sample"),
+    "is_non_tensor": (lambda o: (o.is_non_tensor("label"), o.is_non_tensor("obs")), "sample"),
+    "set_non_tensor": (lambda o: o.set_non_tensor("label", "eval")["label"], "sample"),
     "__add__": (lambda o: o + 1, "sample"),
     "__and__": (lambda o: (o > 0) & (o > 0.5), "sample"),
     "__bool__": (bool, "sample"),

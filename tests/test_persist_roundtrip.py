@@ -86,7 +86,7 @@ def assert_matches(loaded: Any, plain: dict, at=()) -> None:
     """Compare a loaded container with the plain dict it was built from (no tdfunc calls)."""
     assert set(loaded.keys()) == set(plain.keys()), at
     for key, ref in plain.items():
-        value = loaded.get(key)
+        value = loaded[key]
         if isinstance(ref, dict) and not isinstance(value, (dict, NonTensorData)):
             assert_matches(value, ref, at + (key,))
         elif isinstance(ref, torch.Tensor):

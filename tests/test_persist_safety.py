@@ -212,7 +212,7 @@ def _generation_of(td: TensorDict) -> int:
     """The single generation ``td`` holds; fails on a mix."""
     values = set()
     for key in td.keys(True, True):
-        value = td.get(key)
+        value = td[key]
         if isinstance(value, torch.Tensor):
             values |= set(value.unique().tolist())
         else:

@@ -1009,8 +1009,8 @@ def test_003_state_dict_with_metadata():
 
     foo = Foo(x=torch.arange(3.0), label="a", batch_size=[3])
     state = foo.state_dict()
-    assert set(state) == {"x", "_metadata"} and torch.equal(state["x"], torch.arange(3.0))
-    assert "Foo" in str(state["_metadata"]) and "'a'" in str(state["_metadata"])
+    assert set(state) == {"x"} and torch.equal(state["x"], torch.arange(3.0))
+    assert "Foo" in str(state._metadata) and "'a'" in str(state._metadata)
     other = Foo(x=torch.zeros(3), label="b", batch_size=[3])
     other.load_state_dict(state)
     assert torch.equal(other.x, torch.arange(3.0)) and other.label == "a"

@@ -354,8 +354,8 @@ def test_state_dict_roundtrip():
 
     source = Outer(Inner(torch.randn(2, 3), batch_size=[2]), torch.randn(2), "src", batch_size=[2])
     sd = source.state_dict()
-    assert set(sd) == {"inner.z", "w", "_metadata"}
-    meta = sd["_metadata"]
+    assert set(sd) == {"inner.z", "w"}
+    meta = sd._metadata[""]
     assert meta["type"].endswith("Outer") and meta["types"]["inner"].endswith("Inner")
     assert set(meta["non_tensor"]) == {"inner.tag", "name"}
     assert meta["none_fields"] == ["nothing"]
@@ -373,7 +373,7 @@ def test_state_dict_roundtrip():
     target.load_state_dict({"w": assigned}, strict=False, assign=True)
     assert target.w is assigned
     nested = source.state_dict(flatten=False)
-    assert set(nested) == {"inner", "w", "_metadata"} and set(nested["inner"]) == {"z"}
+    assert set(nested) == {"inner", "w"} and set(nested["inner"]) == {"z"}
     fresh = Outer(Inner(torch.zeros(2, 3), batch_size=[2]), torch.zeros(2), "x", batch_size=[2])
     fresh.load_state_dict(nested)
     assert torch.equal(fresh.inner.z, source.inner.z)

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
+from .context import locking_parent, record_lock, remember
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .mixin import ContainerMixin, is_tensor_collection, read_value
+from .update import send
 from .writes import full_key, items_of, rename_key, writable_view, write
 
 if TYPE_CHECKING:
@@ -94,13 +96,18 @@ class AccessMixin(ContainerMixin):
         return value if type(value) is _Tensor else _read(value)
 
     def get(self, key, default: Any = _NO_DEFAULT) -> Any:
-        """The value at ``key`` (a ``str`` or nested tuple); non-tensor leaves give their value.
+        """The entry at ``key`` (a ``str`` or nested tuple), or ``default`` (``None``) if missing.
+
+        As in tensordict, a non-tensor entry comes as its ``NonTensorData``
+        (``td[key]`` and :meth:`get_non_tensor` give the Python value).
 
         Example:
-            >>> td = TensorDict({"a": {"b": torch.zeros(())}}, [])
+            >>> td = TensorDict({"a": {"b": torch.zeros(())}, "s": "text"}, [])
             >>> td.get(("a", "b"))
             tensor(0.)
-            >>> td.get("missing", None) is None
+            >>> td.get("s").data, td["s"]
+            ('text', 'text')
+            >>> td.get("missing") is None
             True
         """
         if type(key) is str:
@@ -112,8 +119,14 @@ class AccessMixin(ContainerMixin):
                 parts = self._key_parts(key, "get")  # raises, naming the API
             value = self._get_nested(parts)
         if value is _NO_DEFAULT:
+            if default is _NO_DEFAULT and not self._get_reads_value:
+                default = None  # tensordict: a TensorDict's get of a missing key gives None
             return self._get_missing(key, default, "get")
-        return value if type(value) is _Tensor else _read(value)
+        # tensordict: a TensorDict's get gives a non-tensor entry as its NonTensorData,
+        # a tensorclass's get gives its Python value (td[key] always gives the value)
+        if self._get_reads_value and type(value) is not _Tensor:
+            return _read(value)
+        return value
 
     def _key_parts(self, key, api: str) -> tuple:
         """``key`` as a tuple of ``str``; a bad key is a ``TypeError`` naming ``Class.api``."""
@@ -195,26 +208,65 @@ class AccessMixin(ContainerMixin):
             return False
 
     def keys(
-        self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf=None,
+        *,
+        sort: bool = False,
     ) -> KeysView:
         """The keys; nested keys (as tuples) too with ``include_nested=True``.
+
+        ``is_leaf`` (a function of the value's class) decides what counts as a
+        leaf for ``leaves_only``; by default everything but a nested container.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(())}})
             >>> list(td.keys(include_nested=True, leaves_only=True))
             ['a', ('b', 'c')]
         """
+        if is_leaf is not None or sort:  # nested keys sort by their joined name (tensordict)
+            return [key for key, _ in self._entries(include_nested, leaves_only, is_leaf, sort)]
         return KeysView(self, include_nested, leaves_only, sort)
 
-    def values(self, include_nested: bool = False, leaves_only: bool = False):
-        """The values, in key order (non-tensor leaves as their Python values)."""
-        for _, value in self._iter_items((), include_nested, leaves_only):
-            yield _read(value)
+    def values(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf=None,
+        *,
+        sort: bool = False,
+    ):
+        """The entries, in key order; a non-tensor entry comes as its ``NonTensorData``."""
+        for _, value in self._entries(include_nested, leaves_only, is_leaf, sort):
+            yield value
 
-    def items(self, include_nested: bool = False, leaves_only: bool = False):
-        """``(key, value)`` pairs, in key order (non-tensor leaves as their Python values)."""
-        for key, value in self._iter_items((), include_nested, leaves_only):
-            yield key, _read(value)
+    def items(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf=None,
+        *,
+        sort: bool = False,
+    ):
+        """``(key, entry)`` pairs in key order; non-tensor entries come as ``NonTensorData``."""
+        return self._entries(include_nested, leaves_only, is_leaf, sort)
+
+    def _entries(self, include_nested: bool, leaves_only: bool, is_leaf, sort: bool):
+        """``(key, stored value)`` for keys/values/items with ``is_leaf`` and ``sort``."""
+        if is_leaf is None:
+            pairs = self._iter_items((), include_nested, leaves_only)
+        else:
+            pairs = (
+                (k, v)
+                for k, v in self._iter_items((), include_nested, False)
+                if not leaves_only or is_leaf(type(v))
+            )
+        if sort:  # tensordict sorts nested keys by their joined name
+            return iter(
+                sorted(pairs, key=lambda kv: kv[0] if type(kv[0]) is str else ".".join(kv[0]))
+            )
+        return pairs
 
     def _iter_items(self, prefix: tuple, include_nested: bool, leaves_only: bool):
         """``(key, stored value)`` pairs; keys are tuples below the top level."""
@@ -251,11 +303,13 @@ class AccessMixin(ContainerMixin):
         """Write ``(key, value)`` pairs atomically (see ``_writes.write``)."""
         write(self, items, inplace, merge, api, prefix)
 
-    def set(self, key, value: Any, *, inplace: bool = False) -> Self:
+    def set(self, key, value: Any, *, inplace: bool = False, non_blocking: bool = False) -> Self:
         """Write ``value`` at ``key`` (creating nested TensorDicts as needed); returns self.
 
         With ``inplace=True`` an existing tensor is written in place. On a locked
-        TensorDict existing entries are always written in place.
+        TensorDict existing entries are always written in place. With
+        ``non_blocking=True`` a tensor that must change device is sent without
+        blocking (``Tensor.to(..., non_blocking=True)``).
 
         Example:
             >>> td = TensorDict({}, [2])
@@ -273,6 +327,8 @@ class AccessMixin(ContainerMixin):
             if not size or value.shape[: len(size)] == size:
                 self._data[key] = value
                 return self
+        if non_blocking and isinstance(value, _Tensor):
+            value = send(self, key, value, inplace)
         self._write(((key, value),), inplace, False, "set")
         return self
 
@@ -333,17 +389,33 @@ class AccessMixin(ContainerMixin):
         else:
             self._set_at_index(index, value)
 
-    def update(self, other: Mapping, *, inplace: bool = False) -> Self:
+    def update(
+        self,
+        other: Mapping | None = None,
+        clone: bool = False,
+        inplace: bool = False,
+        *,
+        non_blocking: bool = False,
+        keys_to_update=None,
+        **entries: Any,
+    ) -> Self:
         """Write every entry of ``other``; nested mappings merge into nested TensorDicts.
 
-        Atomic: when an entry is invalid, nothing is written.
+        Atomic: when an entry is invalid, nothing is written. ``clone=True``
+        writes copies, ``keys_to_update`` limits the update to these keys (and
+        what is below them), keyword ``entries`` are written too.
 
         Example:
             >>> td = TensorDict({"a": {"b": torch.zeros(())}})
             >>> sorted(td.update({"a": {"c": torch.ones(())}}).keys(True, True))
             [('a', 'b'), ('a', 'c')]
         """
-        self._write(items_of(other, "update"), inplace, True, "update")
+        from .update import update_items
+
+        items = update_items(other, clone, keys_to_update, non_blocking, self._device)
+        if entries:
+            items = list(items) + update_items(entries, clone, keys_to_update, False, None)
+        self._write(items, inplace, True, "update")
         return self
 
     def update_(self, other: Mapping) -> Self:
@@ -409,12 +481,10 @@ class AccessMixin(ContainerMixin):
         return self
 
     # ------------------------------------------------------------------ locking
-    @property
-    def is_locked(self) -> bool:
-        return self._is_locked
-
     def lock_(self) -> Self:
         """Refuse new, deleted and renamed keys (in-place writes stay allowed); returns self.
+
+        Used as ``with td.lock_():``, the TensorDict is unlocked when the block exits.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(2)}, [2]).lock_()
@@ -426,17 +496,26 @@ class AccessMixin(ContainerMixin):
         for value in self._data.values():
             if is_tensor_collection(value):
                 value.lock_()
-        return self
+                record_lock(self, value)
+        return remember(self, TensorDict.unlock_)
 
     def unlock_(self) -> Self:
         """Allow structural changes again (nested TensorDicts too); returns self.
 
-        A frozen TensorClass stays locked (this is a no-op on it).
+        Used as ``with td.unlock_():``, the TensorDict is locked again when the
+        block exits. A nested TensorDict cannot be unlocked while the TensorDict
+        that locked it is locked. A frozen TensorClass stays locked (a no-op on it).
         """
         if self._frozen:
             return self
+        parent = locking_parent(self)
+        if parent is not None:
+            raise RuntimeError(
+                "TensorDict.unlock_: this TensorDict is an entry of a locked TensorDict, which "
+                "keeps it locked; unlock that parent first (with parent.unlock_(): ...)."
+            )
         self._is_locked = False
         for value in self._data.values():
             if is_tensor_collection(value):
                 value.unlock_()
-        return self
+        return remember(self, TensorDict.lock_)

@@ -65,6 +65,14 @@ def _non_tensor_result(value: NonTensorData, new_size, ndim: int, key: str) -> N
     )
 
 
+def _canonical(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with row-major strides (a copy only when its strides are not)."""
+    expected = torch.empty(tensor.shape, device="meta").stride()
+    if tensor.stride() == expected:
+        return tensor
+    return tensor.clone(memory_format=torch.contiguous_format)
+
+
 class ApplyMixin(ContainerMixin):
     """Leaf-wise transformation of a container (methods of ``TensorDict``)."""
 
@@ -78,6 +86,7 @@ class ApplyMixin(ContainerMixin):
         names: Any = _KEEP,
         inplace: bool = False,
         filter_empty: bool = True,
+        is_leaf: Callable | None = None,
     ) -> Self:
         """A new container with ``fn`` applied to every tensor leaf.
 
@@ -85,7 +94,9 @@ class ApplyMixin(ContainerMixin):
         (containers with the same keys). A leaf for which ``fn`` returns ``None``
         is dropped (and a nested container left empty by that, too). Pass
         ``batch_size`` when ``fn`` changes the batch dims. Non-tensor leaves are
-        carried over.
+        carried over. ``is_leaf`` (a function of a value's class) makes other
+        values leaves too: ``fn`` gets them whole (a non-tensor entry, a nested
+        container) instead of recursing into them.
 
         Example:
             >>> td = TensorDict({"a": torch.ones(2), "b": torch.zeros(2, dtype=torch.long)}, [2])
@@ -96,7 +107,7 @@ class ApplyMixin(ContainerMixin):
             return self.apply_(fn, *others)
         new_size = None if batch_size is None else torch.Size(batch_size)
         views = tuple(other._to_tensordict_view() for other in others)
-        out = self._apply_tree(fn, views, new_size, None, filter_empty)
+        out = self._apply_tree(fn, views, new_size, None, filter_empty, is_leaf=is_leaf)
         if names is not _KEEP:
             out.names = names
         return out
@@ -133,6 +144,7 @@ class ApplyMixin(ContainerMixin):
         *,
         local_keys: bool = False,
         check: bool = True,
+        is_leaf: Callable | None = None,
     ):
         """The engine of ``apply``.
 
@@ -146,6 +158,11 @@ class ApplyMixin(ContainerMixin):
         data = {}
         for key, value in self._data.items():
             other_values = _others_at(others, key, "apply") if others else ()
+            if is_leaf is not None and not isinstance(value, _Tensor) and is_leaf(type(value)):
+                result = fn(value, *other_values)  # a leaf by the caller's rule: given whole
+                if result is not None:
+                    data[key] = result
+                continue
             if isinstance(value, _Tensor):
                 if prefix is not None:
                     name = key if local_keys else prefix + (key,)
@@ -172,6 +189,7 @@ class ApplyMixin(ContainerMixin):
                     filter_empty,
                     local_keys=local_keys,
                     check=check,
+                    is_leaf=is_leaf,
                 )
                 if filter_empty and not sub._data and view._data:
                     continue
@@ -231,9 +249,27 @@ class ApplyMixin(ContainerMixin):
             value.detach_()
         return self
 
-    def contiguous(self) -> Self:
-        """A copy whose tensors are contiguous."""
-        return self._apply_tree(_Tensor.contiguous, (), None, None, False, check=False)
+    def contiguous(self, *, canonical: bool = False, inplace: bool = False) -> Self:
+        """A copy whose tensors are contiguous (``inplace=True``: replace this one's leaves).
+
+        With ``canonical=True`` a leaf whose strides are not row-major is copied
+        even when ``Tensor.is_contiguous`` says it is (size-1 dims).
+        """
+        fn = _canonical if canonical else _Tensor.contiguous
+        if inplace:
+            self._check_writable("contiguous", list(self._data))
+            self._replace_leaves(fn)
+            return self
+        return self._apply_tree(fn, (), None, None, False, check=False)
+
+    def _replace_leaves(self, fn: Callable) -> None:
+        """Replace every tensor leaf by ``fn(leaf)`` in this container (keys kept)."""
+        data = self._data
+        for key, value in data.items():
+            if isinstance(value, _Tensor):
+                data[key] = fn(value)
+            elif _collection(value):
+                value._to_tensordict_view()._replace_leaves(fn)
 
     def requires_grad_(self, requires_grad: bool = True) -> Self:
         """Set ``requires_grad`` on every tensor leaf; returns self."""
@@ -263,8 +299,11 @@ class ApplyMixin(ContainerMixin):
             raise TypeError(f"TensorDict.fill_: the entry at key {key!r} is not a tensor.")
         return self
 
-    def to(self, *args, **kwargs) -> Self:
+    def to(self, *args, inplace: bool = False, **kwargs) -> Self:
         """Move and/or cast every tensor leaf, like ``Tensor.to``.
+
+        ``td.to(other)`` takes ``other``'s device (a container) or device and dtype
+        (a tensor); ``inplace=True`` replaces this container's leaves and returns it.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(2)}, [2])
@@ -281,6 +320,11 @@ class ApplyMixin(ContainerMixin):
         def convert(tensor: torch.Tensor) -> torch.Tensor:
             return tensor.to(device=device, dtype=dtype, non_blocking=non_blocking)
 
+        if inplace:
+            self._replace_leaves(convert)
+            if device is not None:
+                self._set_device(device)
+            return self
         out = self._apply_tree(convert, (), None, None, False, check=False)
         if device is not None:
             out._set_device(device)

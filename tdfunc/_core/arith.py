@@ -6,10 +6,13 @@ accepts (a number, a tensor broadcastable against every leaf).
 
 from __future__ import annotations
 
+import numbers
 import operator
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from .mixin import ContainerMixin
@@ -19,32 +22,66 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-def _binary(self, other: Any, op: Callable, api: str):
-    if getattr(type(other), "_is_tensor_collection", False):
+def _is_operand(other: Any) -> bool:
+    """Whether ``other`` is something a leaf-by-leaf operation takes."""
+    return isinstance(
+        other, (torch.Tensor, numbers.Number, np.ndarray, np.generic, torch.SymInt, torch.SymFloat)
+    )
+
+
+def _pairs(self, other: Any, api: str) -> list:
+    """``(key, leaf, other's value)`` for every key; ``other`` is a container or a dict."""
+    if isinstance(other, Mapping) and not getattr(type(other), "_is_tensor_collection", False):
+        other_data = other
+    else:
         other_data = other._to_tensordict_view()._data
-        if other_data.keys() != self._data.keys():
-            missing = sorted(set(self._data) ^ set(other_data))
-            raise KeyError(
-                f"TensorDict.{api}: both operands must have the same keys; these keys are "
-                f"only in one of them: {missing}."
-            )
-        pairs = [(k, v, other_data[k]) for k, v in self._data.items()]
-    elif isinstance(other, Mapping):
-        raise TypeError(
-            f"TensorDict.{api}: the other operand is a {type(other).__name__}; convert it to a "
-            f"TensorDict first (TensorDict(other, batch_size=...))."
+    if other_data.keys() != self._data.keys():
+        missing = sorted(set(self._data) ^ set(other_data), key=str)
+        raise KeyError(
+            f"TensorDict.{api}: both operands must have the same keys; these keys are "
+            f"only in one of them: {missing}."
         )
+    return [(k, v, other_data[k]) for k, v in self._data.items()]
+
+
+def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
+    keyed = getattr(type(other), "_is_tensor_collection", False)
+    if isinstance(other, Mapping) and not keyed:
+        if not compare:
+            raise TypeError(
+                f"TensorDict.{api}: the other operand is a {type(other).__name__}; convert it "
+                f"to a TensorDict first (TensorDict(other, batch_size=...))."
+            )
+        keyed = True  # comparisons pair a dict with the keys, as tensordict does
+    if keyed:
+        pairs = _pairs(self, other, api)
+    elif compare and not _is_operand(other):
+        # tensordict: == gives False, != True, and the orderings False with a warning
+        if api not in ("__eq__", "__ne__"):
+            warnings.warn(
+                f"TensorDict.{api}: comparing with a {type(other).__name__} gives False; "
+                f"compare with a TensorDict, a dict, a tensor or a number.",
+                FutureWarning,
+                stacklevel=3,
+            )
+        return api == "__ne__"
     else:
         pairs = [(k, v, other) for k, v in self._data.items()]
     data: dict[str, Any] = {}
     for key, value, rhs in pairs:
         if isinstance(value, NonTensorData):
-            if api in ("__eq__", "__ne__"):
+            if not compare:
+                data[key] = value
+            elif keyed and api in ("__eq__", "__ne__"):
                 mask = eq_mask(value, rhs)
                 data[key] = mask if api == "__eq__" else ~mask
-            else:
-                data[key] = value
+            # a comparison with a number or a tensor leaves non-tensor leaves out
             continue
+        if compare and isinstance(rhs, Mapping) and not hasattr(value, "_to_tensordict_view"):
+            raise TypeError(
+                f"TensorDict.{api}: key {key!r} holds a tensor in one operand and a "
+                f"{type(rhs).__name__} in the other."
+            )
         data[key] = op(value, rhs)
     return self._like(data)
 
@@ -168,24 +205,24 @@ class ArithmeticMixin(ContainerMixin):
     def __eq__(self, other) -> Self:  # type: ignore[override]
         if other is None:
             return False
-        return _binary(self, other, operator.eq, "__eq__")
+        return _binary(self, other, operator.eq, "__eq__", compare=True)
 
     def __ne__(self, other) -> Self:  # type: ignore[override]
         if other is None:
             return True
-        return _binary(self, other, operator.ne, "__ne__")
+        return _binary(self, other, operator.ne, "__ne__", compare=True)
 
     def __lt__(self, other) -> Self:
-        return _binary(self, other, operator.lt, "__lt__")
+        return _binary(self, other, operator.lt, "__lt__", compare=True)
 
     def __le__(self, other) -> Self:
-        return _binary(self, other, operator.le, "__le__")
+        return _binary(self, other, operator.le, "__le__", compare=True)
 
     def __gt__(self, other) -> Self:
-        return _binary(self, other, operator.gt, "__gt__")
+        return _binary(self, other, operator.gt, "__gt__", compare=True)
 
     def __ge__(self, other) -> Self:
-        return _binary(self, other, operator.ge, "__ge__")
+        return _binary(self, other, operator.ge, "__ge__", compare=True)
 
     # A frozen TensorClass answers NotImplemented, so `p += x` rebinds p to p + x.
     def __iadd__(self, other) -> Self:

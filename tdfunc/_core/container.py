@@ -27,6 +27,7 @@ from .mixin import is_tensor_collection
 from .ops import TensorOps
 from .registry import register_class
 from .shapes import SIZE_CACHE, as_size, size_info
+from .update import moved
 from .writes import build_fast, items_of
 
 _NO_DEFAULT = MISSING
@@ -52,7 +53,15 @@ class TensorDict(TensorOps):
         torch.Size([2])
     """
 
-    __slots__ = ("__weakref__", "_batch_size", "_data", "_device", "_is_locked", "_names")
+    __slots__ = (
+        "__weakref__",
+        "_batch_size",
+        "_data",
+        "_device",
+        "_is_locked",
+        "_last_op",
+        "_names",
+    )
     _is_tensor_collection = True
     _is_tensordict = True  # TensorDict and its subclasses (not TensorClass)
 
@@ -62,9 +71,17 @@ class TensorDict(TensorOps):
         batch_size=None,
         device=None,
         names=None,
-        *,
+        non_blocking: bool | None = None,
         lock: bool = False,
+        **entries: Any,
     ) -> None:
+        if entries:  # TensorDict(a=tensor, b=tensor, batch_size=[3]), as in tensordict
+            if source is not None:
+                raise ValueError(
+                    "TensorDict: pass the entries either as source or as keyword arguments, "
+                    f"not both (got source and {sorted(entries)})."
+                )
+            source = entries
         if type(source) is dict and device is None:
             # fast path: str keys, plain tensors and dicts (anything else takes the full path)
             info = None
@@ -86,6 +103,8 @@ class TensorDict(TensorOps):
                 if lock:
                     self.lock_()
                 return
+        if non_blocking and device is not None and isinstance(source, Mapping):
+            source = moved(source, torch.device(device))
         given: Any = source
         inherit = batch_size is None and is_tensor_collection(given)
         size = given.batch_size if inherit else as_size(batch_size)

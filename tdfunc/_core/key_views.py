@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .context import write_back
 from .keys import MISSING, key_parts
 from .mixin import ContainerMixin, is_tensor_collection, read_value
 from .nontensor import NonTensorData
@@ -135,7 +136,8 @@ class KeyViewsMixin(ContainerMixin):
             self._check_writable("flatten_keys", separator)
             self._data = data
             return self
-        return self._like(data)
+        out = self._like(data)
+        return write_back(out, self, lambda flat: flat.unflatten_keys(separator))
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
         """Split keys on ``separator`` into nested TensorDicts.
@@ -155,25 +157,32 @@ class KeyViewsMixin(ContainerMixin):
             self._check_writable("unflatten_keys", separator)
             self._data = out._data
             return self
-        return out
+        return write_back(out, self, lambda nested: nested.flatten_keys(separator))
 
     # ------------------------------------------------------------------ misc
     def _to_tensordict_view(self) -> Self:
         return self
 
-    def to_dict(self, *, retain_none: bool = True) -> dict:
+    def to_dict(self, *, retain_none: bool = True, convert_tensors=False) -> dict:
         """A nested ``dict`` of the values (non-tensor leaves as their Python values).
 
-        Unset fields of a TensorClass appear as ``None`` unless ``retain_none=False``.
+        Args:
+            retain_none: keep the ``None`` fields of nested tensorclasses.
+            convert_tensors: ``True`` turns tensors into lists, ``"numpy"`` into arrays.
 
         Example:
-            >>> TensorDict({"a": {"b": torch.zeros(())}}).to_dict()
-            {'a': {'b': tensor(0.)}}
+            >>> TensorDict({"a": torch.arange(2)}).to_dict(convert_tensors=True)
+            {'a': [0, 1]}
         """
-        out = {
-            k: v.to_dict(retain_none=retain_none) if is_tensor_collection(v) else _read(v)
-            for k, v in self._data.items()
-        }
+        out = {}
+        for k, v in self._data.items():
+            if is_tensor_collection(v):
+                kwargs = {"convert_tensors": convert_tensors} if convert_tensors else {}
+                out[k] = v.to_dict(retain_none=retain_none, **kwargs)
+            elif isinstance(v, _Tensor) and convert_tensors:
+                out[k] = v.numpy(force=True) if convert_tensors == "numpy" else v.tolist()
+            else:
+                out[k] = _read(v)
         if retain_none:
             for name in self._field_names:
                 out.setdefault(name, None)
@@ -203,19 +212,34 @@ class KeyViewsMixin(ContainerMixin):
                     data[name] = NonTensorData._make(None, self._batch_size, self._device)
         return TensorDict._new_unsafe(data, self._batch_size, self._device, self._names)
 
-    def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False):
-        """A flat dict of tensors with dotted keys, plus ``_metadata`` for the structure."""
+    def state_dict(
+        self, destination=None, prefix: str = "", keep_vars: bool = False, flatten: bool = True
+    ):
+        """An ``OrderedDict`` of the tensor leaves under dotted keys, like ``nn.Module``'s.
+
+        The structure (batch sizes, devices, names, non-tensor values) is in its
+        ``_metadata`` attribute; ``flatten=False`` nests the levels instead.
+
+        Example:
+            >>> sd = TensorDict({"a": {"b": torch.zeros(2)}}, [2]).state_dict()
+            >>> list(sd), sd._metadata[""]["batch_size"]
+            (['a.b'], [2])
+        """
         from .state_dict import td_state_dict
 
-        return td_state_dict(self, destination, prefix, keep_vars)
+        return td_state_dict(self, destination, prefix, keep_vars, flatten)
 
     def load_state_dict(
-        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+        self,
+        state_dict: Mapping[str, Any],
+        strict: bool = True,
+        assign: bool = False,
+        from_flatten: bool | None = None,
     ) -> Self:
-        """Load a dict made by :meth:`state_dict` into this TensorDict (in place); returns self."""
+        """Load a state dict (flat, nested or legacy) into this TensorDict in place."""
         from .state_dict import td_load_state_dict
 
-        return td_load_state_dict(self, state_dict, strict, assign)
+        return td_load_state_dict(self, state_dict, strict, assign, from_flatten)
 
     def __repr__(self) -> str:
         return td_repr(self)

@@ -53,6 +53,8 @@ class ContainerMixin:
     # a frozen TensorClass refuses every write; unset fields of a TensorClass read None
     _frozen: ClassVar[bool] = False
     _field_names: ClassVar[frozenset[str]] = frozenset()
+    # tensordict: a TensorDict's get gives NonTensorData, a tensorclass's the value
+    _get_reads_value: ClassVar[bool] = False
 
     def _check_mutable(self, api: str) -> None:
         """Refuse a write (a frozen TensorClass raises); a TensorDict accepts every write."""

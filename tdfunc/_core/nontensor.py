@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .keys import MISSING, key_parts
 from .shapes import index_batch_size, normalize_dim, resolve_shape
 
 
@@ -44,12 +45,35 @@ class NonTensorData:
         'a string!'
     """
 
-    __slots__ = ("batch_size", "data", "device")
+    __slots__ = ("_names", "batch_size", "data", "device")
 
-    def __init__(self, data: Any, batch_size=(), device=None) -> None:
+    def __init__(self, data: Any, batch_size=(), device=None, names=None) -> None:
+        if isinstance(data, NonTensorData):  # tensordict unwraps a NonTensorData
+            data = data.data
         self.data = data
         self.batch_size = torch.Size(batch_size)
         self.device = None if device is None else torch.device(device)
+        if names is not None:
+            self.names = names
+
+    @property
+    def names(self) -> list:
+        """Names of the batch dims (``None`` for an unnamed dim)."""
+        names = getattr(self, "_names", None)
+        return list(names) if names is not None else [None] * len(self.batch_size)
+
+    @names.setter
+    def names(self, value) -> None:
+        if value is None:
+            self._names = None
+            return
+        value = tuple(value)
+        if len(value) != len(self.batch_size):
+            raise ValueError(
+                f"{type(self).__name__}.names: expected {len(self.batch_size)} names for batch "
+                f"size {list(self.batch_size)}, got {list(value)}."
+            )
+        self._names = value
 
     @classmethod
     def _make(cls, data: Any, batch_size: torch.Size, device) -> NonTensorData:
@@ -167,9 +191,59 @@ class NonTensorStack(NonTensorData):
 
     __slots__ = ()
 
-    def __init__(self, data: list, batch_size, device=None) -> None:
-        super().__init__(data, batch_size, device)
-        _check_nested(data, tuple(self.batch_size))
+    def __init__(self, *values: Any, stack_dim: int = 0, batch_size=None, device=None) -> None:
+        if batch_size is not None and len(values) == 1 and isinstance(values[0], list):
+            # tdfunc 0.1's form: NonTensorStack(nested_list, batch_size=[...])
+            data, size = values[0], torch.Size(batch_size)
+            _check_nested(data, tuple(size))
+        else:
+            if not values:
+                raise ValueError(
+                    "NonTensorStack: expected at least one value to stack, e.g. "
+                    "NonTensorStack('a', 'b'); use NonTensorStack.from_list([...]) for a list."
+                )
+            arrays = [as_array(v, torch.Size()) for v in values]
+            shapes = {a.shape for a in arrays}
+            if len(shapes) > 1:
+                raise ValueError(
+                    f"NonTensorStack: the stacked values must have the same batch size, got "
+                    f"{sorted(list(s) for s in shapes)}."
+                )
+            dim = normalize_dim(stack_dim, arrays[0].ndim + 1, "NonTensorStack")
+            array = np.stack(arrays, axis=dim)
+            data, size = _nested_list(array), torch.Size(array.shape)
+            if batch_size is not None and torch.Size(batch_size) != size:
+                raise ValueError(
+                    f"NonTensorStack: batch_size {list(batch_size)} does not match the stack "
+                    f"of {len(values)} values, of batch size {list(size)}."
+                )
+            if device is None:
+                first = values[0]
+                device = first.device if isinstance(first, NonTensorData) else None
+        super().__init__(data, size, device)
+
+    @classmethod
+    def from_list(cls, values: list, device=None, *, batch_size=None) -> NonTensorStack:
+        """A stack of the items of a (nested) list; its batch size is the nesting shape.
+
+        Example:
+            >>> NonTensorStack.from_list([["a", "b"], ["c", "d"]]).batch_size
+            torch.Size([2, 2])
+        """
+        if batch_size is None:
+            shape: list[int] = []
+            level: Any = values
+            while isinstance(level, list):
+                shape.append(len(level))
+                if not level:
+                    break
+                level = level[0]
+            batch_size = shape
+        size = torch.Size(batch_size)
+        _check_nested(values, tuple(size))
+        return cls._make(
+            _copy_nested(values), size, None if device is None else torch.device(device)
+        )
 
     def tolist(self) -> list:
         return self.data
@@ -372,3 +446,61 @@ def cat_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
         size[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
         return NonTensorData._make(first.data, torch.Size(size), first.device)
     return from_array(np.concatenate([leaf._array() for leaf in leaves], axis=dim), first.device)
+
+
+# ---------------------------------------------------------------------- container API
+class NonTensorMixin:
+    """``set_non_tensor`` / ``get_non_tensor`` / ``is_non_tensor`` / ``non_tensor_items``.
+
+    Reads state only through ``get``, ``_iter_items`` and ``_write`` of the
+    container, so a TensorClass can take it as it is.
+
+    Example:
+        >>> td = TensorDict({}, [2]).set_non_tensor(("nested", "label"), "cat")
+        >>> td.get_non_tensor(("nested", "label")), td["nested", "label"]
+        ('cat', 'cat')
+        >>> td.get(("nested", "label")).data
+        'cat'
+    """
+
+    __slots__ = ()
+
+    def set_non_tensor(self, key, value: Any):
+        """Store ``value`` (numbers too) as non-tensor data at ``key``; returns self."""
+        if not isinstance(value, NonTensorData):
+            value = NonTensorData._make(value, torch.Size(), None)
+        self._write(((key, value),), False, False, "set_non_tensor")  # type: ignore[attr-defined]
+        return self
+
+    def get_non_tensor(self, key, default: Any = MISSING) -> Any:
+        """The Python value of the non-tensor entry at ``key`` (other entries as they are)."""
+        value = self._get_nested(key_parts(key, "get_non_tensor"))  # type: ignore[attr-defined]
+        if value is MISSING:
+            if default is MISSING:
+                raise self._missing(key, "get_non_tensor")  # type: ignore[attr-defined]
+            return default
+        return value.tolist() if isinstance(value, NonTensorData) else value
+
+    def is_non_tensor(self, key) -> bool:
+        """Whether the entry stored at ``key`` is non-tensor data (``KeyError`` if missing)."""
+        value = self._get_nested(key_parts(key, "is_non_tensor"))  # type: ignore[attr-defined]
+        if value is MISSING:
+            raise self._missing(key, "is_non_tensor")  # type: ignore[attr-defined]
+        return isinstance(value, NonTensorData)
+
+    def non_tensor_items(self, include_nested: bool = False) -> tuple:
+        """``(key, NonTensorData)`` pairs of the non-tensor entries."""
+        return tuple(
+            (key, value)
+            for key, value in self._iter_items((), include_nested, True)  # type: ignore[attr-defined]
+            if isinstance(value, NonTensorData)
+        )
+
+
+def stack_of_list(value: list, batch_size: torch.Size, device) -> NonTensorStack | None:
+    """A ``NonTensorStack`` for a list shaped like ``batch_size`` (tensordict's rule), or None."""
+    try:
+        _check_nested(value, tuple(batch_size))
+    except ValueError:
+        return None
+    return NonTensorStack._make(_copy_nested(value), batch_size, device)

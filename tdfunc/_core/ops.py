@@ -31,7 +31,9 @@ from .access import AccessMixin
 from .apply import ApplyMixin
 from .arith import ArithmeticMixin
 from .batch import BatchMixin
+from .context import ContextMixin
 from .key_views import KeyViewsMixin
+from .nontensor import NonTensorMixin
 from .shape_ops import ShapeOpsMixin
 from .torch_function import TorchFunctionMixin
 
@@ -48,6 +50,8 @@ class TensorOps(
     PersistMixin,
     DistributedMixin,
     MapMixin,
+    NonTensorMixin,
+    ContextMixin,
 ):
     """The shared methods of ``TensorDict`` and ``TensorClass`` (add new mixins here)."""
 

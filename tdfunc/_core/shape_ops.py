@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .apply import rewrap
+from .context import write_back
 from .keys import unravel_key
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
@@ -28,6 +29,23 @@ from .writes import writable_view
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+
+def _become(self: Any, out: Any, api: str) -> Any:
+    """``inplace=True``: ``self`` takes the leaves and batch size of ``out``."""
+    self._check_writable(api, list(self._data))
+    self._data = out._data
+    self._batch_size = out._batch_size
+    self._names = out._names
+    return self
+
+
+def _shape_arg(shape: tuple, size: Any, api: str) -> tuple:
+    if size is not None:
+        if shape:
+            raise TypeError(f"TensorDict.{api}: pass the shape positionally or as size=, not both.")
+        return (size,)
+    return shape
 
 
 def _dims_arg(dims: tuple) -> tuple:
@@ -184,30 +202,49 @@ class ShapeOpsMixin(ContainerMixin):
     def _map(self, fn, new_size: torch.Size, names=None):
         return self._like({k: fn(v) for k, v in self._data.items()}, new_size, names)
 
-    def reshape(self, *shape) -> Self:
+    def reshape(self, *shape, size=None, inplace: bool = False) -> Self:
         """Reshape the batch dims (feature dims are kept).
+
+        ``inplace=True`` reshapes this container itself; in a ``with`` block,
+        the entries are reshaped back into this container on exit.
 
         Example:
             >>> TensorDict({"a": torch.zeros(3, 4, 5)}, [3, 4]).reshape(-1)["a"].shape
             torch.Size([12, 5])
         """
+        shape = _shape_arg(shape, size, "reshape")
         new_size = resolve_shape(self._batch_size, shape, "TensorDict.reshape")
         ndim = len(self._batch_size)
-        return self._map(lambda v: v.reshape(new_size + v.shape[ndim:]), new_size)
+        out = self._map(lambda v: v.reshape(new_size + v.shape[ndim:]), new_size)
+        if inplace:
+            return _become(self, out, "reshape")
+        return write_back(out, self)
 
-    def view(self, *shape) -> Self:
-        """Like :meth:`reshape`, but never copies (errors when a view is impossible)."""
+    def view(self, *shape, size=None, batch_size=None) -> Self:
+        """Like :meth:`reshape`, but never copies; ``view(dtype)`` views every tensor as ``dtype``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2, 2)}, [2])
+            >>> td.view(torch.int32)["a"].dtype, td.view(size=(2, 1)).batch_size
+            (torch.int32, torch.Size([2, 1]))
+        """
         if len(shape) == 1 and isinstance(shape[0], torch.dtype):
-            raise TypeError("TensorDict.view: viewing as a dtype is not supported.")
+            dtype = shape[0]
+            new_size = self._batch_size if batch_size is None else torch.Size(batch_size)
+            return self._apply_tree(lambda t: t.view(dtype), (), new_size, None, False, check=False)
+        shape = _shape_arg(shape, size, "view")
         new_size = resolve_shape(self._batch_size, shape, "TensorDict.view")
         ndim = len(self._batch_size)
-        return self._map(lambda v: v.view(new_size + v.shape[ndim:]), new_size)
+        out = self._map(lambda v: v.view(new_size + v.shape[ndim:]), new_size)
+        return write_back(out, self)
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
-        """Merge batch dims ``start_dim..end_dim`` into one."""
+    def flatten(self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False) -> Self:
+        """Merge batch dims ``start_dim..end_dim`` into one (no batch dims: one dim of size 1)."""
+        if inplace:
+            return _become(self, self.flatten(start_dim, end_dim), "flatten")
         ndim = len(self._batch_size)
         if ndim == 0:
-            return self._like(dict(self._data))
+            return write_back(self._map(lambda v: v.unsqueeze(0), torch.Size([1])), self)
         start = normalize_dim(start_dim, ndim, "TensorDict.flatten")
         end = normalize_dim(end_dim, ndim, "TensorDict.flatten")
         if start > end:
@@ -217,15 +254,19 @@ class ShapeOpsMixin(ContainerMixin):
         for s in size[start : end + 1]:
             merged *= s
         new_size = size[:start] + torch.Size([merged]) + size[end + 1 :]
-        return self._map(lambda v: v.flatten(start, end), new_size)
+        out = self._map(lambda v: v.flatten(start, end), new_size)
+        return write_back(out, self)
 
-    def unflatten(self, dim: int, sizes) -> Self:
+    def unflatten(self, dim: int, sizes, *, inplace: bool = False) -> Self:
         """Split batch dim ``dim`` into ``sizes``."""
+        if inplace:
+            return _become(self, self.unflatten(dim, sizes), "unflatten")
         ndim = len(self._batch_size)
         dim = normalize_dim(dim, ndim, "TensorDict.unflatten")
         inner = resolve_shape(self._batch_size[dim : dim + 1], tuple(sizes))
         new_size = self._batch_size[:dim] + inner + self._batch_size[dim + 1 :]
-        return self._map(lambda v: v.unflatten(dim, inner), new_size)
+        out = self._map(lambda v: v.unflatten(dim, inner), new_size)
+        return write_back(out, self)
 
     def squeeze(self, dim: int | None = None) -> Self:
         """Remove batch dims of size 1 (all of them, or ``dim`` only)."""
@@ -245,7 +286,7 @@ class ShapeOpsMixin(ContainerMixin):
                 value = value.squeeze(d)
             return value
 
-        return self._map(squeeze, new_size, names)
+        return write_back(self._map(squeeze, new_size, names), self)
 
     def unsqueeze(self, dim: int) -> Self:
         """Insert a batch dim of size 1 at ``dim``."""
@@ -256,7 +297,8 @@ class ShapeOpsMixin(ContainerMixin):
         names = None
         if self._names is not None:
             names = self._names[:dim] + (None,) + self._names[dim:]
-        return self._map(lambda v: v.unsqueeze(dim), torch.Size(size), names)
+        out = self._map(lambda v: v.unsqueeze(dim), torch.Size(size), names)
+        return write_back(out, self, lambda unsqueezed: unsqueezed.squeeze(dim))
 
     def permute(self, *dims) -> Self:
         """Reorder the batch dims."""
@@ -272,7 +314,9 @@ class ShapeOpsMixin(ContainerMixin):
             raise ValueError(f"TensorDict.permute: {list(dims)} is not a permutation.")
         new_size = torch.Size([self._batch_size[d] for d in dims])
         names = self._names and tuple(self._names[d] for d in dims)
-        return self._map(lambda v: v.permute(dims + tuple(range(ndim, v.dim()))), new_size, names)
+        out = self._map(lambda v: v.permute(dims + tuple(range(ndim, v.dim()))), new_size, names)
+        inverse = tuple(sorted(range(ndim), key=lambda d: dims[d]))
+        return write_back(out, self, lambda permuted: permuted.permute(inverse))
 
     def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two batch dims."""
@@ -286,7 +330,8 @@ class ShapeOpsMixin(ContainerMixin):
             swapped = list(self._names)
             swapped[dim0], swapped[dim1] = swapped[dim1], swapped[dim0]
             names = tuple(swapped)
-        return self._map(lambda v: v.transpose(dim0, dim1), torch.Size(size), names)
+        out = self._map(lambda v: v.transpose(dim0, dim1), torch.Size(size), names)
+        return write_back(out, self, lambda swapped: swapped.transpose(dim0, dim1))
 
     def expand(self, *shape) -> Self:
         """Broadcast the batch dims to ``shape`` (new leading dims allowed), without copying."""

@@ -17,7 +17,7 @@ import torch
 
 from .keys import MISSING, key_parts, unravel_key
 from .mixin import is_tensor_collection
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NonTensorData, NonTensorStack, stack_of_list
 
 _NO_DEFAULT = MISSING
 _SCALARS = (bool, int, float, complex, np.generic)
@@ -154,6 +154,10 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
             if ndim and tensor.shape[:ndim] != batch_size:
                 raise shape_error(api, key, tensor.shape, batch_size)
             return tensor
+        if ndim and type(value) is list:  # a list of non-numbers per element: a stack
+            stack = stack_of_list(value, batch_size, td._device)
+            if stack is not None:
+                return stack
     return NonTensorData._make(value, batch_size, td._device)
 
 

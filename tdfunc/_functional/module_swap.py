@@ -432,7 +432,9 @@ class ModuleSwapMixin:
     __slots__ = ()
 
     @classmethod
-    def from_module(cls, module: nn.Module, *, lock: bool = False) -> Self:
+    def from_module(
+        cls, module: nn.Module, as_module: bool = False, lock: bool = False, use_state_dict=False
+    ) -> Self:
         """The parameters and buffers of ``module``, nested by submodule (batch ``[]``).
 
         The leaves are the module's own ``Parameter`` and buffer objects; a tensor
@@ -447,7 +449,16 @@ class ModuleSwapMixin:
         """
         if not isinstance(module, nn.Module):
             raise TypeError(f"from_module: expected an nn.Module, got {type(module).__name__}.")
-        out = collect_module(module, cls)
+        if as_module:
+            raise NotImplementedError(
+                "from_module: as_module=True (TensorDictParams) is not part of tdfunc; wrap the "
+                "result in an nn.Module, or use tdfunc.Ensemble."
+            )
+        if use_state_dict:  # through state_dict(): its hooks apply, as in tensordict
+            state = module.state_dict(keep_vars=True)
+            out = cls({tuple(name.split(".")): value for name, value in state.items()}, [])
+        else:
+            out = collect_module(module, cls)
         return out.lock_() if lock else out
 
     @classmethod

@@ -232,17 +232,76 @@ class MemoryMappedTensor(torch.Tensor):
     _filename: str
     _inode: tuple
 
-    def __new__(cls, *args, **kwargs):
-        raise TypeError(
-            "MemoryMappedTensor: use a constructor: MemoryMappedTensor.from_tensor(tensor, "
-            "filename=...), MemoryMappedTensor.empty(shape, dtype=..., filename=...) or "
-            "MemoryMappedTensor.from_filename(filename, dtype, shape)."
-        )
+    def __new__(
+        cls,
+        source: Any = None,
+        *,
+        dtype: torch.dtype | None = None,
+        shape=None,
+        index=None,
+        device=None,
+        handler=None,
+        filename=None,
+    ):
+        """``MemoryMappedTensor(source, ...)``, as in tensordict: dispatches on ``source``.
+
+        A tensor is copied to ``filename`` (a temporary file if omitted), a path
+        or ``filename=`` is mapped (``dtype`` and ``shape`` needed), a storage
+        goes to :meth:`from_storage` and ``handler=`` to :meth:`from_handler`.
+        ``index`` then selects a view.
+        """
+        _check_device(device, "MemoryMappedTensor")
+        if handler is not None:
+            return cls.from_handler(handler, dtype, shape, index=index)
+        if isinstance(source, (torch.UntypedStorage, torch.TypedStorage)):
+            return cls.from_storage(source, dtype=dtype, shape=shape, index=index)
+        if isinstance(source, torch.Tensor):
+            out = cls.from_tensor(source, filename=filename, shape=shape)
+        elif isinstance(source, (str, os.PathLike)) or (source is None and filename is not None):
+            path = source if source is not None else filename
+            if dtype is None or shape is None:
+                raise TypeError(
+                    "MemoryMappedTensor: mapping a file needs dtype= and shape=, e.g. "
+                    "MemoryMappedTensor(path, dtype=torch.float32, shape=(3, 4))."
+                )
+            out = cls.from_filename(path, dtype, shape)
+        else:
+            raise TypeError(
+                f"MemoryMappedTensor: expected a tensor, a file name, a storage or handler=, "
+                f"got {type(source).__name__}. See MemoryMappedTensor.from_tensor / empty / "
+                f"from_filename."
+            )
+        if dtype is not None and out.dtype != dtype:
+            raise ValueError(
+                f"MemoryMappedTensor: dtype={dtype} differs from the source's {out.dtype}."
+            )
+        return out if index is None else out[index]
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass  # built by __new__ (torch.Tensor.__init__ takes no arguments)
 
     @property
     def filename(self) -> str:
         """The absolute path of the file this tensor maps."""
         return self._filename
+
+    def __getitem__(self, index) -> Any:
+        # A view of the mapping is a MemoryMappedTensor of the same file (tensordict);
+        # advanced indexing copies, and gives a plain tensor.
+        out = torch.Tensor.__getitem__(self, index)
+        if (
+            out.untyped_storage().data_ptr() != self.untyped_storage().data_ptr()
+            or not self.numel()
+        ):
+            return out
+        view = torch.Tensor._make_subclass(MemoryMappedTensor, out, False)
+        view._filename = self._filename
+        view._inode = self._inode
+        return view
+
+    def _is_whole_file(self) -> bool:
+        """Whether this tensor is the whole mapping (not an indexed view of it)."""
+        return self.storage_offset() == 0 and self.nbytes == self.untyped_storage().nbytes()
 
     # -------------------------------------------------------------- constructors
     @classmethod
@@ -277,7 +336,7 @@ class MemoryMappedTensor(torch.Tensor):
             >>> MemoryMappedTensor.from_tensor(t) is t
             True
         """
-        if isinstance(input, MemoryMappedTensor):
+        if isinstance(input, MemoryMappedTensor) and input._is_whole_file():
             if filename is None or _same_file(input.filename, filename):
                 return input
             if not copy_existing:
@@ -303,14 +362,25 @@ class MemoryMappedTensor(torch.Tensor):
         return _create(filename, existsok, input.dtype, shape, fill, "from_tensor")
 
     @classmethod
-    def empty(cls, *size, dtype: torch.dtype | None = None, filename=None, existsok=False):
-        """A new file of ``size`` and ``dtype``; allocated sparse, it reads as zeros.
+    def empty(
+        cls,
+        *size,
+        shape=None,
+        dtype: torch.dtype | None = None,
+        device=None,
+        filename=None,
+        existsok=False,
+    ):
+        """A new file of ``size`` (or ``shape=``) and ``dtype``; allocated sparse, it reads as 0.
 
         Example:
             >>> MemoryMappedTensor.empty(2, 3, dtype=torch.int64).sum().item()
             0
+            >>> MemoryMappedTensor.zeros(shape=(2,), device="cpu").shape
+            torch.Size([2])
         """
-        shape = _size_arg(size)
+        _check_device(device, "MemoryMappedTensor.empty")
+        shape = _size_arg(_shape_or_size(size, shape, "empty"))
         dtype = torch.get_default_dtype() if dtype is None else dtype
 
         def fill(fd: int, path: str) -> None:
@@ -321,16 +391,23 @@ class MemoryMappedTensor(torch.Tensor):
     zeros = empty
 
     @classmethod
-    def full(cls, *size, fill_value, dtype=None, filename=None, existsok=False):
-        """A new file of ``size`` filled with ``fill_value``."""
-        out = cls.empty(*size, dtype=dtype, filename=filename, existsok=existsok)
+    def full(
+        cls, *size, fill_value, shape=None, dtype=None, device=None, filename=None, existsok=False
+    ):
+        """A new file of ``size`` (or ``shape=``) filled with ``fill_value``."""
+        size = _shape_or_size(size, shape, "full")
+        out = cls.empty(*size, dtype=dtype, device=device, filename=filename, existsok=existsok)
         if fill_value != 0:
             out.fill_(fill_value)
         return out
 
     @classmethod
-    def ones(cls, *size, dtype=None, filename=None, existsok=False):
-        return cls.full(*size, fill_value=1, dtype=dtype, filename=filename, existsok=existsok)
+    def ones(cls, *size, shape=None, dtype=None, device=None, filename=None, existsok=False):
+        """A new file of ``size`` (or ``shape=``) filled with ones."""
+        size = _shape_or_size(size, shape, "ones")
+        return cls.full(
+            *size, fill_value=1, dtype=dtype, device=device, filename=filename, existsok=existsok
+        )
 
     @classmethod
     def empty_like(cls, input: torch.Tensor, *, filename=None, existsok=False):
@@ -353,8 +430,8 @@ class MemoryMappedTensor(torch.Tensor):
         )
 
     @classmethod
-    def from_filename(cls, filename, dtype: torch.dtype, shape) -> MemoryMappedTensor:
-        """Map an existing file as a tensor of ``dtype`` and ``shape``.
+    def from_filename(cls, filename, dtype: torch.dtype, shape, index=None) -> MemoryMappedTensor:
+        """Map an existing file as a tensor of ``dtype`` and ``shape`` (then ``[index]``).
 
         The file must hold at least the bytes the shape needs (a shorter file is
         a ``ValueError``, never a crash); a longer one is mapped from its start.
@@ -363,7 +440,59 @@ class MemoryMappedTensor(torch.Tensor):
             raise TypeError(
                 f"MemoryMappedTensor.from_filename: dtype must be a torch.dtype, got {dtype!r}."
             )
-        return map_file(os.path.abspath(os.fspath(filename)), dtype, _size_arg((shape,)))
+        out = map_file(os.path.abspath(os.fspath(filename)), dtype, _size_arg((shape,)))
+        return out if index is None else out[index]
+
+    @classmethod
+    def from_handler(cls, handler, dtype: torch.dtype, shape, index=None) -> MemoryMappedTensor:
+        """Map the file behind an open file object or descriptor (``handler``).
+
+        ``handler`` is a file object (``open(...)``, ``tempfile.NamedTemporaryFile()``)
+        or a file descriptor; the file is mapped as in :meth:`from_filename`.
+
+        Example:
+            >>> import tempfile
+            >>> with tempfile.NamedTemporaryFile() as f:
+            ...     _ = f.write(torch.arange(4.0).numpy().tobytes()); f.flush()
+            ...     MemoryMappedTensor.from_handler(f, torch.float32, (4,))[1:].tolist()
+            [1.0, 2.0, 3.0]
+        """
+        return cls.from_filename(_handler_path(handler), dtype, shape, index=index)
+
+    @classmethod
+    def from_storage(
+        cls, storage, dtype: torch.dtype | None = None, shape=None, *, index=None, filename=None
+    ) -> MemoryMappedTensor:
+        """A memory-mapped tensor over a file-backed storage (``UntypedStorage.from_file``).
+
+        Example:
+            >>> t = MemoryMappedTensor.from_tensor(torch.arange(6))
+            >>> out = MemoryMappedTensor.from_storage(t.untyped_storage(), torch.int64, (2, 3))
+            >>> out[1].tolist()
+            [3, 4, 5]
+        """
+        if isinstance(storage, torch.TypedStorage):
+            dtype = storage.dtype if dtype is None else dtype
+            storage = storage.untyped()
+        path = filename if filename is not None else getattr(storage, "filename", None)
+        if not path:
+            raise ValueError(
+                "MemoryMappedTensor.from_storage: the storage is not backed by a file; build "
+                "it with torch.UntypedStorage.from_file(path, shared=True, nbytes=...), or "
+                "use MemoryMappedTensor.from_tensor to copy the data to a file."
+            )
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if shape is None:
+            shape = (storage.nbytes() // dtype.itemsize,)
+        shape = _size_arg((shape,))
+        base = torch.empty((0,), dtype=dtype).set_(storage, 0, shape)
+        st = os.stat(path)
+        out = torch.Tensor._make_subclass(MemoryMappedTensor, base, False)
+        out._filename = os.path.abspath(os.fspath(path))
+        out._inode = (st.st_dev, st.st_ino)
+        if base.numel():
+            _register(out._inode, base)
+        return out if index is None else out[index]
 
     # -------------------------------------------------------------- python protocols
     def __deepcopy__(self, memo):
@@ -373,6 +502,40 @@ class MemoryMappedTensor(torch.Tensor):
         # pickle / torch.save store the values as a plain tensor; processes started by
         # multiprocessing get the file itself (see _reduce_for_process below).
         return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
+
+
+def _check_device(device, api: str) -> None:
+    if device is not None and torch.device(device).type != "cpu":
+        raise ValueError(
+            f"{api}: a memory-mapped tensor lives on the CPU, got device={device!r}; move it "
+            f"afterwards with .to({str(device)!r})."
+        )
+
+
+def _shape_or_size(size: tuple, shape, api: str) -> tuple:
+    if shape is None:
+        return size
+    if size:
+        raise TypeError(
+            f"MemoryMappedTensor.{api}: pass the shape positionally or as shape=, not both."
+        )
+    return (shape,)
+
+
+def _handler_path(handler) -> str:
+    """The path of the file behind a file object or descriptor."""
+    name = getattr(handler, "name", None)
+    if isinstance(name, (str, bytes, os.PathLike)) and os.path.exists(name):
+        return os.fsdecode(name)
+    fd = handler if isinstance(handler, int) else getattr(handler, "fileno", lambda: None)()
+    if isinstance(fd, int) and os.path.exists(f"/proc/self/fd/{fd}"):
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        # an anonymous (deleted) file is reached through its descriptor only
+        return target if os.path.exists(target) else f"/proc/self/fd/{fd}"
+    raise TypeError(
+        f"MemoryMappedTensor.from_handler: expected an open file object or a file descriptor "
+        f"of a file on disk, got {type(handler).__name__}."
+    )
 
 
 def _size_arg(size: tuple) -> torch.Size:

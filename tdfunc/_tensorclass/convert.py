@@ -108,7 +108,9 @@ class TensorClassConvert(TensorClassState):
         td._data[name] = converter(cls.__name__, name, value, td._batch_size, td._device)
 
     @classmethod
-    def from_module(cls, module: nn.Module, *, lock: bool = False) -> Self:
+    def from_module(
+        cls, module: nn.Module, as_module: bool = False, lock: bool = False, use_state_dict=False
+    ) -> Self:
         """The parameters and buffers of ``module`` as an instance (fields = their names).
 
         Example:
@@ -118,7 +120,8 @@ class TensorClassConvert(TensorClassState):
             >>> LinearParams.from_module(torch.nn.Linear(3, 4)).weight.shape
             torch.Size([4, 3])
         """
-        out = cls.from_tensordict(TensorDict.from_module(module))
+        source = TensorDict.from_module(module, as_module, use_state_dict=use_state_dict)
+        out = cls.from_tensordict(source)
         return out.lock_() if lock else out
 
     @classmethod
@@ -146,11 +149,12 @@ class TensorClassConvert(TensorClassState):
             ...     x: torch.Tensor
             ...     label: str
             >>> sd = Foo(x=torch.zeros(2), label="a", batch_size=[2]).state_dict()
-            >>> list(sd), sorted(sd["_metadata"]["non_tensor"]), sd["_metadata"]["type"][-4:]
-            (['x', '_metadata'], ['label'], '.Foo')
+            >>> meta = sd._metadata[""]
+            >>> list(sd), sorted(meta["non_tensor"]), meta["type"][-4:]
+            (['x'], ['label'], '.Foo')
         """
-        out = self._td.state_dict(destination, prefix, keep_vars)
-        meta = out[prefix + "_metadata"]
+        out = self._td.state_dict(destination, prefix, keep_vars, flatten)
+        meta = out._metadata[prefix[:-1] if prefix.endswith(".") else prefix]
         meta["type"] = class_name(type(self))
         types: dict[str, str] = {}
         none_fields: list[str] = []
@@ -162,18 +166,23 @@ class TensorClassConvert(TensorClassState):
                 types[".".join(path)] = class_name(type(node))
         meta["types"] = types
         meta["none_fields"] = none_fields
-        if not flatten:
-            return _unflatten_state(out, prefix)
         return out
 
     def load_state_dict(
-        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+        self,
+        state_dict: Mapping[str, Any],
+        strict: bool = True,
+        assign: bool = False,
+        from_flatten: bool | None = None,
     ) -> Self:
-        """Load a dict made by :meth:`state_dict` (flat or nested) into this instance."""
+        """Load a state dict (flat, nested, or legacy ``_tensordict``) into this instance."""
         self._check_mutable("load_state_dict")
-        flat = dict(_flatten_state(state_dict))
-        nones = (flat.get("_metadata") or {}).get("none_fields", ())
-        self._td.load_state_dict(flat, strict=strict, assign=assign)
+        metadata = getattr(state_dict, "_metadata", None)
+        root = metadata.get("", {}) if isinstance(metadata, Mapping) else {}
+        nones = root.get("none_fields") or (state_dict.get("_metadata") or {}).get(
+            "none_fields", ()
+        )
+        self._td.load_state_dict(state_dict, strict, assign, from_flatten)
         for key in nones:
             parts = tuple(key.split("."))
             if parts in self._td or (len(parts) == 1 and parts[0] in self._td._data):
@@ -201,26 +210,3 @@ def _tensorclass_nodes(node: Any, path: tuple) -> Iterator[tuple[tuple, Any]]:
     for key, value in node._to_tensordict_view()._data.items():
         if is_tensor_collection(value):
             yield from _tensorclass_nodes(value, (*path, key))
-
-
-def _unflatten_state(flat: dict, prefix: str) -> dict:
-    """``{"a.b": t}`` -> ``{"a": {"b": t}}`` (``_metadata`` stays at the top)."""
-    nested: dict = {}
-    for key, value in flat.items():
-        name = key[len(prefix) :]
-        parts = [name] if name == "_metadata" else name.split(".")
-        node = nested
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return {prefix + key: value for key, value in nested.items()}
-
-
-def _flatten_state(state: Mapping, path: str = "") -> Iterator[tuple[str, Any]]:
-    for key, value in state.items():
-        if key == "_metadata" and not path:
-            yield key, value
-        elif isinstance(value, Mapping):
-            yield from _flatten_state(value, f"{path}{key}.")
-        else:
-            yield f"{path}{key}", value

@@ -38,6 +38,7 @@ from .._core.container import TensorDict
 from .._core.keys import MISSING, key_parts
 from .._core.mixin import is_tensor_collection
 from .._core.ops import TensorOps
+from .._core.update import send
 from .._core.writes import write
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ class TensorClassState(TensorOps):
             f"{name}.{api}: {name} is frozen and cannot be modified; {hint}."
         )
 
-    def set(self, key, value: Any, *, inplace: bool = False) -> Self:
+    def set(self, key, value: Any, *, inplace: bool = False, non_blocking: bool = False) -> Self:
         """Write ``value`` at ``key`` (a field is cast by the class flags); returns self.
 
         The same as ``TensorDict.set`` without its fast path, which stores a tensor
@@ -169,6 +170,8 @@ class TensorClassState(TensorOps):
             >>> Foo(x=torch.zeros(3), batch_size=[3]).set("x", torch.ones(3)).x
             tensor([1., 1., 1.])
         """
+        if non_blocking and isinstance(value, torch.Tensor):
+            value = send(self, key, value, inplace)
         self._write(((key, value),), inplace, False, "set")
         return self
 

@@ -129,6 +129,7 @@ class TensorClass(TensorClassConvert, metaclass=_Meta):
     _tc_field_names: ClassVar[frozenset[str]] = frozenset()
     _tc_converters: ClassVar[dict[str, Callable]] = {}
     _tc_frozen: ClassVar[bool] = False
+    _get_reads_value: ClassVar[bool] = True  # tensordict: a tensorclass's get gives the value
     _tc_ready: ClassVar[bool] = False  # a real tensorclass (not TensorClass, not a flag carrier)
     _tc_init: ClassVar[Callable[..., None]]
 

@@ -1,0 +1,130 @@
+"""The non-tensor API as tensordict documents it: ``get`` gives ``NonTensorData``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tdfunc import NonTensorData, NonTensorStack, TensorClass, TensorDict
+
+
+def test_set_and_get_non_tensor_docs_example():
+    data = TensorDict({}, batch_size=[])
+    data = data.set_non_tensor(("nested", "the string"), "a string!")
+    assert data.get_non_tensor(("nested", "the string")) == "a string!"
+    assert data["nested", "the string"] == "a string!"
+    stored = data.get(("nested", "the string"))
+    assert type(stored) is NonTensorData and stored.data == "a string!"
+    assert data.get_non_tensor("missing", "default") == "default"
+    with pytest.raises(KeyError):
+        data.get_non_tensor("missing")
+
+
+def test_set_non_tensor_stores_numbers_as_non_tensor():
+    td = TensorDict({}, [3]).set_non_tensor("n", 5)
+    assert td.is_non_tensor("n") and td["n"] == 5 and td.get("n").batch_size == torch.Size([3])
+    td["t"] = torch.full((3,), 5)
+    assert not td.is_non_tensor("t") and isinstance(td["t"], torch.Tensor)
+    with pytest.raises(KeyError):
+        td.is_non_tensor("missing")
+
+
+def test_set_non_tensor_refused_on_locked():
+    td = TensorDict({}, []).lock_()
+    with pytest.raises(RuntimeError, match="locked"):
+        td.set_non_tensor("s", "x")
+
+
+def test_get_items_values_give_non_tensor_data_getitem_gives_value():
+    td = TensorDict({"a": torch.zeros(2), "s": "text", "n": {"t": "more"}}, [2])
+    assert td["s"] == "text" and td["n", "t"] == "more"
+    assert isinstance(td.get("s"), NonTensorData) and td.get("s").data == "text"
+    values = dict(td.items(True, True))
+    assert isinstance(values["s"], NonTensorData) and isinstance(values[("n", "t")], NonTensorData)
+    assert [type(v).__name__ for v in td.values()] == ["Tensor", "NonTensorData", "TensorDict"]
+    assert [k for k, _ in td.non_tensor_items(include_nested=True)] == ["s", ("n", "t")]
+    assert td.get_non_tensor("a") is td["a"]  # other entries come as they are
+
+
+def test_stack_of_strings_get_tolist_and_masking():
+    # the tensordict "non-tensor data" concept page
+    reads = TensorDict(
+        {"seq": ["ACGT", "GGCC", "TTAG"], "gc": torch.tensor([0.50, 1.00, 0.25])}, batch_size=[3]
+    )
+    gc_rich = reads[reads["gc"] > 0.4]
+    assert gc_rich.batch_size == torch.Size([2])
+    assert gc_rich.get("seq").tolist() == ["ACGT", "GGCC"]
+    assert gc_rich["seq"] == ["ACGT", "GGCC"]
+
+
+def test_update_from_a_tensordict_keeps_non_tensor_leaves():
+    source = TensorDict({"s": "x", "stack": ["a", "b"]}, [2])
+    target = TensorDict({}, [2]).update(source)
+    assert target["s"] == "x" and target["stack"] == ["a", "b"]
+
+
+def test_non_tensor_data_names_keyword():
+    leaf = NonTensorData("a", batch_size=[2, 3], names=["x", None])
+    assert leaf.names == ["x", None] and leaf.data == "a"
+    assert NonTensorData("a").names == []
+    with pytest.raises(ValueError, match="expected 2 names"):
+        NonTensorData("a", batch_size=[2, 3], names=["x"])
+    assert NonTensorData(NonTensorData("inner")).data == "inner"  # unwrapped
+
+
+def test_non_tensor_stack_from_values_and_data():
+    stack = NonTensorStack("a", "b")
+    assert stack.batch_size == torch.Size([2]) and stack.tolist() == ["a", "b"]
+    stacked = NonTensorStack(NonTensorData("x", [2]), NonTensorData("y", [2]), stack_dim=1)
+    expected = np.stack([np.array(["x", "x"]), np.array(["y", "y"])], axis=1).tolist()
+    assert stacked.batch_size == torch.Size([2, 2]) and stacked.tolist() == expected
+    with pytest.raises(ValueError, match="same batch size"):
+        NonTensorStack(NonTensorData("x", [2]), NonTensorData("y", [3]))
+    with pytest.raises(ValueError, match="at least one"):
+        NonTensorStack()
+
+
+def test_non_tensor_stack_from_list_and_shape_ops_match_numpy():
+    values = [["a", "b", "c"], ["d", "e", "f"]]
+    stack = NonTensorStack.from_list(values)
+    reference = np.array(values, dtype=object)
+    assert stack.batch_size == torch.Size([2, 3])
+    assert stack.reshape(3, 2).tolist() == reference.reshape(3, 2).tolist()
+    assert stack.view(-1).tolist() == reference.reshape(-1).tolist()
+    assert stack.permute(1, 0).tolist() == reference.T.tolist()
+    assert stack.transpose(0, 1).tolist() == reference.T.tolist()
+    assert stack.unsqueeze(0).tolist() == reference[None].tolist()
+    assert stack.unsqueeze(0).squeeze(0).tolist() == values
+    assert stack.flatten().tolist() == reference.reshape(-1).tolist()
+    assert stack.flatten().unflatten(0, (2, 3)).tolist() == values
+    assert [s.tolist() for s in stack.unbind(1)] == [list(col) for col in reference.T.tolist()]
+    assert stack[1, 1:].tolist() == reference[1, 1:].tolist()
+    assert [p.tolist() for p in stack.split(2, dim=1)] == [
+        reference[:, :2].tolist(),
+        reference[:, 2:].tolist(),
+    ]
+    assert NonTensorStack.from_list(["a", "b"], batch_size=[2]).tolist() == ["a", "b"]
+    assert NonTensorStack.from_list([[]]).batch_size == torch.Size([1, 0])
+    with pytest.raises(ValueError, match="nested list of shape"):
+        NonTensorStack.from_list([["a"], ["b", "c"]], batch_size=[2, 1])
+
+
+def test_legacy_positional_form_still_builds_from_a_nested_list():
+    stack = NonTensorStack(["a", "b", "c"], batch_size=[3])
+    assert stack[torch.tensor([2, 0])].data == ["c", "a"]
+
+
+class _Labelled(TensorClass):
+    x: torch.Tensor
+    label: Any = None
+
+
+def test_tensorclass_get_gives_the_content():
+    item = _Labelled(x=torch.zeros(2), label="cat", batch_size=[2])
+    assert item.get("label") == "cat" and item.label == "cat"
+    with pytest.raises(KeyError):
+        item.get("nope")
+    assert item.get("nope", 3) == 3
