@@ -189,6 +189,59 @@ def _check_vmap_input(children: list, context: Context) -> None:
         )
 
 
+# ---------------------------------------------------------------- names
+def _names_after(context: Context, batch_size: torch.Size, children) -> tuple | None:
+    """The dim names of a level whose batch size changed from the recorded one.
+
+    Dims that are still there keep their names, new dims have none (as
+    tensordict does under ``vmap``). At vmap's input boundary the mapped dim is
+    read from the leaves; anywhere else the recorded batch size must sit in
+    the new one (or the reverse) in exactly one way, or no names are kept.
+    """
+    names: tuple = context.names  # type: ignore[assignment]  # not None here
+    recorded = context.batch_size
+    if len(batch_size) + 1 == len(recorded) and not _dynamo_compiling():
+        level = _current_level()
+        if level is not None and (context.level is None or level > context.level):
+            for child in children:
+                if isinstance(child, _Tensor) and _functorch.maybe_get_level(child) == level:
+                    dim = _get_bdim(child)
+                    left = recorded[:dim] + recorded[dim + 1 :]
+                    if 0 <= dim < len(recorded) and left == batch_size:
+                        return names[:dim] + names[dim + 1 :]
+                    break
+    if len(batch_size) > len(recorded):
+        kept = _embedding(recorded, batch_size)
+        if kept is None:
+            return None
+        out: list = [None] * len(batch_size)
+        for name, position in zip(names, kept):
+            out[position] = name
+        return tuple(out)
+    kept = _embedding(batch_size, recorded)
+    if kept is None:
+        return None
+    return tuple(names[position] for position in kept)
+
+
+def _embedding(short: torch.Size, long: torch.Size) -> tuple | None:
+    """The positions of ``long`` that ``short`` occupies, if it fits in exactly one way."""
+    found: list = []
+
+    def place(i: int, j: int, taken: tuple) -> None:
+        if len(found) > 1:
+            return
+        if i == len(short):
+            found.append(taken)
+            return
+        for position in range(j, len(long) - (len(short) - i) + 1):
+            if long[position] == short[i]:
+                place(i + 1, position + 1, taken + (position,))
+
+    place(0, 0, ())
+    return found[0] if len(found) == 1 else None
+
+
 # ---------------------------------------------------------------- unflatten
 def unflatten(children, context: Context):
     """Rebuild a container; children that are not tensors are held without validation."""
@@ -257,7 +310,9 @@ def _rebuild(leaves: list, start: int, context: Context, check: bool) -> tuple:
                 if shapes == tuple([candidate + feature for feature in features]):
                     batch_size = candidate
         if batch_size is not None:
-            names = context.names if batch_size == recorded else None
+            names = context.names
+            if names is not None and batch_size != recorded:
+                names = _names_after(context, batch_size, children)
             device = context.device
             if device is not None and children:
                 device = children[0].device
@@ -373,7 +428,8 @@ def _assemble(children: list, context: Context, batch_size: torch.Size, holes, h
     data = dict(zip(context.keys, children))
     names = context.names
     if batch_size != context.batch_size:
-        names = None
+        if names is not None:
+            names = _names_after(context, batch_size, children)
         if hollow is None:
             hollow = [i for i, child in enumerate(children) if _collection(child)]
         if hollow:
@@ -402,7 +458,9 @@ def _leafless(context: Context, batch_size: torch.Size) -> Any:
             data[key] = _leafless(inner, batch_size + feature)
     for key, value, kind in context.non_tensor:
         data[key] = kind._make(value, batch_size, context.device)
-    names = context.names if batch_size == context.batch_size else None
+    names = context.names
+    if names is not None and batch_size != context.batch_size:
+        names = _names_after(context, batch_size, ())
     return context.cls._from_pytree(data, batch_size, context.device, names)
 
 
