@@ -197,3 +197,24 @@ def test_kept_handle_never_put_back_inside_vmap_is_undone_and_reported():
     with pytest.raises(RuntimeError, match="without `with`"):
         model(x)
     model(x)  # reported once
+
+
+# ---------------------------------------------------------------- messages
+def test_keys_with_dots_are_named_whole_in_errors():
+    from tdfunc import dims_like
+
+    with pytest.raises(KeyError) as info:
+        TensorDict({"weight.x": torch.zeros(2, 3)}, []).to_module(nn.Linear(3, 2))
+    assert info.value.args[0] == (
+        "to_module: the TensorDict has key 'weight.x' but Linear has no parameter or "
+        "buffer 'weight.x'. Did you mean 'weight'?"
+    )
+    td = TensorDict({"a.b": torch.zeros(2), "n": {"c.d": torch.zeros(2)}}, [2])
+    with pytest.raises(KeyError) as info:
+        dims_like(td, 0, {"a.c": None})
+    assert info.value.args[0] == (
+        "dims_like: the overrides name key 'a.c', which is not in the TensorDict. "
+        "Did you mean 'a.b'?"
+    )
+    with pytest.raises(KeyError, match=r"key \('n', 'c\.e'\).*Did you mean 'c\.d'\?"):
+        dims_like(td, 0, {("n", "c.e"): None})

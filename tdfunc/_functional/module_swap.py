@@ -267,9 +267,21 @@ def _build(data: dict, module: nn.Module, aliases: dict, path: tuple, slots: lis
     return SwapPlan(leaves, nodes, len(data), module._modules, slots, tuple(order))
 
 
+def close_matches_hint(key: Any, names: list) -> str:
+    """The " Did you mean ...?" (or " Available keys: ...") part of a missing-key message.
+
+    Example:
+        >>> close_matches_hint("a.b", ["a.c", "x"])
+        " Did you mean 'a.c'?"
+    """
+    message = str(missing_key_error(key, names).args[0])
+    head = f"tdfunc: key {key!r} not found."
+    return message[len(head) :] if message.startswith(head) else ""
+
+
 def _no_such_key(path: tuple, module: nn.Module, what: str) -> KeyError:
     names = list(module._parameters) + list(module._buffers) + list(module._modules)
-    hint = str(missing_key_error(path[-1], names).args[0]).split(".", 1)[1]
+    hint = close_matches_hint(path[-1], names)
     shown = path[0] if len(path) == 1 else path
     return KeyError(
         f"to_module: the TensorDict has key {shown!r} but {type(module).__name__} has no "
