@@ -204,10 +204,23 @@ def test_keys_with_dots_are_named_whole_in_errors():
     from tdfunc import dims_like
 
     with pytest.raises(KeyError) as info:
+        TensorDict({"wieght.x": torch.zeros(2, 3)}, []).to_module(nn.Linear(3, 2))
+    assert info.value.args[0] == (
+        "to_module: the TensorDict has key 'wieght.x' but Linear has no submodule "
+        "'wieght'. Did you mean 'weight'?"
+    )
+    with pytest.raises(KeyError) as info:
         TensorDict({"weight.x": torch.zeros(2, 3)}, []).to_module(nn.Linear(3, 2))
     assert info.value.args[0] == (
-        "to_module: the TensorDict has key 'weight.x' but Linear has no parameter or "
-        "buffer 'weight.x'. Did you mean 'weight'?"
+        "to_module: the TensorDict has key 'weight.x' but Linear has no submodule "
+        "'weight'. 'weight' is a parameter or buffer there, not a submodule."
+    )
+    model = nn.Sequential(nn.Linear(3, 2))
+    with pytest.raises(KeyError) as info:
+        TensorDict({"0.wieght": torch.zeros(2, 3)}, []).to_module(model)
+    assert info.value.args[0] == (
+        "to_module: the TensorDict has key '0.wieght' but Linear has no parameter or "
+        "buffer 'wieght'. Did you mean 'weight'?"
     )
     td = TensorDict({"a.b": torch.zeros(2), "n": {"c.d": torch.zeros(2)}}, [2])
     with pytest.raises(KeyError) as info:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import torch.utils._pytree as torch_pytree
 
 from .._core.keys import key_parts
-from .module_swap import close_matches_hint
+from .swap_plan import close_matches_hint
 
 
 def _check_dim(value: object, where: str) -> None:

@@ -26,7 +26,8 @@ import torch
 from torch._C import _functorch
 
 from .._core.container import TensorDict
-from .module_swap import SwapPlan, commit_swap
+from .module_swap import commit_swap
+from .swap_plan import SwapPlan
 
 _DATA = TensorDict.__dict__["_data"]  # the slot descriptor the property below stands for
 _wrapped = _functorch.is_functorch_wrapped_tensor
