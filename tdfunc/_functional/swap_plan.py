@@ -315,8 +315,8 @@ class _Builder:
         tied = self.aliases.get(id(current), ()) if current is not None else ()
         if not tied:
             tied = [(owner, name)]
-        elif tied[0] != (owner, name):  # this slot first: it decides the old value
-            tied = [(owner, name)] + [slot for slot in tied if slot != (owner, name)]
+        elif tied[0][0] is not owner or tied[0][1] != name:  # this slot first: the old value
+            tied = [(owner, name)] + [s for s in tied if s[0] is not owner or s[1] != name]
         positions = []
         for slot in tied:
             slot_id = (id(slot[0]), slot[1])
