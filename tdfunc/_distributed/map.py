@@ -1,7 +1,13 @@
 """``TensorDict.map``: run a function over chunks of a TensorDict in worker processes.
 
 The data goes to shared memory first (``share_memory_()``, in place), unless a
-leaf is memory-mapped from a file, which workers map again by file name. Each
+leaf is memory-mapped from a file, which workers map again by file name: the
+identity of the caller's file (device, inode, size) travels with it, checked
+when it is sent (the name must still name the file the caller maps) and when
+a worker opens it (on the descriptor it then maps), so workers see exactly
+the caller's data or ``StaleFileError`` is raised; a deleted file is never
+re-created. A worker of a caller-provided ``multiprocessing.Pool`` that dies
+makes ``map`` raise (the pool itself would wait forever for its task). Each
 worker receives the whole container once (pool initializer) and then only
 index ranges, so a task costs a few bytes of pickling, whatever the chunk
 size. Workers see the same storage as the caller: a function that writes
