@@ -182,3 +182,42 @@ def test_tag_and_init_tag_must_agree():
         td.irecv(1, tag=3, init_tag=4)
     with pytest.raises(TypeError, match="pseudo_rand must be a bool"):
         td.isend(1, pseudo_rand="yes")
+
+
+# ---------------------------------------------------------------- collectives
+def _collective_refusal_ranks(rank: int):
+    def parent(value: float) -> TensorDict:
+        return TensorDict({"n": Frozen(x=torch.full((3,), value)), "y": torch.full((2,), value)})
+
+    def plain() -> TensorDict:
+        return TensorDict({"n": {"x": torch.zeros(3)}, "y": torch.zeros(2)})
+
+    outcomes = []
+    for call in (
+        lambda td: td.broadcast(src=0),  # rank 1 would write into its frozen child
+        lambda td: td.all_reduce(),
+    ):
+        td = parent(float(rank)) if rank == 1 else plain()
+        try:
+            call(td)
+            outcomes.append(("ok", ""))
+        except Exception as error:
+            outcomes.append((type(error).__name__, str(error)))
+        outcomes.append(td["n"]["x"].tolist() + td["y"].tolist())  # unchanged
+    # the source of a broadcast writes nothing: its frozen child is no obstacle
+    src = parent(5.0) if rank == 0 else plain()
+    src.broadcast(src=0)
+    outcomes.append(src["n"]["x"].tolist())
+    return outcomes
+
+
+def test_collectives_refuse_on_every_rank_when_one_holds_a_frozen_child():
+    outcome = run_ranks(_collective_refusal_ranks, timeout=TIMEOUT)
+    assert not outcome.hung
+    zero, one = outcome.value(0), outcome.value(1)
+    for kind, text in (zero[0], zero[2]):
+        assert kind == "RuntimeError" and "another rank of the group refused" in text
+    for kind, text in (one[0], one[2]):
+        assert kind == "RuntimeError" and "key 'n'" in text and "frozen Frozen" in text
+    assert zero[1] == zero[3] == [0.0] * 5 and one[1] == one[3] == [1.0] * 5  # untouched
+    assert zero[4] == one[4] == [5.0, 5.0, 5.0]

@@ -37,9 +37,11 @@ so ``isend`` handles are waited on by a helper thread too, which also keeps a
 dropped handle's send alive until it completes.
 
 Collectives (``broadcast``, ``all_reduce``, ``reduce``) first all-reduce the
-structure digests (one small message) so that a mismatch raises the same
-error on every rank instead of hanging, then move one flat buffer per dtype
-(``broadcast``: byte buffers, split like point-to-point payloads).
+structure digests and a refusal flag (one small message) so that a mismatch,
+or a rank that cannot take the result (a frozen TensorClass inside, a leaf
+that cannot be communicated), raises on every rank instead of hanging, then
+move one flat buffer per dtype (``broadcast``: byte buffers, split like
+point-to-point payloads).
 """
 
 from __future__ import annotations
@@ -217,14 +219,33 @@ def irecv(td: Any, src: int | None = None, *, group: Any = None, tag: int = 0):
 
 
 # ---------------------------------------------------------------- collectives
-def _check_same_structure(layout: _Layout, group: Any, api: str) -> None:
-    """All-reduce (max) the digests and their negations: min == max on every rank, or raise."""
-    values = [layout.digest, layout.key_digest, layout.total]
-    probe = torch.tensor(values + [-v for v in values], dtype=torch.int64, device=layout.device)
+def _collective_layout(td: Any, group: Any, api: str, writes: bool) -> _Layout:
+    """The layout, once every rank of ``group`` agreed on the structure.
+
+    All-reduces (max) the digests and their negations, and a refusal flag: a rank
+    whose container cannot take the result (a frozen TensorClass inside) refuses,
+    and then every rank raises instead of the others waiting for it.
+    """
+    refusal: BaseException | None = None
+    layout: _Layout | None = None
+    try:
+        layout = _Layout(td, api, receive=writes)
+    except (RuntimeError, AttributeError) as error:  # a frozen TensorClass: refused
+        refusal = error
+        layout = _Layout(td, api)
+    except TypeError as error:  # a leaf that cannot be communicated: no layout at all
+        refusal = error
+    values = [0, 0, 0, 1] if layout is None else [layout.digest, layout.key_digest, layout.total]
+    if layout is not None:
+        values.append(int(refusal is not None))
+    device = torch.device("cpu") if layout is None else layout.device
+    probe = torch.tensor(values + [-v for v in values], dtype=torch.int64, device=device)
     dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
-    high = probe[:3].tolist()
-    low = [-v for v in probe[3:].tolist()]
-    if high != low:
+    high = probe[:4].tolist()
+    low = [-v for v in probe[4:].tolist()]
+    if layout is None:
+        raise refusal  # type: ignore[misc]
+    if high[:3] != low[:3]:
         what = "the keys differ" if high[1] != low[1] else "some shapes or dtypes differ"
         raise ValueError(
             f"TensorDict.{api}: the TensorDicts on the ranks of the group do not have the same "
@@ -232,6 +253,14 @@ def _check_same_structure(layout: _Layout, group: Any, api: str) -> None:
             f"Hint: every rank must call {api} with TensorDicts of the same keys, shapes and "
             f"dtypes."
         )
+    if refusal is not None:
+        raise refusal
+    if high[3]:
+        raise RuntimeError(
+            f"TensorDict.{api}: another rank of the group refused to write the result (it "
+            f"holds a frozen TensorClass), so no rank ran {api}."
+        )
+    return layout
 
 
 def _result(td: Any, works: list, finish: Callable | None, async_op: bool, api: str):
@@ -245,9 +274,8 @@ def _result(td: Any, works: list, finish: Callable | None, async_op: bool, api: 
 def broadcast(td: Any, src: int, *, group: Any = None, async_op: bool = False):
     _check_ready("broadcast")
     _check_rank("broadcast", "src", src)
-    layout = _Layout(td, "broadcast")
-    _check_same_structure(layout, group, "broadcast")
     is_src = dist.get_rank() == src
+    layout = _collective_layout(td, group, "broadcast", writes=not is_src)
     works, outputs = [], []
     for indices in layout.segments(split=True):
         if is_src:
@@ -280,10 +308,9 @@ def _reduce_op(op: Any, layout: _Layout, api: str) -> tuple[Any, bool]:
 
 def _reduction(td: Any, dst: int | None, op: Any, group: Any, async_op: bool, api: str):
     _check_ready(api)
-    layout = _Layout(td, api)
-    _check_same_structure(layout, group, api)
-    op, average = _reduce_op(op, layout, api)
     receives = dst is None or dist.get_rank() == dst
+    layout = _collective_layout(td, group, api, writes=receives)
+    op, average = _reduce_op(op, layout, api)
     world = dist.get_world_size(group)
     works, outputs = [], []
     for members in layout.groups(range(len(layout.tensors))):
