@@ -231,3 +231,22 @@ def test_keys_with_dots_are_named_whole_in_errors():
     )
     with pytest.raises(KeyError, match=r"key \('n', 'c\.e'\).*Did you mean 'c\.d'\?"):
         dims_like(td, 0, {("n", "c.e"): None})
+
+
+def test_old_values_behave_as_a_tensordict_in_transforms_and_checkpoints(tmp_path):
+    from torch.utils import _pytree
+
+    from tdfunc import ModuleSwap
+
+    model = _mlp()
+    before = _slots(model)
+    old = TensorDict(_fresh(model), []).unflatten_keys(".").to_module(model)
+    assert isinstance(old, ModuleSwap)
+    leaves, spec = _pytree.tree_flatten(old)
+    assert len(leaves) == 4 and type(_pytree.tree_unflatten(leaves, spec)) is TensorDict
+    doubled = vmap(lambda t: t * 2)(torch.stack([old, old]))
+    assert torch.equal(doubled["0", "weight"][1], before["0.weight"] * 2)
+    old.memmap(tmp_path / "old")
+    back = TensorDict.load_memmap(tmp_path / "old")
+    assert type(back) is TensorDict
+    assert torch.equal(back["2", "bias"], before["2.bias"])

@@ -26,7 +26,9 @@ import torch
 from torch._C import _functorch
 
 from .._core.container import TensorDict
+from .._core.registry import register_class
 from .module_swap import commit_swap
+from .pytree import register as _register_pytree
 from .swap_plan import SwapPlan
 
 _DATA = TensorDict.__dict__["_data"]  # the slot descriptor the property below stands for
@@ -149,6 +151,12 @@ class ModuleSwap(TensorDict):
         if self._state == 0:
             self._release()
         return super().__repr__()
+
+
+# a TensorDict everywhere: transforms flatten it (and rebuild plain TensorDicts), and a
+# checkpoint or state_dict written from it loads (as a plain TensorDict)
+_register_pytree(ModuleSwap)
+register_class(ModuleSwap)
 
 
 def _trap(plan: SwapPlan) -> None:
