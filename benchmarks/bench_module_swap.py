@@ -14,6 +14,11 @@ Model: a three-Linear MLP (``3 -> 64 -> 64 -> 1``, six parameter tensors).
   ``torch.func.functional_call`` with a dict of stacked tensors (the
   ``torch.func`` way) and ``tensordict``.
 
+- ``functional_call``: one forward through ``tdfunc.functional_call`` with a
+  nested TensorDict, against the same forward inside ``with
+  params.to_module(model):`` (target: no slower) and
+  ``torch.func.functional_call`` with a dict of dotted names.
+
 Run: ``.venv-bench/bin/python -m pytest benchmarks/bench_module_swap.py --benchmark-enable -q``.
 """
 
@@ -23,6 +28,7 @@ import pytest
 import torch
 from torch import nn
 
+import tdfunc
 from tdfunc import TensorDict
 
 MEMBERS = 8
@@ -192,3 +198,38 @@ def test_vmap_forward_tensordict(benchmark, tensordict_lib):
     run = torch.func.vmap(member, (0, None))
     out = benchmark(run, params, x)
     assert torch.allclose(out, expected, atol=1e-6)
+
+
+# ---------------------------------------------------------------- functional_call
+@pytest.mark.benchmark(group="functional_call")
+def test_functional_call_tdfunc(benchmark):
+    model = _mlp()
+    values = _fresh_values(model)
+    params = TensorDict(values, []).unflatten_keys(".")
+    x = torch.randn(4, 3)
+    out = benchmark(tdfunc.functional_call, model, params, (x,))
+    assert torch.equal(out, torch.func.functional_call(model, values, (x,)))
+
+
+@pytest.mark.benchmark(group="functional_call")
+def test_functional_call_to_module(benchmark):
+    model = _mlp()
+    values = _fresh_values(model)
+    params = TensorDict(values, []).unflatten_keys(".")
+    x = torch.randn(4, 3)
+
+    def call():
+        with params.to_module(model):
+            return model(x)
+
+    out = benchmark(call)
+    assert torch.equal(out, torch.func.functional_call(model, values, (x,)))
+
+
+@pytest.mark.benchmark(group="functional_call")
+def test_functional_call_baseline(benchmark):
+    model = _mlp()
+    values = _fresh_values(model)
+    x = torch.randn(4, 3)
+    out = benchmark(torch.func.functional_call, model, values, (x,))
+    assert out.shape == (4, 1)

@@ -21,6 +21,8 @@ from ._distributed.sharded import shard_ensemble as shard_ensemble
 from ._distributed.sharded import shard_range as shard_range
 from ._functional.dims import dims_like as dims_like
 from ._functional.ensemble import Ensemble as Ensemble
+from ._functional.functional_call import functional_call as functional_call
+from ._functional.swap_handle import ModuleSwap as ModuleSwap
 from ._persist.memmap_tensor import MemoryMappedTensor as MemoryMappedTensor
 from ._tensorclass.tensorclass import TensorClass as TensorClass
 from ._tensorclass.tensorclass import is_tensorclass as is_tensorclass

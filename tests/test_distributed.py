@@ -159,47 +159,62 @@ def _p2p_worker(rank: int, world_size: int) -> None:
     if rank == 1:
         data["a"] = torch.tensor(3.5)
         data["b", "c"] = torch.tensor(-2.0)
-        data.isend(dst=0)  # handle dropped on purpose: the send still completes
+        data.isend(dst=0, return_early=True)  # handle dropped: the send still completes
     else:
-        work = data.irecv(src=1)
+        work = data.irecv(src=1, return_premature=True)
         assert isinstance(work, DistributedWork)
         work.wait()
         assert work.is_completed() and work.source_rank() == 1
         assert data["a"].item() == 3.5 and data["b", "c"].item() == -2.0
 
-    # the seed's lines verbatim, both handles dropped: the data still lands
+    # the seed's lines verbatim: isend and irecv wait for the data, as in tensordict
     data = TensorDict({"a": torch.zeros(()), ("b", "c"): torch.ones(())}, [])
     if rank == 1:
         data["a"] = torch.tensor(1.25)
-        data.isend(dst=0)
+        assert data.isend(dst=0) is None
         TensorDict({"after": torch.ones(())}, []).send(0)
     else:
-        data.irecv(src=1)
+        assert data.irecv(src=1) == 1
+        assert data["a"].item() == 1.25  # in place when irecv returns
+        after = TensorDict({"after": torch.zeros(())}, [])
+        after.recv(1)
+        assert after["after"].item() == 1.0
+
+    # premature handles dropped: a later receive is queued behind them, both complete
+    data = TensorDict({"a": torch.zeros(())}, [])
+    if rank == 1:
+        TensorDict({"a": torch.tensor(2.5)}, []).isend(dst=0, return_early=True)
+        TensorDict({"after": torch.ones(())}, []).send(0)
+    else:
+        data.irecv(src=1, return_premature=True)
         after = TensorDict({"after": torch.zeros(())}, [])
         after.recv(1)  # queued behind the dropped irecv: both are done when it returns
-        assert data["a"].item() == 1.25 and after["after"].item() == 1.0
+        assert data["a"].item() == 2.5 and after["after"].item() == 1.0
 
     # nested, mixed dtypes, TensorClass inside, other insertion order, non-contiguous target
     if rank == 1:
         _sender_td(11).send(0)
-        _sender_td(12).isend(0).wait()
+        _sender_td(12).isend(0, return_early=True).wait()
     else:
         target = _receiver_td()
         pointer = target["a"].data_ptr()
         assert target.recv(1) == 1
         _check_received(target, 11)
         assert target["a"].data_ptr() == pointer and target["w"].requires_grad  # in place
-        target.irecv(1).wait()
+        target.irecv(1, return_premature=True).wait()
         _check_received(target, 12)
 
     # several outstanding receives complete in posting order, whatever the wait order
     if rank == 1:
-        works = [TensorDict({"v": torch.full((4,), float(i))}, [4]).isend(0) for i in range(4)]
+        works = [
+            TensorDict({"v": torch.full((4,), float(i))}, [4]).isend(0, return_early=True)
+            for i in range(4)
+        ]
         for work in works:
             work.wait()
     else:
         tds = [TensorDict({"v": torch.zeros(4)}, [4]) for _ in range(4)]
-        works = [td.irecv(1) for td in tds[:3]]
+        works = [td.irecv(1, return_premature=True) for td in tds[:3]]
         tds[3].recv(1)  # a blocking receive queued behind three pending ones
         for work in reversed(works):
             work.wait()
@@ -215,7 +230,7 @@ def _p2p_worker(rank: int, world_size: int) -> None:
         TensorDict({}, [2]).send(0)
     else:
         five, three = TensorDict({"t": torch.zeros(2)}, [2]), TensorDict({"t": torch.zeros(2)}, [2])
-        work = five.irecv(1, tag=5)
+        work = five.irecv(1, tag=5, return_premature=True)
         assert three.recv(None, tag=3) == 1
         work.wait()
         assert three["t"].tolist() == [3.0, 3.0] and five["t"].tolist() == [5.0, 5.0]
@@ -230,7 +245,7 @@ def _p2p_worker(rank: int, world_size: int) -> None:
     # large payloads: small leaves packed (over the inline size), big leaves alone
     if rank == 1:
         _large_td(21, contiguous=True).send(0)
-        _large_td(22, contiguous=True).isend(0).wait()
+        _large_td(22, contiguous=True).isend(0, return_early=True).wait()
     else:
         for seed in (21, 22):
             target = _large_td(0, contiguous=False)
@@ -251,7 +266,7 @@ def _p2p_worker(rank: int, world_size: int) -> None:
     if rank == 1:
         started = time.monotonic()
         TensorDict({"a": torch.ones(3), "b": torch.ones(3)}, [3]).send(0)
-        TensorDict({"a": torch.ones(3), "b": torch.ones(3, 2)}, [3]).isend(0).wait()
+        TensorDict({"a": torch.ones(3), "b": torch.ones(3, 2)}, [3]).isend(0, init_tag=4)
         _large_td(23, contiguous=True).send(0)  # header, then several payload messages
         assert time.monotonic() - started < 20  # drained by the receiver, not timed out
         TensorDict({"a": torch.full((3,), 7.0)}, [3]).send(0)
@@ -261,7 +276,7 @@ def _p2p_worker(rank: int, world_size: int) -> None:
             wrong_keys.recv(1)
         wrong_shape = TensorDict({"a": torch.zeros(3), "b": torch.zeros(3)}, [3])
         with pytest.raises(ValueError, match="same keys, but some shapes or dtypes differ"):
-            wrong_shape.irecv(1).wait()
+            wrong_shape.irecv(1, init_tag=4, return_premature=True).wait()
         assert wrong_shape["b"].tolist() == [0.0, 0.0, 0.0]  # nothing written
         smaller = _large_td(0, contiguous=True).exclude("big")
         with pytest.raises(ValueError, match=r"the keys differ\. Sender: 22 tensor leaves"):
@@ -272,7 +287,7 @@ def _p2p_worker(rank: int, world_size: int) -> None:
 
     # a send nobody receives yet: wait(timeout) is bounded, the send completes later
     if rank == 1:
-        work = TensorDict({"late": torch.ones(2)}, [2]).isend(0, tag=9)
+        work = TensorDict({"late": torch.ones(2)}, [2]).isend(0, tag=9, return_early=True)
         with pytest.raises(TimeoutError, match="isend"):
             work.wait(timeout=0.5)
         assert not work.is_completed()

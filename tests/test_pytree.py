@@ -267,15 +267,15 @@ def test_leafless_nested_container_gets_the_parents_batch_dims():
     assert td["empty"].batch_size == torch.Size([2, 3])
 
 
-def test_names_kept_only_while_the_batch_size_is_unchanged():
+def test_names_kept_on_the_dims_a_transform_leaves_alone():
     td = CORPUS["named"]()
     assert pytree.tree_map(lambda t: t + 1, td).names == ["env", "time"]
     assert grad(lambda t: t["x"].sum() + t["n", "y"].sum())(td).names == ["env", "time"]
-    # a transform that changes the batch dims cannot tell which name went where
+    # vmap removes the mapped dim's name and brings the dim back unnamed (as tensordict)
     seen = []
     out = vmap(lambda t: seen.append(t.names) or t, in_dims=1)(td)
-    assert seen == [[None]] and out.batch_size == torch.Size([3, 2])
-    assert out.names == [None, None]
+    assert seen == [["env"]] and out.batch_size == torch.Size([3, 2])
+    assert out.names == [None, "env"]
 
 
 def test_context_is_never_mutated():

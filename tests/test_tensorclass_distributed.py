@@ -84,22 +84,24 @@ def _p2p_worker(rank: int, world_size: int) -> None:
     # send / recv through the instance's methods, into the receiver's own tensors
     if rank == 1:
         assert _sample(1, "sender").send(0) is None
-        _sample(2, "sender").isend(0).wait()
+        assert _sample(2, "sender").isend(0) is None  # waits, as in tensordict
     else:
         target = _empty_sample("receiver")
         pointer = target.obs.data_ptr()
         assert target.recv(1) == 1
         _check(target, _values(1), "receiver")
         assert target.obs.data_ptr() == pointer  # in place
-        work = target.irecv(src=1)
+        work = target.irecv(src=1, return_premature=True)
         assert isinstance(work, DistributedWork)
         work.wait()
         _check(target, _values(2), "receiver")
 
-    # a frozen instance sends, but refuses to receive: nothing is posted, the channel
-    # stays usable, and the hint's path (a TensorDict, then from_tensordict) works
+    # a frozen instance sends, but refuses to receive: the refused message is consumed
+    # (so the sender never hangs) and nothing is written; the channel stays usable, and
+    # the hint's path (a TensorDict, then from_tensordict) works
     if rank == 1:
-        _frozen(3).send(0)
+        for _ in range(3):
+            _frozen(3).send(0)
     else:
         frozen = FrozenSample(obs=torch.zeros(3, 4), action=torch.zeros(3).long(), batch_size=[3])
         with pytest.raises(dataclasses.FrozenInstanceError, match=r"FrozenSample\.recv: .*frozen"):
@@ -155,11 +157,15 @@ def test_tensorclass_collectives_on_two_processes():
 
 
 # ---------------------------------------------------------------- in one process
-def test_frozen_refusal_comes_before_the_process_group_check():
+def test_frozen_collectives_refuse_before_the_process_group_check():
     assert not dist.is_initialized()
     frozen = _frozen(0)
-    for name in ("recv", "irecv", "broadcast", "all_reduce", "reduce"):
+    for name in ("broadcast", "all_reduce", "reduce"):
         with pytest.raises(dataclasses.FrozenInstanceError, match="to_tensordict"):
+            getattr(frozen, name)(0)
+    # a refused receive consumes the message first (so no sender hangs): that needs a group
+    for name in ("recv", "irecv"):
+        with pytest.raises(RuntimeError, match="not initialised"):
             getattr(frozen, name)(0)
     with pytest.raises(RuntimeError, match="not initialised"):
         frozen.send(0)  # sending is allowed: it only fails for want of a process group

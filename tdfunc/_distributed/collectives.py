@@ -19,9 +19,16 @@ payload message count. Then:
 
 The receiver checks the digest before it posts any payload receive and sizes
 those from the header, so a structure mismatch is a clear ``ValueError`` on
-the receiver; the mismatched payload is drained, so the sender never waits for
-a receive that will not come (and a too-small receive, which aborts gloo, is
-never posted).
+the receiver. Whenever the receiver refuses a message (another structure, a
+leaf that cannot be received, a frozen TensorClass in the receiving
+container), it still receives the header and drains the payload before it
+raises, so the sender never waits for a receive that will not come (and a
+too-small receive, which aborts gloo, is never posted). A peer that dies or
+stops mid-message makes gloo raise within the process group's timeout.
+
+The methods follow tensordict: ``isend`` and ``irecv`` wait for the data
+unless ``return_early=True`` / ``return_premature=True``, which return a
+:class:`DistributedWork` handle; ``init_tag`` is the message's tag.
 
 Receives are matched in the order they are posted, so the receives of one
 channel (group, source, tag) run in order on a helper thread (``irecv``) or
@@ -30,9 +37,11 @@ so ``isend`` handles are waited on by a helper thread too, which also keeps a
 dropped handle's send alive until it completes.
 
 Collectives (``broadcast``, ``all_reduce``, ``reduce``) first all-reduce the
-structure digests (one small message) so that a mismatch raises the same
-error on every rank instead of hanging, then move one flat buffer per dtype
-(``broadcast``: byte buffers, split like point-to-point payloads).
+structure digests and a refusal flag (one small message) so that a mismatch,
+or a rank that cannot take the result (a frozen TensorClass inside, a leaf
+that cannot be communicated), raises on every rank instead of hanging, then
+move one flat buffer per dtype (``broadcast``: byte buffers, split like
+point-to-point payloads).
 """
 
 from __future__ import annotations
@@ -105,8 +114,8 @@ def _post_send(td: Any, dst: int, group: Any, tag: int, api: str) -> list:
     return works
 
 
-def send(td: Any, dst: int, *, group: Any = None, tag: int = 0) -> None:
-    for work in _post_send(td, dst, group, tag, "send"):
+def send(td: Any, dst: int, *, group: Any = None, tag: int = 0, api: str = "send") -> None:
+    for work in _post_send(td, dst, group, tag, api):
         work.wait()
 
 
@@ -122,12 +131,27 @@ def isend(td: Any, dst: int, *, group: Any = None, tag: int = 0) -> DistributedW
     return handle
 
 
+def _drain(header: tuple, group: Any, tag: int, device: torch.device) -> None:
+    """Receive and discard the payload announced by ``header`` (so the sender completes)."""
+    total, sender, flags = header[4], header[6], header[7]
+    messages = 0 if flags & 1 else flags >> 1
+    if messages:
+        scratch = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
+        for _ in range(messages):  # each message is at most `total` bytes
+            dist.recv(scratch, sender, group=group, tag=tag + _PAYLOAD_TAG)
+
+
 def _receive(td: Any, src: int | None, group: Any, tag: int, api: str, channel: _Channel) -> int:
-    layout = _Layout(td, api)
+    refusal: BaseException | None = None
+    try:
+        layout = _Layout(td, api, receive=True)
+        device = layout.device
+    except (TypeError, RuntimeError, AttributeError) as error:  # a container that cannot receive
+        refusal, device = error, torch.device("cpu")
     gloo = _is_gloo(group)
     # gloo accepts a message shorter than the receive buffer: one buffer fits both kinds of
     # first message (header alone, or header and a payload of up to _INLINE_BYTES)
-    first = channel.scratch(_HEADER_BYTES + (_INLINE_BYTES if gloo else 0), layout.device)
+    first = channel.scratch(_HEADER_BYTES + (_INLINE_BYTES if gloo else 0), device)
     dist.recv(first, src, group=group, tag=tag)
     header = struct.unpack(_HEADER_FORMAT, first[:_HEADER_BYTES].cpu().numpy().tobytes())
     magic, version, digest, key_digest, total, count, sender, flags = header
@@ -137,12 +161,14 @@ def _receive(td: Any, src: int | None, group: Any, tag: int, api: str, channel: 
             f"header (magic {magic:#x}, version {version}); was it sent with "
             f"TensorDict.send/isend of the same tdfunc version?"
         )
-    inline, messages = flags & 1, flags >> 1
+    if refusal is not None:  # the sender must not wait for receives that will not come
+        _drain(header, group, tag, device)
+        refusal.add_note(
+            f"The TensorDict sent by rank {sender} (tag {tag}) was received and discarded."
+        )
+        raise refusal
     if digest != layout.digest or total != layout.total:
-        if messages:  # drain the payload so the sender completes and the channel stays usable
-            scratch = torch.empty(total, dtype=torch.uint8, device=layout.device)
-            for _ in range(messages):  # each message is at most `total` bytes
-                dist.recv(scratch, sender, group=group, tag=tag + _PAYLOAD_TAG)
+        _drain(header, group, tag, device)  # the sender completes, the channel stays usable
         what = (
             "the keys differ"
             if key_digest != layout.key_digest
@@ -155,7 +181,7 @@ def _receive(td: Any, src: int | None, group: Any, tag: int, api: str, channel: 
             f"and discarded. Hint: the receiving TensorDict must have the same keys, shapes "
             f"and dtypes as the sent one (e.g. torch.zeros_like(template) on every rank)."
         )
-    if inline:
+    if flags & 1:  # inline: the payload came with the header
         layout.unpack(list(range(len(layout.tensors))), first[_HEADER_BYTES:])
         return sender
     pending = []
@@ -170,19 +196,21 @@ def _receive(td: Any, src: int | None, group: Any, tag: int, api: str, channel: 
     return sender
 
 
-def recv(td: Any, src: int | None = None, *, group: Any = None, tag: int = 0) -> int:
-    _check_ready("recv", tag)
+def recv(
+    td: Any, src: int | None = None, *, group: Any = None, tag: int = 0, api: str = "recv"
+) -> int:
+    _check_ready(api, tag)
     if src is not None:
-        _check_rank("recv", "src", src)
+        _check_rank(api, "src", src)
     channel = _channel(group, "recv", src, tag)
-    return channel.run_now(partial(_receive, td, src, group, tag, "recv"))
+    return channel.run_now(partial(_receive, td, src, group, tag, api))
 
 
 def irecv(td: Any, src: int | None = None, *, group: Any = None, tag: int = 0):
     _check_ready("irecv", tag)
     if src is not None:
         _check_rank("irecv", "src", src)
-    _Layout(td, "irecv")  # fail early on unsupported leaves
+    # a container that cannot receive is refused by the job, after it drained the message
     handle = DistributedWork("irecv")
     _channel(group, "recv", src, tag).submit(
         handle, partial(_receive, td, src, group, tag, "irecv")
@@ -191,14 +219,33 @@ def irecv(td: Any, src: int | None = None, *, group: Any = None, tag: int = 0):
 
 
 # ---------------------------------------------------------------- collectives
-def _check_same_structure(layout: _Layout, group: Any, api: str) -> None:
-    """All-reduce (max) the digests and their negations: min == max on every rank, or raise."""
-    values = [layout.digest, layout.key_digest, layout.total]
-    probe = torch.tensor(values + [-v for v in values], dtype=torch.int64, device=layout.device)
+def _collective_layout(td: Any, group: Any, api: str, writes: bool) -> _Layout:
+    """The layout, once every rank of ``group`` agreed on the structure.
+
+    All-reduces (max) the digests and their negations, and a refusal flag: a rank
+    whose container cannot take the result (a frozen TensorClass inside) refuses,
+    and then every rank raises instead of the others waiting for it.
+    """
+    refusal: BaseException | None = None
+    layout: _Layout | None = None
+    try:
+        layout = _Layout(td, api, receive=writes)
+    except (RuntimeError, AttributeError) as error:  # a frozen TensorClass: refused
+        refusal = error
+        layout = _Layout(td, api)
+    except TypeError as error:  # a leaf that cannot be communicated: no layout at all
+        refusal = error
+    values = [0, 0, 0, 1] if layout is None else [layout.digest, layout.key_digest, layout.total]
+    if layout is not None:
+        values.append(int(refusal is not None))
+    device = torch.device("cpu") if layout is None else layout.device
+    probe = torch.tensor(values + [-v for v in values], dtype=torch.int64, device=device)
     dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
-    high = probe[:3].tolist()
-    low = [-v for v in probe[3:].tolist()]
-    if high != low:
+    high = probe[:4].tolist()
+    low = [-v for v in probe[4:].tolist()]
+    if layout is None:
+        raise refusal  # type: ignore[misc]
+    if high[:3] != low[:3]:
         what = "the keys differ" if high[1] != low[1] else "some shapes or dtypes differ"
         raise ValueError(
             f"TensorDict.{api}: the TensorDicts on the ranks of the group do not have the same "
@@ -206,6 +253,14 @@ def _check_same_structure(layout: _Layout, group: Any, api: str) -> None:
             f"Hint: every rank must call {api} with TensorDicts of the same keys, shapes and "
             f"dtypes."
         )
+    if refusal is not None:
+        raise refusal
+    if high[3]:
+        raise RuntimeError(
+            f"TensorDict.{api}: another rank of the group refused to write the result (it "
+            f"holds a frozen TensorClass), so no rank ran {api}."
+        )
+    return layout
 
 
 def _result(td: Any, works: list, finish: Callable | None, async_op: bool, api: str):
@@ -219,9 +274,8 @@ def _result(td: Any, works: list, finish: Callable | None, async_op: bool, api: 
 def broadcast(td: Any, src: int, *, group: Any = None, async_op: bool = False):
     _check_ready("broadcast")
     _check_rank("broadcast", "src", src)
-    layout = _Layout(td, "broadcast")
-    _check_same_structure(layout, group, "broadcast")
     is_src = dist.get_rank() == src
+    layout = _collective_layout(td, group, "broadcast", writes=not is_src)
     works, outputs = [], []
     for indices in layout.segments(split=True):
         if is_src:
@@ -254,10 +308,9 @@ def _reduce_op(op: Any, layout: _Layout, api: str) -> tuple[Any, bool]:
 
 def _reduction(td: Any, dst: int | None, op: Any, group: Any, async_op: bool, api: str):
     _check_ready(api)
-    layout = _Layout(td, api)
-    _check_same_structure(layout, group, api)
-    op, average = _reduce_op(op, layout, api)
     receives = dst is None or dist.get_rank() == dst
+    layout = _collective_layout(td, group, api, writes=receives)
+    op, average = _reduce_op(op, layout, api)
     world = dist.get_world_size(group)
     works, outputs = [], []
     for members in layout.groups(range(len(layout.tensors))):
@@ -302,6 +355,18 @@ def reduce(td: Any, dst: int, op: Any = None, *, group: Any = None, async_op: bo
 
 
 # ---------------------------------------------------------------- methods
+def _tag(api: str, tag: int, init_tag: int, pseudo_rand: bool) -> int:
+    """``tag``, or tensordict's ``init_tag`` (one message: the same role)."""
+    if type(pseudo_rand) is not bool:
+        raise TypeError(f"TensorDict.{api}: pseudo_rand must be a bool, got {pseudo_rand!r}.")
+    if init_tag and tag and init_tag != tag:
+        raise ValueError(
+            f"TensorDict.{api}: got tag={tag!r} and init_tag={init_tag!r}; they name the same "
+            f"thing (the message's tag): pass one of them."
+        )
+    return tag or init_tag
+
+
 # The functions above take any container (TensorDict or TensorClass); TensorClass
 # forwards its methods to them.
 class DistributedMixin:
@@ -309,64 +374,119 @@ class DistributedMixin:
 
     __slots__ = ()
 
-    def send(self, dst: int, *, group: Any = None, tag: int = 0) -> None:
+    def send(
+        self,
+        dst: int,
+        *,
+        group: Any = None,
+        tag: int = 0,
+        init_tag: int = 0,
+        pseudo_rand: bool = False,
+    ) -> None:
         """Send every tensor leaf to rank ``dst`` (blocking) as one structured message.
 
         The receiver calls :meth:`recv` (or :meth:`irecv`) on a TensorDict with the
-        same keys, shapes and dtypes. Non-tensor leaves are not sent.
+        same keys, shapes and dtypes. Non-tensor leaves are not sent. If the
+        receiver refuses the message (another structure, a frozen TensorClass
+        inside), it still receives and discards it, so this call completes.
 
         Args:
             dst: the global rank to send to.
             group: the process group (default: the default group).
             tag: matches sends to receives; tdfunc also uses ``tag + 2**30``.
+            init_tag: tensordict's name for ``tag`` (tensordict tags each leaf
+                from ``init_tag`` on; tdfunc sends one message, tagged with it).
+            pseudo_rand: accepted for tensordict's signature; tdfunc's single
+                message needs no per-leaf tag sequence, so it changes nothing.
 
         Example:
             >>> # on every rank: td = TensorDict({"a": torch.zeros(3), "b": {"c": torch.zeros(())}})
             >>> # rank 1: td.send(dst=0)
             >>> # rank 0: td.recv(src=1)  # td now holds rank 1's values
         """
-        send(self, dst, group=group, tag=tag)
+        send(self, dst, group=group, tag=_tag("send", tag, init_tag, pseudo_rand))
 
-    def isend(self, dst: int, *, group: Any = None, tag: int = 0) -> DistributedWork:
-        """Start sending to rank ``dst``; returns a :class:`DistributedWork` handle.
+    def isend(
+        self,
+        dst: int,
+        *,
+        group: Any = None,
+        tag: int = 0,
+        init_tag: int = 0,
+        pseudo_rand: bool = False,
+        return_early: bool = False,
+    ) -> DistributedWork | None:
+        """Send to rank ``dst``; as in tensordict, waits until the data left unless
+        ``return_early=True``, which returns a :class:`DistributedWork` handle at once.
 
-        Do not modify the tensors before ``handle.wait()``. A dropped handle does not
-        cancel the send.
+        With ``return_early=True`` do not modify the tensors before ``handle.wait()``;
+        a dropped handle does not cancel the send. Other arguments as in :meth:`send`.
 
         Example:
-            >>> # rank 1: work = data.isend(dst=0); work.wait()
+            >>> # rank 1: data.isend(dst=0)  # returns once rank 0 has the data
+            >>> # rank 1: work = data.isend(dst=0, return_early=True); ...; work.wait()
         """
-        return isend(self, dst, group=group, tag=tag)
+        tag = _tag("isend", tag, init_tag, pseudo_rand)
+        if return_early:
+            return isend(self, dst, group=group, tag=tag)
+        send(self, dst, group=group, tag=tag, api="isend")
+        return None
 
-    def recv(self, src: int | None = None, *, group: Any = None, tag: int = 0) -> int:
+    def recv(
+        self,
+        src: int | None = None,
+        *,
+        group: Any = None,
+        tag: int = 0,
+        init_tag: int = 0,
+        pseudo_rand: bool = False,
+    ) -> int:
         """Receive into this TensorDict's tensors (in place); returns the sender's rank.
 
-        Raises ``ValueError`` if the sent TensorDict has other keys, shapes or dtypes
-        (the mismatched payload is drained, so the sender does not hang).
+        Raises ``ValueError`` if the sent TensorDict has other keys, shapes or dtypes,
+        and refuses to write into a frozen TensorClass (the container or a nested
+        one); in both cases the message is received and discarded first, so the
+        sender does not hang, and nothing is written. A sender that dies or stops
+        mid-message makes it raise within the process group's timeout.
 
         Args:
             src: the global rank to receive from; ``None`` accepts any rank (do not
                 mix it with pending receives from a given rank on the same tag).
             group: the process group (default: the default group).
             tag: must match the sender's ``tag``.
+            init_tag, pseudo_rand: tensordict's names (see :meth:`send`).
 
         Example:
             >>> # rank 0: data = TensorDict({"a": torch.zeros(())}, []); data.recv(src=1)
         """
-        self._check_mutable("recv")  # type: ignore[attr-defined]
-        return recv(self, src, group=group, tag=tag)
+        return recv(self, src, group=group, tag=_tag("recv", tag, init_tag, pseudo_rand))
 
-    def irecv(self, src: int | None = None, *, group: Any = None, tag: int = 0) -> DistributedWork:
-        """Start receiving into this TensorDict; the data is in place after ``handle.wait()``.
+    def irecv(
+        self,
+        src: int | None = None,
+        *,
+        group: Any = None,
+        tag: int = 0,
+        return_premature: bool = False,
+        init_tag: int = 0,
+        pseudo_rand: bool = False,
+    ) -> int | DistributedWork:
+        """Receive into this TensorDict; as in tensordict, waits until the data is in place
+        (and returns the sender's rank) unless ``return_premature=True``.
 
-        Receives from one source and tag complete in the order they were posted,
-        also when a handle is dropped.
+        With ``return_premature=True`` it returns a :class:`DistributedWork` handle at
+        once: the data is in place after ``handle.wait()``. Receives from one source
+        and tag complete in the order they were posted, also when a handle is
+        dropped. Errors as in :meth:`recv` (raised by ``wait()`` for a handle).
 
         Example:
-            >>> # rank 0: work = data.irecv(src=1); ...; work.wait()
+            >>> # rank 0: data.irecv(src=1)  # data holds rank 1's values when it returns
+            >>> # rank 0: work = data.irecv(src=1, return_premature=True); ...; work.wait()
         """
-        self._check_mutable("irecv")  # type: ignore[attr-defined]
-        return irecv(self, src, group=group, tag=tag)
+        tag = _tag("irecv", tag, init_tag, pseudo_rand)
+        if return_premature:
+            return irecv(self, src, group=group, tag=tag)
+        return recv(self, src, group=group, tag=tag, api="irecv")
 
     def broadcast(self, src: int, *, group: Any = None, async_op: bool = False):
         """Overwrite every rank's tensors with those of rank ``src`` (in place).

@@ -9,6 +9,7 @@ every run can be viewed as its dtype; a message holding one leaf is its bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import struct
 from typing import Any
@@ -36,9 +37,11 @@ class _Layout:
 
     __slots__ = ("device", "digest", "key_digest", "kinds", "nbytes", "paths", "tensors", "total")
 
-    def __init__(self, collection: Any, api: str) -> None:
+    def __init__(self, collection: Any, api: str, receive: bool = False) -> None:
         leaves: list = []
-        _collect(collection._to_tensordict_view(), (), leaves, api)
+        if receive:
+            _check_receivable(collection, (), api)
+        _collect(collection._to_tensordict_view(), (), leaves, api, receive)
         leaves.sort(key=_first)
         self.paths = [path for path, _ in leaves]
         self.tensors = tensors = [tensor for _, tensor in leaves]
@@ -133,7 +136,25 @@ class _Layout:
                 offset += _aligned(size)
 
 
-def _collect(td: Any, prefix: tuple, out: list, api: str) -> None:
+def _check_receivable(container: Any, path: tuple, api: str) -> None:
+    """A receive writes every leaf in place: a frozen TensorClass anywhere refuses."""
+    if not getattr(type(container), "_tc_frozen", False):
+        return
+    name = type(container).__name__
+    if not path:
+        raise dataclasses.FrozenInstanceError(
+            f"{name}.{api}: cannot receive into a frozen {name}: {api} writes the received "
+            f"values into its tensors. Receive into a TensorDict (td = instance.to_tensordict(); "
+            f"td.{api}(...)) and rebuild the instance with {name}.from_tensordict(td)."
+        )
+    raise RuntimeError(
+        f"TensorDict.{api}: cannot write the received values into key {_path_str(path)}: it "
+        f"holds a frozen {name}, which refuses every write. Replace it with a TensorDict "
+        f"(td[key] = td[key].to_tensordict()) before receiving, or rebuild it afterwards."
+    )
+
+
+def _collect(td: Any, prefix: tuple, out: list, api: str, receive: bool = False) -> None:
     for key, value in td._data.items():
         if isinstance(value, torch.Tensor):
             if value.layout != torch.strided:
@@ -144,7 +165,9 @@ def _collect(td: Any, prefix: tuple, out: list, api: str) -> None:
                 )
             out.append((prefix + (key,), value))
         elif getattr(type(value), "_is_tensor_collection", False):
-            _collect(value._to_tensordict_view(), prefix + (key,), out, api)
+            if receive:
+                _check_receivable(value, prefix + (key,), api)
+            _collect(value._to_tensordict_view(), prefix + (key,), out, api, receive)
         # non-tensor leaves are Python objects: not communicated
 
 

@@ -1,7 +1,13 @@
 """``TensorDict.map``: run a function over chunks of a TensorDict in worker processes.
 
 The data goes to shared memory first (``share_memory_()``, in place), unless a
-leaf is memory-mapped from a file, which workers map again by file name. Each
+leaf is memory-mapped from a file, which workers map again by file name: the
+identity of the caller's file (device, inode, size) travels with it, checked
+when it is sent (the name must still name the file the caller maps) and when
+a worker opens it (on the descriptor it then maps), so workers see exactly
+the caller's data or ``StaleFileError`` is raised; a deleted file is never
+re-created. A worker of a caller-provided ``multiprocessing.Pool`` that dies
+makes ``map`` raise (the pool itself would wait forever for its task). Each
 worker receives the whole container once (pool initializer) and then only
 index ranges, so a task costs a few bytes of pickling, whatever the chunk
 size. Workers see the same storage as the caller: a function that writes
@@ -17,6 +23,7 @@ import concurrent.futures
 import io
 import itertools
 import math
+import multiprocessing
 import os
 import pickle
 import traceback
@@ -28,12 +35,66 @@ import torch
 import torch.multiprocessing as torch_mp
 import torch.utils._pytree as pytree
 
-_WORKER_STATE: tuple | None = None  # (container, fn, dim) in a worker of our own pool
+_WORKER_STATE: tuple | None = None  # (shipment, fn, dim) in a worker of our own pool
+_STALE = "stale"  # the "item" of an error tuple that is not fn's (see _raise_worker_error)
+_POLL_SECONDS = 0.1  # how often a caller-provided Pool's workers are checked while waiting
 
 
 # ---------------------------------------------------------------- moving data to workers
+class StaleFileError(RuntimeError):
+    """A memory-mapped leaf's file name no longer names the file the caller maps."""
+
+
+def _stale(filename: str, why: str) -> StaleFileError:
+    return StaleFileError(
+        f"TensorDict.map: the memory-mapped leaf backed by {filename!r} cannot be sent to the "
+        f"worker processes: {why}. Workers map such leaves again by file name, so they would "
+        f"compute on (or write into) another file than the caller's data (a later save "
+        f"replaced it?). Load the TensorDict again, or clone() the leaves into memory first."
+    )
+
+
+def _read_maps() -> list | None:
+    """``[(start, end, device, inode), ...]`` of this process's file mappings (Linux)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return None
+    out = []
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) < 6 or fields[4] == "0":
+            continue
+        start, end = (int(part, 16) for part in fields[0].split("-"))
+        major, minor = (int(part, 16) for part in fields[3].split(":"))
+        out.append((start, end, os.makedev(major, minor), int(fields[4])))
+    return out
+
+
 class _Pickler(ForkingPickler):
-    """torch's shared-memory pickling, except that file-backed tensors travel by file name."""
+    """torch's shared-memory pickling, except that file-backed tensors travel by file name,
+    with the identity (device, inode, size) of the file the caller maps."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._maps: list | bool | None = False  # read on the first file-backed tensor
+
+    def _identity(self, storage: Any) -> tuple:
+        filename = storage.filename
+        try:
+            stat = os.stat(filename)
+        except OSError as error:
+            raise _stale(filename, f"the file cannot be read ({error.strerror})") from None
+        if self._maps is False:
+            self._maps = _read_maps()
+        address = storage.data_ptr()
+        for start, end, device, inode in self._maps or ():
+            if start <= address < end:
+                if (device, inode) != (stat.st_dev, stat.st_ino):
+                    raise _stale(filename, "the file at that name is not the one it maps")
+                break
+        return (stat.st_dev, stat.st_ino, stat.st_size)
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor) and _file_backed(obj):
@@ -45,28 +106,48 @@ class _Pickler(ForkingPickler):
                 tuple(obj.shape),
                 obj.stride(),
                 obj.storage_offset(),
+                self._identity(storage),
             )
         return NotImplemented
 
 
-def _open_mapped(filename: str, nbytes: int, dtype, size, stride, offset) -> torch.Tensor:
+def _open_mapped(
+    filename: str, nbytes: int, dtype, size, stride, offset, identity: tuple | None = None
+) -> torch.Tensor:
+    """Map the caller's file again, or raise :class:`StaleFileError` if the name now names
+    another file (checked on an open descriptor, which is then what gets mapped)."""
+    shared = True
     try:
-        storage = torch.UntypedStorage.from_file(filename, shared=True, nbytes=nbytes)
-    except RuntimeError:
-        if os.access(filename, os.W_OK):
-            raise
-        # a read-only file: a private (copy-on-write) mapping still reads it
-        storage = torch.UntypedStorage.from_file(filename, shared=False, nbytes=nbytes)
+        fd = os.open(filename, os.O_RDWR)
+    except PermissionError:  # a read-only file: a private (copy-on-write) mapping reads it
+        fd, shared = os.open(filename, os.O_RDONLY), False
+    except FileNotFoundError:
+        raise _stale(filename, "the file was deleted") from None
+    try:
+        stat = os.fstat(fd)
+        if identity is not None and (stat.st_dev, stat.st_ino, stat.st_size) != tuple(identity):
+            raise _stale(filename, "the file at that name was replaced since it was sent")
+        path = f"/proc/self/fd/{fd}"  # the very file checked above, whatever the name holds now
+        if not os.path.exists(path):
+            path = filename
+        storage = torch.UntypedStorage.from_file(path, shared=shared, nbytes=nbytes)
+    finally:
+        os.close(fd)
     return torch.empty(0, dtype=dtype).set_(storage, offset, size, stride)  # type: ignore[arg-type]
 
 
 class _Shipment:
-    """A container on its way to a worker process (see :class:`_Pickler`)."""
+    """A container on its way to a worker process (see :class:`_Pickler`).
 
-    __slots__ = ("collection",)
+    ``error``: set in the worker when the container could not be rebuilt there
+    (a stale file); the tasks then report it instead of running ``fn``.
+    """
 
-    def __init__(self, collection: Any) -> None:
+    __slots__ = ("collection", "error")
+
+    def __init__(self, collection: Any, error: str | None = None) -> None:
         self.collection = collection
+        self.error = error
 
     def __reduce__(self):
         buffer = io.BytesIO()
@@ -74,8 +155,25 @@ class _Shipment:
         return _unship, (buffer.getvalue(),)
 
 
+def _check_files(collection: Any) -> None:
+    """Raise :class:`StaleFileError` (naming the key) for a memory-mapped leaf whose file
+    name no longer names the file it maps: workers could not see the caller's data."""
+    pickler = _Pickler(io.BytesIO())
+    for path, leaf in pytree.tree_flatten_with_path(collection)[0]:
+        if isinstance(leaf, torch.Tensor) and _file_backed(leaf):
+            try:
+                pickler._identity(leaf.untyped_storage())
+            except StaleFileError as error:
+                key = tuple(getattr(entry, "key", entry) for entry in path)
+                shown = key[0] if len(key) == 1 else key
+                raise StaleFileError(f"{error} (at key {shown!r})") from None
+
+
 def _unship(payload: bytes) -> _Shipment:
-    return _Shipment(pickle.loads(payload))
+    try:
+        return _Shipment(pickle.loads(payload))
+    except StaleFileError as error:  # reported by the tasks: a failed unpickle kills workers
+        return _Shipment(None, str(error))
 
 
 def _file_backed(tensor: torch.Tensor) -> bool:
@@ -98,7 +196,7 @@ def _share(collection: Any) -> None:
 def _init_worker(shipment: _Shipment, fn: Callable, dim: int) -> None:
     global _WORKER_STATE
     torch.set_num_threads(1)  # the pool is the parallelism (as DataLoader workers do)
-    _WORKER_STATE = (shipment.collection, fn, dim)
+    _WORKER_STATE = (shipment, fn, dim)
 
 
 def _index(dim: int, index: Any) -> tuple:
@@ -128,13 +226,17 @@ def _one_line(error: BaseException) -> str:
 def _run_range(task: tuple) -> tuple:
     index, start, stop, per_item = task
     assert _WORKER_STATE is not None, "a task of TensorDict.map ran outside its pool"
-    data, fn, dim = _WORKER_STATE
-    return (index, *_process(data, fn, dim, start, stop, per_item))
+    shipment, fn, dim = _WORKER_STATE
+    if shipment.error is not None:
+        return index, None, (_STALE, shipment.error, "")
+    return (index, *_process(shipment.collection, fn, dim, start, stop, per_item))
 
 
 def _run_shipped(task: tuple) -> tuple:
     """A task for a caller-provided pool: the chunk itself travels with the task."""
     index, shipment, fn, dim, per_item, start = task
+    if shipment.error is not None:
+        return index, None, (_STALE, shipment.error, "")
     data = shipment.collection
     outputs, error = _process(data, fn, dim, 0, data.batch_size[dim], per_item)
     if error is not None and error[0] is not None:
@@ -216,7 +318,35 @@ def _tasks(pool: Any, own: bool, td: Any, fn, dim: int, ranges: list, per_item: 
         _shipped_task(td, fn, dim, per_item, i, start, stop)
         for i, (start, stop) in enumerate(ranges)
     )
-    yield from pool.imap_unordered(_run_shipped, tasks)
+    workers: dict = {}
+    _check_workers(pool, workers, True)  # workers already dead (not yet replaced): not ours
+    results = pool.imap_unordered(_run_shipped, tasks)
+    while True:
+        try:
+            yield results.next(timeout=_POLL_SECONDS)
+        except StopIteration:
+            return
+        except multiprocessing.TimeoutError:
+            _check_workers(pool, workers)
+
+
+def _check_workers(pool: Any, workers: dict, before: bool = False) -> None:
+    """Raise if a worker of a ``multiprocessing.Pool`` died: the pool replaces it, but the
+    task it held is lost and would never complete (the pool would wait forever)."""
+    for process in getattr(pool, "_pool", ()):  # the pool's current workers
+        if id(process) not in workers:  # dead before this map started: none of our tasks
+            dead = before and getattr(process, "exitcode", None) is not None
+            workers[id(process)] = None if dead else process
+    for process in workers.values():
+        if process is None:
+            continue
+        code = getattr(process, "exitcode", None)
+        if code:  # a worker that ends its life normally (maxtasksperchild) exits with 0
+            raise RuntimeError(
+                f"TensorDict.map: a worker process of the given pool died (exit code {code}: "
+                f"killed or crashed, e.g. out of memory) while chunks were pending; its task "
+                f"is lost. The pool stays open; its dead worker was replaced."
+            )
 
 
 def _shipped_task(td, fn, dim, per_item, index, start, stop) -> tuple:
@@ -225,6 +355,8 @@ def _shipped_task(td, fn, dim, per_item, index, start, stop) -> tuple:
 
 def _raise_worker_error(error: tuple, ranges: list, index: int, dim: int, per_item: bool):
     item, line, remote = error
+    if item == _STALE:
+        raise StaleFileError(line)
     start, stop = ranges[index]
     where = f"item {item}" if per_item else f"items {start}:{stop}"
     raise RuntimeError(
@@ -286,8 +418,9 @@ def td_map(
 
         bar = tqdm(total=total, desc="TensorDict.map")
     _share(td)
-
     own = pool is None
+    if not own or torch_mp.get_context(mp_start_method).get_start_method() != "fork":
+        _check_files(td)  # workers will map file-backed leaves again by name
     if own:
         pool = concurrent.futures.ProcessPoolExecutor(
             max_workers=min(workers, len(ranges)),

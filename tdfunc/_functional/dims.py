@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 import torch.utils._pytree as torch_pytree
 
-from .._core.keys import key_parts, missing_key_error
+from .._core.keys import key_parts
+from .swap_plan import close_matches_hint
 
 
 def _check_dim(value: object, where: str) -> None:
@@ -71,7 +72,7 @@ def dims_like(tensordict, default: int | None = 0, overrides: Mapping | None = N
         if parts not in tensordict.keys(include_nested=True):
             parent = tensordict.get(parts[:-1], None) if len(parts) > 1 else tensordict
             names = list(parent.keys()) if hasattr(parent, "keys") else []
-            hint = str(missing_key_error(parts[-1], names).args[0]).split(".", 1)[1]
+            hint = close_matches_hint(parts[-1], names)
             raise KeyError(
                 f"dims_like: the overrides name key {key!r}, which is not in the "
                 f"{type(tensordict).__name__}.{hint}"

@@ -1,4 +1,4 @@
-"""Unflatten for the pytree nodes of :mod:`tdfunc._pytree`: rebuild the containers
+"""Unflatten for the pytree nodes of :mod:`tdfunc._functional.pytree`: rebuild the containers
 and infer their batch sizes.
 
 Inference, level by level from the innermost, for the children of a level
@@ -17,7 +17,10 @@ them):
    proposals of step 1 contradict each other. This is also the rule for a
    jacobian, whose tensor children come back as containers (one block per
    input): its batch size is the longest prefix its blocks share, the same
-   for ``jacrev`` and ``jacfwd``.
+   for ``jacrev`` and ``jacfwd``. A nested container whose own batch size
+   is such a guess proposes nothing at its parent's step 1 (``jacfwd`` and
+   ``hessian`` rebuild nested levels from specs recorded inside their
+   ``vmap``, whose batch size is only the number of input elements).
 
 Children without a shape (vmap's ``in_dims`` trees hold ints and ``None``)
 are held as they are; with no shaped child at all the recorded batch size is
@@ -68,14 +71,23 @@ def _tensorless(child: Any) -> bool:
     return True
 
 
-def infer_batch_size(children: list, context: Context) -> torch.Size:
-    """The batch size that the (transformed) children of one level imply (module docstring)."""
+def infer_batch_size(children: list, context: Context, guessed=()) -> torch.Size:
+    """The batch size that the (transformed) children of one level imply (module docstring).
+
+    ``guessed``: positions of nested containers whose own batch size came from
+    step 3 (a guess); they take part in steps 2 and 3 but propose nothing.
+    """
+    return _infer(children, context, guessed)[0]
+
+
+def _infer(children: list, context: Context, guessed=()) -> tuple:
+    """:func:`infer_batch_size` and whether it is exact (steps 1 and 2) or a guess."""
     shapes = []
     candidate = None
     disagree = False
     replaced = False  # a tensor child came back as a container or the reverse
-    for child, feature, was_tensor in zip(
-        children, context.feature_shapes, context.tensor_children
+    for index, (child, feature, was_tensor) in enumerate(
+        zip(children, context.feature_shapes, context.tensor_children)
     ):
         if isinstance(child, _Tensor):
             shape = child.shape
@@ -89,6 +101,8 @@ def infer_batch_size(children: list, context: Context) -> torch.Size:
         if is_tensor is not was_tensor:
             replaced = True
             continue
+        if index in guessed:
+            continue
         split = len(shape) - len(feature)
         if split < 0 or shape[split:] != feature:
             continue
@@ -97,18 +111,18 @@ def infer_batch_size(children: list, context: Context) -> torch.Size:
         elif candidate != shape[:split]:
             disagree = True
     if not shapes:
-        return context.batch_size
+        return context.batch_size, True
     if candidate is not None and not disagree:
         size = len(candidate)
         if all(shape[:size] == candidate for shape in shapes):
-            return candidate
+            return candidate, True
     recorded = context.batch_size
     size = len(recorded)
     if not replaced and all(shape[:size] == recorded for shape in shapes):
-        return recorded
+        return recorded, True
     if disagree:
         raise _inconsistent(children, context)
-    return _common_prefix(shapes)
+    return _common_prefix(shapes), False
 
 
 def _inconsistent(children: list, context: Context) -> ValueError:
@@ -172,6 +186,59 @@ def _check_vmap_input(children: list, context: Context) -> None:
         )
 
 
+# ---------------------------------------------------------------- names
+def _names_after(context: Context, batch_size: torch.Size, children) -> tuple | None:
+    """The dim names of a level whose batch size changed from the recorded one.
+
+    Dims that are still there keep their names, new dims have none (as
+    tensordict does under ``vmap``). At vmap's input boundary the mapped dim is
+    read from the leaves; anywhere else the recorded batch size must sit in
+    the new one (or the reverse) in exactly one way, or no names are kept.
+    """
+    names: tuple = context.names  # type: ignore[assignment]  # not None here
+    recorded = context.batch_size
+    if len(batch_size) + 1 == len(recorded) and not _dynamo_compiling():
+        level = _current_level()
+        if level is not None and (context.level is None or level > context.level):
+            for child in children:
+                if isinstance(child, _Tensor) and _functorch.maybe_get_level(child) == level:
+                    dim = _get_bdim(child)
+                    left = recorded[:dim] + recorded[dim + 1 :]
+                    if 0 <= dim < len(recorded) and left == batch_size:
+                        return names[:dim] + names[dim + 1 :]
+                    break
+    if len(batch_size) > len(recorded):
+        kept = _embedding(recorded, batch_size)
+        if kept is None:
+            return None
+        out: list = [None] * len(batch_size)
+        for name, position in zip(names, kept):
+            out[position] = name
+        return tuple(out)
+    kept = _embedding(batch_size, recorded)
+    if kept is None:
+        return None
+    return tuple(names[position] for position in kept)
+
+
+def _embedding(short: torch.Size, long: torch.Size) -> tuple | None:
+    """The positions of ``long`` that ``short`` occupies, if it fits in exactly one way."""
+    found: list = []
+
+    def place(i: int, j: int, taken: tuple) -> None:
+        if len(found) > 1:
+            return
+        if i == len(short):
+            found.append(taken)
+            return
+        for position in range(j, len(long) - (len(short) - i) + 1):
+            if long[position] == short[i]:
+                place(i + 1, position + 1, taken + (position,))
+
+    place(0, 0, ())
+    return found[0] if len(found) == 1 else None
+
+
 # ---------------------------------------------------------------- unflatten
 def unflatten(children, context: Context):
     """Rebuild a container; children that are not tensors are held without validation."""
@@ -210,7 +277,8 @@ def _recorded(leaves: list, start: int, context: Context) -> Any:
 def _rebuild(leaves: list, start: int, context: Context, check: bool) -> tuple:
     """The container of ``context``'s level from ``leaves[start:]``.
 
-    Returns ``(container, holds a tensor, batch size)``. A level of tensors
+    Returns ``(container, holds a tensor, batch size, exact)``; ``exact`` is
+    False when the batch size is a guess (step 3 of the inference). A level of tensors
     that all end in their feature shapes after one common prefix (step 1 of
     the inference) is recognised by comparing all shapes at once; see
     :func:`_rebuild_nested` for levels with nested containers and
@@ -239,7 +307,9 @@ def _rebuild(leaves: list, start: int, context: Context, check: bool) -> tuple:
                 if shapes == tuple([candidate + feature for feature in features]):
                     batch_size = candidate
         if batch_size is not None:
-            names = context.names if batch_size == recorded else None
+            names = context.names
+            if names is not None and batch_size != recorded:
+                names = _names_after(context, batch_size, children)
             device = context.device
             if device is not None and children:
                 device = children[0].device
@@ -247,8 +317,8 @@ def _rebuild(leaves: list, start: int, context: Context, check: bool) -> tuple:
             for key, value, kind in context.non_tensor:
                 data[key] = kind._make(value, batch_size, context.device)
             container = context.cls._from_pytree(data, batch_size, device, names)
-            return container, bool(children), batch_size
-    return _rebuild_general(children, context, check, None, None)
+            return container, bool(children), batch_size, True
+    return _rebuild_general(children, context, check, None, None, ())
 
 
 def _rebuild_nested(leaves: list, start: int, context: Context, check: bool) -> tuple:
@@ -260,6 +330,7 @@ def _rebuild_nested(leaves: list, start: int, context: Context, check: bool) -> 
     children: list = []
     holes = None  # positions of leafless nested containers, built at the end
     hollow = []  # positions of children that may be containers without tensors
+    guessed: list = []  # positions of nested containers whose batch size is a guess
     tensorful = False
     candidate = None
     fast = True
@@ -283,13 +354,17 @@ def _rebuild_nested(leaves: list, start: int, context: Context, check: bool) -> 
                     hollow.append(index)
                 continue
         elif inner.width:
-            child, child_tensorful, shape = _rebuild(leaves, start, inner, check)
+            child, child_tensorful, shape, exact = _rebuild(leaves, start, inner, check)
             start += inner.width
             children.append(child)
             if not child_tensorful:
                 hollow.append(index)  # its batch size carries no information
                 continue
             tensorful = True
+            if not exact:  # a guessed batch size proposes nothing (the inference's step 3)
+                guessed.append(index)
+                fast = False
+                continue
         else:  # no leaves below: built once this level's batch size is known
             children.append(_HOLE)
             if holes is None:
@@ -319,21 +394,25 @@ def _rebuild_nested(leaves: list, start: int, context: Context, check: bool) -> 
     if checked is None:
         _check_vmap_input(children, context)
     if not fast:
-        return _rebuild_general(children, context, checked is False, holes, hollow)
+        return _rebuild_general(children, context, checked is False, holes, hollow, guessed)
     batch_size = recorded if candidate is None else candidate
-    return _assemble(children, context, batch_size, holes, hollow), tensorful, batch_size
+    container = _assemble(children, context, batch_size, holes, hollow)
+    return container, tensorful, batch_size, True
 
 
-def _rebuild_general(children: list, context: Context, check: bool, holes, hollow) -> tuple:
+def _rebuild_general(
+    children: list, context: Context, check: bool, holes, hollow, guessed
+) -> tuple:
     """:func:`_rebuild` through the whole inference (:func:`infer_batch_size`)."""
     if check:
         _check_vmap_input(children, context)
-    batch_size = infer_batch_size(children, context)
+    batch_size, exact = _infer(children, context, guessed)
     tensorful = any(
         isinstance(child, _Tensor) or (_collection(child) and not _tensorless(child))
         for child in children
     )
-    return _assemble(children, context, batch_size, holes, hollow), tensorful, batch_size
+    container = _assemble(children, context, batch_size, holes, hollow)
+    return container, tensorful, batch_size, exact
 
 
 def _assemble(children: list, context: Context, batch_size: torch.Size, holes, hollow) -> Any:
@@ -346,7 +425,8 @@ def _assemble(children: list, context: Context, batch_size: torch.Size, holes, h
     data = dict(zip(context.keys, children))
     names = context.names
     if batch_size != context.batch_size:
-        names = None
+        if names is not None:
+            names = _names_after(context, batch_size, children)
         if hollow is None:
             hollow = [i for i, child in enumerate(children) if _collection(child)]
         if hollow:
@@ -375,7 +455,9 @@ def _leafless(context: Context, batch_size: torch.Size) -> Any:
             data[key] = _leafless(inner, batch_size + feature)
     for key, value, kind in context.non_tensor:
         data[key] = kind._make(value, batch_size, context.device)
-    names = context.names if batch_size == context.batch_size else None
+    names = context.names
+    if names is not None and batch_size != context.batch_size:
+        names = _names_after(context, batch_size, ())
     return context.cls._from_pytree(data, batch_size, context.device, names)
 
 

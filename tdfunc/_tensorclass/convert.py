@@ -125,9 +125,9 @@ class TensorClassConvert(TensorClassState):
         return out.lock_() if lock else out
 
     @classmethod
-    def from_modules(cls, *modules: nn.Module, lock: bool = False) -> Self:
+    def from_modules(cls, *modules: nn.Module, lock: bool = True) -> Self:
         """The parameters of several identical modules, stacked along a new batch dim."""
-        out = cls.from_tensordict(TensorDict.from_modules(*modules))
+        out = cls.from_tensordict(TensorDict.from_modules(*modules, lock=False))
         return out.lock_() if lock else out
 
     # ------------------------------------------------------------------ state dict

@@ -1,0 +1,114 @@
+"""Real processes for fault-injection tests: ranks on 127.0.0.1 (gloo), joined with deadlines.
+
+Unlike ``torch.multiprocessing.start_processes``, a rank that dies (``kill -9``,
+on purpose) does not take the others down: every rank reports what happened
+through a queue, and the caller asserts on each. Ranks are forked (the
+parent's imports are reused: a ``spawn`` costs seconds per process), and every
+join has a deadline, so a hang fails the test instead of blocking the suite.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _entry(rank: int, world: int, port: int, fn: Callable, queue: Any, timeout: float) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    status, value = "error", "did not start"
+    try:
+        dist.init_process_group(
+            "gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout)
+        )
+        status, value = "ok", fn(rank)
+    except BaseException as error:  # reported to the parent, which decides
+        status, value = "error", (type(error).__name__, str(error), traceback.format_exc())
+    queue.put((rank, status, value))
+    queue.close()
+    queue.join_thread()
+    os._exit(0)  # no process-group teardown: a dead peer would make it wait
+
+
+class Outcome:
+    """What each rank did: ``results[rank]`` is ``("ok", value)`` or ``("error", (type, text,
+    traceback))``; ``exitcodes[rank]`` is ``-9`` for a rank killed by SIGKILL."""
+
+    def __init__(self, results: dict, exitcodes: list, hung: list, seconds: float) -> None:
+        self.results = results
+        self.exitcodes = exitcodes
+        self.hung = hung
+        self.seconds = seconds
+
+    def value(self, rank: int) -> Any:
+        status, value = self.results.get(rank, ("error", ("Missing", "no report", "")))
+        if status != "ok":
+            raise AssertionError(f"rank {rank} failed: {value[0]}: {value[1]}\n{value[2]}")
+        return value
+
+    def error(self, rank: int) -> tuple[str, str]:
+        status, value = self.results.get(rank, ("ok", None))
+        if status != "error":
+            raise AssertionError(f"rank {rank} did not fail; it returned {value!r}")
+        return value[0], value[1]
+
+
+def run_ranks(
+    fn: Callable[[int], Any],
+    world: int = 2,
+    timeout: float = 5.0,
+    deadline: float = 18.0,
+    wait_for: tuple | None = None,
+) -> Outcome:
+    """Run ``fn(rank)`` on ``world`` forked ranks (process-group timeout ``timeout`` s).
+
+    Waits at most ``deadline`` s in all for the ranks in ``wait_for`` (default:
+    all); ranks still alive then are killed, and those of ``wait_for`` are
+    listed in ``Outcome.hung`` (a rank stopped on purpose need not be waited for).
+    """
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    port = free_port()
+    processes = [
+        context.Process(target=_entry, args=(rank, world, port, fn, queue, timeout), daemon=True)
+        for rank in range(world)
+    ]
+    started = time.monotonic()
+    for process in processes:
+        process.start()
+    end = started + deadline
+    try:
+        awaited = range(world) if wait_for is None else wait_for
+        for rank in awaited:
+            processes[rank].join(max(0.0, end - time.monotonic()))
+        hung = [rank for rank in awaited if processes[rank].is_alive()]
+        results: dict = {}
+        while len(results) < len(awaited):
+            try:
+                rank, status, value = queue.get(timeout=0.2)
+            except Exception:  # queue.Empty: a rank that died or hung reports nothing
+                break
+            results[rank] = (status, value)
+        seconds = time.monotonic() - started
+        return Outcome(results, [p.exitcode for p in processes], hung, seconds)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
