@@ -31,6 +31,7 @@ from .registry import register_class
 from .repr import td_repr
 from .shape_ops import ShapeOpsMixin
 from .shapes import SIZE_CACHE, as_size, size_info
+from .tensor_like import TensorLikeMixin
 from .torch_function import TorchFunctionMixin
 from .writes import build_fast, full_key, items_of, rename_key, write, write_path
 
@@ -52,6 +53,7 @@ def _read(value: Any) -> Any:
 
 class TensorDict(
     ShapeOpsMixin,
+    TensorLikeMixin,
     ArithmeticMixin,
     ApplyMixin,
     TorchFunctionMixin,

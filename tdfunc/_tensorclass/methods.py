@@ -471,8 +471,9 @@ class TensorClassOps(TorchFunctionMixin):
         """True when some element of some tensor leaf is true (non-zero)."""
         return self._td.any()
 
-    def norm(self) -> torch.Tensor:
-        return self._td.norm()
+    def norm(self) -> Self:
+        """The 2-norm of each field (``batch_size=[]``); see ``TensorDict.norm``."""
+        return self._wrap_td(self._td.norm())
 
     # ------------------------------------------------------------------ processes
     def send(self, dst: int, *, group: Any = None, tag: int = 0) -> None:

@@ -214,7 +214,7 @@ def _reserved_names() -> frozenset[str]:
     if not _RESERVED:
         # "data" is free: TensorClass has no such member, and the seeds' persistence
         # example declares a field named data without the shadow flag.
-        _RESERVED.append(frozenset(dir(TensorClass)) | frozenset(dir(TensorDict)))
+        _RESERVED.append(frozenset(dir(TensorClass)) | (frozenset(dir(TensorDict)) - {"data"}))
     return _RESERVED[0]
 
 
