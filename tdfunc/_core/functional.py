@@ -149,7 +149,7 @@ def merge_tensordicts(*tensordicts: Any, callback_exist: Callable | dict | None 
         >>> td0 = TensorDict({"a": {"b0": 0}, "common": 0})
         >>> td1 = TensorDict({"a": {"b1": 1}, "common": 1})
         >>> td = merge_tensordicts(td0, td1, callback_exist=lambda *v: torch.stack(list(v)))
-        >>> sorted(td.keys(True, True)), td["common"].tolist()
+        >>> list(td.keys(True, True)), td["common"].tolist()
         ([('a', 'b0'), ('a', 'b1'), 'common'], [0, 1])
     """
     if not tensordicts:

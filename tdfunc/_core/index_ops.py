@@ -153,7 +153,18 @@ class IndexOpsMixin(ContainerMixin):
             torch.Size([3, 4, 2, 5])
         """
         ndim = len(self._batch_size)
-        order = torch.movedim(torch.arange(ndim), source, destination).tolist()
+        api = "TensorDict.movedim"
+        sources = [source] if isinstance(source, int) else list(source)
+        targets = [destination] if isinstance(destination, int) else list(destination)
+        if len(sources) != len(targets):
+            raise ValueError(f"{api}: source and destination must have the same length.")
+        sources = [normalize_dim(d, ndim, api) for d in sources]
+        targets = [normalize_dim(d, ndim, api) for d in targets]
+        order: list = [None] * ndim
+        for src, dst in zip(sources, targets):
+            order[dst] = src
+        rest = iter(d for d in range(ndim) if d not in sources)
+        order = [next(rest) if d is None else d for d in order]
         return self.permute(*order) if ndim else self._like(dict(self._data))
 
     moveaxis = movedim

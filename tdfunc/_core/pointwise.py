@@ -140,6 +140,10 @@ def _pairs(view: Any, other: Any, method: Callable, api: str, args: tuple) -> No
             _pairs(value._to_tensordict_view(), rhs, method, api, args)
 
 
+def _add_scaled(leaf: torch.Tensor, other: Any, value: float) -> torch.Tensor:
+    return leaf.add_(other, alpha=value)
+
+
 class PointwiseMixin(ContainerMixin):
     """Element-wise math of a container: ``abs``, ``exp``, ``clamp``, ``isnan``, ...
 
@@ -324,7 +328,7 @@ class PointwiseMixin(ContainerMixin):
             >>> td.addcmul_(torch.full((2,), 2.0), torch.full((2,), 3.0))["a"].tolist()
             [7.0, 7.0]
         """
-        _inplace_pairs(self, tensor1 * tensor2, torch.Tensor.add_, "addcmul_", value)
+        _inplace_pairs(self, tensor1 * tensor2, _add_scaled, "addcmul_", value)
         return self
 
     def addcdiv_(self, tensor1: Any, tensor2: Any, *, value: float = 1):
@@ -335,7 +339,7 @@ class PointwiseMixin(ContainerMixin):
             >>> td.addcdiv_(torch.full((2,), 2.0), torch.full((2,), 4.0))["a"].tolist()
             [1.5, 1.5]
         """
-        _inplace_pairs(self, tensor1 / tensor2, torch.Tensor.add_, "addcdiv_", value)
+        _inplace_pairs(self, tensor1 / tensor2, _add_scaled, "addcdiv_", value)
         return self
 
     def mul(self, other: Any):

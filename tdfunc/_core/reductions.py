@@ -62,22 +62,34 @@ def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: A
             return op(torch.cat(flat, -1), (-1,), False)
         size = self._batch_size
         return map_leaves(self, lambda t: op(_feature_flat(t, ndim), (-1,), False), size, False, None)
-    dims = batch_dims(self, dim, api)
     if reduce:
-        leaves = tensor_leaves(self)
-        if len({t.dim() for t in leaves}) > 1:
-            raise ValueError(
-                f"TensorDict.{api}: reduce=True with dim={dim!r} concatenates the leaves along "
-                f"dim {dims[0]}, so they must have the same number of dims; got "
-                f"{sorted({t.dim() for t in leaves})}. Reduce each leaf first (reduce=False)."
-            )
-        return op(torch.cat(leaves, dims[0]), dims, keep)
+        return op(*_joined(self, dim, api), keep)
+    dims = batch_dims(self, dim, api)
     size = self._batch_size
     if keep:
         new_size = torch.Size(1 if d in dims else s for d, s in enumerate(size))
     else:
         new_size = torch.Size(s for d, s in enumerate(size) if d not in dims)
     return map_leaves(self, lambda t: op(t, dims, keep), new_size, True, drop_names(dims, keep))
+
+
+def _joined(self: Any, dim: Any, api: str) -> tuple:
+    """The leaves concatenated along the first of ``dim`` (dims of the leaves), and the dims.
+
+    With ``reduce=True`` a dim counts over the dims of each leaf (all leaves must have the
+    same number of dims), as in tensordict.
+    """
+    leaves = tensor_leaves(self)
+    ranks = sorted({t.dim() for t in leaves})
+    if len(ranks) != 1:
+        raise ValueError(
+            f"TensorDict.{api}: reduce=True with dim={dim!r} concatenates the leaves along that "
+            f"dim, so they must have the same number of dims; got {ranks}. Reduce each leaf "
+            f"first (reduce=False)."
+        )
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    dims = tuple(sorted({normalize_dim(d, ranks[0], f"TensorDict.{api}") for d in dims}))
+    return torch.cat(leaves, dims[0]), dims
 
 
 def _simple(method: str, **fixed: Any) -> Callable:
@@ -220,10 +232,11 @@ class ReductionsMixin(ContainerMixin):
         kind = getattr(torch.return_types, api)
         if dim is NO_DIM or dim is None or dim == "feature":
             return _reduce(self, api, _simple("amax" if api == "max" else "amin"), dim, keepdim, reduce)
-        (d,) = batch_dims(self, dim if isinstance(dim, int) else dim[:1], api)
         if reduce:
-            values, indices = getattr(torch.cat(tensor_leaves(self), d), api)(d, keepdim=keepdim)
+            joined, (d,) = _joined(self, dim if isinstance(dim, int) else dim[:1], api)
+            values, indices = getattr(joined, api)(d, keepdim=keepdim)
             return _values_indices(kind, values, indices, return_indices)
+        (d,) = batch_dims(self, dim if isinstance(dim, int) else dim[:1], api)
         pairs: dict = {}
 
         def values_of(t: torch.Tensor) -> torch.Tensor:
@@ -261,10 +274,11 @@ class ReductionsMixin(ContainerMixin):
 
     def _scan_pair(self, api: str, dim: Any, reduce: Any, return_indices: bool):
         kind = getattr(torch.return_types, api)
-        (d,) = batch_dims(self, dim if isinstance(dim, int) else dim[:1], api)
         if reduce:
-            values, indices = getattr(torch.cat(tensor_leaves(self), d), api)(d)
+            joined, (d,) = _joined(self, dim if isinstance(dim, int) else dim[:1], api)
+            values, indices = getattr(joined, api)(d)
             return _values_indices(kind, values, indices, return_indices)
+        (d,) = batch_dims(self, dim if isinstance(dim, int) else dim[:1], api)
         pairs: dict = {}
 
         def values_of(t: torch.Tensor) -> torch.Tensor:
