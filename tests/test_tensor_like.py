@@ -135,8 +135,8 @@ def test_reduce_true_along_a_batch_dim_concatenates():
     torch.testing.assert_close(td.sum(-1, reduce=True), torch.cat([td["a"], td["b"]], 1).sum(1))
     same = TensorDict({"a": torch.randn(3, 4), "b": torch.randn(2, 4)}, [])
     torch.testing.assert_close(same.mean(0, reduce=True), torch.cat([same["a"], same["b"]]).mean(0))
-    values = same.max(1, reduce=True)
-    torch.testing.assert_close(values.values, torch.cat([same["a"], same["b"]]).max(1).values)
+    values = same.max(0, reduce=True)
+    torch.testing.assert_close(values.values, torch.cat([same["a"], same["b"]]).max(0).values)
     with pytest.raises(ValueError, match="same number of dims"):
         TensorDict({"a": torch.randn(3, 4), "b": torch.randn(3)}, [3]).sum(0, reduce=True)
 
