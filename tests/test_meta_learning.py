@@ -151,6 +151,7 @@ def test_meta_gradient_matches_autograd_loop_and_is_second_order():
     meta_grads = grad(meta_loss)(params, *tasks)
     assert_same(meta_grads, autograd_meta_grads(model, tasks))
     first_order = grad(first_order_loss)(params, *tasks)
+
     def total_norm(td):  # norm() gives one norm per leaf; the 2-norm of those is the total
         return torch.linalg.vector_norm(torch.stack(list(td.norm().values(True, True))))
 

@@ -160,7 +160,9 @@ def test_max_min_with_dim_give_values_and_indices(op, rank):
         assert type(out).__name__ == op
         size = [s for d, s in enumerate(BATCH[rank]) if d != dim]
         assert_leafwise(out.values, {k: getattr(v, op)(dim).values for k, v in plain.items()}, size)
-        assert_leafwise(out.indices, {k: getattr(v, op)(dim).indices for k, v in plain.items()}, size)
+        assert_leafwise(
+            out.indices, {k: getattr(v, op)(dim).indices for k, v in plain.items()}, size
+        )
         only = getattr(td, op)(dim, keepdim=True, return_indices=False)
         expected = {k: getattr(v, op)(dim, keepdim=True).values for k, v in plain.items()}
         assert_leafwise(only, expected, [1 if d == dim else s for d, s in enumerate(BATCH[rank])])
@@ -205,7 +207,7 @@ def test_all_any_with_and_without_dim(op):
     td, plain = make(2)
     mask = td > 0
     masks = {k: v > 0 for k, v in plain.items()}
-    assert getattr(mask, op)() == getattr(builtins_of(op), "__call__")(
+    assert getattr(mask, op)() == builtins_of(op).__call__(
         bool(getattr(v, op)()) for v in masks.values()
     )
     assert_leafwise(getattr(mask, op)(1), {k: getattr(v, op)(1) for k, v in masks.items()}, [3])
@@ -261,7 +263,9 @@ def test_torch_maximum_minimum_either_side():
     assert_leafwise(
         torch.minimum(zero, td), {k: torch.minimum(zero, v) for k, v in plain.items()}, [3]
     )
-    assert_leafwise(td.maximum(other), {k: torch.maximum(v, other_plain[k]) for k, v in plain.items()}, [3])
+    assert_leafwise(
+        td.maximum(other), {k: torch.maximum(v, other_plain[k]) for k, v in plain.items()}, [3]
+    )
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -283,7 +287,9 @@ def test_bce_with_a_tensor_target():
     assert out.batch_size == torch.Size([])
     probs = logits.sigmoid()
     out = F.binary_cross_entropy(target, probs, reduction="none")  # the container second
-    torch.testing.assert_close(out["a"], F.binary_cross_entropy(target, probs["a"], reduction="none"))
+    torch.testing.assert_close(
+        out["a"], F.binary_cross_entropy(target, probs["a"], reduction="none")
+    )
 
 
 # ---------------------------------------------------------------- pointwise
@@ -298,9 +304,13 @@ def test_unary_out_of_place_and_in_place(name):
     before = locked["a"]
     assert getattr(locked, name + "_")() is locked
     assert locked["a"] is before
-    assert_leafwise(locked, {k: getattr(torch, name)(v) for k, v in make(2, positive=True)[1].items()}, [3, 4])
     assert_leafwise(
-        getattr(torch, name)(td), {k: getattr(torch, name)(v) for k, v in make(2, positive=True)[1].items()}, [3, 4]
+        locked, {k: getattr(torch, name)(v) for k, v in make(2, positive=True)[1].items()}, [3, 4]
+    )
+    assert_leafwise(
+        getattr(torch, name)(td),
+        {k: getattr(torch, name)(v) for k, v in make(2, positive=True)[1].items()},
+        [3, 4],
     )
 
 
@@ -334,11 +344,17 @@ def test_clamp_family():
 def test_binary_methods_and_in_place_pairs():
     td, plain = make(2)
     other, other_plain = make(2, seed=5)
-    assert_leafwise(td.add(other, alpha=2), {k: v + 2 * other_plain[k] for k, v in plain.items()}, [3, 4])
+    assert_leafwise(
+        td.add(other, alpha=2), {k: v + 2 * other_plain[k] for k, v in plain.items()}, [3, 4]
+    )
     assert_leafwise(td.sub(other), {k: v - other_plain[k] for k, v in plain.items()}, [3, 4])
     assert_leafwise(td.mul(2.0), {k: v * 2 for k, v in plain.items()}, [3, 4])
     assert_leafwise(td.div(other), {k: v / other_plain[k] for k, v in plain.items()}, [3, 4])
-    assert_leafwise(td.lerp(other, 0.3), {k: torch.lerp(v, other_plain[k], 0.3) for k, v in plain.items()}, [3, 4])
+    assert_leafwise(
+        td.lerp(other, 0.3),
+        {k: torch.lerp(v, other_plain[k], 0.3) for k, v in plain.items()},
+        [3, 4],
+    )
     assert_leafwise(
         td.addcmul(other, other, value=0.5),
         {k: torch.addcmul(v, other_plain[k], other_plain[k], value=0.5) for k, v in plain.items()},
@@ -348,7 +364,9 @@ def test_binary_methods_and_in_place_pairs():
     assert_leafwise(td, {k: torch.maximum(v, other_plain[k]) for k, v in plain.items()}, [3, 4])
     td.addcdiv_(other, other.abs() + 1, value=2)
     expected = {
-        k: torch.addcdiv(torch.maximum(v, other_plain[k]), other_plain[k], other_plain[k].abs() + 1, value=2)
+        k: torch.addcdiv(
+            torch.maximum(v, other_plain[k]), other_plain[k], other_plain[k].abs() + 1, value=2
+        )
         for k, v in plain.items()
     }
     assert_leafwise(td, expected, [3, 4])

@@ -157,5 +157,5 @@ def autograd_grad(outputs: Any, inputs: Any, grad_outputs: Any = None, **kwargs:
             results.append(chunk[0])
         else:
             values = iter(chunk)
-            results.append(map_leaves(container, lambda t: next(values), None, True, None))
+            results.append(map_leaves(container, lambda t, it=values: next(it), None, True, None))
     return tuple(results)

@@ -67,11 +67,15 @@ class ConsolidateMixin(ContainerMixin):
         if self.is_consolidated() and filename is None and device is None:
             return self
         offsets, total = _layout(leaves)
-        target = torch.device(device) if device is not None else (
-            leaves[0].device if leaves else torch.device("cpu")
+        target = (
+            torch.device(device)
+            if device is not None
+            else (leaves[0].device if leaves else torch.device("cpu"))
         )
         if filename is not None:
-            storage = torch.from_file(os.fspath(filename), shared=True, size=total, dtype=torch.uint8)
+            storage = torch.from_file(
+                os.fspath(filename), shared=True, size=total, dtype=torch.uint8
+            )
         else:
             storage = torch.empty(total, dtype=torch.uint8, device=target)
             if share_memory:

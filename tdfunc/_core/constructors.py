@@ -179,7 +179,12 @@ class ConstructorsMixin(ContainerMixin):
 
     @classmethod
     def from_dataclass(
-        cls, dataclass: Any, *, auto_batch_size: bool = False, batch_dims=None, device=None,
+        cls,
+        dataclass: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims=None,
+        device=None,
         batch_size=None,
     ):
         """A container from a dataclass instance (nested dataclasses become nested containers).
@@ -201,7 +206,12 @@ class ConstructorsMixin(ContainerMixin):
 
     @classmethod
     def from_namedtuple(
-        cls, named_tuple: Any, *, auto_batch_size: bool = False, batch_dims=None, device=None,
+        cls,
+        named_tuple: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims=None,
+        device=None,
         batch_size=None,
     ):
         """A container from a named tuple (nested named tuples become nested containers).
@@ -222,8 +232,13 @@ class ConstructorsMixin(ContainerMixin):
 
     @classmethod
     def from_struct_array(
-        cls, struct_array: np.ndarray, *, auto_batch_size: bool = False, batch_dims=None,
-        device=None, batch_size=None,
+        cls,
+        struct_array: np.ndarray,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims=None,
+        device=None,
+        batch_size=None,
     ):
         """A container from a NumPy structured array: one leaf per field, batch = array shape.
 
@@ -245,7 +260,12 @@ class ConstructorsMixin(ContainerMixin):
 
     @classmethod
     def from_any(
-        cls, obj: Any, *, auto_batch_size: bool = False, batch_dims=None, device=None,
+        cls,
+        obj: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims=None,
+        device=None,
         batch_size=None,
     ):
         """A container from a dict, dataclass, named tuple, structured array or container.
@@ -275,8 +295,8 @@ class ConstructorsMixin(ContainerMixin):
         """A named tuple of the leaves (nested containers become nested named tuples).
 
         Example:
-            >>> nt = TensorDict({"a": torch.zeros(2), "b": {"c": torch.ones(2)}}, [2]).to_namedtuple()
-            >>> nt.b.c.tolist()
+            >>> td = TensorDict({"a": torch.zeros(2), "b": {"c": torch.ones(2)}}, [2])
+            >>> td.to_namedtuple().b.c.tolist()
             [1.0, 1.0]
         """
         values = {}
@@ -429,9 +449,7 @@ class ConstructorsMixin(ContainerMixin):
         """
         refuse_frozen(self, "set_at_")
         target = self._get_leaf(key, "set_at_")
-        if is_collection(target):
-            target[index] = value
-        elif isinstance(target, _Tensor):
+        if is_collection(target) or isinstance(target, _Tensor):
             target[index] = value
         else:
             raise TypeError(
@@ -449,10 +467,11 @@ class ConstructorsMixin(ContainerMixin):
             [2.0, 2.0, 0.0]
         """
         refuse_frozen(self, "update_at_")
-        items = input_dict.items() if isinstance(input_dict, Mapping) else None
-        if items is None:
-            items = input_dict._to_tensordict_view().items()
-        for key, value in items:
+        if isinstance(input_dict, Mapping):
+            items = list(input_dict.items())
+        else:
+            items = list(input_dict._to_tensordict_view().items())
+        for key, _ in items:
             self._get_leaf(key, "update_at_")  # every key must exist (KeyError with hints)
         for key, value in items:
             if clone and isinstance(value, _Tensor):
@@ -486,7 +505,7 @@ class ConstructorsMixin(ContainerMixin):
         for value in self._data.values():
             if is_collection(value):
                 view = value._to_tensordict_view()
-                view.auto_batch_size_(None if batch_dims is None else None)
+                view.auto_batch_size_()
                 shapes.append(tuple(view._batch_size))
             elif isinstance(value, _Tensor):
                 shapes.append(tuple(value.shape))

@@ -77,7 +77,12 @@ def _pad_views(views: list, pad_dim: int, value: float, masks: bool, api: str):
             if masks:
                 mask_data[key] = torch.stack(
                     [
-                        _pad_to(torch.ones(v.shape, dtype=torch.bool, device=v.device), dim, length, False)
+                        _pad_to(
+                            torch.ones(v.shape, dtype=torch.bool, device=v.device),
+                            dim,
+                            length,
+                            False,
+                        )
                         for v in values
                     ]
                 )
@@ -172,7 +177,9 @@ def _merge(views: list, callback: Any, prefix: tuple) -> dict:
             inner = [v._to_tensordict_view() for v in values]
             data[key] = inner[0]._like(_merge(inner, callback, full))
             continue
-        fn = callback.get(full if len(full) > 1 else key) if isinstance(callback, dict) else callback
+        fn = (
+            callback.get(full if len(full) > 1 else key) if isinstance(callback, dict) else callback
+        )
         if fn is not None and len(values) == len(views):
             data[key] = fn(*values)
         else:

@@ -190,7 +190,9 @@ class IndexOpsMixin(ContainerMixin):
         (d,) = batch_dims(self, dim, "narrow")
         size = list(self._batch_size)
         size[d] = length
-        return map_leaves(self, lambda t: t.narrow(d, start, length), torch.Size(size), True, keep_names)
+        return map_leaves(
+            self, lambda t: t.narrow(d, start, length), torch.Size(size), True, keep_names
+        )
 
     def flip(self, *dims):
         """Reverse the order along batch ``dims``.
@@ -251,7 +253,7 @@ class IndexOpsMixin(ContainerMixin):
         ndim = len(self._batch_size)
         d0, d1 = (normalize_dim(d, ndim, "TensorDict.rot90") for d in dims)
         new_size = torch.rot90(_meta(self._batch_size), k, (d0, d1)).shape
-        names = None
+        names = keep_names
         if k % 2:
 
             def names(level):

@@ -23,10 +23,39 @@ from .leafwise import (
 )
 from .mixin import ContainerMixin
 
-UNARY = (
-    "abs acos asin atan ceil cos cosh erf erfc erfinv exp expm1 floor frac lgamma log "
-    "log10 log1p log2 neg reciprocal round rsqrt sigmoid sign sin sinh sqrt tan tanh trunc"
-).split()
+UNARY = [
+    "abs",
+    "acos",
+    "asin",
+    "atan",
+    "ceil",
+    "cos",
+    "cosh",
+    "erf",
+    "erfc",
+    "erfinv",
+    "exp",
+    "expm1",
+    "floor",
+    "frac",
+    "lgamma",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "neg",
+    "reciprocal",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "sin",
+    "sinh",
+    "sqrt",
+    "tan",
+    "tanh",
+    "trunc",
+]
 PREDICATES = ("isnan", "isfinite", "isinf", "isposinf", "isneginf", "isreal")
 
 

@@ -61,7 +61,9 @@ def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: A
             flat = [_feature_flat(t, ndim) for t in tensor_leaves(self)]
             return op(torch.cat(flat, -1), (-1,), False)
         size = self._batch_size
-        return map_leaves(self, lambda t: op(_feature_flat(t, ndim), (-1,), False), size, False, None)
+        return map_leaves(
+            self, lambda t: op(_feature_flat(t, ndim), (-1,), False), size, False, None
+        )
     if reduce:
         return op(*_joined(self, dim, api), keep)
     dims = batch_dims(self, dim, api)
@@ -231,7 +233,9 @@ class ReductionsMixin(ContainerMixin):
     def _extremum(self, api: str, dim: Any, keepdim: bool, reduce: Any, return_indices: bool):
         kind = getattr(torch.return_types, api)
         if dim is NO_DIM or dim is None or dim == "feature":
-            return _reduce(self, api, _simple("amax" if api == "max" else "amin"), dim, keepdim, reduce)
+            return _reduce(
+                self, api, _simple("amax" if api == "max" else "amin"), dim, keepdim, reduce
+            )
         if reduce:
             joined, (d,) = _joined(self, dim if isinstance(dim, int) else dim[:1], api)
             values, indices = getattr(joined, api)(d, keepdim=keepdim)
