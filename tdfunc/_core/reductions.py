@@ -22,12 +22,15 @@ from .leafwise import drop_names, map_leaves, no_names, tensor_leaves
 from .mixin import ContainerMixin
 from .shapes import normalize_dim
 
+_ONE = torch.Size([1])
 NO_DIM: Any = type("NoDim", (), {"__repr__": lambda self: "NO_DIM"})()
 
 
 def batch_dims(self: Any, dim: Any, api: str) -> tuple:
     """``dim`` (an int or a sequence of ints) as sorted non-negative batch dims."""
     ndim = len(self._batch_size)
+    if type(dim) is int and -ndim <= dim < ndim:  # fast path
+        return (dim % ndim,)
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
     for d in dims:
         if not isinstance(d, int):
@@ -44,7 +47,8 @@ def _feature_flat(tensor: torch.Tensor, ndim: int) -> torch.Tensor:
 
 
 def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: Any) -> Any:
-    """Run ``op(tensor, dims, keepdim)`` (``dims`` None: every element) as ``dim`` asks."""
+    """Reduce as ``dim`` asks; ``op(dims, keepdim)`` gives the function of one leaf
+    (``dims`` None: over every element)."""
     keep = bool(keepdim) if keepdim is not NO_DIM else False
     ndim = len(self._batch_size)
     if dim is NO_DIM or dim is None:
@@ -52,27 +56,31 @@ def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: A
             leaves = tensor_leaves(self)
             if not leaves:
                 raise ValueError(f"TensorDict.{api}: reduce=True needs at least one tensor leaf.")
-            return op(torch.cat([t.reshape(-1) for t in leaves]), None, False)
-        return map_leaves(self, lambda t: op(t, None, False), torch.Size(()), False, no_names)
+            return op(None, False)(torch.cat([t.reshape(-1) for t in leaves]))
+        return map_leaves(self, op(None, False), torch.Size(()), False, no_names)
     if dim == "feature":
         if keep:
             raise ValueError(f"TensorDict.{api}: keepdim=True is not allowed with dim='feature'.")
         if reduce:
             flat = [_feature_flat(t, ndim) for t in tensor_leaves(self)]
-            return op(torch.cat(flat, -1), (-1,), False)
-        size = self._batch_size
+            return op((-1,), False)(torch.cat(flat, -1))
+        leaf = op((-1,), False)
         return map_leaves(
-            self, lambda t: op(_feature_flat(t, ndim), (-1,), False), size, False, None
+            self, lambda t: leaf(_feature_flat(t, ndim)), self._batch_size, False, None
         )
     if reduce:
-        return op(*_joined(self, dim, api), keep)
+        joined, dims = _joined(self, dim, api)
+        return op(dims, keep)(joined)
     dims = batch_dims(self, dim, api)
     size = self._batch_size
-    if keep:
+    if len(dims) == 1:
+        (d,) = dims
+        new_size = size[:d] + _ONE + size[d + 1 :] if keep else size[:d] + size[d + 1 :]
+    elif keep:
         new_size = torch.Size(1 if d in dims else s for d, s in enumerate(size))
     else:
         new_size = torch.Size(s for d, s in enumerate(size) if d not in dims)
-    return map_leaves(self, lambda t: op(t, dims, keep), new_size, True, drop_names(dims, keep))
+    return map_leaves(self, op(dims, keep), new_size, True, drop_names(dims, keep))
 
 
 def _joined(self: Any, dim: Any, api: str) -> tuple:
@@ -96,35 +104,48 @@ def _joined(self: Any, dim: Any, api: str) -> tuple:
 
 def _simple(method: str, **fixed: Any) -> Callable:
     """``op`` for a torch reduction method taking ``dim``/``keepdim`` (tuples allowed)."""
+    fn = getattr(torch.Tensor, method)
 
-    def op(t: torch.Tensor, dims: tuple | None, keep: bool) -> torch.Tensor:
+    def make(dims: tuple | None, keep: bool) -> Callable:
         if dims is None:
-            return getattr(t, method)(**fixed)
-        return getattr(t, method)(dims, keepdim=keep, **fixed)
+            return (lambda t: fn(t, **fixed)) if fixed else fn
+        if len(dims) == 1 and not fixed:  # an int dim, no keyword: torch's fastest call
+            (d,) = dims
+            return (lambda t: fn(t, d, keepdim=True)) if keep else (lambda t: fn(t, d))
+        return lambda t: fn(t, dims, keepdim=keep, **fixed)
 
-    return op
+    return make
 
 
 def _one_dim_at_a_time(method: str, **fixed: Any) -> Callable:
-    """``op`` for a torch reduction that takes a single dim (``prod``, ``max``...)."""
+    """``op`` for a torch reduction that takes a single dim (``prod``)."""
+    fn = getattr(torch.Tensor, method)
 
-    def op(t: torch.Tensor, dims: tuple | None, keep: bool) -> torch.Tensor:
+    def make(dims: tuple | None, keep: bool) -> Callable:
         if dims is None:
-            return getattr(t, method)(**fixed)
-        for d in sorted(dims, reverse=True):
-            t = getattr(t, method)(d, keepdim=keep, **fixed)
-        return t
+            return lambda t: fn(t, **fixed)
+        order = sorted(dims, reverse=True)
 
-    return op
+        def leaf(t: torch.Tensor) -> torch.Tensor:
+            for d in order:
+                t = fn(t, d, keepdim=keep, **fixed)
+            return t
+
+        return leaf
+
+    return make
 
 
 def _std_var(method: str, correction: int) -> Callable:
-    def op(t: torch.Tensor, dims: tuple | None, keep: bool) -> torch.Tensor:
-        if dims is None:
-            return getattr(t, method)(correction=correction)
-        return getattr(t, method)(dims, correction=correction, keepdim=keep)
+    fn = getattr(torch.Tensor, method)
 
-    return op
+    def make(dims: tuple | None, keep: bool) -> Callable:
+        if dims is None:
+            return lambda t: fn(t, correction=correction)
+        target = dims[0] if len(dims) == 1 else dims
+        return lambda t: fn(t, target, correction=correction, keepdim=keep)
+
+    return make
 
 
 def _values_indices(kind: Any, values: Any, indices: Any, return_indices: bool) -> Any:

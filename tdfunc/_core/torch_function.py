@@ -237,7 +237,7 @@ def rand_like(item, **kwargs):
 # Reductions, pointwise math, index ops (methods of TensorLikeMixin), autograd and losses.
 def _method_handler(name: str) -> Callable:
     def handler(item, *args, **kwargs):
-        if "out" in kwargs and kwargs["out"] is None:
+        if kwargs and "out" in kwargs and kwargs["out"] is None:
             del kwargs["out"]
         return getattr(item, name)(*args, **kwargs)
 
