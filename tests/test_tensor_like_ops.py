@@ -356,9 +356,17 @@ def test_backward_grad_data_requires_grad_zero_grad():
     td.zero_grad(set_to_none=False)
     assert w.grad.abs().sum() == 0
     td.zero_grad()
-    assert w.grad is None and td.grad.is_empty()
-    with pytest.raises(RuntimeError, match="exactly one tensor leaf"):
+    assert w.grad is None and td.grad is None
+    with pytest.raises(RuntimeError, match="one element"):
         td.backward()
+    td.backward(
+        gradient=TensorDict({"w": torch.ones(3, 2), "n": {"v": torch.full((3,), 2.0)}}, [3])
+    )
+    assert_leafwise(td.grad, {("w",): torch.ones(3, 2), ("n", "v"): torch.full((3,), 2.0)}, [3])
+    td.zero_grad()
+    both = TensorDict({"l1": (w**2).sum(), "n": {"l2": v.sum(), "c": torch.ones(())}}, [])
+    both.backward()  # every differentiable scalar leaf, in one call; "c" is ignored
+    assert_leafwise(td.grad, {("w",): 2 * w.detach(), ("n", "v"): torch.ones(3)}, [3])
 
 
 def test_torch_autograd_grad_with_containers():

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from .apply import rewrap
-from .leafwise import is_collection, map_leaves, tensor_leaves
+from .leafwise import is_collection, leaf_items, map_leaves, tensor_leaves
 from .mixin import ContainerMixin
 
 _Tensor = torch.Tensor
@@ -28,29 +28,61 @@ class AutogradMixin(ContainerMixin):
 
     __slots__ = ()
 
-    def backward(self, gradient: Any = None, retain_graph=None, create_graph: bool = False):
-        """Backpropagate from the single tensor leaf of this container.
+    def backward(
+        self,
+        gradient: Any = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+        inputs: Any = None,
+    ) -> None:
+        """Backpropagate from every leaf that requires a gradient, in one autograd call.
+
+        Without ``gradient`` each such leaf must have one element (its gradient is 1):
+        ``td.backward()`` is ``td.sum(reduce=True).backward()`` for scalar leaves.
+        ``gradient`` is a container matching those leaves by key.
 
         Example:
             >>> x = torch.ones(3, requires_grad=True)
-            >>> TensorDict({"loss": (x * 2).sum()}, []).backward()
+            >>> TensorDict({"loss": (x * 2).sum(), "aux": x.sum()}, []).backward()
             >>> x.grad.tolist()
-            [2.0, 2.0, 2.0]
+            [3.0, 3.0, 3.0]
         """
-        leaves = tensor_leaves(self)
-        if len(leaves) != 1:
+        items = [(k, t) for k, t in leaf_items(self) if t.requires_grad]
+        if not items:
             raise RuntimeError(
-                f"TensorDict.backward: needs exactly one tensor leaf (a loss), found "
-                f"{len(leaves)}. Reduce first, e.g. td.sum(reduce=True).backward(), or select "
-                f"the loss key: td['loss'].backward()."
+                "TensorDict.backward: no leaf requires a gradient; nothing to backpropagate."
             )
-        if is_collection(gradient):
-            (gradient,) = tensor_leaves(gradient._to_tensordict_view())
-        leaves[0].backward(gradient, retain_graph=retain_graph, create_graph=create_graph)
+        grads = None
+        if gradient is not None:
+            given = dict(leaf_items(gradient._to_tensordict_view()))
+            missing = [k for k, _ in items if k not in given]
+            if missing:
+                raise KeyError(
+                    f"TensorDict.backward: gradient has no entry for the leaves {missing}; it "
+                    f"must match every leaf that requires a gradient, by key."
+                )
+            grads = [given[k] for k, _ in items]
+        else:
+            wide = [k for k, t in items if t.numel() != 1]
+            if wide:
+                raise RuntimeError(
+                    f"TensorDict.backward: without gradient=, every leaf that requires a "
+                    f"gradient must have one element; {wide} do not. Reduce first "
+                    f"(td.sum(reduce=True).backward()) or pass gradient=<a TensorDict>."
+                )
+        if inputs is not None and is_collection(inputs):
+            inputs = tensor_leaves(inputs._to_tensordict_view())
+        torch.autograd.backward(
+            [t for _, t in items],
+            grads,
+            retain_graph=retain_graph,
+            create_graph=create_graph,
+            inputs=inputs,
+        )
 
     @property
     def grad(self):
-        """A container of the ``.grad`` of each leaf (leaves without a gradient are left out).
+        """A container of the ``.grad`` of each leaf (leaves without one are left out), or None.
 
         Example:
             >>> x = torch.ones(2, requires_grad=True)
@@ -58,6 +90,8 @@ class AutogradMixin(ContainerMixin):
             >>> TensorDict({"x": x}, [2]).grad["x"].tolist()
             [2.0, 2.0]
         """
+        if all(t.grad is None for t in tensor_leaves(self)):
+            return None
         return _grads(self)
 
     @property
