@@ -426,3 +426,24 @@ def test_consolidate_in_place_and_to_a_file(tmp_path):
     locked, _ = make(1, lock=True)
     with pytest.raises(RuntimeError, match="locked"):
         locked.consolidate(inplace=True)
+
+
+# ---------------------------------------------------------------- non-tensor leaves
+def test_non_tensor_leaves_follow_or_refuse():
+    td = TensorDict({"a": torch.arange(6.0).reshape(2, 3), "n": {"s": "text"}, "t": "top"}, [2, 3])
+    out = td.sum(0)
+    assert out["n", "s"] == "text" and out.batch_size == torch.Size([3])
+    assert td.flip(1)["t"] == "top" and td.exp()["n", "s"] == "text"
+    filtered = td.filter_non_tensor_data()
+    assert list(filtered.keys(True, True)) == ["a"]
+    stacked = torch.stack([TensorDict({"x": torch.zeros(()), "s": s}, []) for s in "ab"])
+    assert stacked.exp()["s"] == ["a", "b"]  # pointwise ops move nothing
+    for op in (
+        lambda x: x.flip(0),
+        lambda x: x.sum(0),
+        lambda x: x.roll(1, 0),
+        lambda x: x.tile(2),
+    ):
+        with pytest.raises(TypeError, match="NonTensorStack"):
+            op(stacked)
+    assert op(stacked.filter_non_tensor_data())["x"].shape == (4,)

@@ -204,7 +204,7 @@ class IndexOpsMixin(ContainerMixin):
         if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
             dims = tuple(dims[0])
         flipped = batch_dims(self, dims, "flip")
-        return map_leaves(self, lambda t: t.flip(flipped), None, True, None)
+        return map_leaves(self, lambda t: t.flip(flipped), None, True, None, moves=True)
 
     def fliplr(self):
         """Reverse batch dim 1 (needs at least 2 batch dims).
@@ -240,7 +240,7 @@ class IndexOpsMixin(ContainerMixin):
             dims = normalize_dim(dims, ndim, "TensorDict.roll")
         else:
             dims = tuple(normalize_dim(d, ndim, "TensorDict.roll") for d in dims)
-        return map_leaves(self, lambda t: t.roll(shifts, dims), None, True, None)
+        return map_leaves(self, lambda t: t.roll(shifts, dims), None, True, None, moves=True)
 
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)):
         """Rotate by 90 degrees ``k`` times in the plane of batch ``dims``.
@@ -263,7 +263,9 @@ class IndexOpsMixin(ContainerMixin):
                 swapped[d0], swapped[d1] = swapped[d1], swapped[d0]
                 return tuple(swapped)
 
-        return map_leaves(self, lambda t: torch.rot90(t, k, (d0, d1)), new_size, True, names)
+        return map_leaves(
+            self, lambda t: torch.rot90(t, k, (d0, d1)), new_size, True, names, moves=True
+        )
 
     # ------------------------------------------------------------------ growing
     def _reps(self, reps: tuple, api: str) -> tuple:

@@ -38,6 +38,7 @@ def map_leaves(
     names: Any,
     *,
     keep_non_tensor: bool = True,
+    moves: bool = False,
 ) -> Any:
     """``fn`` on every tensor leaf; a container of ``self``'s class with ``new_size``.
 
@@ -45,48 +46,57 @@ def map_leaves(
     ``tail``: nested containers keep their batch dims beyond ``self``'s after
     ``new_size`` (batch-dim ops); otherwise their batch size is ``new_size``.
     ``names`` is a function of a level's names giving the new names, or None.
+    ``moves``: the op moves elements along the batch dims (flip, roll...), which a
+    ``NonTensorStack`` (one value per element) cannot follow.
     """
     data = self._data
     out: dict[str, Any] = {}
-    if new_size is None:
+    if new_size is None and not moves:
         for key, value in data.items():
             if type(value) is _Tensor or isinstance(value, _Tensor):
                 out[key] = fn(value)
             elif is_collection(value):
                 view = value._to_tensordict_view()
-                out[key] = rewrap(value, map_leaves(view, fn, None, tail, names))
-            elif keep_non_tensor:
+                sub = map_leaves(view, fn, None, tail, names, keep_non_tensor=keep_non_tensor)
+                out[key] = rewrap(value, sub)
+            elif keep_non_tensor or not isinstance(value, NonTensorData):
                 out[key] = value
         if names is None:
             return self._like(out)
         return self._like(out, None, names(self._names))
     ndim = len(self._batch_size)
+    size = self._batch_size if new_size is None else new_size
     for key, value in data.items():
         if type(value) is _Tensor or isinstance(value, _Tensor):
             out[key] = fn(value)
         elif is_collection(value):
             view = value._to_tensordict_view()
-            inner = new_size + view._batch_size[ndim:] if tail else new_size
-            sub = map_leaves(view, fn, inner, tail, names, keep_non_tensor=keep_non_tensor)
+            inner = size + view._batch_size[ndim:] if tail else size
+            sub = map_leaves(
+                view, fn, inner, tail, names, keep_non_tensor=keep_non_tensor, moves=moves
+            )
             out[key] = rewrap(value, sub)
-        elif keep_non_tensor and isinstance(value, NonTensorData):
-            out[key] = non_tensor_with(value, new_size, ndim, tail)
+        elif isinstance(value, NonTensorData):
+            if keep_non_tensor:
+                out[key] = non_tensor_with(value, size, ndim, tail, key)
+        else:
+            out[key] = value
+    if new_size is None:
+        return self._like(out) if names is None else self._like(out, None, names(self._names))
     level_names = None if names is None else names(self._names)
     return self._like(out, new_size, level_names)
 
 
-def non_tensor_with(value: NonTensorData, new_size: torch.Size, ndim: int, tail: bool):
+def non_tensor_with(value: NonTensorData, new_size: torch.Size, ndim: int, tail: bool, key: Any):
     """A non-tensor leaf given the batch size of its container after an op."""
     size = new_size + value.batch_size[ndim:] if tail else new_size
     if type(value) is NonTensorData:
         return NonTensorData._make(value.data, size, value.device)
-    if value.batch_size == size:
-        return value
-    # one value per element cannot follow a reduction: keep the first value
-    first = value.tolist()
-    for _ in range(len(value.batch_size)):
-        first = first[0] if isinstance(first, list) and first else first
-    return NonTensorData._make(first, size, value.device)
+    raise TypeError(
+        f"TensorDict: the entry {key!r} holds one non-tensor value per batch element (a "
+        f"NonTensorStack), which this operation cannot reorder, reduce or resize. Drop the "
+        f"non-tensor entries first (td.filter_non_tensor_data()) or exclude that key."
+    )
 
 
 def tensor_leaves(self: Any) -> list:

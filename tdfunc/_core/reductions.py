@@ -342,7 +342,7 @@ class ReductionsMixin(ContainerMixin):
             tensor([1., 2., 3.])
         """
         (d,) = batch_dims(self, dim, "cumsum")
-        return map_leaves(self, lambda t: t.cumsum(d, dtype=dtype), None, True, None)
+        return map_leaves(self, lambda t: t.cumsum(d, dtype=dtype), None, True, None, moves=True)
 
     def cumprod(self, dim: int, *, dtype=None):
         """The cumulative product along batch dim ``dim``.
@@ -352,7 +352,7 @@ class ReductionsMixin(ContainerMixin):
             tensor([1., 2., 6.])
         """
         (d,) = batch_dims(self, dim, "cumprod")
-        return map_leaves(self, lambda t: t.cumprod(d, dtype=dtype), None, True, None)
+        return map_leaves(self, lambda t: t.cumprod(d, dtype=dtype), None, True, None, moves=True)
 
     def logsumexp(self, dim: Any = None, keepdim: bool = False, *, out=None):
         """The log of summed exponentials along batch dims (all of them without ``dim``).
