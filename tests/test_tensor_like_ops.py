@@ -240,6 +240,10 @@ def test_new_constructors():
     out = ints.new_tensor([1.5, 2.5])
     assert out["i"].tolist() == [1, 2] and out["f"].tolist() == [1.5, 2.5]
     assert out.batch_size == torch.Size([2])
+    source = torch.tensor([1.5, 2.5, 3.5], requires_grad=True)
+    out = ints.new_tensor(source)
+    assert out["i"].tolist() == [1, 2, 3] and not out["f"].requires_grad
+    assert out["f"].data_ptr() != source.data_ptr()
     out = ints.new_tensor(TensorDict({"i": torch.ones(3), "f": torch.ones(3)}, [3]))
     assert out["i"].dtype == torch.int64 and out.batch_size == torch.Size([3])
     assert td.new_zeros(2, dtype=torch.float64)["a"].dtype == torch.float64

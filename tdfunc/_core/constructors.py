@@ -147,14 +147,25 @@ class ConstructorsMixin(ContainerMixin):
             tensor([1, 2])
         """
         kwargs = {"dtype": dtype, "device": device, "requires_grad": requires_grad}
+
+        def copy(t: _Tensor, d: _Tensor) -> _Tensor:  # Tensor.new_tensor warns on tensors
+            out = d.detach().to(
+                device=device if device is not None else t.device,
+                dtype=dtype if dtype is not None else t.dtype,
+                copy=True,
+            )
+            return out.requires_grad_(requires_grad)
+
         if is_collection(data):
             from .leafwise import map_pairs
 
             view = data._to_tensordict_view()
-            pairs = map_pairs(self, view, lambda t, d: t.new_tensor(d, **kwargs), "new_tensor")
+            pairs = map_pairs(self, view, copy, "new_tensor")
             return pairs._like(pairs._data, view._batch_size, None)
-        source = torch.as_tensor(data)
-        return self._new(source.shape, lambda t: t.new_tensor(source, **kwargs))
+        if not isinstance(data, _Tensor):
+            shape = torch.as_tensor(data).shape
+            return self._new(shape, lambda t: t.new_tensor(data, **kwargs))
+        return self._new(data.shape, lambda t: copy(t, data))
 
     # ------------------------------------------------------------------ from other structures
     @classmethod
