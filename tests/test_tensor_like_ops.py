@@ -451,3 +451,20 @@ def test_non_tensor_leaves_follow_or_refuse():
         with pytest.raises(TypeError, match="NonTensorStack"):
             op(stacked)
     assert op(stacked.filter_non_tensor_data())["x"].shape == (4,)
+
+
+def test_reductions_inside_torch_func_transforms():
+    params, plain = make(1)
+
+    def loss(p):
+        return (p * p).sum(reduce=True) + p.norm()["a"]
+
+    grads = torch.func.grad(loss)(params)
+    a = plain[("a",)]
+    expected = {k: 2 * v for k, v in plain.items()}
+    expected[("a",)] = 2 * a + a / torch.linalg.vector_norm(a)
+    assert_leafwise(grads, expected, [3])
+    means = torch.func.vmap(lambda p: p.mean(0))(params.unsqueeze(1).expand(3, 2))
+    assert_leafwise(means, plain, [3])
+    stds = torch.func.vmap(lambda p: p.std("feature"))(params)
+    assert_leafwise(stds, {k: v.reshape(3, -1).std(-1) for k, v in plain.items()}, [3])
