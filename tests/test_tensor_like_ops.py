@@ -430,6 +430,9 @@ def test_consolidate_in_place_and_to_a_file(tmp_path):
     locked, _ = make(1, lock=True)
     with pytest.raises(RuntimeError, match="locked"):
         locked.consolidate(inplace=True)
+    on_cpu = make(1)[0].consolidate(device="cpu")
+    assert on_cpu.device == torch.device("cpu") and on_cpu["n"].device == torch.device("cpu")
+    assert on_cpu.is_consolidated()
 
 
 # ---------------------------------------------------------------- non-tensor leaves
