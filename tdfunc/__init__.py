@@ -11,6 +11,11 @@ Example:
 from ._core.base import TensorDictBase as TensorDictBase
 from ._core.container import TensorDict as TensorDict
 from ._core.container import is_tensor_collection as is_tensor_collection
+from ._core.functional import cat as cat
+from ._core.functional import merge_tensordicts as merge_tensordicts
+from ._core.functional import pad as pad
+from ._core.functional import pad_sequence as pad_sequence
+from ._core.functional import stack as stack
 from ._core.keys import NestedKey as NestedKey
 from ._core.keys import unravel_key as unravel_key
 from ._core.nontensor import NonTensorData as NonTensorData

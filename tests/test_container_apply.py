@@ -257,5 +257,7 @@ def test_eq_with_non_tensor_leaves():
 
 def test_norm():
     td, _ = _pair()
-    expected = torch.cat([td["a"].flatten(), td["n", "b"]]).norm()
-    assert torch.allclose(td.norm(), expected)
+    norms = td.norm()  # one 2-norm per leaf, batch_size=[] (tensordict's norm)
+    assert norms.batch_size == torch.Size([])
+    assert torch.allclose(norms["a"], td["a"].norm())
+    assert torch.allclose(norms["n", "b"], td["n", "b"].norm())

@@ -13,12 +13,14 @@ mixins are covered at once), and is reported otherwise.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import operator
 import pickle
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from corpus import Sample, sample
@@ -158,10 +160,86 @@ def _to_module(o: Any) -> Any:
     return inside, module.weight.clone()
 
 
+_Plain = dataclasses.make_dataclass("_Plain", ["obs", "reward", "extra", "label"])
+
+
+def _struct_array() -> np.ndarray:
+    dtype = [("obs", "f4", (2,)), ("reward", "f4"), ("extra", [("value", "f4", (5,))])]
+    array = np.zeros((4, 3), dtype=dtype)
+    array["reward"] = np.arange(12, dtype=np.float32).reshape(4, 3)
+    return array
+
+
 # name -> (function of the container, which corpus entry) ; functions taking
 # ``tmp_path`` get a fresh directory.
 CASES: dict[str, tuple[Callable, str]] = {
     "__abs__": (abs, "sample"),
+    # the tensor-like surface (issue 13): every method on the sample, with arguments
+    "add": (lambda o: o.add(1.5), "sample"),
+    "sub": (lambda o: o.sub(o), "sample"),
+    "mul": (lambda o: o.mul(2), "sample"),
+    "div": (lambda o: o.div(2), "sample"),
+    "addcdiv": (lambda o: o.addcdiv(o, o + 2.0), "sample"),
+    "addcdiv_": (lambda o: o.addcdiv_(o.clone(), o + 2.0), "sample"),
+    "addcmul": (lambda o: o.addcmul(o, o), "sample"),
+    "addcmul_": (lambda o: o.addcmul_(o.clone(), o.clone()), "sample"),
+    "lerp": (lambda o: o.lerp(o * 0, 0.5), "sample"),
+    "pow_": (lambda o: o.pow_(2), "sample"),
+    "clamp_": (lambda o: o.clamp_(-0.5, 0.5), "sample"),
+    "clamp_max": (lambda o: o.clamp_max(0.1), "sample"),
+    "clamp_max_": (lambda o: o.clamp_max_(0.1), "sample"),
+    "clamp_min": (lambda o: o.clamp_min(0.1), "sample"),
+    "clamp_min_": (lambda o: o.clamp_min_(0.1), "sample"),
+    "maximum": (lambda o: o.maximum(o * 0), "sample"),
+    "maximum_": (lambda o: o.maximum_(o * 0), "sample"),
+    "minimum": (lambda o: o.minimum(o * 0), "sample"),
+    "minimum_": (lambda o: o.minimum_(o * 0), "sample"),
+    "cummax": (lambda o: o.cummax(1), "sample"),
+    "cummin": (lambda o: o.cummin(1), "sample"),
+    "cumprod": (lambda o: o.cumprod(0), "sample"),
+    "cumsum": (lambda o: o.cumsum(1), "sample"),
+    "softmax": (lambda o: o.softmax(1), "sample"),
+    "log_softmax": (lambda o: o.log_softmax(0), "sample"),
+    "backward": (lambda o: o.apply(lambda t: t.requires_grad_()).sum().backward(), "sample"),
+    "broadcast_to": (lambda o: o[:1].broadcast_to((2, 4, 3)), "sample"),
+    "gather": (lambda o: o.gather(1, torch.zeros(4, 2, dtype=torch.long)), "sample"),
+    "masked_fill": (lambda o: o.masked_fill(o["reward"] > 0, 0.0), "sample"),
+    "masked_fill_": (lambda o: o.masked_fill_(o["reward"] > 0, 0.0), "sample"),
+    "masked_select": (lambda o: o.masked_select(o["reward"] > 0), "sample"),
+    "where": (lambda o: o.where(o["reward"] > 0, o * 0), "sample"),
+    "movedim": (lambda o: o.movedim(0, 1), "sample"),
+    "moveaxis": (lambda o: o.moveaxis(0, 1), "sample"),
+    "swapaxes": (lambda o: o.swapaxes(0, 1), "sample"),
+    "swapdims": (lambda o: o.swapdims(0, 1), "sample"),
+    "narrow": (lambda o: o.narrow(0, 1, 2), "sample"),
+    "pad": (lambda o: o.pad([1, 1]), "sample"),
+    "repeat_interleave": (lambda o: o.repeat_interleave(2, dim=0), "sample"),
+    "roll": (lambda o: o.roll(1, 0), "sample"),
+    "tensor_split": (lambda o: o.tensor_split(2, dim=0), "sample"),
+    "new_full": (lambda o: o.new_full((2,), 3.0), "sample"),
+    "new_tensor": (lambda o: o.new_tensor(torch.ones(4, 3)), "sample"),
+    "get_at": (lambda o: o.get_at("reward", 0), "sample"),
+    "set_at_": (lambda o: o.set_at_("reward", torch.zeros(3), 0)["reward"], "sample"),
+    "update_at_": (lambda o: o.update_at_({"reward": torch.zeros(3)}, 0)["reward"], "sample"),
+    "copy_at_": (lambda o: o.copy_at_(o[0] * 0, 1), "sample"),
+    "from_dict": (lambda o: type(o).from_dict(o.to_dict(), batch_size=[4, 3]), "sample"),
+    "from_any": (lambda o: type(o).from_any(o.to_dict(), batch_size=[4, 3]), "sample"),
+    "from_dataclass": (
+        lambda o: type(o).from_dataclass(
+            _Plain(o["obs"], o["reward"], o["extra"], "train"), batch_size=[4, 3]
+        ),
+        "sample",
+    ),
+    "from_namedtuple": (lambda o: type(o).from_namedtuple(o.to_namedtuple()), "sample"),
+    "from_struct_array": (
+        lambda o: type(o).from_struct_array(_struct_array()).select("obs", "reward", "extra"),
+        "sample",
+    ),
+    "data_ptr": (lambda o: int(o.data_ptr()["obs"]) == o["obs"].data_ptr(), "sample"),
+    "new_empty": (lambda o: o.new_empty((2,)).batch_size, "sample"),
+    "numpy": (lambda o: torch.as_tensor(o.numpy()["obs"]), "sample"),
+    "repeat": (lambda o: o.repeat(2, 1), "sample"),
+    "to_namedtuple": (lambda o: (o.to_namedtuple().obs, o.to_namedtuple().extra.value), "sample"),
     "__exit__": (lambda o: o.__exit__(None, None, None), "sample"),
     "__getstate__": (lambda o: pickle.loads(pickle.dumps(o)), "sample"),
     "get_non_tensor": (lambda o: o.get_non_tensor("label"), "sample"),
@@ -347,7 +425,7 @@ def _assert_same(got: Any, want: Any, where: str) -> None:
         for index, (g, w) in enumerate(zip(got, want)):
             _assert_same(g, w, f"{where}[{index}]")
     elif isinstance(want, dict):
-        assert got.keys() == want.keys(), (where, sorted(got), sorted(want))
+        assert got.keys() == want.keys(), (where, sorted(got, key=str), sorted(want, key=str))
         for key in want:
             _assert_same(got[key], want[key], f"{where}[{key!r}]")
     else:

@@ -170,37 +170,8 @@ class ArithmeticMixin(ContainerMixin):
     def __abs__(self) -> Self:
         return self._apply_tree(torch.abs, (), None, None, False, check=False)
 
-    def _unary(self, fn: Callable):
-        return self._apply_tree(fn, (), None, None, False, check=False)
-
-    def abs(self) -> Self:
-        """Element-wise ``abs`` of every tensor leaf."""
-        return self._unary(torch.abs)
-
-    def exp(self) -> Self:
-        return self._unary(torch.exp)
-
-    def log(self) -> Self:
-        return self._unary(torch.log)
-
-    def sqrt(self) -> Self:
-        return self._unary(torch.sqrt)
-
-    def sign(self) -> Self:
-        return self._unary(torch.sign)
-
-    def sigmoid(self) -> Self:
-        return self._unary(torch.sigmoid)
-
-    def tanh(self) -> Self:
-        return self._unary(torch.tanh)
-
     def pow(self, exponent) -> Self:
         return _binary(self, exponent, operator.pow, "pow")
-
-    def clamp(self, min=None, max=None) -> Self:
-        """Clamp every tensor leaf to ``[min, max]``."""
-        return self._unary(lambda t: t.clamp(min, max))
 
     def __eq__(self, other) -> Self:  # type: ignore[override]
         if other is None:
@@ -261,22 +232,9 @@ class ArithmeticMixin(ContainerMixin):
             return self
         raise TypeError("TensorDict.lerp_: end must be a TensorDict with the same keys.")
 
-    def all(self) -> bool:
-        """True when every element of every tensor leaf is true (non-zero)."""
-        return all(bool(v.all()) for v in self._tensor_leaves())
-
-    def any(self) -> bool:
-        """True when some element of some tensor leaf is true (non-zero)."""
-        return any(bool(v.any()) for v in self._tensor_leaves())
-
     def _tensor_leaves(self):
         for value in self._data.values():
             if isinstance(value, torch.Tensor):
                 yield value
             elif getattr(type(value), "_is_tensor_collection", False):
                 yield from value._to_tensordict_view()._tensor_leaves()
-
-    def norm(self) -> torch.Tensor:
-        """The 2-norm of all tensor leaves taken together."""
-        leaves = [v.detach().float().pow(2).sum() for v in self._tensor_leaves()]
-        return torch.stack(leaves).sum().sqrt() if leaves else torch.zeros(())

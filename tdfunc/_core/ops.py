@@ -35,6 +35,7 @@ from .context import ContextMixin
 from .key_views import KeyViewsMixin
 from .nontensor import NonTensorMixin
 from .shape_ops import ShapeOpsMixin
+from .tensor_like import TensorLikeMixin
 from .torch_function import TorchFunctionMixin
 
 
@@ -43,6 +44,7 @@ class TensorOps(
     AccessMixin,
     KeyViewsMixin,
     ShapeOpsMixin,
+    TensorLikeMixin,
     ArithmeticMixin,
     ApplyMixin,
     TorchFunctionMixin,

@@ -233,6 +233,192 @@ def rand_like(item, **kwargs):
     return item.apply(lambda t: torch.rand_like(t, **kwargs))
 
 
+# ---------------------------------------------------------------------- tensor-like surface
+# Reductions, pointwise math, index ops (methods of TensorLikeMixin), autograd and losses.
+def _method_handler(name: str) -> Callable:
+    def handler(item, *args, **kwargs):
+        if kwargs and "out" in kwargs and kwargs["out"] is None:
+            del kwargs["out"]
+        return getattr(item, name)(*args, **kwargs)
+
+    handler.__name__ = name
+    return handler
+
+
+_METHODS = [
+    "sum",
+    "nansum",
+    "mean",
+    "nanmean",
+    "std",
+    "var",
+    "prod",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "cumsum",
+    "cumprod",
+    "cummax",
+    "cummin",
+    "logsumexp",
+    "all",
+    "any",
+    "gather",
+    "flip",
+    "fliplr",
+    "flipud",
+    "roll",
+    "rot90",
+    "movedim",
+    "moveaxis",
+    "swapaxes",
+    "swapdims",
+    "narrow",
+    "tile",
+    "repeat_interleave",
+    "broadcast_to",
+    "tensor_split",
+    "masked_select",
+    "masked_fill",
+    "atleast_1d",
+    "atleast_2d",
+    "atleast_3d",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "lerp",
+    "addcmul",
+    "addcdiv",
+    "isnan",
+    "isfinite",
+    "isinf",
+    "isposinf",
+    "isneginf",
+    "isreal",
+    "abs",
+    "acos",
+    "asin",
+    "atan",
+    "ceil",
+    "cos",
+    "cosh",
+    "erf",
+    "erfc",
+    "erfinv",
+    "exp",
+    "expm1",
+    "floor",
+    "frac",
+    "lgamma",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "neg",
+    "reciprocal",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "sin",
+    "sinh",
+    "sqrt",
+    "tan",
+    "tanh",
+    "trunc",
+]
+for _name in _METHODS:
+    HANDLED[getattr(torch, _name)] = _method_handler(_name)
+HANDLED[torch.negative] = _method_handler("neg")
+HANDLED[torch.absolute] = _method_handler("abs")
+HANDLED[torch.clip] = _method_handler("clamp")
+
+
+def _is_container(value) -> bool:
+    return getattr(type(value), "_is_tensor_collection", False)
+
+
+def _pairwise(name: str) -> Callable:
+    """``torch.maximum(a, b)`` and friends: elementwise, either side a container."""
+    function = getattr(torch, name)
+
+    def handler(input, other, *, out=None):
+        from .leafwise import map_pairs
+
+        if _is_container(input):
+            result = map_pairs(input, other, function, name)
+        else:
+            result = map_pairs(other, input, lambda b, a: function(a, b), name)
+        if out is not None:
+            out.update_(result)
+            return out
+        return result
+
+    return handler
+
+
+for _name in ("maximum", "minimum", "fmax", "fmin"):
+    HANDLED[getattr(torch, _name)] = _pairwise(_name)
+
+
+@implements(torch.where)
+def _where(condition, input=None, other=None, *, out=None):
+    if _is_container(input):
+        return input.where(condition, other, out=out)
+    if _is_container(other):
+        return other.where(~condition, input, out=out)
+    raise TypeError("torch.where: with containers, pass torch.where(condition, input, other).")
+
+
+@implements(torch.softmax, torch.nn.functional.softmax)
+def _softmax(input, dim=None, _stacklevel=3, dtype=None):
+    return input.softmax(dim, dtype=dtype)
+
+
+@implements(torch.log_softmax, torch.nn.functional.log_softmax)
+def _log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    return input.log_softmax(dim, dtype=dtype)
+
+
+@implements(torch.autograd.grad)
+def _autograd_grad(outputs, inputs, grad_outputs=None, **kwargs):
+    from .autograd import autograd_grad
+
+    return autograd_grad(outputs, inputs, grad_outputs, **kwargs)
+
+
+def _loss(function: Callable) -> Callable:
+    def handler(input, target, *args, **kwargs):
+        from .leafwise import map_leaves, map_pairs
+
+        reduction = kwargs.get("reduction", "mean")
+        if _is_container(input):
+            result = map_pairs(input, target, lambda a, b: function(a, b, *args, **kwargs), "loss")
+        else:
+            result = map_pairs(target, input, lambda b, a: function(a, b, *args, **kwargs), "loss")
+        if reduction == "none":
+            return result
+        return map_leaves(result, lambda t: t, torch.Size(()), False, lambda names: None)
+
+    handler.__name__ = function.__name__
+    return handler
+
+
+for _loss_fn in (
+    torch.nn.functional.l1_loss,
+    torch.nn.functional.mse_loss,
+    torch.nn.functional.smooth_l1_loss,
+    torch.nn.functional.huber_loss,
+    torch.nn.functional.binary_cross_entropy,
+    torch.nn.functional.binary_cross_entropy_with_logits,
+    torch.nn.functional.kl_div,
+    torch.nn.functional.soft_margin_loss,
+    torch.nn.functional.poisson_nll_loss,
+):
+    HANDLED[_loss_fn] = _loss(_loss_fn)
+
+
 class TorchFunctionMixin:
     """Routes the torch functions in :data:`HANDLED` to their container versions."""
 

@@ -202,9 +202,10 @@ class TensorClass(TensorClassConvert, metaclass=_Meta):
 
 def _reserved_names() -> frozenset[str]:
     if not _RESERVED:
-        # "data" is free: TensorClass has no such member, and the seeds' persistence
-        # example declares a field named data without the shadow flag.
-        _RESERVED.append(frozenset(dir(TensorClass)) | frozenset(dir(TensorDict)))
+        # "data" is free: the seeds' persistence example declares a field named data
+        # without the shadow flag ("sub" too: a common field name; the field wins).
+        free = {"data", "sub"}
+        _RESERVED.append(frozenset(dir(TensorClass)) | (frozenset(dir(TensorDict)) - free))
     return _RESERVED[0]
 
 
