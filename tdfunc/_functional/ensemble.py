@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from .._core.container import TensorDict
+from .batched import Context, build_plan
 
 _RANDOMNESS = ("error", "different", "same")
 _SCALAR = torch.Size([])
@@ -170,6 +171,60 @@ def _slots(layout: tuple) -> list:
         else:
             out += _slots(child)
     return out
+
+
+def _slot_index(layout: tuple, template: nn.Module) -> dict:
+    """``(id(module), name) -> leaf position`` for every tensor slot of ``template``
+    (a tied tensor's slots all point to its one leaf)."""
+    positions: dict[str, int] = {}
+
+    def walk(layout: tuple, prefix: str) -> None:
+        for key, _, child in layout:
+            if child is None:
+                positions[prefix + key] = len(positions)
+            else:
+                walk(child, f"{prefix}{key}.")
+
+    walk(layout, "")
+    index, by_identity, pending = {}, {}, []
+    for prefix, module in template.named_modules(remove_duplicate=False):
+        for owner in (module._parameters, module._buffers):
+            for name, value in owner.items():
+                if value is None:
+                    continue
+                position = positions.get(f"{prefix}.{name}" if prefix else name)
+                if position is None:
+                    pending.append((module, name, value))
+                else:
+                    index[(id(module), name)] = position
+                    by_identity[id(value)] = position
+    for module, name, value in pending:
+        index[(id(module), name)] = by_identity[id(value)]
+    return index
+
+
+def _lead_inputs(args: tuple, in_dims: Any, members: int) -> tuple:
+    """The positional inputs with the member dim first (a shared input is expanded)."""
+    out = []
+    for position, value in enumerate(args):
+        dim = in_dims[position] if isinstance(in_dims, tuple) else in_dims
+        out.append(_lead_input(value, dim, members))
+    return tuple(out)
+
+
+def _lead_input(value: Any, dim: int | None, members: int) -> Any:
+    if isinstance(value, torch.Tensor):
+        if dim is None:
+            return value.expand(members, *value.shape)
+        if value.shape[dim] != members:
+            raise ValueError(
+                f"Ensemble: an input has size {value.shape[dim]} in its member dim {dim} "
+                f"(in_dims), expected {members} (one slice per member)."
+            )
+        return value if dim == 0 else value.movedim(dim, 0)
+    if isinstance(value, (tuple, list, dict)):
+        return torch.utils._pytree.tree_map(lambda v: _lead_input(v, dim, members), value)
+    return value
 
 
 def _leaves_of(layout: tuple, td: TensorDict, out: list, path: tuple) -> list:
@@ -317,9 +372,12 @@ class Ensemble(nn.Module):
         self._prepare_swap()
         self._num_members = len(models)
         self._batch_size = torch.Size([len(models)])
+        self._context = Context()
+        self.training = template.training  # members given in eval mode make an eval ensemble
         self.in_dims = in_dims
         self.randomness = randomness
         self.chunk_size = chunk_size
+        self._plan_for_mode()
 
     # ------------------------------------------------------------- configuration
     @property
@@ -341,6 +399,7 @@ class Ensemble(nn.Module):
         if value not in _RANDOMNESS:
             raise ValueError(f"Ensemble: randomness must be one of {_RANDOMNESS}, got {value!r}.")
         self._randomness = value
+        self._context.randomness = value
 
     @property
     def chunk_size(self) -> int | None:
@@ -414,7 +473,56 @@ class Ensemble(nn.Module):
         """Every member's output, stacked along a new dim 0."""
         return self._run(tuple([owner[key] for owner, key in self._slots]), args, kwargs)
 
+    @property
+    def batched_summary(self) -> str:
+        """Which layers run as batched kernels and which under ``vmap`` (also in the repr).
+
+        Example:
+            >>> ensemble = Ensemble(nn.Sequential(nn.Linear(2, 4), nn.ReLU()), num_members=3)
+            >>> ensemble.batched_summary
+            '2/2 layers batched'
+        """
+        return self._report.summary()
+
+    def _plan_for_mode(self) -> None:
+        # One plan per train/eval mode: a traced forward may read self.training.
+        mode = self.training
+        plans = self.__dict__.setdefault("_plans", {})
+        if mode not in plans:
+            index = _slot_index(self._layout, self._template)
+            plans[mode] = build_plan(self._template, index, self._context)
+        self._batched, self._report = plans[mode]
+
     def _run(self, leaves: tuple, args: tuple, kwargs: dict):
+        batched = self._batched
+        if batched is None:
+            return self._run_vmapped(leaves, args, kwargs)
+        in_dims = self._in_dims
+        if isinstance(in_dims, tuple) and len(in_dims) != len(args):
+            raise ValueError(
+                f"Ensemble: in_dims has {len(in_dims)} entries but the forward got "
+                f"{len(args)} positional inputs; give one int | None per input."
+            )
+        members = self._num_members
+        args = _lead_inputs(args, in_dims, members)
+        if kwargs:
+            kwargs = {key: _lead_input(value, None, members) for key, value in kwargs.items()}
+        chunk = self._chunk_size
+        if chunk is None or chunk >= members:
+            return batched(leaves, *args, **kwargs)
+        outputs = []
+        for start in range(0, members, chunk):
+            part = slice(start, start + chunk)
+            outputs.append(
+                batched(
+                    tuple([leaf[part] for leaf in leaves]),
+                    *_slice_members(args, part),
+                    **_slice_members(kwargs, part),
+                )
+            )
+        return torch.utils._pytree.tree_map(lambda *xs: torch.cat(xs), *outputs)
+
+    def _run_vmapped(self, leaves: tuple, args: tuple, kwargs: dict):
         # vmap sees a flat tuple of tensors, not the nested TensorDict: flattening
         # a tuple is cheaper than a tree of containers, and the member function
         # rebuilds the (unbatched) TensorDict from the layout in a few dict writes.
@@ -479,15 +587,64 @@ class Ensemble(nn.Module):
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         self._prepare_swap()  # a copy (deepcopy, pickle) has a new template
+        self._plan_for_mode()
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        for name in ("_plans", "_batched", "_report"):  # closures over the template
+            state.pop(name, None)
+        return state
 
     def train(self, mode: bool = True) -> Ensemble:
         super().train(mode)
         self._template.train(mode)
+        self._plan_for_mode()
         return self
+
+    # ------------------------------------------------------------------ training
+    def clip_grad_norm_(
+        self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
+    ) -> torch.Tensor:
+        """Clip each member's gradient norm on its own; returns the N norms before clipping.
+
+        ``torch.nn.utils.clip_grad_norm_(ensemble.parameters(), ...)`` would
+        compute one norm over all members and scale them all by it; this is
+        ``clip_grad_norm_`` applied to every member alone, in a few batched ops.
+
+        Example:
+            >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)])
+            >>> ensemble(torch.randn(4, 2)).sum().backward()
+            >>> ensemble.clip_grad_norm_(0.5).shape
+            torch.Size([3])
+        """
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        members = self._num_members
+        if not grads:
+            return torch.zeros(members)
+        norm_type = float(norm_type)
+        per_tensor = [
+            torch.linalg.vector_norm(g.reshape(members, -1), norm_type, dim=1) for g in grads
+        ]
+        total = torch.linalg.vector_norm(torch.stack(per_tensor, 1), norm_type, dim=1)
+        if error_if_nonfinite and not bool(torch.isfinite(total).all()):
+            raise RuntimeError(
+                f"Ensemble.clip_grad_norm_: the gradient norm of order {norm_type} is not "
+                f"finite for members {torch.nonzero(~torch.isfinite(total)).flatten().tolist()}."
+            )
+        scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(scale.to(g.dtype).view(members, *(1,) * (g.dim() - 1)))
+        return total
 
     def extra_repr(self) -> str:
         return (
             f"num_members={self._num_members}, in_dims={self._in_dims}, "
             f"randomness={self._randomness!r}, chunk_size={self._chunk_size}, "
-            f"template={type(self._template).__name__}"
+            f"template={type(self._template).__name__}, batched: {self._report.summary()}"
         )
+
+
+def _slice_members(value: Any, part: slice) -> Any:
+    return torch.utils._pytree.tree_map(
+        lambda v: v[part] if isinstance(v, torch.Tensor) else v, value
+    )
