@@ -87,6 +87,19 @@ TWO_DIM_OPS = {  # name -> the two dims' (position, keyword, default)
     "movedim": ((1, "source", None), (2, "destination", None)),
 }
 
+# Functions acting on each sample of a [B, C, ...] batch alone: the members fold
+# into the batch dim (``per_sample``).
+PER_SAMPLE_FUNCTIONS = frozenset(
+    getattr(F, name)
+    for name in _words(
+        "max_pool1d max_pool2d max_pool3d avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d "
+        "adaptive_avg_pool2d adaptive_avg_pool3d adaptive_max_pool1d adaptive_max_pool2d "
+        "adaptive_max_pool3d lp_pool1d lp_pool2d interpolate upsample pad pixel_shuffle "
+        "pixel_unshuffle"
+    )
+    if hasattr(F, name)
+)
+
 FUNCTION_NAMES: dict = {}
 for _name in [*DIM_OPS, *TWO_DIM_OPS, "reshape", "permute", "matmul", "bmm", "mm"]:
     for _namespace in (torch, F):
@@ -189,6 +202,19 @@ def getitem(x, index):
     if advanced > 1:  # numpy rules would move the indexed dims before the member dim
         return torch.func.vmap(lambda t: t[index])(x)
     return x[(slice(None), *index)]
+
+
+def per_sample(function):
+    """``function`` of a ``[B, C, ...]`` batch, run on the members folded into the batch."""
+
+    def call(x, *args, **kwargs):
+        out = function(x.flatten(0, 1), *args, **kwargs)
+        if isinstance(out, tuple):  # (values, indices)
+            return tuple(o.unflatten(0, x.shape[:2]) for o in out)
+        return out.unflatten(0, x.shape[:2])
+
+    call.__name__ = f"per_sample_{getattr(function, '__name__', 'op')}"
+    return call
 
 
 def aligned(function, flags):

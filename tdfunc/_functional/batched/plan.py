@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
 
 from . import layers as _layers  # noqa: F401  (registers the built-in layers)
@@ -124,19 +125,35 @@ def _chain(steps: tuple) -> Callable:
 def vmapped_call(module: nn.Module, names: tuple, positions: tuple, context: Context):
     """A step running ``module`` once per member under ``torch.func.vmap``."""
 
-    def member(tensors, *inputs, **kwargs):
-        return torch.func.functional_call(
-            module, dict(zip(names, tensors)), inputs, kwargs, tie_weights=False
-        )
-
     def step(leaves, *inputs, **kwargs):
+        structure = []
+
+        def member(tensors, *inputs, **kwargs):
+            out = torch.func.functional_call(
+                module, dict(zip(names, tensors)), inputs, kwargs, tie_weights=False
+            )
+            # vmap returns tensors only: other outputs (None, ints) are put back after
+            values, spec = pytree.tree_flatten(out)
+            structure[:] = [spec, [_TENSOR if _tensor(v) else v for v in values]]
+            return tuple(v for v in values if _tensor(v))
+
         tensors = tuple([leaves[i] for i in positions])
         dims = (0, *[0 if isinstance(value, torch.Tensor) else None for value in inputs])
-        return torch.func.vmap(member, in_dims=dims, randomness=context.randomness)(
+        outs = torch.func.vmap(member, in_dims=dims, randomness=context.randomness)(
             tensors, *inputs, **kwargs
         )
+        spec, values = structure
+        batched = iter(outs)
+        return pytree.tree_unflatten([next(batched) if v is _TENSOR else v for v in values], spec)
 
     return step
+
+
+_TENSOR = object()  # marks where a vmapped step's outputs were tensors
+
+
+def _tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
 
 
 def build_plan(template: nn.Module, slot_index: dict, context: Context) -> tuple[Any, Report]:

@@ -217,6 +217,14 @@ class _Rewriter:
                 return self.replace_op(node, target, args, kwargs, True)
             self.batched[node] = True
             return
+        if (
+            not is_method
+            and function in ops.PER_SAMPLE_FUNCTIONS
+            and arg_flags[:1] == (True,)
+            and not any(arg_flags[1:])
+            and not any(kwarg_flags.values())
+        ):
+            return self.replace_op(node, ops.per_sample(function), args, kwargs, True)
         rewrite = getattr(self, f"rewrite_{name}", None) if name else None
         if rewrite is not None and rewrite(node, function, args, kwargs):
             return
