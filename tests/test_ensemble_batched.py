@@ -348,7 +348,25 @@ def test_float64_no_grad_and_inference_mode(name):
     with torch.inference_mode():
         torch.testing.assert_close(ensemble(x), loop_forward(members, x))
     out = ensemble(x)  # grads still flow after the no_grad and inference_mode calls
-    assert out.requires_grad
+    out.sum().backward()
+    loop_forward(members, x).sum().backward()
+    for key, grad in flat_grads(ensemble).items():
+        reference = torch.stack([dict(m.named_parameters())[key].grad for m in members])
+        torch.testing.assert_close(grad, reference, msg=key)
+
+
+def test_conversions_and_new_parameters_after_a_forward():
+    members = members_of("tutorial")
+    ensemble = Ensemble(*copy.deepcopy(members))
+    x = torch.randn(4, 1, 4, 4)
+    ensemble(x)  # views of the parameters are kept from here on
+    ensemble.double()  # swaps the parameters' data, same objects
+    torch.testing.assert_close(
+        ensemble(x.double()), loop_forward([m.double() for m in members], x.double())
+    )
+    other = Ensemble(*members_of("tutorial", seed=1)).double()
+    ensemble.load_state_dict(other.state_dict(), assign=True)  # new parameter objects
+    torch.testing.assert_close(ensemble(x.double()), other(x.double()))
 
 
 def test_meta_device_members():

@@ -22,6 +22,7 @@ layout with a few dict writes before ``to_module``.
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ from .._core.container import TensorDict
 from .batched import Context, build_plan
 
 _RANDOMNESS = ("error", "different", "same")
+_is_compiling = torch.compiler.is_compiling
 _SCALAR = torch.Size([])
 
 
@@ -372,11 +374,12 @@ class Ensemble(nn.Module):
         self._prepare_swap()
         self._num_members = len(models)
         self._batch_size = torch.Size([len(models)])
-        self._context = Context()
+        self._context = Context(len(self._slots))
         self.training = template.training  # members given in eval mode make an eval ensemble
         self.in_dims = in_dims
         self.randomness = randomness
         self.chunk_size = chunk_size
+        self._derived: dict = {}
         self._plan_for_mode()
 
     # ------------------------------------------------------------- configuration
@@ -388,6 +391,7 @@ class Ensemble(nn.Module):
     @in_dims.setter
     def in_dims(self, value) -> None:
         self._in_dims = _check_in_dims(value)
+        self._fast_entry = value is None and getattr(self, "_chunk_size", None) is None
 
     @property
     def randomness(self) -> str:
@@ -411,6 +415,7 @@ class Ensemble(nn.Module):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"Ensemble: chunk_size must be None or a positive int, got {value!r}.")
         self._chunk_size = value
+        self._fast_entry = value is None and self._in_dims is None
 
     @property
     def num_members(self) -> int:
@@ -467,11 +472,11 @@ class Ensemble(nn.Module):
             >>> ensemble.functional_call(zeros, torch.randn(4, 2)).abs().sum().item()
             0.0
         """
-        return self._run(tuple(_leaves_of(self._layout, params, [], ())), args, kwargs)
+        return self._run(tuple(_leaves_of(self._layout, params, [], ())), args, kwargs, False)
 
     def forward(self, *args, **kwargs):
         """Every member's output, stacked along a new dim 0."""
-        return self._run(tuple([owner[key] for owner, key in self._slots]), args, kwargs)
+        return self._run(tuple([owner[key] for owner, key in self._slots]), args, kwargs, True)
 
     @property
     def batched_summary(self) -> str:
@@ -493,17 +498,28 @@ class Ensemble(nn.Module):
             plans[mode] = build_plan(self._template, index, self._context)
         self._batched, self._report = plans[mode]
 
-    def _run(self, leaves: tuple, args: tuple, kwargs: dict):
+    def _run(self, leaves: tuple, args: tuple, kwargs: dict, own: bool):
         batched = self._batched
         if batched is None:
             return self._run_vmapped(leaves, args, kwargs)
+        leaves = self._extended(leaves) if own else self._context.extend(leaves)
+        members = self._num_members
+        if self._fast_entry and not kwargs:  # shared inputs, all members at once
+            return batched(
+                leaves,
+                *[
+                    a.expand(members, *a.shape)
+                    if isinstance(a, torch.Tensor)
+                    else _lead_input(a, None, members)
+                    for a in args
+                ],
+            )
         in_dims = self._in_dims
         if isinstance(in_dims, tuple) and len(in_dims) != len(args):
             raise ValueError(
                 f"Ensemble: in_dims has {len(in_dims)} entries but the forward got "
                 f"{len(args)} positional inputs; give one int | None per input."
             )
-        members = self._num_members
         args = _lead_inputs(args, in_dims, members)
         if kwargs:
             kwargs = {key: _lead_input(value, None, members) for key, value in kwargs.items()}
@@ -521,6 +537,28 @@ class Ensemble(nn.Module):
                 )
             )
         return torch.utils._pytree.tree_map(lambda *xs: torch.cat(xs), *outputs)
+
+    def _extended(self, leaves: tuple) -> tuple:
+        # The derived leaves (views such as weight.mT) are kept while the
+        # parameters are the same objects, per grad / inference mode (a view made
+        # under no_grad carries no graph). Under torch.compile they are recomputed.
+        context = self._context
+        if not context.derivations:
+            return leaves
+        if _is_compiling():
+            return context.extend(leaves)
+        key = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        cached = self._derived.get(key)
+        if cached is not None and all(map(operator.is_, cached[0], leaves)):
+            return cached[1]
+        extended = context.extend(leaves)
+        self._derived[key] = (leaves, extended)
+        return extended
+
+    def _apply(self, fn, recurse: bool = True):
+        # .to() / .double() may swap a parameter's data in place of the object.
+        self._derived.clear()
+        return super()._apply(fn, recurse)
 
     def _run_vmapped(self, leaves: tuple, args: tuple, kwargs: dict):
         # vmap sees a flat tuple of tensors, not the nested TensorDict: flattening
@@ -591,6 +629,7 @@ class Ensemble(nn.Module):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
+        state["_derived"] = {}
         for name in ("_plans", "_batched", "_report"):  # closures over the template
             state.pop(name, None)
         return state

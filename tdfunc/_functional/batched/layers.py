@@ -98,23 +98,38 @@ def _per_sample(module: nn.Module, slots: dict, context: Context):
     return step
 
 
+def transposed(weight: torch.Tensor) -> torch.Tensor:
+    return weight.mT
+
+
+def row(bias: torch.Tensor) -> torch.Tensor:
+    return bias.unsqueeze(1)
+
+
 @register_planner(nn.Linear)
 def _linear(module: nn.Module, slots: dict, context: Context):
-    w, b = slots["weight"], slots.get("bias")
+    # y = x @ W^T + b for all members: one baddbmm on [N, rows, in] inputs, with
+    # the weight's transpose and the bias as a row read from the derived leaves.
+    w = context.derived(transposed, slots["weight"])
+    b = None if slots.get("bias") is None else context.derived(row, slots["bias"])
+
+    if b is None:
+
+        def step(leaves, x):
+            if x.dim() == 3:
+                return torch.bmm(x, leaves[w])
+            shape = x.shape
+            out = torch.bmm(x.reshape(shape[0], math.prod(shape[1:-1]), shape[-1]), leaves[w])
+            return out.view(*shape[:-1], out.shape[-1])
+
+        return step
 
     def step(leaves, x):
-        weight = leaves[w]
         if x.dim() == 3:
-            if b is None:
-                return torch.bmm(x, weight.mT)
-            return torch.baddbmm(leaves[b].unsqueeze(1), x, weight.mT)
+            return torch.baddbmm(leaves[b], x, leaves[w])
         shape = x.shape
-        rows = math.prod(shape[1:-1])
-        flat = x.reshape(shape[0], rows, shape[-1])
-        if b is None:
-            out = torch.bmm(flat, weight.mT)
-        else:
-            out = torch.baddbmm(leaves[b].unsqueeze(1), flat, weight.mT)
+        flat = x.reshape(shape[0], math.prod(shape[1:-1]), shape[-1])
+        out = torch.baddbmm(leaves[b], flat, leaves[w])
         return out.view(*shape[:-1], out.shape[-1])
 
     return step

@@ -23,12 +23,33 @@ __all__ = ["Context", "planner_for", "register_batched", "register_planner"]
 
 
 class Context:
-    """What a step may read at call time (the ensemble changes it in place)."""
+    """What the steps of one ensemble share: its ``randomness`` (read at call time),
+    and the *derived leaves*: views of the stacked tensors that a step needs in
+    another layout (``weight.mT``), computed once per call instead of once per use,
+    and kept by the ensemble across calls while its parameters stay the same objects.
+    """
 
-    __slots__ = ("randomness",)
+    __slots__ = ("derivations", "leaf_count", "positions", "randomness")
 
-    def __init__(self, randomness: str = "different") -> None:
+    def __init__(self, leaf_count: int = 0, randomness: str = "different") -> None:
         self.randomness = randomness
+        self.leaf_count = leaf_count
+        self.derivations: list[tuple[Callable, int]] = []
+        self.positions: dict[tuple[Callable, int], int] = {}
+
+    def derived(self, function: Callable, position: int) -> int:
+        """The position (in the extended leaves) of ``function(leaves[position])``."""
+        key = (function, position)
+        if key not in self.positions:
+            self.positions[key] = self.leaf_count + len(self.derivations)
+            self.derivations.append(key)
+        return self.positions[key]
+
+    def extend(self, leaves: tuple) -> tuple:
+        """``leaves`` followed by the derived leaves."""
+        if not self.derivations:
+            return leaves
+        return leaves + tuple([function(leaves[i]) for function, i in self.derivations])
 
 
 Planner = Callable[[nn.Module, dict, Context], Any]
