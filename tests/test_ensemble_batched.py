@@ -166,7 +166,11 @@ CORPUS = {
         randn(6),
         "1/1 layers batched; `op linalg_vector_norm` vmapped",
     ),
-    "untraceable": (LengthDependent, randn(6), "forward vmapped (untraceable: RuntimeError)"),
+    "untraceable": (
+        LengthDependent,
+        randn(6),
+        "forward vmapped (untraceable by torch.fx: 'len' is not supported",
+    ),
     "unregistered_layer": (WithAttention, randn(3, 6), "3/4 layers batched; `blk.attn` vmapped"),
 }
 
@@ -202,7 +206,7 @@ def flat_grads(ensemble: Ensemble) -> dict:
 def test_outputs_and_gradients_match_loop_and_torch_func(name):
     members = members_of(name)
     ensemble = Ensemble(*copy.deepcopy(members))
-    assert ensemble.batched_summary == CORPUS[name][2]
+    assert ensemble.batched_summary.startswith(CORPUS[name][2])
     assert CORPUS[name][2] in repr(ensemble)
     x = CORPUS[name][1](5)
     if x.is_floating_point():

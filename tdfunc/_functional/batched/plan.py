@@ -166,7 +166,8 @@ def build_plan(template: nn.Module, slot_index: dict, context: Context) -> tuple
         planner.report.whole = str(error)
         return None, planner.report
     if planner.report.vmapped and not planner.report.batched:
-        planner.report.whole = planner.report.vmapped[0][1]
+        names = ", ".join(f"`{name}`" for name, _ in planner.report.vmapped)
+        planner.report.whole = f"nothing to batch: {names} without a batched form"
         return None, planner.report
     return run, planner.report
 

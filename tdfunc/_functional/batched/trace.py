@@ -62,7 +62,8 @@ def _find_untraceable(module: nn.Module, untraceable: dict, seen: set) -> None:
         try:
             _Tracer(untraceable).trace(module)
         except Exception as error:  # any failure of symbolic tracing: fall back to vmap
-            untraceable[id(module)] = f"untraceable: {type(error).__name__}"
+            message = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            untraceable[id(module)] = f"untraceable by torch.fx: {message[:90]}"
 
 
 def traced_step(planner: Planner, module: nn.Module, path: str) -> Callable:
