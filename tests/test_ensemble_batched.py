@@ -130,6 +130,27 @@ class WithAttention(nn.Module):
         return self.head(self.blk(torch.tanh(self.fc(x)))[:, -1])
 
 
+class ShapeOps(nn.Module):
+    """Dim-taking and shape ops of custom code, all rewritten to the member-leading layout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(12, 8)
+        self.mix = nn.Linear(4, 4)
+        self.offset = nn.Parameter(torch.randn(2, 4))
+
+    def forward(self, x):  # x: [B, 3, 4]
+        h = self.fc(x.reshape(x.size(0), -1))  # [B, 8]
+        a, b = h.split(4, dim=1)
+        pair = torch.stack([a, b], dim=1) + self.offset  # [B, 2, 4]
+        pair = self.mix(pair.transpose(1, 2).permute(0, 2, 1))
+        top = pair.max(dim=1).values  # [B, 4]
+        pad = x.new_zeros(x.shape[0], 2)
+        scores = torch.softmax(torch.cat([top, pad], dim=1), dim=1)  # [B, 6]
+        gated = torch.where(scores > 0.1, scores, scores.unsqueeze(-1).squeeze(-1) * 0.5)
+        return gated[:, :5].view(x.size(0), 5, 1).flatten(1) + h[..., :1]
+
+
 def mlp():
     return nn.Sequential(
         nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3)
@@ -170,6 +191,12 @@ CORPUS = {
         LengthDependent,
         randn(6),
         "forward vmapped (untraceable by torch.fx: 'len' is not supported",
+    ),
+    "shape_ops": (ShapeOps, randn(3, 4), "2/2 layers batched"),
+    "sequential_of_untraceable": (
+        lambda: nn.Sequential(nn.Linear(6, 6), LengthDependent()),
+        randn(6),
+        "1/2 layers batched; `1` vmapped",
     ),
     "unregistered_layer": (WithAttention, randn(3, 6), "3/4 layers batched; `blk.attn` vmapped"),
 }

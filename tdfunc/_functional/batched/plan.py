@@ -66,6 +66,7 @@ class Planner:
         self.context = context
         self.report = Report()
         self.untraceable: dict[int, str] = {}  # id(module) -> why
+        self.checked: set[int] = set()  # ids of the modules tried with torch.fx
 
     def own_slots(self, module: nn.Module) -> dict:
         slots = {}

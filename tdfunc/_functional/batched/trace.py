@@ -68,15 +68,19 @@ def _find_untraceable(module: nn.Module, untraceable: dict, seen: set) -> None:
 
 def traced_step(planner: Planner, module: nn.Module, path: str) -> Callable:
     """The step of a module with custom ``forward`` code (see the module docstring)."""
-    if not path:
-        _find_untraceable(module, planner.untraceable, set())
+    _find_untraceable(module, planner.untraceable, planner.checked)
     why = planner.untraceable.get(id(module))
     if why is None:
+        report = planner.report
+        saved = (list(report.batched), list(report.vmapped))
         try:
             graph = _Tracer(planner.untraceable).trace(module)
             return _Rewriter(planner, module, path, graph).run()
         except _Unbatchable as error:
             why = str(error)
+        except Exception as error:  # a rewrite that fails falls back to vmap, which is exact
+            why = f"cannot rewrite: {type(error).__name__}: {str(error)[:80]}"
+        report.batched[:], report.vmapped[:] = saved  # what this module's steps reported
     if not path:
         raise _WholeForward(why)
     return planner.vmapped_step(module, path, why)
@@ -168,6 +172,8 @@ class _Rewriter:
             return self.on_getattr(node)
         if target is operator.getitem:
             batched = self.is_batched(node.args[0])
+            if self.is_batched(node.args[1]):  # an index that differs per member
+                return self.vmap_op(node, target, (batched, True), {})
             if batched:
                 self.replace_op(node, ops.getitem, node.args, node.kwargs, True)
             else:
@@ -186,7 +192,7 @@ class _Rewriter:
             self.replace_op(node, ops.member_ndim, (value,), {}, False)
         elif attribute in _STATIC_ATTRIBUTES:
             self.batched[node] = False
-        elif attribute == "mT":
+        elif attribute in ("mT", "values", "indices"):  # also (values, indices) results
             self.batched[node] = True
         else:
             raise _Unbatchable(f"reads .{attribute} of a member's tensor")
@@ -288,6 +294,17 @@ class _Rewriter:
             return False
         self.replace_op(node, ops.member_numel, (args[0],), {}, False)
         return True
+
+    def rewrite_new_zeros(self, node, function, args, kwargs) -> bool:
+        # x.new_zeros(shape): only x's dtype and device are read, the result is static
+        if node.op != "call_method" or any(
+            self.is_batched(a) for a in (*args[1:], *kwargs.values())
+        ):
+            return False
+        self.batched[node] = False
+        return True
+
+    rewrite_new_ones = rewrite_new_full = rewrite_new_empty = rewrite_new_zeros
 
     def _shape_op(self, node, helper, args, kwargs) -> bool:
         if kwargs or not self.is_batched(args[0]):
