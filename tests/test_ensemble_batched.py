@@ -192,6 +192,16 @@ CORPUS = {
         randn(6),
         "forward vmapped (untraceable by torch.fx: 'len' is not supported",
     ),
+    "wide_shared_input": (  # one matmul with every member's weight: [B * 40, 128] @ [128, N * 8]
+        lambda: nn.Sequential(nn.Linear(128, 8), nn.ReLU(), nn.Linear(8, 2, bias=False)),
+        randn(40, 128),
+        "3/3 layers batched",
+    ),
+    "wide_shared_input_no_bias": (
+        lambda: nn.Sequential(nn.Linear(128, 8, bias=False), nn.Tanh()),
+        randn(40, 128),
+        "2/2 layers batched",
+    ),
     "shape_ops": (ShapeOps, randn(3, 4), "2/2 layers batched"),
     "sequential_of_untraceable": (
         lambda: nn.Sequential(nn.Linear(6, 6), LengthDependent()),

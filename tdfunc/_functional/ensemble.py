@@ -1,22 +1,29 @@
-"""``Ensemble``: N copies of one architecture run as a single vmapped module.
+"""``Ensemble``: N copies of one architecture run as batched kernels.
 
 The members' parameters are stacked along a new leading dim and registered as
 ``nn.Parameter``s of the ensemble (under ``stacked``, mirroring the model's
 module names), so ``torch.optim``, ``state_dict`` and ``.to()`` see them like
-any other module's. The forward swaps them into one *template* copy of the
-model with :meth:`TensorDict.to_module` inside ``torch.func.vmap``. The
-template is kept out of the module tree (its own tensors are moved to the
-``meta`` device: they are never used, so they take no memory; construction
-checks that the swap fills every slot).
+any other module's. One *template* copy of the model supplies the code; it is
+kept out of the module tree (its own tensors are moved to the ``meta`` device:
+they are never used, so they take no memory).
+
+The forward runs a *batched plan* built once per train/eval mode
+(``batched/``): every layer with a batched form runs once for all members on
+member-leading activations ``[N, B, ...]`` (a ``Linear`` is one ``baddbmm``),
+custom ``forward`` code runs through its ``torch.fx`` rewrite, and what cannot
+be batched runs under ``vmap`` for that part only. When nothing can be
+batched, the whole forward runs as before: the stacked tensors are swapped into
+the template with :meth:`TensorDict.to_module` inside ``torch.func.vmap``
+(construction checks that the swap fills every slot).
 
 What stays fixed is computed once: a *layout* (nested tuples holding the
 ``_parameters`` and ``_buffers`` dicts of the ``stacked`` modules, in the
 TensorDict's key order) and the flat list of leaf slots. The forward reads the
 leaves through those dicts (not cached tensors, so ``.to()``,
-``load_state_dict(assign=True)`` and ``copy.deepcopy`` stay right), hands
-``vmap`` a flat tuple of tensors (cheaper to flatten than a tree of
-containers), and the member function rebuilds the unbatched TensorDict from the
-layout with a few dict writes before ``to_module``.
+``load_state_dict(assign=True)`` and ``copy.deepcopy`` stay right) into a flat
+tuple that the plan's steps index by position. Views of the leaves that steps
+need (``weight.mT``) are kept between calls while the leaves are the same
+objects.
 """
 
 from __future__ import annotations
@@ -277,7 +284,7 @@ def _check_in_dims(in_dims: Any) -> Any:
 
 
 class Ensemble(nn.Module):
-    """N models of one architecture, stacked and run in one vmapped forward.
+    """N models of one architecture, stacked and run as batched kernels.
 
     Build it from N models (``Ensemble(m1, m2, m3)``), or from one model and a
     number of members (``Ensemble(model, num_members=8)``): each member is then a
@@ -290,6 +297,10 @@ class Ensemble(nn.Module):
     The forward runs every member on the inputs and stacks the outputs along a
     new dim 0. By default every member gets the same inputs (``in_dims=None``);
     with ``in_dims=0`` input ``i`` carries one slice per member along dim 0.
+    Each layer runs once for all members (batched kernels on the stacked
+    parameters); parts without a batched form run under ``torch.func.vmap``,
+    with the same results. :attr:`batched_summary` (also in the ``repr``) says
+    which; :func:`~tdfunc.register_batched` adds a batched form for a layer type.
 
     Args:
         *models: the members (same class and parameter shapes), or one model

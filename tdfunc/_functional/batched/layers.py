@@ -106,16 +106,36 @@ def row(bias: torch.Tensor) -> torch.Tensor:
     return bias.unsqueeze(1)
 
 
+def merged(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.flatten(0, 1)
+
+
+# Per-member input elements from which an input shared by the members (expanded,
+# stride 0 along the members) goes through one matmul with every member's weight
+# ([B, in] @ [in, N * out]) instead of a bmm over the expanded input, whose
+# backward is several times slower at these sizes (CPU, measured).
+_SHARED_MATMUL_ELEMENTS = 4096
+
+
 @register_planner(nn.Linear)
 def _linear(module: nn.Module, slots: dict, context: Context):
     # y = x @ W^T + b for all members: one baddbmm on [N, rows, in] inputs, with
     # the weight's transpose and the bias as a row read from the derived leaves.
     w = context.derived(transposed, slots["weight"])
     b = None if slots.get("bias") is None else context.derived(row, slots["bias"])
+    w_all = context.derived(merged, slots["weight"])
+    b_all = None if b is None else context.derived(merged, slots["bias"])
+
+    def shared(leaves, x):
+        first = x[0]
+        out = F.linear(first, leaves[w_all], None if b_all is None else leaves[b_all])
+        return out.unflatten(-1, (x.shape[0], -1)).movedim(-2, 0)
 
     if b is None:
 
         def step(leaves, x):
+            if x.stride(0) == 0 and x.numel() >= _SHARED_MATMUL_ELEMENTS * x.shape[0]:
+                return shared(leaves, x)
             if x.dim() == 3:
                 return torch.bmm(x, leaves[w])
             shape = x.shape
@@ -125,6 +145,8 @@ def _linear(module: nn.Module, slots: dict, context: Context):
         return step
 
     def step(leaves, x):
+        if x.stride(0) == 0 and x.numel() >= _SHARED_MATMUL_ELEMENTS * x.shape[0]:
+            return shared(leaves, x)
         if x.dim() == 3:
             return torch.baddbmm(leaves[b], x, leaves[w])
         shape = x.shape
