@@ -429,6 +429,18 @@ def test_functional_call_batched_with_other_params():
     torch.testing.assert_close(ensemble.functional_call(doubled, x), expected)
 
 
+def test_torch_func_transforms_over_the_batched_forward():
+    members = members_of("tutorial")
+    ensemble = Ensemble(*members)
+    xs = torch.randn(2, 4, 1, 4, 4)
+    expected = torch.stack([loop_forward(members, x) for x in xs])
+    torch.testing.assert_close(vmap(ensemble)(xs), expected)
+    input_grad = torch.func.grad(lambda x: ensemble(x).square().sum())(xs[0])
+    x = xs[0].clone().requires_grad_()
+    loop_forward(members, x).square().sum().backward()
+    torch.testing.assert_close(input_grad, x.grad)
+
+
 # ----------------------------------------------------------------- registration
 class Gate(nn.Module):
     def __init__(self) -> None:

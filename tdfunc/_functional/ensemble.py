@@ -487,7 +487,13 @@ class Ensemble(nn.Module):
 
     def forward(self, *args, **kwargs):
         """Every member's output, stacked along a new dim 0."""
-        return self._run(tuple([owner[key] for owner, key in self._slots]), args, kwargs, True)
+        leaves = tuple([owner[key] for owner, key in self._slots])
+        batched = self._batched
+        if batched is not None and self._fast_entry and not kwargs and len(args) == 1:
+            x = args[0]  # the common call: one input shared by all members
+            if isinstance(x, torch.Tensor):
+                return batched(self._extended(leaves), x.expand(self._num_members, *x.shape))
+        return self._run(leaves, args, kwargs, True)
 
     @property
     def batched_summary(self) -> str:
