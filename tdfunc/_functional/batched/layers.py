@@ -299,17 +299,17 @@ def _dropout(module: nn.Module, slots: dict, context: Context):
 
 @register_planner(nn.Embedding)
 def _embedding(module: nn.Module, slots: dict, context: Context):
-    if module.max_norm is not None:
-        return None  # renormalises the weight in place, row by row: left to vmap
+    if module.max_norm is not None or module.sparse:
+        return None  # in-place renormalisation, sparse gradients: left to vmap
     w = slots["weight"]
-    padding_idx, sparse = module.padding_idx, module.sparse
+    padding_idx = module.padding_idx
 
     def step(leaves, indices):
         weight = leaves[w]
         n, rows = weight.shape[0], weight.shape[1]
         offsets = torch.arange(n, device=indices.device) * rows
         shifted = indices + offsets.view(n, *(1,) * (indices.dim() - 1))
-        out = F.embedding(shifted, weight.flatten(0, 1), sparse=sparse)
+        out = F.embedding(shifted, weight.flatten(0, 1))
         if padding_idx is not None:  # no gradient flows to the padding row
             pad = (indices == padding_idx).unsqueeze(-1)
             out = torch.where(pad, out.detach(), out)
