@@ -171,6 +171,25 @@ CORPUS = {
         randn(6),
         "4/4 layers batched",
     ),
+    "conv1d": (
+        lambda: nn.Sequential(
+            nn.Conv1d(2, 3, 3, padding="same"),
+            nn.BatchNorm1d(3),
+            nn.SiLU(),
+            nn.AdaptiveMaxPool1d(2),
+            nn.Flatten(),
+            nn.Linear(6, 2),
+        ),
+        randn(2, 7),
+        "6/6 layers batched",
+    ),
+    "conv3d": (
+        lambda: nn.Sequential(
+            nn.Conv3d(1, 2, 2, groups=1), nn.ReLU(), nn.Flatten(1), nn.Linear(16, 2)
+        ),
+        randn(1, 3, 3, 3),
+        "4/4 layers batched",
+    ),
     "dropout_eval": (
         lambda: nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.4), nn.Linear(8, 2)).eval(),
         randn(6),
