@@ -1,19 +1,28 @@
-"""Ensemble forward: tdfunc beside torch.func, a Python loop, ``torch.baddbmm`` and ``tensordict``.
+"""Ensembles: tdfunc beside torch.func, a Python loop, ``torch.baddbmm`` and ``tensordict``.
 
-Model: an MLP ``16 -> width -> width -> 8`` (two hidden layers, tanh), a batch of
-64 inputs shared by all members, N members. Configurations ``N8-w32`` and
-``N16-w128``. Implementations of one group (read ratios of medians from one run):
+Models: an MLP ``16 -> width -> width -> 8`` (two hidden layers, tanh) in the
+configurations ``N8-w32`` (8 members, batch 16) and ``N16-w128`` (16 members,
+batch 64), and the torch.func ensembling tutorial's model (``tutorial``: a
+custom ``forward`` with ``x.flatten(1)`` and ``F.relu``, 784-128-128-10, 10
+members, batch 64). A batch of inputs is shared by all members. Implementations
+of one group (read ratios of medians from one run):
 
-- ``tdfunc_ensemble``: ``tdfunc.Ensemble(*models)(x)``;
+- ``tdfunc_ensemble``: ``tdfunc.Ensemble(*models)(x)``: batched kernels (the
+  Sequential runs as a chain of batched layers, the tutorial's forward through
+  its ``torch.fx`` rewrite);
 - ``tdfunc_vmap``: the README's pattern, ``vmap(func, (None, 0))(x, params)`` with
   ``params = TensorDict.from_modules(*models)`` and ``to_module`` inside ``func``;
 - ``torch_func``: ``torch.func.stack_module_state`` + ``functional_call`` in ``vmap``
   (the torch tutorial's recipe);
 - ``loop``: ``torch.stack([m(x) for m in models])``;
-- ``baddbmm``: the MLP written by hand as batched matmuls over the stacked weights;
+- ``baddbmm``: the model written by hand as batched matmuls over stacked weights
+  (pre-transposed: the fastest eager form);
 - ``tensordict``: ``tensordict.TensorDict.from_modules`` + ``to_module`` in ``vmap``.
 
 Gradient recording is on (the parameters require grad), as in a training step.
+The ``train`` groups time one forward and backward of the summed squared
+outputs (``torch_func`` there is ``vmap(grad(loss))``, the loop backpropagates
+each member's loss).
 
 The ``compiled`` groups time the same forwards through ``torch.compile`` (default
 inductor backend, CPU, gcc). Compiling takes tens of seconds, so those benchmarks
@@ -24,13 +33,12 @@ The ``tensordict`` benchmarks come last in this file on purpose: importing
 ``tensordict`` patches ``torch._functorch.vmap`` for the rest of the process, and
 pytest runs benchmarks in file order, so every other benchmark runs unpatched.
 
-Targets (ratios of medians): eager ``tdfunc_ensemble`` at least 10% faster than
-``torch_func``; compiled ``tdfunc_ensemble`` within 1.5x of compiled ``baddbmm``.
+Targets (ratios of medians, CPU, one thread): ``N8-w32`` forward within 1.3x of
+``baddbmm`` and at least 4x faster than ``torch_func``; ``N16-w128`` at least 1.4x
+and ``tutorial`` at least 1.3x faster than ``torch_func``; ``N8-w32`` training step
+at least 3x faster than ``torch_func`` and than the loop; never slower than the loop.
 
-Run this file in its own pytest process for clean ratios: a ``tensordict``
-benchmark in a file collected earlier leaves vmap patched for this one.
-
-    .venv-bench/bin/python -m pytest benchmarks/bench_ensemble.py --benchmark-enable -q
+    OMP_NUM_THREADS=1 python -m pytest benchmarks/bench_ensemble.py --benchmark-enable -q
 """
 
 from __future__ import annotations
@@ -40,13 +48,19 @@ import functools
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, stack_module_state
+from torch.func import functional_call, grad, stack_module_state
 
 from tdfunc import Ensemble, TensorDict
 
-IN_FEATURES, OUT_FEATURES, BATCH = 16, 8, 64
-CONFIGS = {"N8-w32": (8, 32), "N16-w128": (16, 128)}
+IN_FEATURES, OUT_FEATURES = 16, 8
+# name -> (members, batch, make one member, input shape of one sample)
+CONFIGS = {
+    "N8-w32": (8, 16, lambda: make_mlp(32), (IN_FEATURES,)),
+    "N16-w128": (16, 64, lambda: make_mlp(128), (IN_FEATURES,)),
+    "tutorial": (10, 64, lambda: TutorialMLP(), (1, 28, 28)),
+}
 
 
 def make_mlp(width: int) -> nn.Module:
@@ -59,16 +73,58 @@ def make_mlp(width: int) -> nn.Module:
     )
 
 
+class TutorialMLP(nn.Module):
+    """The model of the torch.func model-ensembling tutorial."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(784, 128)
+        self.fc2 = nn.Linear(128, 128)
+        self.fc3 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        x = self.fc1(x)
+        x = F.relu(x)
+        x = self.fc2(x)
+        x = F.relu(x)
+        return self.fc3(x)
+
+
 @functools.lru_cache
 def setup(config: str):
     """Members, shared input and the loop's reference output for one configuration."""
-    members, width = CONFIGS[config]
+    members, batch, make, sample = CONFIGS[config]
     torch.manual_seed(0)
-    models = [make_mlp(width) for _ in range(members)]
-    x = torch.randn(BATCH, IN_FEATURES)
+    models = [make() for _ in range(members)]
+    x = torch.randn(batch, *sample)
     with torch.no_grad():
         expected = torch.stack([m(x) for m in models])
     return models, x, expected
+
+
+def baddbmm_of(models: list):
+    """The forward written by hand: stacked, pre-transposed weights and ``torch.baddbmm``."""
+    weights, biases = [], []
+    names = [n for n, m in models[0].named_modules() if isinstance(m, nn.Linear)]
+    for name in names:
+        layers = [m.get_submodule(name) for m in models]
+        weight = torch.stack([layer.weight.detach() for layer in layers])
+        weights.append(weight.transpose(1, 2).contiguous().requires_grad_())
+        biases.append(torch.stack([layer.bias.detach() for layer in layers]).unsqueeze(1))
+        biases[-1].requires_grad_()
+    members = len(models)
+    activation = torch.relu if isinstance(models[0], TutorialMLP) else torch.tanh
+    w0, w1, w2 = weights
+    b0, b1, b2 = biases
+
+    def forward(x):
+        h = x.flatten(1).expand(members, x.shape[0], -1)
+        h = activation(torch.baddbmm(b0, h, w0))
+        h = activation(torch.baddbmm(b1, h, w1))
+        return torch.baddbmm(b2, h, w2)
+
+    return forward, [*weights, *biases]
 
 
 def forward_of(kind: str, models: list, x: torch.Tensor):
@@ -98,21 +154,42 @@ def forward_of(kind: str, models: list, x: torch.Tensor):
     if kind == "loop":
         return lambda: torch.stack([m(x) for m in models])
     if kind == "baddbmm":
-        weights, biases = [], []
-        for index in (0, 2, 4):
-            stacked_weight = torch.stack([m[index].weight.detach() for m in models])
-            stacked_bias = torch.stack([m[index].bias.detach() for m in models])
-            weights.append(stacked_weight.transpose(1, 2).contiguous().requires_grad_())
-            biases.append(stacked_bias.unsqueeze(1).requires_grad_())
-        members = len(models)
+        return functools.partial(baddbmm_of(models)[0], x)
+    raise ValueError(kind)
 
-        def baddbmm_forward(x):
-            h = x.expand(members, *x.shape)
-            h = torch.tanh(torch.baddbmm(biases[0], h, weights[0]))
-            h = torch.tanh(torch.baddbmm(biases[1], h, weights[1]))
-            return torch.baddbmm(biases[2], h, weights[2])
 
-        return functools.partial(baddbmm_forward, x)
+def train_step_of(kind: str, models: list, x: torch.Tensor):
+    """A zero-argument callable: one forward and backward of every member's loss."""
+    if kind == "tdfunc_ensemble":
+        ensemble = Ensemble(*models)
+
+        def step():
+            ensemble(x).square().sum().backward()
+
+        return step
+    if kind == "torch_func":
+        params, buffers = stack_module_state(models)
+        base = copy.deepcopy(models[0]).to("meta")
+
+        def loss(params, buffers, x):
+            return functional_call(base, (params, buffers), (x,)).square().sum()
+
+        vmapped = torch.vmap(grad(loss), in_dims=(0, 0, None))
+        return lambda: vmapped(params, buffers, x)
+    if kind == "loop":
+
+        def step():
+            for m in models:
+                m(x).square().sum().backward()
+
+        return step
+    if kind == "baddbmm":
+        forward, _ = baddbmm_of(models)
+
+        def step():
+            forward(x).square().sum().backward()
+
+        return step
     raise ValueError(kind)
 
 
@@ -142,6 +219,16 @@ def skip_unless_enabled(request) -> None:
 def test_forward(benchmark, config, kind):
     benchmark.group = f"ensemble_forward[{config}]"
     run(benchmark, config, kind)
+
+
+# ---------------------------------------------------------------- eager training step
+@pytest.mark.parametrize("config", ["N8-w32", "tutorial"])
+@pytest.mark.parametrize("kind", ["tdfunc_ensemble", "torch_func", "loop", "baddbmm"])
+def test_train_step(benchmark, config, kind):
+    benchmark.group = f"ensemble_train_step[{config}]"
+    models, x, _ = setup(config)
+    models = copy.deepcopy(models)  # the loop accumulates gradients in its models
+    benchmark(train_step_of(kind, models, x))
 
 
 # ---------------------------------------------------------------- compiled forward

@@ -24,6 +24,7 @@ from ._distributed.collectives import DistributedWork as DistributedWork
 from ._distributed.sharded import gather_members as gather_members
 from ._distributed.sharded import shard_ensemble as shard_ensemble
 from ._distributed.sharded import shard_range as shard_range
+from ._functional.batched import register_batched as register_batched
 from ._functional.dims import dims_like as dims_like
 from ._functional.ensemble import Ensemble as Ensemble
 from ._functional.functional_call import functional_call as functional_call

@@ -1,29 +1,35 @@
-"""Train an ensemble of small MLPs on noisy ``sin(x)`` in one vmapped step.
+"""Train an ensemble of small MLPs on noisy ``sin(x)``: batched, against a loop and torch.func.
 
 Run ``python -m tdfunc.demo`` (options: ``--members``, ``--steps``, ``--seed``,
 ``--width``, ``--out``). It trains the members of an :class:`~tdfunc.Ensemble`
-together (one vmapped forward and backward, one Adam step over the stacked
-parameters), each member on its own bootstrap resample of the data, then trains
-the same members again one by one in a Python loop, and prints:
+together (its forward runs every layer once for all members as a batched
+kernel; one backward, one Adam step over the stacked parameters), each member
+on its own bootstrap resample of the data. Then it trains the same members
+again the two other ways: one by one in a Python loop, and with ``torch.func``
+(``stack_module_state`` + ``functional_call`` in ``vmap(grad(...))``, the
+PyTorch tutorial's recipe). It prints:
 
+- which layers run batched (``Ensemble.batched_summary``);
 - each member's and the ensemble's (mean prediction) test error, beside the
-  error of predicting the mean of the training targets;
-- the time per training step, vmapped against the loop, and their ratio;
-- the loop-trained ensemble's error (the same computation, so the same error);
+  error of predicting the mean of the training targets, and the errors of the
+  loop- and torch.func-trained ensembles (the same computation, so the same);
+- the time per training step of the three ways and the speed-ups;
 
-and writes a plot of the ensemble's mean and spread against the data
-(``demo_output/ensemble.png`` unless ``--out`` says otherwise).
+and writes a plot of the ensemble's mean and spread against the data beside a
+bar chart of the step times (``demo_output/ensemble.png`` unless ``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
+from torch.func import functional_call, grad, stack_module_state, vmap
 
 from tdfunc import Ensemble
 
@@ -53,8 +59,8 @@ def make_data(members: int, generator: torch.Generator) -> dict:
     }
 
 
-def train_vmapped(ensemble: Ensemble, data: dict, steps: int) -> list[float]:
-    """All members in one step: a vmapped forward, the sum of the members' losses,
+def train_batched(ensemble: Ensemble, data: dict, steps: int) -> list[float]:
+    """All members in one step: a batched forward, the sum of the members' losses,
     one backward and one Adam step over the stacked parameters. Returns step times."""
     optimizer = torch.optim.Adam(ensemble.parameters(), lr=LR)
     x, y = data["x_members"], data["y_members"]
@@ -82,6 +88,32 @@ def train_loop(members: list[nn.Module], data: dict, steps: int) -> list[float]:
     return _timed(step, steps)
 
 
+def train_torch_func(members: list[nn.Module], data: dict, steps: int):
+    """The same training with torch.func: ``vmap(grad(loss))`` over stacked dicts of
+    parameters, the gradients handed to one Adam step. Returns the step times and a
+    function computing the members' predictions."""
+    params, buffers = stack_module_state(members)
+    base = copy.deepcopy(members[0]).to("meta")
+    optimizer = torch.optim.Adam(params.values(), lr=LR)
+
+    def loss(params, buffers, x, y):
+        return ((functional_call(base, (params, buffers), (x,)) - y) ** 2).mean()
+
+    member_grads = vmap(grad(loss))
+    x, y = data["x_members"], data["y_members"]
+
+    def step() -> None:
+        grads = member_grads(params, buffers, x, y)
+        for name, value in params.items():
+            value.grad = grads[name]
+        optimizer.step()
+
+    def predict(inputs: torch.Tensor) -> torch.Tensor:
+        return vmap(lambda p, b: functional_call(base, (p, b), (inputs,)))(params, buffers)
+
+    return _timed(step, steps), predict
+
+
 def _timed(step, steps: int) -> list[float]:
     times = []
     for _ in range(steps):
@@ -91,7 +123,7 @@ def _timed(step, steps: int) -> list[float]:
     return times
 
 
-def plot(ensemble: Ensemble, data: dict, out: Path) -> None:
+def plot(ensemble: Ensemble, data: dict, timings: dict, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,7 +134,9 @@ def plot(ensemble: Ensemble, data: dict, out: Path) -> None:
         predictions = ensemble(grid).squeeze(-1)  # [members, points]
     mean, std = predictions.mean(0), predictions.std(0)
     grid = grid.squeeze(-1)
-    figure, axes = plt.subplots(figsize=(8, 4.5))
+    figure, (axes, bars) = plt.subplots(
+        1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2.2, 1]}
+    )
     axes.scatter(data["x"], data["y"], s=6, color="0.6", label="training data")
     axes.plot(grid, torch.sin(grid), "k--", linewidth=1, label="sin(x)")
     for member in predictions:
@@ -116,6 +150,11 @@ def plot(ensemble: Ensemble, data: dict, out: Path) -> None:
     axes.set(xlabel="x", ylabel="y", ylim=(-2.5, 2.5))
     axes.set_title(f"Ensemble of {len(ensemble)} MLPs (shaded: outside the training range)")
     axes.legend(loc="upper left", fontsize=8)
+    names, values = list(timings), list(timings.values())
+    drawn = bars.bar(names, values, color=["tab:blue", "tab:orange", "tab:gray"])
+    bars.bar_label(drawn, labels=[f"{v:.2f}" for v in values], fontsize=8)
+    bars.set(ylabel="ms per training step (median)", title="one training step, all members")
+    bars.tick_params(axis="x", labelsize=8)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)
@@ -141,48 +180,61 @@ def main(argv: list[str] | None = None) -> dict:
     data = make_data(args.members, torch.Generator().manual_seed(args.seed))
     ensemble = Ensemble(make_mlp(args.width), num_members=args.members, in_dims=0)
     members = [ensemble.member(k) for k in range(args.members)]  # same initial values
+    func_members = copy.deepcopy(members)
     print(
         f"tdfunc demo: {args.members} MLPs (1-{args.width}-{args.width}-1), noisy sin(x), "
         f"{TRAIN_POINTS} points (a bootstrap resample per member), {args.steps} Adam steps, "
         f"{torch.get_num_threads()} threads"
     )
+    print(f"batched ensemble: {ensemble.batched_summary}")
 
-    vmapped_times = train_vmapped(ensemble, data, args.steps)
+    batched_times = train_batched(ensemble, data, args.steps)
     loop_times = train_loop(members, data, args.steps)
+    func_times, func_predict = train_torch_func(func_members, data, args.steps)
 
     ensemble.in_dims = None  # evaluate every member on the same test inputs
     x_test, y_test = data["x_test"], data["y_test"]
     with torch.no_grad():
         predictions = ensemble(x_test)
+        loop_predictions = torch.stack([member(x_test) for member in members])
+        func_predictions = func_predict(x_test)
     member_errors = ((predictions - y_test) ** 2).mean(dim=(1, 2))
     ensemble_error = float(((predictions.mean(0) - y_test) ** 2).mean())
     baseline_error = float(((data["y"].mean() - y_test) ** 2).mean())
+    loop_error = float(((loop_predictions.mean(0) - y_test) ** 2).mean())
+    func_error = float(((func_predictions.mean(0) - y_test) ** 2).mean())
     print("test MSE (clean sin on [-3, 3]):")
     for k, error in enumerate(member_errors.tolist()):
         print(f"  member {k:2d}: {error:.5f}")
     print(f"  ensemble mean: {ensemble_error:.5f}")
-    with torch.no_grad():
-        loop_predictions = torch.stack([member(x_test) for member in members])
-    loop_error = float(((loop_predictions.mean(0) - y_test) ** 2).mean())
     print(f"  ensemble mean, members trained one by one in a loop: {loop_error:.5f}")
+    print(f"  ensemble mean, members trained with torch.func vmap(grad): {func_error:.5f}")
     print(f"  baseline (predict the mean of the training targets): {baseline_error:.5f}")
 
     skip = min(5, args.steps - 1)  # warm-up steps are left out of the medians
-    vmapped_ms = statistics.median(vmapped_times[skip:]) * 1e3
+    batched_ms = statistics.median(batched_times[skip:]) * 1e3
     loop_ms = statistics.median(loop_times[skip:]) * 1e3
+    func_ms = statistics.median(func_times[skip:]) * 1e3
     print(
-        f"time per training step (median): vmapped {vmapped_ms:.3f} ms, "
-        f"Python loop over members {loop_ms:.3f} ms, speed-up {loop_ms / vmapped_ms:.2f}x"
+        f"time per training step (median): batched ensemble {batched_ms:.3f} ms, "
+        f"torch.func vmap(grad) {func_ms:.3f} ms, Python loop over members {loop_ms:.3f} ms"
     )
-    plot(ensemble, data, args.out)
+    print(
+        f"speed-up of the batched ensemble: {loop_ms / batched_ms:.2f}x over the loop, "
+        f"{func_ms / batched_ms:.2f}x over torch.func"
+    )
+    timings = {"batched Ensemble": batched_ms, "torch.func": func_ms, "Python loop": loop_ms}
+    plot(ensemble, data, timings, args.out)
     print(f"plot written to {args.out}")
     return {
         "member_errors": member_errors.tolist(),
         "ensemble_error": ensemble_error,
         "baseline_error": baseline_error,
-        "vmapped_ms": vmapped_ms,
+        "batched_ms": batched_ms,
         "loop_ms": loop_ms,
+        "torch_func_ms": func_ms,
         "loop_ensemble_error": loop_error,
+        "torch_func_ensemble_error": func_error,
     }
 
 

@@ -33,9 +33,18 @@ def test_demo_trains_reports_and_plots(tmp_path):
     loop = float(re.search(r"one by one in a loop: ([0-9.]+)", text).group(1))
     baseline = float(re.search(r"baseline .*: ([0-9.]+)", text).group(1))
     assert ensemble < 0.25 * baseline  # it learned something
+    func = float(re.search(r"with torch.func vmap\(grad\): ([0-9.]+)", text).group(1))
     assert ensemble == pytest.approx(loop, rel=0.05, abs=1e-3)  # the same training
-    timing = re.search(r"vmapped ([0-9.]+) ms, Python loop over members ([0-9.]+) ms", text)
-    assert timing is not None and float(timing.group(1)) > 0 and float(timing.group(2)) > 0
+    assert ensemble == pytest.approx(func, rel=0.05, abs=1e-3)
+    assert "batched ensemble: 5/5 layers batched" in text
+    timing = re.search(
+        r"batched ensemble ([0-9.]+) ms, torch.func vmap\(grad\) ([0-9.]+) ms, "
+        r"Python loop over members ([0-9.]+) ms",
+        text,
+    )
+    assert timing is not None and all(float(t) > 0 for t in timing.groups())
+    speed_up = re.search(r"([0-9.]+)x over the loop, ([0-9.]+)x over torch.func", text)
+    assert speed_up is not None
 
 
 def test_demo_rejects_bad_options(capsys):

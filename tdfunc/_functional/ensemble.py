@@ -1,27 +1,35 @@
-"""``Ensemble``: N copies of one architecture run as a single vmapped module.
+"""``Ensemble``: N copies of one architecture run as batched kernels.
 
 The members' parameters are stacked along a new leading dim and registered as
 ``nn.Parameter``s of the ensemble (under ``stacked``, mirroring the model's
 module names), so ``torch.optim``, ``state_dict`` and ``.to()`` see them like
-any other module's. The forward swaps them into one *template* copy of the
-model with :meth:`TensorDict.to_module` inside ``torch.func.vmap``. The
-template is kept out of the module tree (its own tensors are moved to the
-``meta`` device: they are never used, so they take no memory; construction
-checks that the swap fills every slot).
+any other module's. One *template* copy of the model supplies the code; it is
+kept out of the module tree (its own tensors are moved to the ``meta`` device:
+they are never used, so they take no memory).
+
+The forward runs a *batched plan* built once per train/eval mode
+(``batched/``): every layer with a batched form runs once for all members on
+member-leading activations ``[N, B, ...]`` (a ``Linear`` is one ``baddbmm``),
+custom ``forward`` code runs through its ``torch.fx`` rewrite, and what cannot
+be batched runs under ``vmap`` for that part only. When nothing can be
+batched, the whole forward runs as before: the stacked tensors are swapped into
+the template with :meth:`TensorDict.to_module` inside ``torch.func.vmap``
+(construction checks that the swap fills every slot).
 
 What stays fixed is computed once: a *layout* (nested tuples holding the
 ``_parameters`` and ``_buffers`` dicts of the ``stacked`` modules, in the
 TensorDict's key order) and the flat list of leaf slots. The forward reads the
 leaves through those dicts (not cached tensors, so ``.to()``,
-``load_state_dict(assign=True)`` and ``copy.deepcopy`` stay right), hands
-``vmap`` a flat tuple of tensors (cheaper to flatten than a tree of
-containers), and the member function rebuilds the unbatched TensorDict from the
-layout with a few dict writes before ``to_module``.
+``load_state_dict(assign=True)`` and ``copy.deepcopy`` stay right) into a flat
+tuple that the plan's steps index by position. Views of the leaves that steps
+need (``weight.mT``) are kept between calls while the leaves are the same
+objects.
 """
 
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,8 +37,10 @@ import torch
 from torch import nn
 
 from .._core.container import TensorDict
+from .batched import Context, build_plan
 
 _RANDOMNESS = ("error", "different", "same")
+_is_compiling = torch.compiler.is_compiling
 _SCALAR = torch.Size([])
 
 
@@ -172,6 +182,60 @@ def _slots(layout: tuple) -> list:
     return out
 
 
+def _slot_index(layout: tuple, template: nn.Module) -> dict:
+    """``(id(module), name) -> leaf position`` for every tensor slot of ``template``
+    (a tied tensor's slots all point to its one leaf)."""
+    positions: dict[str, int] = {}
+
+    def walk(layout: tuple, prefix: str) -> None:
+        for key, _, child in layout:
+            if child is None:
+                positions[prefix + key] = len(positions)
+            else:
+                walk(child, f"{prefix}{key}.")
+
+    walk(layout, "")
+    index, by_identity, pending = {}, {}, []
+    for prefix, module in template.named_modules(remove_duplicate=False):
+        for owner in (module._parameters, module._buffers):
+            for name, value in owner.items():
+                if value is None:
+                    continue
+                position = positions.get(f"{prefix}.{name}" if prefix else name)
+                if position is None:
+                    pending.append((module, name, value))
+                else:
+                    index[(id(module), name)] = position
+                    by_identity[id(value)] = position
+    for module, name, value in pending:
+        index[(id(module), name)] = by_identity[id(value)]
+    return index
+
+
+def _lead_inputs(args: tuple, in_dims: Any, members: int) -> tuple:
+    """The positional inputs with the member dim first (a shared input is expanded)."""
+    out = []
+    for position, value in enumerate(args):
+        dim = in_dims[position] if isinstance(in_dims, tuple) else in_dims
+        out.append(_lead_input(value, dim, members))
+    return tuple(out)
+
+
+def _lead_input(value: Any, dim: int | None, members: int) -> Any:
+    if isinstance(value, torch.Tensor):
+        if dim is None:
+            return value.expand(members, *value.shape)
+        if value.shape[dim] != members:
+            raise ValueError(
+                f"Ensemble: an input has size {value.shape[dim]} in its member dim {dim} "
+                f"(in_dims), expected {members} (one slice per member)."
+            )
+        return value if dim == 0 else value.movedim(dim, 0)
+    if isinstance(value, (tuple, list, dict)):
+        return torch.utils._pytree.tree_map(lambda v: _lead_input(v, dim, members), value)
+    return value
+
+
 def _leaves_of(layout: tuple, td: TensorDict, out: list, path: tuple) -> list:
     """The leaves of ``td`` in layout order; ``td`` must have the layout's keys."""
     data = td._to_tensordict_view()._data
@@ -220,7 +284,7 @@ def _check_in_dims(in_dims: Any) -> Any:
 
 
 class Ensemble(nn.Module):
-    """N models of one architecture, stacked and run in one vmapped forward.
+    """N models of one architecture, stacked and run as batched kernels.
 
     Build it from N models (``Ensemble(m1, m2, m3)``), or from one model and a
     number of members (``Ensemble(model, num_members=8)``): each member is then a
@@ -233,6 +297,10 @@ class Ensemble(nn.Module):
     The forward runs every member on the inputs and stacks the outputs along a
     new dim 0. By default every member gets the same inputs (``in_dims=None``);
     with ``in_dims=0`` input ``i`` carries one slice per member along dim 0.
+    Each layer runs once for all members (batched kernels on the stacked
+    parameters); parts without a batched form run under ``torch.func.vmap``,
+    with the same results. :attr:`batched_summary` (also in the ``repr``) says
+    which; :func:`~tdfunc.register_batched` adds a batched form for a layer type.
 
     Args:
         *models: the members (same class and parameter shapes), or one model
@@ -317,9 +385,13 @@ class Ensemble(nn.Module):
         self._prepare_swap()
         self._num_members = len(models)
         self._batch_size = torch.Size([len(models)])
+        self._context = Context(len(self._slots))
+        self.training = template.training  # members given in eval mode make an eval ensemble
         self.in_dims = in_dims
         self.randomness = randomness
         self.chunk_size = chunk_size
+        self._derived: dict = {}
+        self._plan_for_mode()
 
     # ------------------------------------------------------------- configuration
     @property
@@ -330,6 +402,7 @@ class Ensemble(nn.Module):
     @in_dims.setter
     def in_dims(self, value) -> None:
         self._in_dims = _check_in_dims(value)
+        self._fast_entry = value is None and getattr(self, "_chunk_size", None) is None
 
     @property
     def randomness(self) -> str:
@@ -341,6 +414,7 @@ class Ensemble(nn.Module):
         if value not in _RANDOMNESS:
             raise ValueError(f"Ensemble: randomness must be one of {_RANDOMNESS}, got {value!r}.")
         self._randomness = value
+        self._context.randomness = value
 
     @property
     def chunk_size(self) -> int | None:
@@ -352,6 +426,7 @@ class Ensemble(nn.Module):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"Ensemble: chunk_size must be None or a positive int, got {value!r}.")
         self._chunk_size = value
+        self._fast_entry = value is None and self._in_dims is None
 
     @property
     def num_members(self) -> int:
@@ -408,13 +483,101 @@ class Ensemble(nn.Module):
             >>> ensemble.functional_call(zeros, torch.randn(4, 2)).abs().sum().item()
             0.0
         """
-        return self._run(tuple(_leaves_of(self._layout, params, [], ())), args, kwargs)
+        return self._run(tuple(_leaves_of(self._layout, params, [], ())), args, kwargs, False)
 
     def forward(self, *args, **kwargs):
         """Every member's output, stacked along a new dim 0."""
-        return self._run(tuple([owner[key] for owner, key in self._slots]), args, kwargs)
+        leaves = tuple([owner[key] for owner, key in self._slots])
+        batched = self._batched
+        if batched is not None and self._fast_entry and not kwargs and len(args) == 1:
+            x = args[0]  # the common call: one input shared by all members
+            if isinstance(x, torch.Tensor):
+                return batched(self._extended(leaves), x.expand(self._num_members, *x.shape))
+        return self._run(leaves, args, kwargs, True)
 
-    def _run(self, leaves: tuple, args: tuple, kwargs: dict):
+    @property
+    def batched_summary(self) -> str:
+        """Which layers run as batched kernels and which under ``vmap`` (also in the repr).
+
+        Example:
+            >>> ensemble = Ensemble(nn.Sequential(nn.Linear(2, 4), nn.ReLU()), num_members=3)
+            >>> ensemble.batched_summary
+            '2/2 layers batched'
+        """
+        return self._report.summary()
+
+    def _plan_for_mode(self) -> None:
+        # One plan per train/eval mode: a traced forward may read self.training.
+        mode = self.training
+        plans = self.__dict__.setdefault("_plans", {})
+        if mode not in plans:
+            index = _slot_index(self._layout, self._template)
+            plans[mode] = build_plan(self._template, index, self._context)
+        self._batched, self._report = plans[mode]
+
+    def _run(self, leaves: tuple, args: tuple, kwargs: dict, own: bool):
+        batched = self._batched
+        if batched is None:
+            return self._run_vmapped(leaves, args, kwargs)
+        leaves = self._extended(leaves) if own else self._context.extend(leaves)
+        members = self._num_members
+        if self._fast_entry and not kwargs:  # shared inputs, all members at once
+            return batched(
+                leaves,
+                *[
+                    a.expand(members, *a.shape)
+                    if isinstance(a, torch.Tensor)
+                    else _lead_input(a, None, members)
+                    for a in args
+                ],
+            )
+        in_dims = self._in_dims
+        if isinstance(in_dims, tuple) and len(in_dims) != len(args):
+            raise ValueError(
+                f"Ensemble: in_dims has {len(in_dims)} entries but the forward got "
+                f"{len(args)} positional inputs; give one int | None per input."
+            )
+        args = _lead_inputs(args, in_dims, members)
+        if kwargs:
+            kwargs = {key: _lead_input(value, None, members) for key, value in kwargs.items()}
+        chunk = self._chunk_size
+        if chunk is None or chunk >= members:
+            return batched(leaves, *args, **kwargs)
+        outputs = []
+        for start in range(0, members, chunk):
+            part = slice(start, start + chunk)
+            outputs.append(
+                batched(
+                    tuple([leaf[part] for leaf in leaves]),
+                    *_slice_members(args, part),
+                    **_slice_members(kwargs, part),
+                )
+            )
+        return torch.utils._pytree.tree_map(lambda *xs: torch.cat(xs), *outputs)
+
+    def _extended(self, leaves: tuple) -> tuple:
+        # The derived leaves (views such as weight.mT) are kept while the
+        # parameters are the same objects, per grad / inference mode (a view made
+        # under no_grad carries no graph). Under torch.compile they are recomputed.
+        context = self._context
+        if not context.derivations:
+            return leaves
+        if _is_compiling():
+            return context.extend(leaves)
+        key = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        cached = self._derived.get(key)
+        if cached is not None and all(map(operator.is_, cached[0], leaves)):
+            return cached[1]
+        extended = context.extend(leaves)
+        self._derived[key] = (leaves, extended)
+        return extended
+
+    def _apply(self, fn, recurse: bool = True):
+        # .to() / .double() may swap a parameter's data in place of the object.
+        self._derived.clear()
+        return super()._apply(fn, recurse)
+
+    def _run_vmapped(self, leaves: tuple, args: tuple, kwargs: dict):
         # vmap sees a flat tuple of tensors, not the nested TensorDict: flattening
         # a tuple is cheaper than a tree of containers, and the member function
         # rebuilds the (unbatched) TensorDict from the layout in a few dict writes.
@@ -479,15 +642,65 @@ class Ensemble(nn.Module):
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         self._prepare_swap()  # a copy (deepcopy, pickle) has a new template
+        self._plan_for_mode()
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_derived"] = {}
+        for name in ("_plans", "_batched", "_report"):  # closures over the template
+            state.pop(name, None)
+        return state
 
     def train(self, mode: bool = True) -> Ensemble:
         super().train(mode)
         self._template.train(mode)
+        self._plan_for_mode()
         return self
+
+    # ------------------------------------------------------------------ training
+    def clip_grad_norm_(
+        self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
+    ) -> torch.Tensor:
+        """Clip each member's gradient norm on its own; returns the N norms before clipping.
+
+        ``torch.nn.utils.clip_grad_norm_(ensemble.parameters(), ...)`` would
+        compute one norm over all members and scale them all by it; this is
+        ``clip_grad_norm_`` applied to every member alone, in a few batched ops.
+
+        Example:
+            >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)])
+            >>> ensemble(torch.randn(4, 2)).sum().backward()
+            >>> ensemble.clip_grad_norm_(0.5).shape
+            torch.Size([3])
+        """
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        members = self._num_members
+        if not grads:
+            return torch.zeros(members)
+        norm_type = float(norm_type)
+        per_tensor = [
+            torch.linalg.vector_norm(g.reshape(members, -1), norm_type, dim=1) for g in grads
+        ]
+        total = torch.linalg.vector_norm(torch.stack(per_tensor, 1), norm_type, dim=1)
+        if error_if_nonfinite and not bool(torch.isfinite(total).all()):
+            raise RuntimeError(
+                f"Ensemble.clip_grad_norm_: the gradient norm of order {norm_type} is not "
+                f"finite for members {torch.nonzero(~torch.isfinite(total)).flatten().tolist()}."
+            )
+        scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(scale.to(g.dtype).view(members, *(1,) * (g.dim() - 1)))
+        return total
 
     def extra_repr(self) -> str:
         return (
             f"num_members={self._num_members}, in_dims={self._in_dims}, "
             f"randomness={self._randomness!r}, chunk_size={self._chunk_size}, "
-            f"template={type(self._template).__name__}"
+            f"template={type(self._template).__name__}, batched: {self._report.summary()}"
         )
+
+
+def _slice_members(value: Any, part: slice) -> Any:
+    return torch.utils._pytree.tree_map(
+        lambda v: v[part] if isinstance(v, torch.Tensor) else v, value
+    )

@@ -1,0 +1,318 @@
+"""Batched implementations of the standard layers (planners, see ``registry``).
+
+Every step takes ``leaves`` (the ensemble's flat tuple of stacked tensors) and
+member-leading activations ``[N, B, ...]``, and returns member-leading outputs
+equal to running each member on its own slice.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .registry import Context, register_planner
+
+_ELEMENTWISE = {
+    nn.Identity: lambda x: x,
+    nn.Tanh: torch.tanh,
+    nn.Sigmoid: torch.sigmoid,
+    nn.ReLU: torch.relu,
+    nn.SiLU: F.silu,
+    nn.Mish: F.mish,
+    nn.Softsign: F.softsign,
+    nn.Tanhshrink: F.tanhshrink,
+    nn.LogSigmoid: F.logsigmoid,
+    nn.Hardswish: F.hardswish,
+    nn.Hardsigmoid: F.hardsigmoid,
+    nn.SELU: F.selu,
+    nn.ReLU6: F.relu6,
+}
+
+
+@register_planner(*_ELEMENTWISE)
+def _elementwise(module: nn.Module, slots: dict, context: Context):
+    function = _ELEMENTWISE[type(module)]
+    return lambda leaves, x: function(x)
+
+
+@register_planner(
+    nn.GELU, nn.LeakyReLU, nn.ELU, nn.CELU, nn.Softplus, nn.Hardtanh, nn.Threshold,
+    nn.Hardshrink, nn.Softshrink,
+)  # fmt: skip
+def _configured_elementwise(module: nn.Module, slots: dict, context: Context):
+    # Pointwise with hyper-parameters: the module itself is pointwise, so it runs
+    # as it is on any layout (in-place variants are run out of place: an input
+    # shared by the members is an expanded view that cannot be written).
+    if getattr(module, "inplace", False):
+        return None
+    return lambda leaves, x: module(x)
+
+
+def shift_dim(dim: int) -> int:
+    """A per-member dim in the member-leading layout (negative dims count from the end)."""
+    return dim + 1 if dim >= 0 else dim
+
+
+@register_planner(nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.GLU)
+def _softmax_like(module: nn.Module, slots: dict, context: Context):
+    if module.dim is None:
+        return None  # the implicit dim depends on the rank: vmap decides it
+    dim = shift_dim(module.dim)
+    function = {nn.Softmax: F.softmax, nn.LogSoftmax: F.log_softmax, nn.Softmin: F.softmin,
+                nn.GLU: F.glu}[type(module)]  # fmt: skip
+    return lambda leaves, x: function(x, dim)
+
+
+@register_planner(nn.Flatten)
+def _flatten(module: nn.Module, slots: dict, context: Context):
+    start, end = shift_dim(module.start_dim), shift_dim(module.end_dim)
+    return lambda leaves, x: x.flatten(start, end)
+
+
+@register_planner(nn.Unflatten)
+def _unflatten(module: nn.Module, slots: dict, context: Context):
+    dim, sizes = shift_dim(module.dim), tuple(module.unflattened_size)
+    return lambda leaves, x: x.unflatten(dim, sizes)
+
+
+@register_planner(
+    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.LPPool1d, nn.LPPool2d, nn.Upsample,
+    nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d, nn.PixelShuffle, nn.PixelUnshuffle,
+    nn.ZeroPad1d, nn.ZeroPad2d, nn.ZeroPad3d, nn.ConstantPad1d, nn.ConstantPad2d,
+    nn.ConstantPad3d, nn.ReflectionPad1d, nn.ReflectionPad2d, nn.ReplicationPad1d,
+    nn.ReplicationPad2d,
+)  # fmt: skip
+def _per_sample(module: nn.Module, slots: dict, context: Context):
+    # Parameter-free and independent per sample: the members fold into the batch.
+    if getattr(module, "return_indices", False):
+        return None
+
+    def step(leaves, x):
+        return module(x.flatten(0, 1)).unflatten(0, x.shape[:2])
+
+    return step
+
+
+def transposed(weight: torch.Tensor) -> torch.Tensor:
+    return weight.mT
+
+
+def row(bias: torch.Tensor) -> torch.Tensor:
+    return bias.unsqueeze(1)
+
+
+def merged(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.flatten(0, 1)
+
+
+# Per-member input elements from which an input shared by the members (expanded,
+# stride 0 along the members) goes through one matmul with every member's weight
+# ([B, in] @ [in, N * out]) instead of a bmm over the expanded input, whose
+# backward is several times slower at these sizes (CPU, measured).
+_SHARED_MATMUL_ELEMENTS = 4096
+
+
+@register_planner(nn.Linear)
+def _linear(module: nn.Module, slots: dict, context: Context):
+    # y = x @ W^T + b for all members: one baddbmm on [N, rows, in] inputs, with
+    # the weight's transpose and the bias as a row read from the derived leaves.
+    w = context.derived(transposed, slots["weight"])
+    b = None if slots.get("bias") is None else context.derived(row, slots["bias"])
+    w_all = context.derived(merged, slots["weight"])
+    b_all = None if b is None else context.derived(merged, slots["bias"])
+
+    def shared(leaves, x):
+        first = x[0]
+        out = F.linear(first, leaves[w_all], None if b_all is None else leaves[b_all])
+        return out.unflatten(-1, (x.shape[0], -1)).movedim(-2, 0)
+
+    if b is None:
+
+        def step(leaves, x):
+            if x.stride(0) == 0 and x.numel() >= _SHARED_MATMUL_ELEMENTS * x.shape[0]:
+                return shared(leaves, x)
+            if x.dim() == 3:
+                return torch.bmm(x, leaves[w])
+            shape = x.shape
+            out = torch.bmm(x.reshape(shape[0], math.prod(shape[1:-1]), shape[-1]), leaves[w])
+            return out.view(*shape[:-1], out.shape[-1])
+
+        return step
+
+    def step(leaves, x):
+        if x.stride(0) == 0 and x.numel() >= _SHARED_MATMUL_ELEMENTS * x.shape[0]:
+            return shared(leaves, x)
+        if x.dim() == 3:
+            return torch.baddbmm(leaves[b], x, leaves[w])
+        shape = x.shape
+        flat = x.reshape(shape[0], math.prod(shape[1:-1]), shape[-1])
+        out = torch.baddbmm(leaves[b], flat, leaves[w])
+        return out.view(*shape[:-1], out.shape[-1])
+
+    return step
+
+
+@register_planner(nn.Conv1d, nn.Conv2d, nn.Conv3d)
+def _conv(module: nn.Module, slots: dict, context: Context):
+    # Members fold into the channel dim and into the groups: one convolution with
+    # N * groups groups computes every member's output channels from its inputs.
+    w, b = slots["weight"], slots.get("bias")
+    spatial = len(module.kernel_size)
+    conv = (F.conv1d, F.conv2d, F.conv3d)[spatial - 1]
+    groups, stride, dilation = module.groups, module.stride, module.dilation
+    padding: object = module.padding
+    pad_mode = module.padding_mode
+    if pad_mode != "zeros":
+        reversed_padding = module._reversed_padding_repeated_twice
+        padding = 0
+
+    def step(leaves, x):
+        weight = leaves[w]
+        n = weight.shape[0]
+        unbatched = x.dim() == spatial + 2  # one [C, *spatial] sample per member
+        if unbatched:
+            x = x.unsqueeze(1)
+        batch = x.shape[1]
+        h = x.transpose(0, 1).reshape(batch, n * x.shape[2], *x.shape[3:])
+        if pad_mode != "zeros":
+            h = F.pad(h, reversed_padding, mode=pad_mode)
+        bias = None if b is None else leaves[b].reshape(-1)
+        out = conv(h, weight.flatten(0, 1), bias, stride, padding, dilation, groups * n)
+        out = out.view(batch, n, weight.shape[1], *out.shape[2:]).transpose(0, 1)
+        return out.squeeze(1) if unbatched else out
+
+    return step
+
+
+def _affine_view(tensor: torch.Tensor, lead: int) -> torch.Tensor:
+    """``[N, *shape]`` as ``[N, 1 * lead, *shape]`` to broadcast against activations."""
+    return tensor.view(tensor.shape[0], *(1,) * lead, *tensor.shape[1:])
+
+
+@register_planner(nn.LayerNorm)
+def _layer_norm(module: nn.Module, slots: dict, context: Context):
+    shape, eps = tuple(module.normalized_shape), module.eps
+    w, b = slots.get("weight"), slots.get("bias")
+    rank = len(shape)
+
+    def step(leaves, x):
+        y = F.layer_norm(x, shape, None, None, eps)
+        lead = x.dim() - 1 - rank
+        if w is not None:
+            if b is not None:
+                return torch.addcmul(
+                    _affine_view(leaves[b], lead), y, _affine_view(leaves[w], lead)
+                )
+            return y * _affine_view(leaves[w], lead)
+        return y if b is None else y + _affine_view(leaves[b], lead)
+
+    return step
+
+
+@register_planner(nn.GroupNorm)
+def _group_norm(module: nn.Module, slots: dict, context: Context):
+    groups, eps = module.num_groups, module.eps
+    w, b = slots.get("weight"), slots.get("bias")
+
+    def step(leaves, x):
+        y = F.group_norm(x.flatten(0, 1), groups, None, None, eps).view(x.shape)
+        trailing = x.dim() - 3  # spatial dims after [N, B, C]
+        if w is not None:
+            weight = leaves[w]
+            y = y * weight.view(weight.shape[0], 1, weight.shape[1], *(1,) * trailing)
+        if b is not None:
+            bias = leaves[b]
+            y = y + bias.view(bias.shape[0], 1, bias.shape[1], *(1,) * trailing)
+        return y
+
+    return step
+
+
+@register_planner(nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+def _batch_norm(module: nn.Module, slots: dict, context: Context):
+    # Members fold into the channel dim: one batch_norm call normalises each
+    # member's channels with that member's batch statistics (training) or
+    # running statistics (eval), and updates the running statistics in place
+    # through views of the stacked buffers.
+    w, b = slots.get("weight"), slots.get("bias")
+    mean, var = slots.get("running_mean"), slots.get("running_var")
+    tracked = slots.get("num_batches_tracked")
+    eps, momentum, track = module.eps, module.momentum, module.track_running_stats
+
+    def step(leaves, x):
+        n, batch = x.shape[0], x.shape[1]
+        training = module.training
+        factor = 0.0 if momentum is None else momentum
+        if training and track and tracked is not None:
+            counter = leaves[tracked]
+            counter.add_(1)
+            if momentum is None:  # a cumulative average: the members count alike
+                factor = 1.0 / float(counter[0])
+        use_batch_stats = training or (mean is None and var is None)
+        keep = not training or track
+        running_mean = leaves[mean].view(-1) if keep and mean is not None else None
+        running_var = leaves[var].view(-1) if keep and var is not None else None
+        h = x.transpose(0, 1).reshape(batch, n * x.shape[2], *x.shape[3:])
+        out = F.batch_norm(
+            h,
+            running_mean,
+            running_var,
+            None if w is None else leaves[w].reshape(-1),
+            None if b is None else leaves[b].reshape(-1),
+            use_batch_stats,
+            factor,
+            eps,
+        )
+        return out.view(batch, n, *x.shape[2:]).transpose(0, 1)
+
+    return step
+
+
+def _random_error() -> RuntimeError:
+    return RuntimeError(
+        "Ensemble: a random operation (dropout) ran while randomness='error'. Use "
+        "randomness='different' (each member draws its own numbers) or 'same'."
+    )
+
+
+@register_planner(nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
+def _dropout(module: nn.Module, slots: dict, context: Context):
+    def step(leaves, x):
+        if not module.training or module.p == 0:
+            return x
+        randomness = context.randomness
+        if randomness == "different":
+            if type(module) is nn.Dropout:
+                return F.dropout(x, module.p, True)
+            return module(x.flatten(0, 1)).unflatten(0, x.shape[:2])
+        if randomness == "same":  # one mask for every member, as vmap's "same"
+            return x * module(torch.ones_like(x[0]))
+        raise _random_error()
+
+    return step
+
+
+@register_planner(nn.Embedding)
+def _embedding(module: nn.Module, slots: dict, context: Context):
+    if module.max_norm is not None or module.sparse:
+        return None  # in-place renormalisation, sparse gradients: left to vmap
+    w = slots["weight"]
+    padding_idx = module.padding_idx
+
+    def step(leaves, indices):
+        weight = leaves[w]
+        n, rows = weight.shape[0], weight.shape[1]
+        offsets = torch.arange(n, device=indices.device) * rows
+        shifted = indices + offsets.view(n, *(1,) * (indices.dim() - 1))
+        out = F.embedding(shifted, weight.flatten(0, 1))
+        if padding_idx is not None:  # no gradient flows to the padding row
+            pad = (indices == padding_idx).unsqueeze(-1)
+            out = torch.where(pad, out.detach(), out)
+        return out
+
+    return step

@@ -1,0 +1,177 @@
+"""A batched plan of a template module: what runs batched, what runs under vmap.
+
+``build_plan(template, slot_index, context)`` walks the template once, when the
+ensemble is built:
+
+- a module whose type has a batched implementation becomes that step;
+- a plain ``nn.Sequential`` becomes the chain of its children's steps;
+- a module with its own ``forward`` is traced with ``torch.fx`` and rewritten to
+  the member-leading layout (``trace.py``); what the trace cannot batch runs under
+  ``vmap`` for that submodule or that op only;
+- anything else (an unregistered layer, code that cannot be traced) runs under
+  ``vmap`` with ``torch.func.functional_call``, for that submodule only.
+
+The result is one function ``run(leaves, *inputs, **kwargs)`` and a report of
+which layers are batched and which are vmapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+
+from . import layers as _layers  # noqa: F401  (registers the built-in layers)
+from .registry import Context, planner_for
+
+
+class Report:
+    """Which leaf modules (and ops) run batched and which run under vmap."""
+
+    __slots__ = ("batched", "vmapped", "whole")
+
+    def __init__(self) -> None:
+        self.batched: list[str] = []
+        self.vmapped: list[tuple[str, str]] = []  # (name, why)
+        self.whole: str | None = None  # the reason the whole forward runs under vmap
+
+    def summary(self) -> str:
+        if self.whole is not None:
+            return f"forward vmapped ({self.whole})"
+        batched = len(self.batched)
+        layers = batched + sum(1 for name, _ in self.vmapped if not name.startswith("op "))
+        text = f"{batched}/{layers} layers batched"
+        if self.vmapped:
+            text += "; " + ", ".join(f"`{name}` vmapped" for name, _ in self.vmapped)
+        return text
+
+
+def _plain_sequential(module: nn.Module) -> bool:
+    return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
+
+
+def _is_torch_layer(module: nn.Module) -> bool:
+    return type(module).__module__.startswith("torch.nn.")
+
+
+class Planner:
+    """Builds steps for the modules of one template (see the module docstring)."""
+
+    def __init__(self, template: nn.Module, slot_index: dict, context: Context) -> None:
+        self.template = template
+        self.slot_index = slot_index  # (id(module), attribute name) -> leaf position
+        self.context = context
+        self.report = Report()
+        self.untraceable: dict[int, str] = {}  # id(module) -> why
+        self.checked: set[int] = set()  # ids of the modules tried with torch.fx
+
+    def own_slots(self, module: nn.Module) -> dict:
+        slots = {}
+        for owner in (module._parameters, module._buffers):
+            for name, value in owner.items():
+                if value is not None:
+                    slots[name] = self.slot_index[(id(module), name)]
+        return slots
+
+    def module_step(self, module: nn.Module, path: str) -> Callable:
+        """The step for ``module`` at ``path`` (``""`` for the template itself)."""
+        planner = planner_for(module)
+        if planner is not None:
+            step = planner(module, self.own_slots(module), self.context)
+            if step is not None:
+                self.report.batched.append(path or type(module).__name__)
+                return step
+            return self.vmapped_step(module, path, "this configuration has no batched form")
+        if _plain_sequential(module):
+            steps = tuple(
+                self.module_step(child, f"{path}.{name}" if path else name)
+                for name, child in module._modules.items()
+                if child is not None
+            )
+            return _chain(steps)
+        if _is_torch_layer(module) or id(module) in self.untraceable:
+            why = self.untraceable.get(id(module), f"no batched {type(module).__name__}")
+            return self.vmapped_step(module, path, why)
+        from .trace import traced_step  # a custom forward: trace and rewrite it
+
+        return traced_step(self, module, path)
+
+    def vmapped_step(self, module: nn.Module, path: str, why: str) -> Callable:
+        self.report.vmapped.append((path or type(module).__name__, why))
+        names, positions = [], []
+        for prefix, sub in module.named_modules(remove_duplicate=False):
+            for owner in (sub._parameters, sub._buffers):
+                for name, value in owner.items():
+                    if value is not None:
+                        names.append(f"{prefix}.{name}" if prefix else name)
+                        positions.append(self.slot_index[(id(sub), name)])
+        return vmapped_call(module, tuple(names), tuple(positions), self.context)
+
+
+def _chain(steps: tuple) -> Callable:
+    if len(steps) == 1:
+        return steps[0]
+
+    def chain(leaves, x):
+        for step in steps:
+            x = step(leaves, x)
+        return x
+
+    return chain
+
+
+def vmapped_call(module: nn.Module, names: tuple, positions: tuple, context: Context):
+    """A step running ``module`` once per member under ``torch.func.vmap``."""
+
+    def step(leaves, *inputs, **kwargs):
+        structure = []
+
+        def member(tensors, *inputs, **kwargs):
+            out = torch.func.functional_call(
+                module, dict(zip(names, tensors)), inputs, kwargs, tie_weights=False
+            )
+            # vmap returns tensors only: other outputs (None, ints) are put back after
+            values, spec = pytree.tree_flatten(out)
+            structure[:] = [spec, [_TENSOR if _tensor(v) else v for v in values]]
+            return tuple(v for v in values if _tensor(v))
+
+        tensors = tuple([leaves[i] for i in positions])
+        dims = (0, *[0 if isinstance(value, torch.Tensor) else None for value in inputs])
+        outs = torch.func.vmap(member, in_dims=dims, randomness=context.randomness)(
+            tensors, *inputs, **kwargs
+        )
+        spec, values = structure
+        batched = iter(outs)
+        return pytree.tree_unflatten([next(batched) if v is _TENSOR else v for v in values], spec)
+
+    return step
+
+
+_TENSOR = object()  # marks where a vmapped step's outputs were tensors
+
+
+def _tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def build_plan(template: nn.Module, slot_index: dict, context: Context) -> tuple[Any, Report]:
+    """The batched forward of ``template`` (``run(leaves, *inputs, **kwargs)``) and
+    its report; ``run`` is ``None`` when the whole forward must run under vmap."""
+    planner = Planner(template, slot_index, context)
+    try:
+        run = planner.module_step(template, "")
+    except _WholeForward as error:
+        planner.report.whole = str(error)
+        return None, planner.report
+    if planner.report.vmapped and not planner.report.batched:
+        names = ", ".join(f"`{name}`" for name, _ in planner.report.vmapped)
+        planner.report.whole = f"nothing to batch: {names} without a batched form"
+        return None, planner.report
+    return run, planner.report
+
+
+class _WholeForward(Exception):
+    """The template's own forward cannot be batched: the ensemble vmaps all of it."""
