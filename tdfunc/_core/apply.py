@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .frozen import refuse_frozen
 from .mixin import ContainerMixin
 from .nontensor import NonTensorData
 
@@ -191,6 +192,7 @@ class ApplyMixin(ContainerMixin):
             >>> td.apply_(lambda x: x * 3)["a"].tolist()
             [3.0, 3.0]
         """
+        refuse_frozen(self, "apply_")
         views = tuple(other._to_tensordict_view() for other in others)
         self._apply_inplace(fn, views)
         return self
@@ -225,6 +227,7 @@ class ApplyMixin(ContainerMixin):
 
     def detach_(self):
         """Detach every tensor leaf in place; returns self."""
+        refuse_frozen(self, "detach_")
         for value in self._tensor_leaves():
             value.detach_()
         return self
@@ -241,6 +244,7 @@ class ApplyMixin(ContainerMixin):
 
     def zero_(self):
         """Fill every tensor leaf with zeros (in place); returns self."""
+        refuse_frozen(self, "zero_")
         for value in self._tensor_leaves():
             value.zero_()
         return self
@@ -248,6 +252,7 @@ class ApplyMixin(ContainerMixin):
     def fill_(self, key, value):
         """Fill the entry at ``key`` with ``value`` in place (every leaf below it for a
         nested TensorDict); returns self."""
+        refuse_frozen(self, "fill_")
         entry = self._get_leaf(key, "fill_")
         if _collection(entry):
             for leaf in entry._to_tensordict_view()._tensor_leaves():

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .frozen import refuse_frozen
 from .mixin import ContainerMixin
 from .nontensor import NonTensorData, eq_mask
 
@@ -47,6 +48,7 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
 
 
 def _inplace(self, other: Any, method: str):
+    refuse_frozen(self, method)
     if getattr(type(other), "_is_tensor_collection", False):
         other_data = other._to_tensordict_view()._data
         if other_data.keys() != self._data.keys():

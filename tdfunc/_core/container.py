@@ -25,6 +25,7 @@ from .._functional.pytree import register as _register_pytree
 from .._persist.api import PersistMixin
 from .apply import ApplyMixin
 from .arith import ArithmeticMixin
+from .frozen import FROZEN
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .nontensor import NonTensorData, NonTensorStack
 from .registry import register_class
@@ -408,6 +409,11 @@ class TensorDict(
     # ------------------------------------------------------------------ writing
     def _check_writable(self, api: str, key) -> None:
         if self._is_locked:
+            if self._is_locked == FROZEN:
+                raise RuntimeError(
+                    f"TensorDict.{api}: cannot write key {key!r}: this TensorDict belongs to a "
+                    f"frozen TensorClass, which refuses every write."
+                )
             raise RuntimeError(
                 f"TensorDict.{api}: cannot add, delete or rename key {key!r}: the TensorDict "
                 f"is locked. Write in place (td.set_(key, value)) or call td.unlock_() first."
@@ -672,10 +678,29 @@ class TensorDict(
             [('a', 'b'), 'c']
         """
         out = self._like({})
+        leaves: dict = {}  # every leaf path written, to the key it came from
+        branches: set = set()  # every path that holds leaves below it
         for key, value in self._data.items():
             parts = tuple(key.split(separator)) if separator in key else (key,)
             if type(value) is TensorDict:
                 value = value.unflatten_keys(separator)
+                paths = [parts + unravel_key_tuple(k) for k in value.keys(True, True)]
+            else:
+                paths = [parts]
+            for path in paths:
+                clash = leaves.get(path) or next(
+                    (leaves[path[:i]] for i in range(1, len(path)) if path[:i] in leaves), None
+                )
+                if clash is None and path in branches:
+                    clash = next(k for p, k in leaves.items() if p[: len(path)] == path)
+                if clash is not None:
+                    raise KeyError(
+                        f"TensorDict.unflatten_keys: keys {clash!r} and {key!r} both unflatten "
+                        f"to {path!r} (or one inside the other); rename one of them."
+                    )
+            for path in paths:
+                leaves[path] = key
+                branches.update(path[:i] for i in range(1, len(path)))
             write_path(out, parts, value, False, True, "unflatten_keys", [], [], ())
         if inplace:
             self._check_writable("unflatten_keys", separator)
@@ -686,7 +711,7 @@ class TensorDict(
     # ------------------------------------------------------------------ locking
     @property
     def is_locked(self) -> bool:
-        return self._is_locked
+        return bool(self._is_locked)
 
     def lock_(self) -> TensorDict:
         """Refuse new, deleted and renamed keys (in-place writes stay allowed); returns self.
@@ -697,14 +722,20 @@ class TensorDict(
             >>> td.is_locked
             True
         """
-        self._is_locked = True
+        if self._is_locked != FROZEN:
+            self._is_locked = True
         for value in self._data.values():
             if is_tensor_collection(value):
                 value.lock_()
         return self
 
     def unlock_(self) -> TensorDict:
-        """Allow structural changes again (nested TensorDicts too); returns self."""
+        """Allow structural changes again (nested TensorDicts too); returns self.
+
+        The TensorDicts of a frozen TensorClass stay frozen (a no-op for them).
+        """
+        if self._is_locked == FROZEN:
+            return self
         self._is_locked = False
         for value in self._data.values():
             if is_tensor_collection(value):
@@ -755,3 +786,8 @@ class TensorDict(
 
 _register_pytree(TensorDict)
 register_class(TensorDict)
+
+
+def unravel_key_tuple(key) -> tuple:
+    """``key`` (a ``str`` or a tuple) as a tuple."""
+    return (key,) if type(key) is str else tuple(key)

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .._core.frozen import refuse_frozen
 from . import load as _persist_load
 from . import save as _persist_save
 from .memmap_tensor import MemoryMappedTensor
@@ -74,6 +75,8 @@ def memmap_collection(
     ``meta.json``. See :meth:`PersistMixin.memmap` for the arguments.
     """
     _check_options(api, share_non_tensor, robust_key)
+    if inplace:
+        refuse_frozen(obj, api.rpartition(".")[2])
     background = return_early and isinstance(num_threads, int) and num_threads > 0
     with contextlib.nullcontext() if background else _gc_paused():
         return _persist_save.save(
@@ -105,6 +108,8 @@ def load_collection(
     With ``cls`` a TensorClass and a plain TensorDict on disk, the data is
     wrapped in ``cls``. With ``out``, the data is moved into ``out``.
     """
+    if out is not None:
+        refuse_frozen(out, api.rpartition(".")[2])
     if out is not None and device is None:
         device = out.device
     with _gc_paused():

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from .._core.container import TensorDict
+from .._core.frozen import freeze
 from .._core.keys import key_parts, missing_key_error
 from .._core.nontensor import NonTensorData
 from .._core.registry import class_name
@@ -280,7 +281,7 @@ class TensorClassIO(TensorClassOps):
         out = object.__new__(cls)
         object.__setattr__(out, "_td", tensordict)
         if cls._tc_frozen:
-            tensordict._is_locked = True
+            freeze(tensordict)
         for name, value in (non_tensordict or {}).items():
             TensorClassIO._write_unchecked(out, name, value)
         for field in cls._tc_fields:

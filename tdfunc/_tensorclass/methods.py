@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, overload
 import torch
 
 from .._core.container import TensorDict
+from .._core.frozen import freeze
 from .._core.keys import is_key
 from .._core.torch_function import TorchFunctionMixin
 from .._distributed import collectives as _distributed
@@ -62,14 +63,15 @@ class TensorClassOps(TorchFunctionMixin):
         out = object.__new__(type(self))
         object.__setattr__(out, "_td", td)
         if self._tc_frozen:
-            td._is_locked = True  # writes through a parent TensorDict cannot restructure it
+            freeze(td)  # frozen is deep: no write reaches it, not even through a parent
         return out
 
     @classmethod
     def _new_unsafe(cls, data: dict, batch_size: torch.Size, device=None, names=None) -> Self:
         out = object.__new__(cls)
         td = TensorDict._new_unsafe(data, batch_size, device, names)
-        td._is_locked = cls._tc_frozen
+        if cls._tc_frozen:
+            freeze(td)
         object.__setattr__(out, "_td", td)
         return out
 
@@ -78,7 +80,8 @@ class TensorClassOps(TorchFunctionMixin):
         """Rebuild after a pytree transform (leaves may be ints/None inside vmap specs)."""
         out = object.__new__(cls)
         td = TensorDict._new_unsafe(data, batch_size, device, names)
-        td._is_locked = cls._tc_frozen
+        if cls._tc_frozen:
+            freeze(td)
         object.__setattr__(out, "_td", td)
         return out
 

@@ -24,6 +24,7 @@ import torch
 from typing_extensions import dataclass_transform
 
 from .._core.container import TensorDict
+from .._core.frozen import freeze
 from .._core.nontensor import NonTensorData
 from .._core.registry import register_class
 from .._core.shapes import as_size
@@ -334,6 +335,7 @@ def _make_init(cls: type[TensorClass], fields: tuple[Field, ...], flags: dict[st
         "_tc_set_td": TensorClass.__dict__["_td"].__set__,
         "_tc_FACTORY": _FACTORY,
         "_tc_api": api,
+        "_tc_freeze": freeze,
     }
     params = []
     for field in fields:
@@ -389,7 +391,7 @@ def _make_init(cls: type[TensorClass], fields: tuple[Field, ...], flags: dict[st
             body += [f"if {name} is not None:", f"    {convert}"]
     body.append("_tc_td = _tc_new_td(_tc_data, _tc_size, _tc_dev, None)")
     if flags["frozen"]:
-        body.append("_tc_td._is_locked = True")
+        body.append("_tc_freeze(_tc_td)")
     if "names" in extra:
         body.append("if names is not None: _tc_td.names = names")
     body.append("_tc_set_td(_tc_self, _tc_td)")
