@@ -162,13 +162,14 @@ class PersistMixin:
         fields in its ``meta.json`` and its tensor fields in ``_tensordict/``.
 
         Saving again to the same ``prefix`` replaces the content atomically: data
-        goes to files no committed ``meta.json`` uses, then ``meta.json`` is
-        renamed into place, so a load (even after a crash) sees the old or the
-        new data, never a mix. Files this process still maps keep their content.
-        Repeated saves reuse the small files (up to 8 MiB) of the generation
-        before the last instead of creating and deleting files, so another
-        process that keeps an old load open sees small leaves change after two
-        saves: reload it (``memmap_refresh_``) instead.
+        goes to new files, then ``meta.json`` is written to a new file and
+        renamed into place, so a load (even after a crash, even in another
+        process during the save) sees the old or the new data, never a mix. A
+        save never writes into a file an earlier save committed: a process that
+        loaded an earlier checkpoint keeps its values (reload, or call
+        ``memmap_refresh_``, to see the new ones). Nothing tdfunc did not write
+        is deleted or overwritten: a ``prefix`` holding other files is a
+        ``FileExistsError`` naming them.
 
         Args:
             prefix: the directory to write. Defaults to a temporary location

@@ -25,7 +25,6 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
@@ -156,39 +155,7 @@ def _wrap(tensor: torch.Tensor, path: str, inode: tuple) -> MemoryMappedTensor:
     out = torch.Tensor._make_subclass(MemoryMappedTensor, tensor, False)
     out._filename = path
     out._inode = inode
-    if tensor.numel():
-        _register(inode, tensor)
     return out
-
-
-# ---------------------------------------------------------------------------- mapped files
-# Files this process maps, by (device, inode), with a weak reference to each
-# mapping's storage: the storage lives as long as any view of it (a slice, a
-# Parameter made from it), so a saved file is not recycled while this process
-# can still read it, whatever path it was opened through.
-_MAPPED: dict[tuple, list[StorageWeakRef]] = {}
-_REGISTERED = [0]
-
-
-def _register(inode: tuple, tensor: torch.Tensor) -> None:
-    _MAPPED.setdefault(inode, []).append(StorageWeakRef(tensor.untyped_storage()))
-    _REGISTERED[0] += 1
-    if _REGISTERED[0] % 4096 == 0:  # forget the mappings that are gone
-        for key in list(_MAPPED):
-            is_mapped(key)
-
-
-def is_mapped(inode: tuple) -> bool:
-    """True while a tensor of this process maps the file ``(st_dev, st_ino)``."""
-    refs = _MAPPED.get(inode)
-    if not refs:
-        return False
-    alive = [ref for ref in refs if not ref.expired()]
-    if alive:
-        _MAPPED[inode] = alive
-        return True
-    _MAPPED.pop(inode, None)
-    return False
 
 
 # ---------------------------------------------------------------------------- temp location
