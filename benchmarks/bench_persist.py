@@ -5,7 +5,7 @@ lazy on both sides: ``load_memmap`` maps the files, ``torch.load(mmap=True)``
 maps the archive. Two situations:
 
 - *new*: every round saves to a new directory (a new file for ``torch.save``);
-  the previous round's output is removed before the round, untimed.
+  earlier rounds' outputs stay on disk until the end.
 - *overwrite*: every round saves to the same location (a checkpoint being
   replaced), after two warm-up rounds. tdfunc writes new files and removes the
   old ones in a background thread once the new ``meta.json`` is committed;
@@ -22,7 +22,6 @@ Nothing is ``fsync``-ed on either side (``torch.save`` does not either). Run wit
 from __future__ import annotations
 
 import itertools
-import shutil
 
 import pytest
 import torch
@@ -100,15 +99,16 @@ def _tensordict(benchmark, tmp_path, flat: dict, lib, num_threads: int, rounds: 
 
 
 def _fresh(tmp_path, suffix: str = ""):
-    """A ``setup`` for ``benchmark.pedantic``: a new path each round, the last one removed."""
+    """A ``setup`` for ``benchmark.pedantic``: a new path each round.
+
+    Earlier rounds' outputs are left in place (removed with ``tmp_path``): removing
+    them between rounds would time the file system's block freeing (slow with
+    online discard) instead of the save.
+    """
     counter = itertools.count()
-    last: list = []
 
     def setup():
-        for old in last:
-            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
-        last[:] = [tmp_path / f"new{next(counter)}{suffix}"]
-        return (last[0],), {}
+        return (tmp_path / f"new{next(counter)}{suffix}",), {}
 
     return setup
 
