@@ -271,3 +271,22 @@ def test_malformed_entries_are_clear_errors(saved, edit, message):
     (saved / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=message):
         TensorDict.load_memmap(saved)
+
+
+def test_files_a_killed_save_was_about_to_remove_are_removed_by_the_next(tmp_path, monkeypatch):
+    """A kill between a save's commit and its removal of the replaced files (simulated: the
+    removal never runs) leaves plain names (``a.memmap``, ``b/``) no metadata references;
+    the committed ``meta.json`` records them, so the next save removes them."""
+    import tdfunc._persist.save as persist_save
+
+    path = tmp_path / "saved"
+    TensorDict({"a": torch.ones(2), "b": {"c": torch.ones(2)}}).memmap(path)
+    monkeypatch.setattr(persist_save, "remove_in_background", lambda files, trash: None)
+    TensorDict({"a": torch.zeros(2)}).memmap(path)
+    assert {"a.memmap", "b"} <= set(os.listdir(path))  # left behind by the "killed" save
+    monkeypatch.undo()
+    TensorDict({"a": torch.full((2,), 2.0)}).memmap(path)
+    wait_for_cleanup()
+    names = sorted(os.listdir(path))
+    assert len(names) == 2 and names[1] == "meta.json" and names[0].startswith("a."), names
+    assert TensorDict.load_memmap(path)["a"].tolist() == [2.0, 2.0]

@@ -63,15 +63,20 @@ def is_temporary(name: str) -> bool:
 class Directory:
     """The state of one directory of the tree being saved, read before anything is written."""
 
-    __slots__ = ("fresh", "names", "ours", "path", "protected")
+    __slots__ = ("fresh", "leftover", "names", "ours", "path", "protected")
 
     def __init__(self, path: str, names: set[str], old_nodes: list, fresh: bool = False) -> None:
         self.path = path
         self.names = names
         self.fresh = fresh  # created by this save: plain names are free
         self.protected: set[str] = set()  # referenced by committed metadata: never written
+        # names an earlier save replaced and was to remove after its commit (recorded in
+        # its meta.json under "stale": a kill before the removal must not leak them)
+        self.leftover: set[str] = set()
         for node in old_nodes:
             self.protected |= _referenced(node)
+            if type(node) is dict and type(node.get("stale")) is list:
+                self.leftover |= {n for n in node["stale"] if type(n) is str and _ours_name(n)}
         self.ours = any(node is not None for node in old_nodes)
 
     def protect(self, name: str) -> None:
@@ -91,6 +96,13 @@ class Directory:
                 return create_file(os.path.join(self.path, name)), name
             except FileExistsError:  # a leftover of a crashed save (4 billion to one)
                 continue
+
+    def replaced(self, node: dict) -> list[str]:
+        """The names of earlier generations that ``node`` no longer uses and that only a
+        record can tell from a user's file (plain names: ``a.memmap``, ``b/``)."""
+        used = _referenced(node)
+        names = (self.protected | self.leftover) - used
+        return sorted(n for n in names if not is_temporary(n) and n in self.names)
 
     def stale(self, node: dict) -> tuple[list[str], list[str]]:
         """(files, directories) the new ``node`` replaced; removed once it is committed.
@@ -113,7 +125,7 @@ class Directory:
             if name in used:
                 continue
             path = os.path.join(self.path, name)
-            if name in self.protected or is_temporary(name):
+            if name in self.protected or name in self.leftover or is_temporary(name):
                 try:
                     st = os.lstat(path)
                 except OSError:
@@ -129,6 +141,11 @@ class Directory:
                         os.rename(path, moved)
                         trash.append(moved)
         return files, trash
+
+
+def _ours_name(name: str) -> bool:
+    """A name tdfunc writes for a data file or a sub-directory."""
+    return bool(TENSOR_FILE.fullmatch(name) or OBJECT_FILE.fullmatch(name) or NAME.fullmatch(name))
 
 
 def is_ours(directory: str) -> bool:

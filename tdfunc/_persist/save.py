@@ -419,6 +419,9 @@ class _Save:
                     continue
                 if self.fsync:  # the new files' and sub-directories' names first
                     fsync_directory(level.state.path)
+                replaced = level.state.replaced(level.node)
+                if replaced:  # removed after the commit: recorded, should a kill come first
+                    level.node["stale"] = replaced
                 write_meta(level.state.path, level.node, self.fsync)
                 committed.add(level.state.path)
         except BaseException:
