@@ -283,7 +283,7 @@ def test_files_a_killed_save_was_about_to_remove_are_removed_by_the_next(tmp_pat
     TensorDict({"a": torch.ones(2), "b": {"c": torch.ones(2)}}).memmap(path)
     monkeypatch.setattr(persist_save, "remove_in_background", lambda files, trash: None)
     TensorDict({"a": torch.zeros(2)}).memmap(path)
-    assert {"a.memmap", "b"} <= set(os.listdir(path))  # left behind by the "killed" save
+    assert "a.memmap" in os.listdir(path)  # left behind by the "killed" save
     monkeypatch.undo()
     TensorDict({"a": torch.full((2,), 2.0)}).memmap(path)
     wait_for_cleanup()
