@@ -26,6 +26,11 @@ in the sub-directory ``_tensordict``::
      "keys": ["data", "metadata"],
      "tensordict": {"dir": "_tensordict", "meta": {...tc/_tensordict/meta.json...}}}
 
+An optional ``"stale"`` list names the files and sub-directories (plain names
+such as ``a.memmap``) of the generation a save replaced, removed after its
+commit: should the process die before removing them, the next save still knows
+they are tdfunc's and removes them.
+
 Version 1 (still read) saved a TensorClass flat, like a TensorDict: its tensors
 next to its ``meta.json``.
 
