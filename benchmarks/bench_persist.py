@@ -141,6 +141,11 @@ def test_persist_weights_new_tdfunc(benchmark, tmp_path):
 
 
 @pytest.mark.benchmark(group="persist_weights_new")
+def test_persist_weights_new_tdfunc_threads(benchmark, tmp_path):
+    _tdfunc_new(benchmark, tmp_path, _weights(), THREADS, WEIGHT_ROUNDS)
+
+
+@pytest.mark.benchmark(group="persist_weights_new")
 def test_persist_weights_new_baseline(benchmark, tmp_path):
     _baseline_new(benchmark, tmp_path, _weights(), WEIGHT_ROUNDS)
 
