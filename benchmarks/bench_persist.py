@@ -1,22 +1,27 @@
 """Saving + loading with ``memmap``/``load_memmap`` beside ``torch.save``/``torch.load``.
 
-Each benchmark times one save followed by one load of the same data, to the
-same location every round (a checkpoint being overwritten), after two warm-up
-rounds (the first saves to a directory create its files, later ones reuse
-them; ``torch.save`` rewrites its archive in place). Loads are lazy on both
-sides: ``load_memmap`` maps the files, ``torch.load(mmap=True)`` maps the
-archive. Cases:
+Each benchmark times one save followed by one load of the same data. Loads are
+lazy on both sides: ``load_memmap`` maps the files, ``torch.load(mmap=True)``
+maps the archive. Two situations:
 
-- ``persist_weights``: the weights of 16 ``Linear(256, 256)`` layers (32 leaves,
-  4 MB). Target: tdfunc at least 1.5x faster than the baseline.
-- ``persist_tiny``: 1,000 leaves of 4 floats. Target: never slower than
-  ``torch.save``.
-- ``persist_large``: three 64 MB tensors, written with ``num_threads=3``.
+- *new*: every round saves to a new directory (a new file for ``torch.save``);
+  earlier rounds' outputs stay on disk until the end.
+- *overwrite*: every round saves to the same location (a checkpoint being
+  replaced), after two warm-up rounds. tdfunc writes new files and removes the
+  old ones in a background thread once the new ``meta.json`` is committed;
+  ``torch.save`` rewrites its archive in place (a crash there loses both).
 
-Nothing is ``fsync``-ed on either side (``torch.save`` does not either).
+Cases: ``weights`` (16 ``Linear(256, 256)``: 32 leaves, 4 MB; target: at least as
+fast as ``torch.save`` on a new directory), ``tiny`` (1,000 leaves of 4 floats),
+``large`` (three 64 MB tensors, ``num_threads=3``; target: 3x faster).
+
+Nothing is ``fsync``-ed on either side (``torch.save`` does not either). Run with
+``OMP_NUM_THREADS=1``; compare medians within one run.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
@@ -25,7 +30,7 @@ from torch import nn
 from tdfunc import TensorDict
 
 THREADS = 4
-WARMUP = 2  # the first saves to a directory create its files; later ones reuse them
+WARMUP = 2
 WEIGHT_ROUNDS = 40
 TINY_ROUNDS = 15
 LARGE_ROUNDS = 7
@@ -91,6 +96,68 @@ def _tensordict(benchmark, tmp_path, flat: dict, lib, num_threads: int, rounds: 
 
     loaded = benchmark.pedantic(run, rounds=rounds, iterations=1, warmup_rounds=WARMUP)
     _check(loaded, flat)
+
+
+def _fresh(tmp_path, suffix: str = ""):
+    """A ``setup`` for ``benchmark.pedantic``: a new path each round.
+
+    Earlier rounds' outputs are left in place (removed with ``tmp_path``): removing
+    them between rounds would time the file system's block freeing (slow with
+    online discard) instead of the save.
+    """
+    counter = itertools.count()
+
+    def setup():
+        return (tmp_path / f"new{next(counter)}{suffix}",), {}
+
+    return setup
+
+
+def _tdfunc_new(benchmark, tmp_path, flat: dict, num_threads: int, rounds: int):
+    td = _nested(flat)
+
+    def run(path):
+        td.memmap(path, num_threads=num_threads)
+        return TensorDict.load_memmap(path)
+
+    loaded = benchmark.pedantic(run, setup=_fresh(tmp_path), rounds=rounds, warmup_rounds=WARMUP)
+    _check(loaded, flat)
+
+
+def _baseline_new(benchmark, tmp_path, flat: dict, rounds: int):
+    def run(path):
+        torch.save(flat, path)
+        return torch.load(path, mmap=True, weights_only=True)
+
+    setup = _fresh(tmp_path, ".pt")
+    loaded = benchmark.pedantic(run, setup=setup, rounds=rounds, warmup_rounds=WARMUP)
+    _check(loaded, flat, nested=False)
+
+
+# ---------------------------------------------------------------- new directory
+@pytest.mark.benchmark(group="persist_weights_new")
+def test_persist_weights_new_tdfunc(benchmark, tmp_path):
+    _tdfunc_new(benchmark, tmp_path, _weights(), 0, WEIGHT_ROUNDS)
+
+
+@pytest.mark.benchmark(group="persist_weights_new")
+def test_persist_weights_new_tdfunc_threads(benchmark, tmp_path):
+    _tdfunc_new(benchmark, tmp_path, _weights(), THREADS, WEIGHT_ROUNDS)
+
+
+@pytest.mark.benchmark(group="persist_weights_new")
+def test_persist_weights_new_baseline(benchmark, tmp_path):
+    _baseline_new(benchmark, tmp_path, _weights(), WEIGHT_ROUNDS)
+
+
+@pytest.mark.benchmark(group="persist_large_new")
+def test_persist_large_new_tdfunc(benchmark, tmp_path):
+    _tdfunc_new(benchmark, tmp_path, _large(), 3, LARGE_ROUNDS)
+
+
+@pytest.mark.benchmark(group="persist_large_new")
+def test_persist_large_new_baseline(benchmark, tmp_path):
+    _baseline_new(benchmark, tmp_path, _large(), LARGE_ROUNDS)
 
 
 # ---------------------------------------------------------------- model weights

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 
 from .context import locking_parent, record_lock, remember
+from .frozen import FROZEN
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .mixin import ContainerMixin, is_tensor_collection, read_value
 from .update import send
@@ -293,6 +294,11 @@ class AccessMixin(ContainerMixin):
     def _check_writable(self, api: str, key) -> None:
         self._check_mutable(api)
         if self._is_locked:
+            if self._is_locked == FROZEN:
+                raise RuntimeError(
+                    f"TensorDict.{api}: cannot write key {key!r}: this TensorDict belongs to a "
+                    f"frozen TensorClass, which refuses every write."
+                )
             name = type(self).__name__
             raise RuntimeError(
                 f"{name}.{api}: cannot add, delete or rename key {key!r}: the {name} "
@@ -492,7 +498,8 @@ class AccessMixin(ContainerMixin):
             >>> td.is_locked
             True
         """
-        self._is_locked = True
+        if self._is_locked != FROZEN:
+            self._is_locked = True
         for value in self._data.values():
             if is_tensor_collection(value):
                 value.lock_()
@@ -506,7 +513,7 @@ class AccessMixin(ContainerMixin):
         block exits. A nested TensorDict cannot be unlocked while the TensorDict
         that locked it is locked. A frozen TensorClass stays locked (a no-op on it).
         """
-        if self._frozen:
+        if self._frozen or self._is_locked == FROZEN:
             return self
         parent = locking_parent(self)
         if parent is not None:

@@ -132,8 +132,7 @@ class ContextMixin(ContainerMixin):
 
     @property
     def is_locked(self) -> bool:
-        """Whether the container refuses structural changes; setting it locks or unlocks."""
-        return self._is_locked
+        return bool(self._is_locked)
 
     @is_locked.setter
     def is_locked(self, value: bool) -> None:

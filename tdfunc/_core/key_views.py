@@ -148,10 +148,29 @@ class KeyViewsMixin(ContainerMixin):
             [('a', 'b'), 'c']
         """
         out = self._like({})
+        leaves: dict = {}  # every leaf path written, to the key it came from
+        branches: set = set()  # every path that holds leaves below it
         for key, value in self._data.items():
             parts = tuple(key.split(separator)) if separator in key else (key,)
             if type(value) is TensorDict:
                 value = value.unflatten_keys(separator)
+                paths = [parts + unravel_key_tuple(k) for k in value.keys(True, True)]
+            else:
+                paths = [parts]
+            for path in paths:
+                clash = leaves.get(path) or next(
+                    (leaves[path[:i]] for i in range(1, len(path)) if path[:i] in leaves), None
+                )
+                if clash is None and path in branches:
+                    clash = next(k for p, k in leaves.items() if p[: len(path)] == path)
+                if clash is not None:
+                    raise KeyError(
+                        f"TensorDict.unflatten_keys: keys {clash!r} and {key!r} both unflatten "
+                        f"to {path!r} (or one inside the other); rename one of them."
+                    )
+            for path in paths:
+                leaves[path] = key
+                branches.update(path[:i] for i in range(1, len(path)))
             write_path(out, parts, value, False, True, "unflatten_keys", [], [], ())
         if inplace:
             self._check_writable("unflatten_keys", separator)
@@ -243,3 +262,8 @@ class KeyViewsMixin(ContainerMixin):
 
     def __repr__(self) -> str:
         return td_repr(self)
+
+
+def unravel_key_tuple(key) -> tuple:
+    """``key`` (a ``str`` or a tuple) as a tuple."""
+    return (key,) if type(key) is str else tuple(key)

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from .apply import rewrap
+from .frozen import refuse_frozen as deep_refuse_frozen
 from .nontensor import NonTensorData
 
 _Tensor = torch.Tensor
@@ -128,9 +129,13 @@ def inplace_leaves(self: Any, api: str) -> list:
 
 
 def refuse_frozen(self: Any, api: str) -> None:
-    """Raise for a frozen TensorClass: it refuses every in-place write."""
-    if getattr(type(self), "_tc_frozen", False):
-        self._check_mutable(api)
+    """Raise before an in-place write that would reach frozen data (here or nested).
+
+    A frozen TensorClass raises its own ``FrozenInstanceError``; a frozen instance
+    anywhere below refuses through :func:`tdfunc._core.frozen.refuse_frozen`.
+    """
+    self._check_mutable(api)
+    deep_refuse_frozen(self, api)
 
 
 def drop_names(dims: tuple, keepdim: bool) -> Callable:

@@ -14,6 +14,7 @@ import torch
 
 from .apply import rewrap
 from .context import write_back
+from .frozen import refuse_frozen
 from .keys import unravel_key
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
@@ -25,7 +26,7 @@ from .shapes import (
     normalize_dim,
     resolve_shape,
 )
-from .writes import writable_view
+from .writes import check_copy_target, writable_view
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -128,8 +129,12 @@ class ShapeOpsMixin(ContainerMixin):
         leaf_index, target = self._leaf_index(index)
         if target is None:
             target = index_batch_size(self._batch_size, leaf_index)
+        refuse_frozen(self, "__setitem__")
         plan: list = []
         self._plan_index_write(leaf_index, target, value, plan, ())
+        for operation, *args in plan:  # nothing is written unless every write can be
+            if operation is _assign:
+                check_copy_target(args[0], args[2], "<index>", "__setitem__")
         for operation, *args in plan:
             operation(*args)
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .frozen import FROZEN
 from .keys import MISSING, key_parts, unravel_key
 from .mixin import is_tensor_collection
 from .nontensor import NonTensorData, NonTensorStack, stack_of_list
@@ -34,13 +35,19 @@ def _tensordict():
 
 
 def writable_view(container: Any, api: str, key: Any):
-    """The TensorDict to write into for ``container``; a frozen TensorClass refuses."""
+    """The TensorDict to write into for ``container``; frozen data refuses."""
     if getattr(type(container), "_tc_frozen", False):
         raise RuntimeError(
             f"TensorDict.{api}: cannot write key {key!r}: it is inside a frozen "
             f"{type(container).__name__}, which refuses every write."
         )
-    return container._to_tensordict_view()
+    view = container._to_tensordict_view()
+    if view._is_locked == FROZEN:
+        raise RuntimeError(
+            f"TensorDict.{api}: cannot write key {key!r}: it is inside a TensorDict that "
+            f"belongs to a frozen TensorClass, which refuses every write."
+        )
+    return view
 
 
 def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, second: int):
@@ -183,11 +190,39 @@ def write(td, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None
                 copies,
                 prefix,
             )
+        for target, source, key in copies:
+            check_copy_target(target, source, key, api)
     except BaseException:
         rollback(undo)
         raise
-    for target, source in copies:
-        target.copy_(source)
+    done = 0
+    try:
+        for target, source, _ in copies:
+            target.copy_(source)
+            done += 1
+    except BaseException:
+        if done:  # not foreseen by check_copy_target: the earlier copies stay written
+            raise
+        rollback(undo)
+        raise
+
+
+def check_copy_target(target: torch.Tensor, source: Any, key, api: str) -> None:
+    """Raise now what ``target.copy_(source)`` would raise, before any entry is written."""
+    problem = None
+    if torch.is_grad_enabled() and target.requires_grad:
+        base = target._base if target._is_view() else target
+        if base is not None and base.is_leaf:
+            problem = "it is a leaf tensor that requires grad (write under torch.no_grad())"
+    elif target.is_inference() and not torch.is_inference_mode_enabled():
+        problem = "it is an inference tensor (write inside torch.inference_mode())"
+    if problem is None and torch._debug_has_internal_overlap(target) == 1:
+        problem = "several of its elements share memory (an expanded tensor: clone it first)"
+    if problem is not None:
+        raise RuntimeError(
+            f"TensorDict.{api}: cannot write in place into the tensor at key {key!r}: "
+            f"{problem}. Nothing was written."
+        )
 
 
 def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> None:
@@ -226,7 +261,9 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
         node._check_writable(api, full)
     elif inplace or node._is_locked or (merge and is_tensor_collection(existing)):
         if isinstance(existing, _Tensor):
-            copies.append((existing, inplace_source(existing, value, full, api)))
+            if node._is_locked == FROZEN:
+                writable_view(node, api, full)
+            copies.append((existing, inplace_source(existing, value, full, api), full))
             return
         if is_tensor_collection(existing):
             if isinstance(value, Mapping) or is_tensor_collection(value):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .._core.frozen import refuse_frozen
 from . import load as _persist_load
 from . import save as _persist_save
 from .memmap_tensor import MemoryMappedTensor
@@ -77,6 +78,8 @@ def memmap_collection(
     ``meta.json``. See :meth:`PersistMixin.memmap` for the arguments.
     """
     _check_options(api, share_non_tensor, robust_key)
+    if inplace:
+        refuse_frozen(obj, api.rpartition(".")[2])
     background = return_early and isinstance(num_threads, int) and num_threads > 0
     with contextlib.nullcontext() if background else _gc_paused():
         return _persist_save.save(
@@ -106,6 +109,8 @@ def load_collection(
 
     With ``out``, the data is moved into ``out`` (which is returned).
     """
+    if out is not None:
+        refuse_frozen(out, api.rpartition(".")[2])
     if out is not None and device is None:
         device = out.device
     with _gc_paused():
@@ -151,13 +156,14 @@ class PersistMixin:
         fields in its ``meta.json`` and its tensor fields in ``_tensordict/``.
 
         Saving again to the same ``prefix`` replaces the content atomically: data
-        goes to files no committed ``meta.json`` uses, then ``meta.json`` is
-        renamed into place, so a load (even after a crash) sees the old or the
-        new data, never a mix. Files this process still maps keep their content.
-        Repeated saves reuse the small files (up to 8 MiB) of the generation
-        before the last instead of creating and deleting files, so another
-        process that keeps an old load open sees small leaves change after two
-        saves: reload it (``memmap_refresh_``) instead.
+        goes to new files, then ``meta.json`` is written to a new file and
+        renamed into place, so a load (even after a crash, even in another
+        process during the save) sees the old or the new data, never a mix. A
+        save never writes into a file an earlier save committed: a process that
+        loaded an earlier checkpoint keeps its values (reload, or call
+        ``memmap_refresh_``, to see the new ones). Nothing tdfunc did not write
+        is deleted or overwritten: a ``prefix`` holding other files is a
+        ``FileExistsError`` naming them.
 
         Args:
             prefix: the directory to write. Defaults to a temporary location

@@ -1,34 +1,26 @@
-"""One saved directory across saves: which files are in use, reused, or stale.
+"""One saved directory across saves: which files are in use, new, or stale.
 
-Saving again to a directory must never write a file that a committed
-``meta.json`` references (a crash would leave old metadata over new data). The
-simple way, a new file per leaf and the old one deleted, turns every save into
-a create and a delete per leaf; on file systems that discard freed blocks
-online (common on cloud disks) each delete costs milliseconds and stalls the
-creates that follow. So small files are *recycled*, double-buffered:
+Rules that keep every committed checkpoint whole, for this process and others:
 
-- the files the current ``meta.json`` references (generation ``N``) are
-  *protected*: never written;
-- the files of generation ``N - 1`` (kept after the previous save, at most
-  ``KEEP_LIMIT`` bytes each) are overwritten in place with generation
-  ``N + 1`` when their size matches, unless this process still maps them;
-- ``meta.json`` itself alternates between two files: the new metadata is
-  written over the previous generation's ``meta.json`` (kept under a ``.old``
-  name), then renamed into place; the current one is kept as the next ``.old``.
-
-A steady stream of saves of the same shapes thus creates and deletes nothing.
-The price: a *different process* that loaded generation ``N - 1`` and still
-reads it lazily sees the small leaves change two saves later (call
-``memmap_refresh_`` after a save). Larger files are always new and removed
-once stale, in a background thread.
+- a file that a committed ``meta.json`` references is never written again by a
+  save (only a user's in-place write through a loaded tensor writes it). Every
+  leaf of a save goes to a new file (``O_EXCL``), under a name no earlier
+  generation used (``<stem>.<token>.memmap``; ``<stem>.memmap`` only in a
+  directory this save created), and stale files are removed only after the new
+  ``meta.json`` is committed. A process that mapped an older generation keeps
+  reading it whole: removing a name leaves the mapped pages in place.
+- nothing tdfunc did not write is deleted or overwritten. A directory is
+  written only if it is new, empty, or holds a valid tdfunc ``meta.json``;
+  anything else is a ``FileExistsError`` naming what is in the way. In a
+  directory of ours, only the names the replaced metadata referenced and
+  tdfunc's own temporary names (``<stem>.<token>.memmap``, ``meta.json.<token>.tmp``,
+  ``trash.<token>.tmp``) are removed; other files are left alone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
 import secrets
 import shutil
 import stat
@@ -36,17 +28,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .format import DTYPES, META, META_TMP, OBJECT_FILE, TENSOR_FILE, TRASH, data_file
+from .format import META, META_TMP, OBJECT_FILE, TENSOR_FILE, TRASH, data_file
 from .format import new_token as new_token
 from .keys import NAME
-from .memmap_tensor import create_file, is_mapped, nbytes_of
-
-KEEP_LIMIT = 8 << 20  # stale files up to this size are kept for the next save to overwrite
-_STEM_OF = re.compile(r"([^.]*)\..*")
+from .memmap_tensor import create_file
 
 
-def _referenced(node: Any, small: set[str] | None = None) -> set[str]:
-    """Every file and directory name ``node`` uses; its small tensor files go to ``small``."""
+def _referenced(node: Any) -> set[str]:
+    """Every file and directory name ``node`` uses."""
     names: set[str] = set()
     if type(node) is not dict or type(node.get("entries")) is not dict:
         return names
@@ -57,146 +46,121 @@ def _referenced(node: Any, small: set[str] | None = None) -> set[str]:
         if type(entry) is not dict:
             continue
         name = entry.get("file") or entry.get("dir")
-        if type(name) is not str:
-            continue
-        names.add(name)
-        if small is None or entry.get("kind") != "tensor":
-            continue
-        dtype = DTYPES.get(entry.get("dtype"))  # type: ignore[arg-type]
-        shape = entry.get("shape")
-        if dtype is not None and type(shape) is list:
-            with contextlib.suppress(TypeError):
-                if nbytes_of(shape, dtype) <= KEEP_LIMIT:
-                    small.add(name)
+        if type(name) is str:
+            names.add(name)
     return names
 
 
-def read_node(directory: str) -> dict | None:
-    """The parsed ``meta.json`` of ``directory``, or ``None`` (missing or unreadable)."""
-    try:
-        with open(os.path.join(directory, META), "rb") as file:
-            node = json.loads(file.read())
-    except (OSError, ValueError):
-        return None
-    return node if type(node) is dict else None
+def is_temporary(name: str) -> bool:
+    """A name only tdfunc writes and no committed generation keeps unreferenced."""
+    if META_TMP.fullmatch(name) or TRASH.fullmatch(name):
+        return True
+    return (TENSOR_FILE.fullmatch(name) or OBJECT_FILE.fullmatch(name)) is not None and (
+        name.count(".") == 2
+    )
 
 
 class Directory:
     """The state of one directory of the tree being saved, read before anything is written."""
 
-    __slots__ = ("keep", "lock", "names", "path", "protected", "recyclable", "spare_meta")
+    __slots__ = ("fresh", "leftover", "names", "ours", "path", "protected")
 
-    def __init__(self, path: str, names: set[str], old_nodes: list) -> None:
+    def __init__(self, path: str, names: set[str], old_nodes: list, fresh: bool = False) -> None:
         self.path = path
         self.names = names
-        self.lock = threading.Lock()
-        self.protected: set[str] = set()
-        self.keep: set[str] = set()
+        self.fresh = fresh  # created by this save: plain names are free
+        self.protected: set[str] = set()  # referenced by committed metadata: never written
+        # names an earlier save replaced and was to remove after its commit (recorded in
+        # its meta.json under "stale": a kill before the removal must not leak them)
+        self.leftover: set[str] = set()
         for node in old_nodes:
-            self.protected |= _referenced(node, self.keep)
-        if names and not any(node is not None for node in old_nodes):
-            self.protected |= names  # no readable metadata: touch nothing that exists
-        self.recyclable: dict[str, list[str]] = {}
-        self.spare_meta: str | None = None
-        doomed: set[str] = set()
-        if _DOOMED:  # files an earlier save is still removing are not spares
-            start = os.path.realpath(path) + os.sep
-            with _CLEANER_LOCK:
-                doomed = {name for name in names if start + name in _DOOMED}
-        for name in names - self.protected - doomed:
-            if TENSOR_FILE.fullmatch(name):
-                match = _STEM_OF.fullmatch(name)
-                if match:
-                    self.recyclable.setdefault(match.group(1), []).append(name)
-            elif self.spare_meta is None and META_TMP.fullmatch(name) and name.endswith(".old"):
-                self.spare_meta = name
+            self.protected |= _referenced(node)
+            if type(node) is dict and type(node.get("stale")) is list:
+                self.leftover |= {n for n in node["stale"] if type(n) is str and _ours_name(n)}
+        self.ours = any(node is not None for node in old_nodes)
 
     def protect(self, name: str) -> None:
-        """A file reused as it is by this save: never overwrite it."""
+        """A file reused as it is by this save: never overwrite or remove it."""
         self.protected.add(name)
-        for names in self.recyclable.values():
-            if name in names:
-                names.remove(name)
-
-    def recycle(self, stem: str, nbytes: int) -> tuple[str, os.stat_result] | None:
-        """(name, stat) of a stale file of ``stem`` holding exactly ``nbytes``, if any."""
-        for name in self.recyclable.pop(stem, ()):
-            try:
-                st = os.stat(os.path.join(self.path, name), follow_symlinks=False)
-            except OSError:
-                continue
-            if (
-                stat.S_ISREG(st.st_mode)
-                and st.st_size == nbytes
-                and not is_mapped((st.st_dev, st.st_ino))  # this process still reads it
-            ):
-                return name, st
-        return None
 
     def create(self, stem: str, suffix: str) -> tuple[int, str]:
-        """(descriptor, name) of a new file for ``stem``, under a name nothing uses."""
-        name = data_file(stem, None, suffix)
-        if name in self.names:
-            name = data_file(stem, new_token(), suffix)
+        """(descriptor, name) of a new file for ``stem``, under a name nothing used."""
+        if self.fresh:
+            name = data_file(stem, None, suffix)
+            if name not in self.names:
+                with contextlib.suppress(FileExistsError):
+                    return create_file(os.path.join(self.path, name)), name
         while True:
+            name = data_file(stem, new_token(), suffix)
             try:
                 return create_file(os.path.join(self.path, name)), name
-            except FileExistsError:  # a leftover of a crashed save, or a concurrent one
-                name = data_file(stem, new_token(), suffix)
+            except FileExistsError:  # a leftover of a crashed save (4 billion to one)
+                continue
 
-    def stale(self, node: dict, spare: str | None) -> tuple[list[str], list[str]]:
-        """(files, directories) that neither the new ``node`` nor the next save needs.
-
-        Files the previous ``meta.json`` used (small ones) are kept: the next save
-        overwrites them. Stale sub-directories are renamed to a trash name at
-        once, so that a later save can create a directory of the same name.
-        """
+    def replaced(self, node: dict) -> list[str]:
+        """The names of earlier generations that ``node`` no longer uses and that only a
+        record can tell from a user's file (plain names: ``a.memmap``, ``b/``)."""
         used = _referenced(node)
-        stems = {_STEM_OF.sub(r"\1", name) for name in used if TENSOR_FILE.fullmatch(name)}
-        # the previous generation of the leaves still saved: the next save overwrites them
-        spares = {name for name in self.keep if _STEM_OF.sub(r"\1", name) in stems}
-        keep = used | spares | {META}
-        if spare is not None:
-            keep.add(spare)
+        names = (self.protected | self.leftover) - used
+        return sorted(n for n in names if not is_temporary(n) and n in self.names)
+
+    def stale(self, node: dict) -> tuple[list[str], list[str]]:
+        """(files, directories) the new ``node`` replaced; removed once it is committed.
+
+        Stale sub-directories are renamed to a trash name at once, so that a
+        later save can create a directory of the same name.
+        """
         files: list[str] = []
         trash: list[str] = []
+        if not self.ours and not self.fresh:
+            return files, trash
+        used = _referenced(node)
+        used.add(META)
         try:
             names = os.listdir(self.path)
         except OSError:
             return files, trash
         real = None
         for name in names:
-            if name in keep:
+            if name in used:
                 continue
             path = os.path.join(self.path, name)
-            if (
-                TENSOR_FILE.fullmatch(name)
-                or OBJECT_FILE.fullmatch(name)
-                or META_TMP.fullmatch(name)
-            ):
-                # queued by their real path: the path a later save compares with
-                real = real or os.path.realpath(self.path)
-                files.append(os.path.join(real, name))
-            elif TRASH.fullmatch(name):
-                trash.append(path)
-            elif NAME.fullmatch(name) and _is_ours(path):
-                moved = os.path.join(self.path, f"trash.{secrets.token_hex(8)}.tmp")
-                with contextlib.suppress(OSError):
-                    os.rename(path, moved)
-                    trash.append(moved)
+            if name in self.protected or name in self.leftover or is_temporary(name):
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    real = real or os.path.realpath(self.path)
+                    files.append(os.path.join(real, name))
+                elif TRASH.fullmatch(name):
+                    trash.append(path)
+                elif stat.S_ISDIR(st.st_mode) and NAME.fullmatch(name) and is_ours(path):
+                    moved = os.path.join(self.path, f"trash.{secrets.token_hex(8)}.tmp")
+                    with contextlib.suppress(OSError):
+                        os.rename(path, moved)
+                        trash.append(moved)
         return files, trash
 
 
-def _is_ours(directory: str) -> bool:
+def _ours_name(name: str) -> bool:
+    """A name tdfunc writes for a data file or a sub-directory."""
+    return bool(TENSOR_FILE.fullmatch(name) or OBJECT_FILE.fullmatch(name) or NAME.fullmatch(name))
+
+
+def is_ours(directory: str) -> bool:
     """A real directory holding nothing but files and directories tdfunc writes."""
     if os.path.islink(directory) or not os.path.isdir(directory):
         return False
     for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if os.path.islink(path):
+            return False
         if name == META or TENSOR_FILE.fullmatch(name) or OBJECT_FILE.fullmatch(name):
             continue
         if META_TMP.fullmatch(name) or TRASH.fullmatch(name):
             continue
-        if NAME.fullmatch(name) and _is_ours(os.path.join(directory, name)):
+        if NAME.fullmatch(name) and is_ours(path):
             continue
         return False
     return True

@@ -26,6 +26,11 @@ in the sub-directory ``_tensordict``::
      "keys": ["data", "metadata"],
      "tensordict": {"dir": "_tensordict", "meta": {...tc/_tensordict/meta.json...}}}
 
+An optional ``"stale"`` list names the files and sub-directories (plain names
+such as ``a.memmap``) of the generation a save replaced, removed after its
+commit: should the process die before removing them, the next save still knows
+they are tdfunc's and removes them.
+
 Version 1 (still read) saved a TensorClass flat, like a TensorDict: its tensors
 next to its ``meta.json``.
 
@@ -49,6 +54,7 @@ import json
 import os
 import re
 import secrets
+import stat
 from typing import Any
 
 import torch
@@ -60,7 +66,6 @@ VERSION = 2
 META = "meta.json"
 # the sub-directory of a TensorClass that holds its TensorDict (tensor and collection fields)
 TENSORDICT_DIR = "_tensordict"
-_OPEN_EXISTING = os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 _DTYPE_NAMES = [
@@ -102,15 +107,21 @@ def new_token() -> str:
 
 
 # ---------------------------------------------------------------------------- non-tensor values
-def is_json_exact(value: Any) -> bool:
-    """True when ``json.loads(json.dumps(value)) == value`` with the same types."""
+def is_json_exact(value: Any, depth: int = 0) -> bool:
+    """True when ``json.loads(json.dumps(value)) == value`` with the same types.
+
+    Values nested deeper than ``MAX_DEPTH`` are not stored inline (a reader
+    would need deep recursion to parse them).
+    """
     kind = type(value)
     if value is None or kind in (bool, int, float, str):
         return True
+    if depth >= MAX_DEPTH:
+        return False
     if kind is list:
-        return all(is_json_exact(item) for item in value)
+        return all(is_json_exact(item, depth + 1) for item in value)
     if kind is dict:
-        return all(type(k) is str and is_json_exact(v) for k, v in value.items())
+        return all(type(k) is str and is_json_exact(v, depth + 1) for k, v in value.items())
     return False
 
 
@@ -133,10 +144,10 @@ def encode_object(value: Any, key: str, api: str) -> bytes:
 
 
 def decode_object(path: str, api: str) -> Any:
+    """The non-tensor value in ``path`` (a regular file, read with ``weights_only=True``)."""
+    raw = read_regular(path, api, "a non-tensor value", MAX_OBJECT_BYTES)
     try:
-        return torch.load(path, weights_only=True, map_location="cpu")
-    except FileNotFoundError:
-        raise
+        return torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
     except Exception as error:
         raise ValueError(
             f"{api}: cannot read the non-tensor value in {path} with "
@@ -144,45 +155,111 @@ def decode_object(path: str, api: str) -> Any:
         ) from None
 
 
-# ---------------------------------------------------------------------------- meta.json
-def write_meta(directory: str, node: dict, fsync: bool, spare: str | None = None) -> str | None:
-    """Commit ``node`` as ``directory/meta.json`` through an atomic rename.
+# ---------------------------------------------------------------------------- reading files
+# meta.json embeds the whole tree; no real checkpoint comes near this (a million leaves
+# take about 150 MB), and a cap keeps a hostile file (a link to /dev/zero) bounded.
+MAX_META_BYTES = 1 << 30
+MAX_OBJECT_BYTES = 1 << 30
+# Containers nested deeper than this are refused, on save and load: the code that walks
+# them recurses, and a hostile meta.json must end in a ValueError, not a RecursionError.
+MAX_DEPTH = 100
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)  # a FIFO opens at once (and is then refused)
+    | getattr(os, "O_NOFOLLOW", 0)  # a symbolic link is refused, never followed
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
 
-    The new content is written over ``spare`` (the ``meta.json`` of two saves
-    ago, which nothing references) when given, else into a new file. The
-    current ``meta.json`` is kept under a ``.old`` name (a hard link), returned
-    as the spare of the next save: replacing the last link of a file frees its
-    blocks, which can take milliseconds on file systems with online discard.
+
+def open_regular(path: str, api: str, what: str) -> tuple[int, os.stat_result]:
+    """A descriptor of ``path`` if it is a regular file (never a link, FIFO or device).
+
+    Raises ``FileNotFoundError`` when it is missing and ``ValueError`` otherwise.
+    """
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        raise
+    except OSError as error:  # ELOOP: a symbolic link; ENXIO: a socket
+        if os.path.islink(path):
+            raise ValueError(
+                f"{api}: {path} is a symbolic link; refusing to follow it ({what} must be a "
+                f"regular file inside the saved directory)."
+            ) from None
+        raise ValueError(f"{api}: cannot open {path} ({what}): {error.strerror}.") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ValueError(
+            f"{api}: {path} is not a regular file (a directory, FIFO, socket or device); "
+            f"refusing to read it as {what}."
+        )
+    return fd, st
+
+
+def read_fd(fd: int, st: os.stat_result, path: str, api: str, what: str, cap: int) -> bytes:
+    """Read a whole regular file of at most ``cap`` bytes (bounded even if it grows)."""
+    if st.st_size > cap:
+        raise ValueError(
+            f"{api}: {path} holds {st.st_size} bytes, more than the {cap} bytes {what} can "
+            f"take; it is not a file tdfunc wrote."
+        )
+    chunks = []
+    total = 0
+    while True:
+        chunk = os.read(fd, min(cap + 1 - total, 1 << 24))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > cap:
+            raise ValueError(f"{api}: {path} grew past {cap} bytes while it was read.")
+    return b"".join(chunks)
+
+
+def read_regular(path: str, api: str, what: str, cap: int) -> bytes:
+    fd, st = open_regular(path, api, what)
+    try:
+        return read_fd(fd, st, path, api, what, cap)
+    finally:
+        os.close(fd)
+
+
+def parse_json(raw: bytes, path: str, api: str) -> Any:
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError(
+            f"{api}: {path} is corrupt: its JSON is nested too deeply to be metadata tdfunc wrote."
+        ) from None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{api}: {path} is corrupt: not valid JSON ({error}).") from None
+
+
+# ---------------------------------------------------------------------------- meta.json
+def write_meta(directory: str, node: dict, fsync: bool) -> None:
+    """Commit ``node`` as ``directory/meta.json``: a new file, fully written, then renamed.
+
+    The commit is always the rename of a file this call created (``O_EXCL``):
+    whatever an earlier crash left in the directory, the committed ``meta.json``
+    is never written in place.
     """
     text = json.dumps(node, ensure_ascii=True).encode("ascii")
-    work = None
-    if spare is not None:
-        with contextlib.suppress(OSError):
-            fd = os.open(os.path.join(directory, spare), _OPEN_EXISTING)
-            try:
-                size = os.fstat(fd).st_size
-                # JSON ignores trailing spaces: padding avoids a truncation (a block free)
-                _write_fd(fd, text + b" " * (size - len(text)), fsync)
-            finally:
-                os.close(fd)
-            work = os.path.join(directory, spare)
-    if work is None:
-        work = os.path.join(directory, f"{META}.{secrets.token_hex(8)}.tmp")
-        fd = os.open(work, _CREATE, 0o644)
+    work = os.path.join(directory, f"{META}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(work, _CREATE, 0o644)
+    try:
         try:
             _write_fd(fd, text, fsync)
         finally:
             os.close(fd)
-    target = os.path.join(directory, META)
-    kept: str | None = f"{META}.{secrets.token_hex(8)}.old"
-    try:
-        os.link(target, os.path.join(directory, kept))  # type: ignore[arg-type]
-    except OSError:  # no meta.json yet, or no hard links on this file system
-        kept = None
-    os.replace(work, target)
+        os.replace(work, os.path.join(directory, META))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(work)
+        raise
     if fsync:
         fsync_directory(directory)
-    return kept
 
 
 def _write_fd(fd: int, data: bytes, fsync: bool) -> None:
@@ -203,50 +280,72 @@ def fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def read_meta(directory: str, api: str) -> tuple[dict, bytes]:
-    """The validated ``meta.json`` of ``directory`` and its raw bytes."""
+def open_meta(directory: str, api: str) -> tuple[dict, int]:
+    """The validated ``meta.json`` of ``directory`` and an open descriptor of it.
+
+    The caller keeps the descriptor open while it reads the data files: the
+    file then cannot be freed and its inode reused, so ``same_meta`` tells for
+    sure whether ``meta.json`` was replaced meanwhile.
+    """
     path = os.path.join(directory, META)
-    for _ in range(3):
-        try:
-            with open(path, "rb") as file:
-                raw = file.read()
-                inode = os.fstat(file.fileno()).st_ino
-        except FileNotFoundError:
-            hint = (
-                "" if os.path.isdir(directory) else f" (the directory {directory} does not exist)"
-            )
-            raise FileNotFoundError(
-                f"{api}: {path} not found{hint}: {directory} does not hold data saved with "
-                f"memmap/memmap_/memmap_like/save."
-            ) from None
-        except IsADirectoryError:
-            raise ValueError(f"{api}: {path} is a directory, expected a metadata file.") from None
-        try:
-            node = json.loads(raw)
-            break
-        except (ValueError, UnicodeDecodeError) as error:
-            problem = error
-            # a save may have recycled the file while it was read: read the new one
-            with contextlib.suppress(OSError):
-                if os.stat(path).st_ino != inode:
-                    continue
-            raise ValueError(f"{api}: {path} is corrupt: not valid JSON ({problem}).") from None
-    else:
-        raise ValueError(f"{api}: {path} is corrupt: not valid JSON ({problem}).")
-    validate(node, path, api)
-    return node, raw
+    try:
+        fd, st = open_regular(path, api, "metadata")
+    except FileNotFoundError:
+        hint = "" if os.path.isdir(directory) else f" (the directory {directory} does not exist)"
+        raise FileNotFoundError(
+            f"{api}: {path} not found{hint}: {directory} does not hold data saved with "
+            f"memmap/memmap_/memmap_like/save."
+        ) from None
+    try:
+        node = parse_json(read_fd(fd, st, path, api, "metadata", MAX_META_BYTES), path, api)
+        validate(node, path, api)
+    except BaseException:
+        os.close(fd)
+        raise
+    return node, fd
+
+
+def same_meta(directory: str, fd: int) -> bool:
+    """True while ``directory/meta.json`` is still the file open as ``fd``."""
+    try:
+        now = os.stat(os.path.join(directory, META), follow_symlinks=False)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
+def read_meta(directory: str, api: str) -> dict:
+    """The validated ``meta.json`` of ``directory``."""
+    node, fd = open_meta(directory, api)
+    os.close(fd)
+    return node
+
+
+_INT64 = 1 << 63
 
 
 def _shape(value: Any) -> bool:
-    return type(value) is list and all(type(s) is int and s >= 0 for s in value)
+    """A list of sizes whose product (zero sizes aside) torch can hold."""
+    if type(value) is not list or not all(type(s) is int and 0 <= s < _INT64 for s in value):
+        return False
+    total = 1
+    for size in value:
+        total *= size or 1
+    return total < _INT64
 
 
-def validate(node: Any, path: str, api: str, parent_batch: list | None = None, at=()) -> None:
+def validate(
+    node: Any, path: str, api: str, parent_batch: list | None = None, at=(), depth: int = 0
+) -> None:
     """Check every field of a metadata node (recursively); ``ValueError`` naming the file."""
 
     def bad(message: str) -> None:
         where = f" at key {at if len(at) > 1 else at[0]!r}" if at else ""
         raise ValueError(f"{api}: {path} is corrupt{where}: {message}.")
+
+    if depth > MAX_DEPTH:
+        bad(f"containers are nested more than {MAX_DEPTH} levels deep")
 
     if type(node) is not dict:
         bad(f"expected a JSON object, got {type(node).__name__}")
@@ -274,18 +373,22 @@ def validate(node: Any, path: str, api: str, parent_batch: list | None = None, a
         or not all(n is None or type(n) is str for n in names)
     ):
         bad(f"'names' is {names!r}, expected null or {len(batch)} strings or nulls")
+    if names is not None:
+        given = [n for n in names if n is not None]
+        if len(set(given)) != len(given):
+            bad(f"'names' {names!r} repeats a dimension name")
     if node.get("device") is not None and type(node.get("device")) is not str:
         bad("'device' must be a string or null")
     entries = node.get("entries")
     if type(entries) is not dict:
         bad("'entries' must be a JSON object")
     for key, entry in entries.items():
-        _validate_entry(key, entry, batch, path, api, at + (key,), bad)
+        _validate_entry(key, entry, batch, path, api, at + (key,), bad, depth)
     if "tensordict" in node:
-        _validate_tensorclass(node, batch, path, api, at, bad)
+        _validate_tensorclass(node, batch, path, api, at, bad, depth)
 
 
-def _validate_tensorclass(node: dict, batch: list, path, api, at, bad) -> None:
+def _validate_tensorclass(node: dict, batch: list, path, api, at, bad, depth: int) -> None:
     """The fields of a TensorClass node (format version 2): ``tensordict`` and ``keys``."""
     inner = node["tensordict"]
     if type(inner) is not dict or inner.get("dir") != TENSORDICT_DIR:
@@ -293,7 +396,7 @@ def _validate_tensorclass(node: dict, batch: list, path, api, at, bad) -> None:
     meta = inner.get("meta")
     if type(meta) is dict and "tensordict" in meta:
         bad("the TensorDict of a TensorClass cannot be a TensorClass")
-    validate(meta, path, api, batch, at)
+    validate(meta, path, api, batch, at, depth + 1)
     if meta["batch_size"] != batch:
         bad(f"the TensorClass's batch size {batch} differs from its TensorDict's")
     entries = node["entries"]
@@ -313,14 +416,14 @@ def _validate_tensorclass(node: dict, batch: list, path, api, at, bad) -> None:
         bad(f"'keys' is {keys!r}, expected the list of all the fields")
 
 
-def _validate_entry(key, entry, batch, path, api, at, bad) -> None:
+def _validate_entry(key, entry, batch, path, api, at, bad, depth: int) -> None:
     if type(entry) is not dict:
         bad(f"entry {key!r} is not a JSON object")
     kind = entry.get("kind")
     if kind == "tensor":
         if type(entry.get("file")) is not str or not TENSOR_FILE.fullmatch(entry["file"]):
             bad(f"data file name {entry.get('file')!r} is not a name tdfunc writes")
-        if entry.get("dtype") not in DTYPES:
+        if type(entry.get("dtype")) is not str or entry["dtype"] not in DTYPES:
             bad(f"dtype {entry.get('dtype')!r} is not a known dtype")
         shape = entry.get("shape")
         if not _shape(shape) or shape[: len(batch)] != batch:
@@ -328,7 +431,7 @@ def _validate_entry(key, entry, batch, path, api, at, bad) -> None:
     elif kind == "collection":
         if not isinstance(entry.get("dir"), str) or not NAME.fullmatch(entry["dir"]):
             bad(f"directory name {entry.get('dir')!r} is not a name tdfunc writes")
-        validate(entry.get("meta"), path, api, batch, at)
+        validate(entry.get("meta"), path, api, batch, at, depth + 1)
     elif kind == "non_tensor":
         size = entry.get("batch_size")
         if not _shape(size) or size[: len(batch)] != batch:

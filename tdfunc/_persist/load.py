@@ -6,14 +6,18 @@ Loading never unpickles (non-tensor files are read with
 shape need before it is mapped, so a truncated file is a ``ValueError`` and
 never a ``SIGBUS``.
 
-A concurrent save to the same directory removes the files of the generation
-it replaces; a load that finds a referenced file gone reads ``meta.json`` again
-and starts over, so it returns one generation, whole.
+A concurrent save to the same directory commits a new ``meta.json`` (a new
+file renamed into place) and then removes the files of the generation it
+replaced. A load holds ``meta.json`` open while it maps the data files and
+checks at the end that it is still the committed one: if not (or if a file is
+gone), it starts over, so it returns one generation, whole. Symbolic links,
+FIFOs and devices are refused wherever a file or directory is expected.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
 import torch
@@ -21,7 +25,7 @@ import torch
 from .._core.nontensor import NonTensorData, NonTensorStack
 from .._core.registry import lookup_class
 from .directory import worker_pool
-from .format import DTYPES, META, decode_object, read_meta
+from .format import DTYPES, META, decode_object, open_meta, same_meta
 from .memmap_tensor import check_file, map_file, nbytes_of
 from .save import remember_path
 
@@ -78,7 +82,7 @@ class _Load:
         inner = node.get("tensordict")
         if inner is not None:  # a TensorClass (format 2): its tensors are in _tensordict/
             data.update(dict.fromkeys(node["keys"]))  # the fields' order, filled below
-            self.plan(inner["meta"], os.path.join(directory, inner["dir"]), data)
+            self.plan(inner["meta"], self._subdirectory(directory, inner["dir"]), data)
         for key, entry in node["entries"].items():
             kind = entry["kind"]
             if kind == "tensor":
@@ -90,7 +94,7 @@ class _Load:
                     path = os.path.join(directory, entry["file"])
                     self.tasks.append((data, key, path, dtype, shape))
             elif kind == "collection":
-                data[key] = self.plan(entry["meta"], os.path.join(directory, entry["dir"]))
+                data[key] = self.plan(entry["meta"], self._subdirectory(directory, entry["dir"]))
             else:
                 if "value" in entry:
                     value = entry["value"]
@@ -105,6 +109,22 @@ class _Load:
         names = node["names"]
         names = None if names is None or all(n is None for n in names) else tuple(names)
         return _Planned(klass, data, torch.Size(node["batch_size"]), names, directory)
+
+    def _subdirectory(self, directory: str, name: str) -> str:
+        """``directory/name``, which must be a real directory (a link is never followed)."""
+        path = os.path.join(directory, name)
+        if self.placeholder:
+            return path
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError as error:
+            raise _Gone(error) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise ValueError(
+                f"{self.api}: {path} is not a directory (a symbolic link, file or device); "
+                f"refusing to follow it out of the saved directory."
+            )
+        return path
 
     def map_one(self, task: tuple) -> None:
         data, key, path, dtype, shape = task
@@ -155,31 +175,28 @@ def load(prefix, *, api: str, device=None, non_blocking: bool = False, num_threa
     directory = os.path.abspath(os.fspath(prefix))
     meta_path = os.path.join(directory, META)
     for _ in range(_ATTEMPTS):
-        node, raw = read_meta(directory, api)
-        work = _Load(api, device, non_blocking, meta_path)
+        node, fd = open_meta(directory, api)
         try:
-            planned = work.plan(node, directory)
-            work.map_all(num_threads)
-        except _Gone as gone:
-            if _unchanged(meta_path, raw):
-                raise FileNotFoundError(
-                    f"{api}: {gone.error.filename} is listed in {meta_path} but missing: the "
-                    f"saved data is incomplete (files were removed by hand?)."
-                ) from None
-            continue  # a concurrent save committed a new generation: read it instead
+            work = _Load(api, device, non_blocking, meta_path)
+            try:
+                planned = work.plan(node, directory)
+                work.map_all(num_threads)
+            except _Gone as gone:
+                if same_meta(directory, fd):
+                    raise FileNotFoundError(
+                        f"{api}: {gone.error.filename} is listed in {meta_path} but missing: "
+                        f"the saved data is incomplete (files were removed by hand?)."
+                    ) from None
+                continue  # a concurrent save committed a new generation: read it instead
+            if not same_meta(directory, fd):
+                continue  # replaced while the files were mapped: some may be newer
+        finally:
+            os.close(fd)
         return work.build(planned)
     raise RuntimeError(
         f"{api}: {directory} kept changing while it was read ({_ATTEMPTS} attempts): another "
         f"process is saving to it in a loop. Load it once that process has finished."
     )
-
-
-def _unchanged(meta_path: str, raw: bytes) -> bool:
-    try:
-        with open(meta_path, "rb") as file:
-            return file.read() == raw
-    except OSError:
-        return False
 
 
 def load_into(out: Any, loaded: Any) -> Any:

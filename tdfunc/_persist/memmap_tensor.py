@@ -25,11 +25,11 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
 _WRITE_BLOCK = 1 << 30  # one os.write call writes at most ~2 GiB on Linux
+_COPY_BLOCK = 8 << 20  # a non-contiguous tensor is written through buffers of this size
 
 
 # ---------------------------------------------------------------------------- files
@@ -69,21 +69,28 @@ def plain_cpu(tensor: torch.Tensor) -> torch.Tensor:
 def write_file(fd: int, path: str, tensor: torch.Tensor, shape=None) -> None:
     """Write the content of ``tensor`` (broadcast to ``shape``) to the empty file ``fd``.
 
-    Contiguous tensors go through ``os.write`` (no copy, the GIL released);
-    others (expanded, transposed) are copied through a mapping of the file, so
-    a broadcast dataset is never materialised in memory.
+    Everything goes through ``os.write`` (no copy for a contiguous tensor, the
+    GIL released); others (expanded, transposed) are made contiguous a block
+    at a time, so a broadcast dataset is never materialised in memory. Never
+    through a mapping: on a full disk, a write into a mapped sparse file kills
+    the process with ``SIGBUS``, where ``write`` raises ``OSError(ENOSPC)``.
     """
     tensor = plain_cpu(tensor)
     shape = tensor.shape if shape is None else torch.Size(shape)
-    nbytes = nbytes_of(shape, tensor.dtype)
-    if nbytes == 0:
+    if nbytes_of(shape, tensor.dtype) == 0:
         return
-    if tensor.shape == shape and tensor.is_contiguous():
-        _write_all(fd, _bytes_of(tensor))
+    if tensor.shape != shape:
+        tensor = tensor.expand(shape)
+    _write_blocks(fd, tensor)
+
+
+def _write_blocks(fd: int, tensor: torch.Tensor) -> None:
+    if tensor.is_contiguous() or tensor.ndim == 0 or tensor.nbytes <= _COPY_BLOCK:
+        _write_all(fd, _bytes_of(tensor.contiguous()))
         return
-    os.ftruncate(fd, nbytes)
-    target = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
-    target.view(tensor.dtype).view(shape).copy_(tensor)
+    rows = max(1, _COPY_BLOCK // max(1, tensor[0].nbytes))
+    for start in range(0, tensor.shape[0], rows):
+        _write_blocks(fd, tensor[start : start + rows] if rows > 1 else tensor[start])
 
 
 def allocate_file(fd: int, nbytes: int) -> None:
@@ -148,39 +155,7 @@ def _wrap(tensor: torch.Tensor, path: str, inode: tuple) -> MemoryMappedTensor:
     out = torch.Tensor._make_subclass(MemoryMappedTensor, tensor, False)
     out._filename = path
     out._inode = inode
-    if tensor.numel():
-        _register(inode, tensor)
     return out
-
-
-# ---------------------------------------------------------------------------- mapped files
-# Files this process maps, by (device, inode), with a weak reference to each
-# mapping's storage: the storage lives as long as any view of it (a slice, a
-# Parameter made from it), so a saved file is not recycled while this process
-# can still read it, whatever path it was opened through.
-_MAPPED: dict[tuple, list[StorageWeakRef]] = {}
-_REGISTERED = [0]
-
-
-def _register(inode: tuple, tensor: torch.Tensor) -> None:
-    _MAPPED.setdefault(inode, []).append(StorageWeakRef(tensor.untyped_storage()))
-    _REGISTERED[0] += 1
-    if _REGISTERED[0] % 4096 == 0:  # forget the mappings that are gone
-        for key in list(_MAPPED):
-            is_mapped(key)
-
-
-def is_mapped(inode: tuple) -> bool:
-    """True while a tensor of this process maps the file ``(st_dev, st_ino)``."""
-    refs = _MAPPED.get(inode)
-    if not refs:
-        return False
-    alive = [ref for ref in refs if not ref.expired()]
-    if alive:
-        _MAPPED[inode] = alive
-        return True
-    _MAPPED.pop(inode, None)
-    return False
 
 
 # ---------------------------------------------------------------------------- temp location
@@ -490,8 +465,6 @@ class MemoryMappedTensor(torch.Tensor):
         out = torch.Tensor._make_subclass(MemoryMappedTensor, base, False)
         out._filename = os.path.abspath(os.fspath(path))
         out._inode = (st.st_dev, st.st_ino)
-        if base.numel():
-            _register(out._inode, base)
         return out if index is None else out[index]
 
     # -------------------------------------------------------------- python protocols

@@ -4,32 +4,34 @@ A save runs in four steps, so that a crash at any point leaves a loadable
 directory with either the old or the new content, never a mix:
 
 1. *plan* (calling thread): walk the container, validate every value, encode
-   non-tensor values, create the directories. Nothing is written yet, so an
-   invalid value fails the save before any file changes.
-2. *write* (``num_threads`` threads): every tensor goes to a file that no
-   committed ``meta.json`` references: a new one (``O_EXCL``; ``a.memmap`` on
-   the first save, ``a.<token>.memmap`` when that name is taken), or a small
-   file of the generation before the last, overwritten in place (see
-   :mod:`tdfunc._persist_dir`). Files in use are never written.
-3. *commit*: each level's ``meta.json`` is replaced through an atomic rename,
-   sub-directories first and the top level last. The top-level ``meta.json``
-   embeds the whole tree, so a load from the top sees exactly one generation.
-4. *clean*: files and sub-directories that neither the new ``meta.json`` files
-   nor the next save need are removed, in a background thread: freeing a
-   file's blocks can take milliseconds (file systems mounted with online
-   discard). Files still mapped keep their content (only the name goes away).
-   Concurrent saves to one directory are not supported.
+   non-tensor values, check that every directory is new, empty or tdfunc's
+   (:mod:`tdfunc._persist.directory`), create the new directories. No file is
+   written yet, so an invalid value fails the save before anything changes.
+2. *write* (``num_threads`` threads): every leaf goes to a new file (``O_EXCL``)
+   under a name no committed ``meta.json`` uses, with ``write()`` (never through
+   a mapping, so a full disk is an ``OSError``, not a ``SIGBUS``).
+3. *commit*: each level's ``meta.json`` is written to a new file and renamed
+   into place, sub-directories first and the top level last. The top-level
+   ``meta.json`` embeds the whole tree, so a load from the top sees exactly one
+   generation.
+4. *clean*: the files the replaced metadata used, and leftovers of crashed
+   saves, are removed in a background thread (freeing a file's blocks can take
+   milliseconds). Files still mapped, here or in another process, keep their
+   content: only the name goes away. Concurrent saves to one directory are
+   not supported.
 
 Durability: by default nothing is ``fsync``-ed. The page cache makes the rename
 ordering hold for every reader and across a killed process; ``fsync=True``
-extends it to power loss / kernel crashes (data files, then ``meta.json``, then
-the directory are synced), at a large cost on small files.
+extends it to power loss / kernel crashes (data files, then each directory,
+then ``meta.json`` and its directory are synced), at a cost on small files.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+import stat
 import threading
 import weakref
 from concurrent.futures import Future
@@ -40,11 +42,11 @@ import torch
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
 from .._core.registry import class_name
-from .directory import Directory, is_doomed, read_node, remove_in_background, worker_pool
+from .directory import Directory, is_doomed, is_ours, remove_in_background, worker_pool
 from .directory import wait_for_cleanup as wait_for_cleanup
 from .format import (
-    _OPEN_EXISTING,
     FORMAT,
+    MAX_DEPTH,
     META,
     TENSOR_FILE,
     TENSORDICT_DIR,
@@ -53,22 +55,14 @@ from .format import (
     encode_object,
     fsync_directory,
     is_json_exact,
+    read_meta,
     write_meta,
 )
 from .keys import encode_key
-from .memmap_tensor import (
-    MemoryMappedTensor,
-    allocate_file,
-    map_file,
-    nbytes_of,
-    plain_cpu,
-    write_file,
-)
+from .memmap_tensor import MemoryMappedTensor, allocate_file, map_file, nbytes_of, write_file
 
 _CPU = torch.device("cpu")
-# Larger leaves are written with write(): through a mapping, every page would fault
-# (and, on ext4, start a journal transaction).
-_COPY_INTO_MAPPING = 16 << 10
+_SHOWN = 5  # entries named in a "directory in the way" error
 
 
 # ---------------------------------------------------------------------------- saved paths
@@ -105,7 +99,6 @@ class _Level:
         "node",
         "results",
         "source",
-        "spare",
         "state",
         "view",
     )
@@ -113,7 +106,6 @@ class _Level:
     def __init__(self, source: Any, directory: str | None) -> None:
         self.source = source
         self.state: Directory | None = None
-        self.spare: str | None = None
         self.view = source._to_tensordict_view()
         self.directory = directory
         self.results: dict[str, Any] = {}
@@ -143,7 +135,9 @@ class _Save:
         self.fsync = fsync
         self.jobs: list[tuple] = []  # (nbytes, callable)
         self.levels: list[_Level] = []  # post-order: children before parents
-        self.created: list[str] = []
+        self.created: list[tuple[str, str]] = []  # (directory, file) written by this save
+        self.made: list[str] = []  # directories this save created
+        self.states: dict[str, Directory] = {}
         self.lock = threading.Lock()
 
     # -------------------------------------------------------------- walking the tree
@@ -160,6 +154,11 @@ class _Save:
         ``items`` (the key-value pairs to save) is given for the TensorDict of a
         TensorClass, which holds only the tensor and collection fields.
         """
+        if len(at) > MAX_DEPTH:
+            raise ValueError(
+                f"{self.api}: containers are nested more than {MAX_DEPTH} levels deep (at key "
+                f"{_show(at[:3])}...); flatten the structure before saving it."
+            )
         level = _Level(source, directory)
         old_nodes: list = []
         if directory is not None:
@@ -217,38 +216,82 @@ class _Save:
         return [(k, v) for k, v in items if k not in inner_keys]
 
     def _prepare_directory(self, level: _Level, at: tuple, inline: tuple, nested: bool) -> list:
-        """Create the directory or read what it holds; return the metadata that uses it."""
+        """Create the directory or check what it holds; return the metadata that uses it."""
         directory = level.directory
         assert directory is not None
+        if self._make(directory, create_parents=not nested):
+            return self._fresh(level)
         try:
-            os.mkdir(directory)
-            level.state = Directory(directory, set(), [])  # new, hence empty
-            return []
-        except FileNotFoundError:  # a missing parent (only the top level can lack one)
-            os.makedirs(directory, exist_ok=True)
-        except FileExistsError:
-            if nested and os.path.islink(directory):
-                where = f" (key {_show(at)})" if at else ""
-                raise RuntimeError(
-                    f"{self.api}: refusing to write through the symbolic link {directory}"
-                    f"{where}; remove it or choose another prefix."
-                ) from None
-        try:
-            names = set(os.listdir(directory))
-        except NotADirectoryError:
+            st = os.stat(directory, follow_symlinks=not nested)
+        except OSError as error:
+            raise FileExistsError(f"{self.api}: cannot use {directory}: {error}.") from None
+        where = f" (key {_show(at)})" if at else ""
+        if stat.S_ISLNK(st.st_mode):
             raise FileExistsError(
-                f"{self.api}: {directory} exists and is not a directory; choose another prefix."
-            ) from None
-        if not self.existsok and META in names:
-            raise FileExistsError(
-                f"{self.api}: {directory} already holds saved data ({META} exists) and "
-                f"existsok=False; pass existsok=True to replace it."
+                f"{self.api}: refusing to write through the symbolic link {directory}"
+                f"{where}; remove it or choose another prefix."
             )
+        if not stat.S_ISDIR(st.st_mode):
+            raise FileExistsError(
+                f"{self.api}: {directory}{where} exists and is not a directory; tdfunc never "
+                f"replaces a file it did not write. Remove it or choose another prefix."
+            )
+        names = set(os.listdir(directory))
+        if not names and not any(node is not None for node in inline):
+            return self._fresh(level)  # empty: as good as new
+        own = None
+        if META in names:
+            try:
+                own = read_meta(directory, self.api)
+            except (OSError, ValueError) as error:
+                raise FileExistsError(
+                    f"{self.api}: {os.path.join(directory, META)}{where} is not metadata "
+                    f"tdfunc wrote ({error}); tdfunc never replaces a file it did not write. "
+                    f"Remove it or choose another prefix."
+                ) from None
+            if not self.existsok:
+                raise FileExistsError(
+                    f"{self.api}: {directory} already holds saved data ({META} exists) and "
+                    f"existsok=False; pass existsok=True to replace it."
+                )
         # the files this directory's meta.json uses, and those its ancestors' use: both
         # stay untouched until the new metadata is committed
-        old_nodes = [read_node(directory) if META in names else None, *inline]
-        level.state = Directory(directory, names, old_nodes)
+        old_nodes = [own, *inline]
+        if names and not any(node is not None for node in old_nodes):
+            parent = self.states.get(os.path.dirname(directory))
+            if nested and parent is not None and parent.ours and is_ours(directory):
+                # what a save interrupted before its commit left in a directory of ours
+                os.rename(directory, os.path.join(parent.path, f"trash.{secrets.token_hex(8)}.tmp"))
+                self._make(directory, create_parents=False)
+                return self._fresh(level)
+            shown = ", ".join(sorted(names)[:_SHOWN]) + (", ..." if len(names) > _SHOWN else "")
+            raise FileExistsError(
+                f"{self.api}: {directory}{where} already holds files that no tdfunc metadata "
+                f"references ({shown}); tdfunc never deletes or overwrites files it did not "
+                f"write. Choose a new or empty directory, or move these files away (an "
+                f"interrupted first save to this directory can leave such files)."
+            )
+        level.state = self.states[directory] = Directory(directory, names, old_nodes)
         return [node for node in old_nodes if node is not None]
+
+    def _make(self, directory: str, create_parents: bool) -> bool:
+        """Create ``directory``; False when it exists."""
+        try:
+            os.mkdir(directory)
+        except FileNotFoundError:
+            if not create_parents:
+                raise
+            os.makedirs(os.path.dirname(directory), exist_ok=True)
+            return self._make(directory, False)
+        except FileExistsError:
+            return False
+        self.made.append(directory)
+        return True
+
+    def _fresh(self, level: _Level) -> list:
+        assert level.directory is not None
+        level.state = self.states[level.directory] = Directory(level.directory, set(), [], True)
+        return []
 
     def _plan_tensor(self, level: _Level, key: str, value, path) -> dict:
         entry = {
@@ -321,40 +364,22 @@ class _Save:
     def _create(self, state: Directory, stem: str, suffix: str) -> tuple[int, str]:
         fd, name = state.create(stem, suffix)
         with self.lock:  # removed again if the save fails
-            self.created.append(os.path.join(state.path, name))
+            self.created.append((state.path, os.path.join(state.path, name)))
         return fd, name
 
     def _write_tensor(self, state, stem: str, value, entry: dict) -> MemoryMappedTensor:
         if state is None:
             return MemoryMappedTensor.from_tensor(value, copy_data=not self.like)
-        nbytes = nbytes_of(value.shape, value.dtype)
-        spare = None if self.like else state.recycle(stem, nbytes)
-        if spare is not None:
-            name, st = spare
-            entry["file"] = name
-            path = os.path.join(state.path, name)
-            if nbytes <= _COPY_INTO_MAPPING:
-                # a few pages: copying into a mapping costs fewer system calls than write()
-                mapped = map_file(path, value.dtype, value.shape, st)
-                if nbytes:
-                    mapped.copy_(plain_cpu(value))
-                if self.fsync:
-                    _fsync_path(path)
-                return mapped
-            fd = os.open(path, _OPEN_EXISTING)
-        else:
-            fd, name = self._create(state, stem, "memmap")
-            path = os.path.join(state.path, name)
-            st = None
+        fd, name = self._create(state, stem, "memmap")
+        path = os.path.join(state.path, name)
         try:
             if self.like:
-                allocate_file(fd, nbytes)
+                allocate_file(fd, nbytes_of(value.shape, value.dtype))
             else:
                 write_file(fd, path, value)
             if self.fsync:
                 os.fsync(fd)
-            if st is None:
-                st = os.fstat(fd)
+            st = os.fstat(fd)
         finally:
             os.close(fd)
         entry["file"] = name
@@ -384,15 +409,25 @@ class _Save:
 
     # -------------------------------------------------------------- commit and clean
     def commit(self) -> None:
-        for level in self.levels:  # post-order: the top level is committed last
-            if level.state is not None:
-                level.spare = write_meta(
-                    level.state.path, level.node, self.fsync, level.state.spare_meta
-                )
-        if self.fsync:
-            for level in self.levels:
-                if level.directory is not None:
-                    fsync_directory(level.directory)
+        committed: set[str] = set()
+        try:
+            for level in self.levels:  # post-order: the top level is committed last
+                if level.state is None:
+                    continue
+                if self.fsync:  # the new files' and sub-directories' names first
+                    fsync_directory(level.state.path)
+                replaced = level.state.replaced(level.node)
+                if replaced:  # removed after the commit: recorded, should a kill come first
+                    level.node["stale"] = replaced
+                write_meta(level.state.path, level.node, self.fsync)
+                committed.add(level.state.path)
+        except BaseException:
+            # a level already committed references its new files: they stay (the next
+            # save removes them); the others go
+            self.discard(committed)
+            raise
+        if self.fsync and self.made and self.levels[-1].directory in self.made:
+            fsync_directory(os.path.dirname(self.levels[-1].directory))
 
     def clean(self) -> None:
         """Remove what earlier saves left (in a background thread: freeing blocks is slow)."""
@@ -400,17 +435,22 @@ class _Save:
         trash: list[str] = []
         for level in self.levels:
             if level.state is not None:
-                stale_files, stale_dirs = level.state.stale(level.node, level.spare)
+                stale_files, stale_dirs = level.state.stale(level.node)
                 files += stale_files
                 trash += stale_dirs
         if files or trash:
             remove_in_background(files, trash)
 
-    def discard(self) -> None:
-        """After a failure: remove the files this save created (nothing references them)."""
-        for path in self.created:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+    def discard(self, keep: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        """After a failure: remove what this save created (nothing committed references it)."""
+        for directory, path in self.created:
+            if directory not in keep:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        for directory in reversed(self.made):
+            if directory not in keep:
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)  # only if empty
 
     # -------------------------------------------------------------- results
     def build(self, level: _Level) -> Any:
@@ -461,14 +501,6 @@ def _reusable(value: MemoryMappedTensor, real_directory: str) -> bool:
     return (st.st_dev, st.st_ino) == value._inode and st.st_size == value.nbytes
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _inline_child(node: dict, key: str, stem: str) -> Any:
     """The metadata ``node`` records for its sub-directory ``stem`` (key ``key``), if any."""
     entries = node.get("entries")
@@ -509,7 +541,11 @@ def save(
         raise ValueError(f"{api}: num_threads must be a non-negative int, got {num_threads!r}.")
     directory = None if prefix is None else os.path.abspath(os.fspath(prefix))
     work = _Save(api, inplace, like, copy_existing, existsok, fsync)
-    top = work.plan(obj, directory)
+    try:
+        top = work.plan(obj, directory)
+    except BaseException:
+        work.discard()
+        raise
 
     def finish() -> Any:
         try:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._core.container import TensorDict
+from .._core.frozen import freeze
 from .._core.mixin import is_tensor_collection
 from .._core.nontensor import NonTensorData
 from .._core.registry import class_name
@@ -83,7 +84,7 @@ class TensorClassConvert(TensorClassState):
         out = object.__new__(cls)
         _set_td(out, tensordict)
         if cls._frozen:
-            tensordict._is_locked = True
+            freeze(tensordict)
         for name, value in (non_tensordict or {}).items():
             out._write_unchecked(name, value)
         for field in cls._tc_fields:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from .._core.container import TensorDict
+from .._core.frozen import FROZEN, freeze
 from .._core.keys import MISSING, key_parts
 from .._core.mixin import is_tensor_collection
 from .._core.ops import TensorOps
@@ -103,7 +104,7 @@ class TensorClassState(TensorOps):
 
     @_is_locked.setter
     def _is_locked(self, value: bool) -> None:
-        self._td._is_locked = value or self._frozen
+        self._td._is_locked = FROZEN if self._frozen else value
 
     def _to_tensordict_view(self) -> TensorDict:
         """The inner TensorDict (shared, not a copy)."""
@@ -119,7 +120,8 @@ class TensorClassState(TensorOps):
             td._device,
             td._names if names is _NO_DEFAULT else names,
         )
-        inner._is_locked = self._frozen  # writes through a parent cannot restructure it
+        if self._frozen:
+            freeze(inner)  # frozen is deep: no write reaches it, not even through a parent
         out = _new(type(self))
         _setattr(out, "_td", inner)  # torch.compile traces object.__setattr__, not slot sets
         return out
@@ -128,7 +130,8 @@ class TensorClassState(TensorOps):
     def _from_pytree(cls, data: dict, batch_size: torch.Size, device=None, names=None) -> Self:
         """Rebuild after a pytree transform or a load (leaves may be ints/None in vmap specs)."""
         inner = _new_td(data, batch_size, device, names)
-        inner._is_locked = cls._frozen
+        if cls._frozen:
+            freeze(inner)
         out = _new(cls)
         _setattr(out, "_td", inner)
         return out

@@ -27,6 +27,7 @@ import torch
 from typing_extensions import dataclass_transform
 
 from .._core.container import TensorDict
+from .._core.frozen import freeze
 from .._core.nontensor import NonTensorData
 from .._core.registry import register_class
 from .._core.shapes import as_size
@@ -205,7 +206,7 @@ def _reserved_names() -> frozenset[str]:
         # "data" is free: the seeds' persistence example declares a field named data
         # without the shadow flag ("sub" too: a common field name; the field wins).
         free = {"data", "sub"}
-        _RESERVED.append(frozenset(dir(TensorClass)) | (frozenset(dir(TensorDict)) - free))
+        _RESERVED.append((frozenset(dir(TensorClass)) | frozenset(dir(TensorDict))) - free)
     return _RESERVED[0]
 
 
@@ -350,6 +351,7 @@ def _make_init(cls: type[TensorClass], fields: tuple[Field, ...], flags: dict[st
         "_tc_set_td": _set_td,
         "_tc_FACTORY": _FACTORY,
         "_tc_api": api,
+        "_tc_freeze": freeze,
     }
     params = []
     for field in fields:
@@ -405,7 +407,7 @@ def _make_init(cls: type[TensorClass], fields: tuple[Field, ...], flags: dict[st
             body += [f"if {name} is not None:", f"    {convert}"]
     body.append("_tc_td = _tc_new_td(_tc_data, _tc_size, _tc_dev, None)")
     if flags["frozen"]:
-        body.append("_tc_td._is_locked = True")
+        body.append("_tc_freeze(_tc_td)")
     if "names" in extra:
         body.append("if names is not None: _tc_td.names = names")
     body.append("_tc_set_td(_tc_self, _tc_td)")
