@@ -13,6 +13,7 @@ only once every entry has been checked.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -107,7 +108,8 @@ class TensorDict(
         "_data",
         "_device",
         "_is_locked",
-        "_last_op",
+        "_last_op",  # a pending `with` exit action (context.py)
+        "_lock_parent",  # weak reference to the container whose lock_() locked this one
         "_names",
     )
     _is_tensor_collection = True
@@ -802,10 +804,13 @@ class TensorDict(
             True
         """
         self._is_locked = True
+        ref = None
         for value in self._data.values():
             if is_tensor_collection(value):
                 value.lock_()
-                record_lock(self, value)
+                if ref is None:
+                    ref = weakref.ref(self)
+                record_lock(ref, value)
         return remember(self, TensorDict.unlock_)
 
     def unlock_(self) -> TensorDict:

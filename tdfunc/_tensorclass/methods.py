@@ -394,22 +394,22 @@ class TensorClassOps(TorchFunctionMixin):
 
     def __eq__(self, other: object) -> Self:  # type: ignore[override]
         """Elementwise equality: an instance of this class holding bool tensors."""
-        return self._wrap_td(self._td == other)
+        return _compared(self, self._td == other)
 
     def __ne__(self, other: object) -> Self:  # type: ignore[override]
-        return self._wrap_td(self._td != other)
+        return _compared(self, self._td != other)
 
     def __lt__(self, other: Any) -> Self:
-        return self._wrap_td(self._td < other)
+        return _compared(self, self._td < other)
 
     def __le__(self, other: Any) -> Self:
-        return self._wrap_td(self._td <= other)
+        return _compared(self, self._td <= other)
 
     def __gt__(self, other: Any) -> Self:
-        return self._wrap_td(self._td > other)
+        return _compared(self, self._td > other)
 
     def __ge__(self, other: Any) -> Self:
-        return self._wrap_td(self._td >= other)
+        return _compared(self, self._td >= other)
 
     __hash__ = None  # type: ignore[assignment]  # frozen classes restore object.__hash__
 
@@ -578,3 +578,8 @@ class TensorClassOps(TorchFunctionMixin):
         return td_map(
             self, fn, dim, num_workers, chunksize, num_chunks, pool, pbar, mp_start_method
         )
+
+
+def _compared(instance: Any, result: Any) -> Any:
+    """A comparison's result: a plain bool (another type of operand) stays a bool."""
+    return result if isinstance(result, bool) else instance._wrap_td(result)
