@@ -34,6 +34,7 @@ from .repr import td_repr
 from .shape_ops import ShapeOpsMixin
 from .shapes import SIZE_CACHE, as_size, size_info
 from .torch_function import TorchFunctionMixin
+from .update import moved, send_for_set, update_items
 from .writes import build_fast, full_key, items_of, rename_key, write, write_path
 
 _NO_DEFAULT = MISSING
@@ -50,26 +51,6 @@ def _read(value: Any) -> Any:
     if isinstance(value, NonTensorData):
         return value.tolist()
     return value
-
-
-def _send(td, key, value: torch.Tensor, inplace: bool) -> torch.Tensor:
-    """``value`` sent without blocking to where ``td.set(key, value)`` will store it."""
-    copied = (inplace or td._is_locked) and td._data
-    existing = td._get_nested(key_parts(key)) if copied else _NO_DEFAULT
-    device = existing.device if isinstance(existing, _Tensor) else td._device
-    if device is None or value.device == device:
-        return value
-    return value.to(device, non_blocking=True)
-
-
-def _moved(source: Mapping, device: torch.device) -> dict:
-    """``source`` with its tensors already sent to ``device`` without blocking."""
-    return {
-        k: v.to(device, non_blocking=True)
-        if isinstance(v, _Tensor)
-        else (_moved(v, device) if type(v) is dict else v)
-        for k, v in source.items()
-    }
 
 
 class TensorDict(
@@ -154,7 +135,7 @@ class TensorDict(
                     self.lock_()
                 return
         if non_blocking and device is not None and isinstance(source, Mapping):
-            source = _moved(source, torch.device(device))
+            source = moved(source, torch.device(device))
         given: Any = source
         inherit = batch_size is None and is_tensor_collection(given)
         size = given.batch_size if inherit else as_size(batch_size)
@@ -529,7 +510,7 @@ class TensorDict(
                 self._data[key] = value
                 return self
         if non_blocking and type(value) is _Tensor:
-            value = _send(self, key, value, inplace)
+            value = send_for_set(self, key, value, inplace)
         self._write(((key, value),), inplace, False, "set")
         return self
 
@@ -611,8 +592,6 @@ class TensorDict(
             >>> sorted(td.update({"a": {"c": torch.ones(())}}).keys(True, True))
             [('a', 'b'), ('a', 'c')]
         """
-        from .update import update_items
-
         items = update_items(other, clone, keys_to_update, non_blocking, self._device)
         if entries:
             items = list(items) + update_items(entries, clone, keys_to_update, False, None)
