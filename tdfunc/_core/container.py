@@ -53,6 +53,24 @@ def _read(value: Any) -> Any:
     return value
 
 
+def _levels(td):
+    """``td`` and every nested TensorDict below it."""
+    yield td
+    for value in td._data.values():
+        if type(value) is TensorDict:
+            yield from _levels(value)
+
+
+def _leaf_items(td, is_leaf, prefix: tuple = ()):
+    """``(key path, value)`` below ``td``, stopping at containers ``is_leaf`` accepts."""
+    for key, value in td._data.items():
+        path = prefix + (key,)
+        if is_tensor_collection(value) and not is_leaf(type(value)):
+            yield from _leaf_items(value._to_tensordict_view(), is_leaf, path)
+        else:
+            yield (path if prefix else key), value
+
+
 class TensorDict(
     ShapeOpsMixin,
     ArithmeticMixin,
@@ -579,13 +597,15 @@ class TensorDict(
         *,
         non_blocking: bool = False,
         keys_to_update=None,
+        ignore_lock: bool = False,
         **entries: Any,
     ) -> TensorDict:
         """Write every entry of ``other``; nested mappings merge into nested TensorDicts.
 
         Atomic: when an entry is invalid, nothing is written. ``clone=True``
         writes copies, ``keys_to_update`` limits the update to these keys (and
-        what is below them), keyword ``entries`` are written too.
+        what is below them), keyword ``entries`` are written too, and
+        ``ignore_lock=True`` writes into a locked TensorDict as if it were not.
 
         Example:
             >>> td = TensorDict({"a": {"b": torch.zeros(())}})
@@ -595,6 +615,18 @@ class TensorDict(
         items = update_items(other, clone, keys_to_update, non_blocking, self._device)
         if entries:
             items = list(items) + update_items(entries, clone, keys_to_update, False, None)
+        if ignore_lock and self._is_locked:
+            locked = [node for node in _levels(self) if node._is_locked]
+            for node in locked:
+                node._is_locked = False
+            try:
+                self._write(items, inplace, True, "update")
+            finally:
+                for node in locked:
+                    node._is_locked = True
+            for node in _levels(self):  # what the update added is locked too
+                node._is_locked = True
+            return self
         self._write(items, inplace, True, "update")
         return self
 
@@ -726,8 +758,11 @@ class TensorDict(
             }
         )
 
-    def flatten_keys(self, separator: str = ".", inplace: bool = False) -> TensorDict:
+    def flatten_keys(self, separator: str = ".", inplace: bool = False, is_leaf=None) -> TensorDict:
         """Flatten nested keys into single keys joined by ``separator``.
+
+        ``is_leaf`` (a function of a class) keeps a nested container whose class
+        it accepts as one value instead of flattening it.
 
         Example:
             >>> td = TensorDict({"a": {"b": torch.zeros(())}}, [])
@@ -735,7 +770,8 @@ class TensorDict(
             ['a.b']
         """
         data: dict = {}
-        for key, value in self._iter_items((), True, True):
+        pairs = self._iter_items((), True, True) if is_leaf is None else _leaf_items(self, is_leaf)
+        for key, value in pairs:
             name = key if type(key) is str else separator.join(key)
             if name in data:
                 raise KeyError(
