@@ -74,3 +74,16 @@ def test_no_warning_for_supported_operands():
         warnings.simplefilter("error")
         _ = _td() < 1
         _ = _td() < {"a": _values()["a"], "n": _values()["n"], "s": "text"}
+
+
+def test_tensorclass_comparisons_follow_the_same_rules():
+    from tdfunc import TensorClass
+
+    class Point(TensorClass):
+        x: torch.Tensor
+
+    point = Point(x=torch.tensor([1.0, 2.0]), batch_size=[2])
+    assert (point == "z") is False and (point != None) is True  # noqa: E711
+    out = point == {"x": torch.tensor([1.0, 0.0])}
+    assert type(out) is Point and out.x.tolist() == [True, False]
+    assert (point > 1).x.tolist() == [False, True]

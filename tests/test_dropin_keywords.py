@@ -140,3 +140,24 @@ def test_from_module_use_state_dict_follows_state_dict():
         assert params[tuple(name.split("."))] is value
     assert "scratch" in TensorDict.from_module(model)
     assert TensorDict.from_module(model, use_state_dict=True, lock=True).is_locked
+
+
+def test_flatten_keys_is_leaf_keeps_accepted_containers_whole():
+    inner = TensorDict({"x": torch.ones(2)}, [2])
+    td = TensorDict({"a": {"b": torch.zeros(2)}, "keep": inner}, [2])
+    flat = td.flatten_keys(is_leaf=lambda cls: cls is TensorDict)
+    assert list(flat.keys()) == ["a", "keep"]  # every nested TensorDict is a leaf here
+    nested_only = td.flatten_keys(is_leaf=lambda cls: False)
+    assert sorted(nested_only.keys()) == ["a.b", "keep.x"]
+    assert nested_only["keep.x"] is inner["x"]
+
+
+def test_update_ignore_lock_writes_and_relocks():
+    td = TensorDict({"a": {"b": torch.zeros(2)}}, [2]).lock_()
+    with pytest.raises(RuntimeError, match="locked"):
+        td.update({"new": torch.ones(2)})
+    td.update({"new": torch.ones(2), "a": {"c": torch.ones(2)}}, ignore_lock=True)
+    assert torch.equal(td["new"], torch.ones(2)) and torch.equal(td["a", "c"], torch.ones(2))
+    assert td.is_locked and td["a"].is_locked
+    with pytest.raises(RuntimeError, match="locked"):
+        td.update({"other": torch.ones(2)})

@@ -141,3 +141,25 @@ def test_tensorclass_state_dict_metadata_attribute_and_flatten():
     assert torch.equal(other.x, torch.ones(2)) and other.label == "q"  # no metadata: tensors only
     other.load_state_dict(point.state_dict(flatten=False))
     assert other.label == "p"
+
+
+class _Inner(TensorClass):
+    z: torch.Tensor
+    tag: str = "t"
+
+
+@pytest.mark.parametrize("flatten", [True, False])
+def test_nested_tensorclass_round_trips_in_both_formats(flatten):
+    z = torch.arange(6.0).view(2, 3)
+    td = TensorDict({"tc": _Inner(z=z, tag="q", batch_size=[2]), "a": torch.zeros(2)}, [2])
+    state = td.state_dict(flatten=flatten)
+    back = TensorDict().load_state_dict(state)
+    assert type(back["tc"]) is _Inner and back["tc"].tag == "q"
+    assert torch.equal(back["tc"].z, z)
+    target = TensorDict(
+        {"tc": _Inner(z=torch.zeros(2, 3), tag="x", batch_size=[2]), "a": torch.ones(2)}, [2]
+    )
+    storage = target["tc"].z
+    target.load_state_dict(state)
+    assert target["tc"].z is storage and torch.equal(storage, z)
+    assert target["tc"].tag == "q" and torch.equal(target["a"], torch.zeros(2))

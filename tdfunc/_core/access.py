@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, overload
 
@@ -29,7 +30,7 @@ from .context import locking_parent, record_lock, remember
 from .frozen import FROZEN
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .mixin import ContainerMixin, is_tensor_collection, read_value
-from .update import send
+from .update import send_for_set, update_items
 from .writes import full_key, items_of, rename_key, writable_view, write
 
 if TYPE_CHECKING:
@@ -334,7 +335,7 @@ class AccessMixin(ContainerMixin):
                 self._data[key] = value
                 return self
         if non_blocking and isinstance(value, _Tensor):
-            value = send(self, key, value, inplace)
+            value = send_for_set(self, key, value, inplace)
         self._write(((key, value),), inplace, False, "set")
         return self
 
@@ -403,24 +404,36 @@ class AccessMixin(ContainerMixin):
         *,
         non_blocking: bool = False,
         keys_to_update=None,
+        ignore_lock: bool = False,
         **entries: Any,
     ) -> Self:
         """Write every entry of ``other``; nested mappings merge into nested TensorDicts.
 
         Atomic: when an entry is invalid, nothing is written. ``clone=True``
         writes copies, ``keys_to_update`` limits the update to these keys (and
-        what is below them), keyword ``entries`` are written too.
+        what is below them), keyword ``entries`` are written too, and
+        ``ignore_lock=True`` writes into a locked TensorDict as if it were not.
 
         Example:
             >>> td = TensorDict({"a": {"b": torch.zeros(())}})
             >>> sorted(td.update({"a": {"c": torch.ones(())}}).keys(True, True))
             [('a', 'b'), ('a', 'c')]
         """
-        from .update import update_items
-
         items = update_items(other, clone, keys_to_update, non_blocking, self._device)
         if entries:
             items = list(items) + update_items(entries, clone, keys_to_update, False, None)
+        if ignore_lock and self._is_locked:
+            locked = [node for node in _levels(self) if node._is_locked]
+            for node in locked:
+                node._is_locked = False
+            try:
+                self._write(items, inplace, True, "update")
+            finally:
+                for node in locked:
+                    node._is_locked = True
+            for node in _levels(self):  # what the update added is locked too
+                node._is_locked = True
+            return self
         self._write(items, inplace, True, "update")
         return self
 
@@ -500,10 +513,13 @@ class AccessMixin(ContainerMixin):
         """
         if self._is_locked != FROZEN:
             self._is_locked = True
+        ref = None
         for value in self._data.values():
             if is_tensor_collection(value):
                 value.lock_()
-                record_lock(self, value)
+                if ref is None:
+                    ref = weakref.ref(self)
+                record_lock(ref, value)
         return remember(self, TensorDict.unlock_)
 
     def unlock_(self) -> Self:
@@ -526,3 +542,11 @@ class AccessMixin(ContainerMixin):
             if is_tensor_collection(value):
                 value.unlock_()
         return remember(self, TensorDict.lock_)
+
+
+def _levels(td):
+    """``td`` and every nested TensorDict below it."""
+    yield td
+    for value in td._data.values():
+        if getattr(type(value), "_is_tensordict", False):
+            yield from _levels(value)

@@ -59,7 +59,8 @@ class TensorDict(TensorOps):
         "_data",
         "_device",
         "_is_locked",
-        "_last_op",
+        "_last_op",  # a pending `with` exit action (context.py)
+        "_lock_parent",  # weak reference to the container whose lock_() locked this one
         "_names",
     )
     _is_tensor_collection = True

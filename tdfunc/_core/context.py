@@ -8,21 +8,18 @@ write what the block changed back into the container they came from, through
 the inverse operation. The pending action is stored in the ``_last_op`` slot
 of the returned container; a call made without ``with`` leaves it unused.
 
-Nested locks: ``lock_`` records, for every nested container it locks, the
-container that locked it, so that unlocking a nested container while its
-parent is still locked is refused (tensordict's rule).
+Nested locks: ``lock_`` records, in every nested container it locks, a weak
+reference to the container that locked it (the ``_lock_parent`` slot), so
+that unlocking a nested container while its parent is still locked is refused
+(tensordict's rule).
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from .mixin import ContainerMixin
-
-# id(child) -> weak references to the containers whose lock_() locked it
-_LOCKED_BY: dict[int, list] = {}
 
 
 def remember(out: Any, action: Callable[[Any], None]) -> Any:
@@ -47,43 +44,21 @@ def write_back(out: Any, source: Any, inverse: Callable[[Any], Any] | None = Non
     return out
 
 
-def record_lock(parent: Any, child: Any) -> None:
-    """Remember that ``parent.lock_()`` locked ``child``."""
-    key = id(child)
-    parents = _LOCKED_BY.setdefault(key, [])
-    if not any(ref() is parent for ref in parents):
-        parents.append(weakref.ref(parent, lambda ref: _forget(key, ref)))
-
-
-def _forget(key: int, ref: Any) -> None:
-    parents = _LOCKED_BY.get(key)
-    if parents is not None:
-        parents[:] = [r for r in parents if r is not ref]
-        if not parents:
-            del _LOCKED_BY[key]
+def record_lock(parent_ref: Any, child: Any) -> None:
+    """Remember that the container behind ``parent_ref`` (a weak reference) locked ``child``."""
+    try:  # noqa: SIM105 (contextlib.suppress costs more on this path)
+        child._lock_parent = parent_ref
+    except AttributeError:  # a container without the slot (a TensorClass)
+        pass
 
 
 def locking_parent(child: Any) -> Any:
-    """A locked container that holds ``child`` and locked it, or None."""
-    parents = _LOCKED_BY.get(id(child))
-    if not parents:
+    """The locked container that holds ``child`` and locked it, or None."""
+    ref = getattr(child, "_lock_parent", None)
+    parent = None if ref is None else ref()
+    if parent is None or not parent._is_locked:
         return None
-    alive = []
-    found = None
-    for ref in parents:
-        parent = ref()
-        if parent is None:
-            continue
-        holds = any(value is child for value in parent._data.values())
-        if holds:
-            alive.append(ref)
-            if parent._is_locked and found is None:
-                found = parent
-    if alive:
-        _LOCKED_BY[id(child)] = alive
-    else:
-        _LOCKED_BY.pop(id(child), None)
-    return found
+    return parent if any(value is child for value in parent._data.values()) else None
 
 
 class ContextMixin(ContainerMixin):
@@ -112,7 +87,7 @@ class ContextMixin(ContainerMixin):
         slots = {}
         for cls in type(self).__mro__:
             for name in getattr(cls, "__slots__", ()):
-                if name not in ("__weakref__", "_last_op") and hasattr(self, name):
+                if name not in ("__weakref__", "_last_op", "_lock_parent") and hasattr(self, name):
                     slots[name] = getattr(self, name)
         return (getattr(self, "__dict__", None) or None, slots)
 

@@ -114,8 +114,11 @@ class KeyViewsMixin(ContainerMixin):
             }
         )
 
-    def flatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
+    def flatten_keys(self, separator: str = ".", inplace: bool = False, is_leaf=None) -> Self:
         """Flatten nested keys into single keys joined by ``separator``.
+
+        ``is_leaf`` (a function of a class) keeps a nested container whose class
+        it accepts as one value instead of flattening it.
 
         Example:
             >>> td = TensorDict({"a": {"b": torch.zeros(())}}, [])
@@ -123,7 +126,8 @@ class KeyViewsMixin(ContainerMixin):
             ['a.b']
         """
         data: dict = {}
-        for key, value in self._iter_items((), True, True):
+        pairs = self._iter_items((), True, True) if is_leaf is None else _leaf_items(self, is_leaf)
+        for key, value in pairs:
             name = key if type(key) is str else separator.join(key)
             if name in data:
                 raise KeyError(
@@ -267,3 +271,13 @@ class KeyViewsMixin(ContainerMixin):
 def unravel_key_tuple(key) -> tuple:
     """``key`` (a ``str`` or a tuple) as a tuple."""
     return (key,) if type(key) is str else tuple(key)
+
+
+def _leaf_items(td, is_leaf, prefix: tuple = ()):
+    """``(key path, value)`` below ``td``, stopping at containers ``is_leaf`` accepts."""
+    for key, value in td._data.items():
+        path = prefix + (key,)
+        if is_tensor_collection(value) and not is_leaf(type(value)):
+            yield from _leaf_items(value._to_tensordict_view(), is_leaf, path)
+        else:
+            yield (path if prefix else key), value

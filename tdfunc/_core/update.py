@@ -1,7 +1,8 @@
-"""The keyword forms of ``TensorDict.update``: ``clone=``, ``keys_to_update=``, ``non_blocking=``.
+"""Keyword forms of writes: ``update(clone=, keys_to_update=)`` and ``non_blocking=``.
 
 ``update_items`` turns the source of an update into the ``(key, value)`` pairs
-the write engine takes; the engine keeps the update atomic.
+the write engine takes (the engine keeps the update atomic); ``send_for_set``
+and ``moved`` send tensors to their device without blocking before a write.
 """
 
 from __future__ import annotations
@@ -11,29 +12,9 @@ from typing import Any
 
 import torch
 
-from .keys import key_parts
+from .keys import MISSING, key_parts
 from .mixin import is_tensor_collection
 from .writes import items_of
-
-
-def send(container: Any, key: Any, value: torch.Tensor, inplace: bool) -> torch.Tensor:
-    """``value`` sent without blocking to where ``container.set(key, value)`` will store it."""
-    copied = (inplace or container._is_locked) and container._data
-    existing = container._get_nested(key_parts(key)) if copied else None
-    device = existing.device if isinstance(existing, torch.Tensor) else container._device
-    if device is None or value.device == device:
-        return value
-    return value.to(device, non_blocking=True)
-
-
-def moved(source: Mapping, device: torch.device) -> dict:
-    """``source`` with its tensors already sent to ``device`` without blocking."""
-    return {
-        k: v.to(device, non_blocking=True)
-        if isinstance(v, torch.Tensor)
-        else (moved(v, device) if type(v) is dict else v)
-        for k, v in source.items()
-    }
 
 
 def _leaves(source: Any, prefix: tuple):
@@ -71,3 +52,23 @@ def update_items(
             value = value.clone()
         items.append((parts, value))
     return items
+
+
+def send_for_set(td, key, value: torch.Tensor, inplace: bool) -> torch.Tensor:
+    """``value`` sent without blocking to where ``td.set(key, value)`` will store it."""
+    copied = (inplace or td._is_locked) and td._data
+    existing = td._get_nested(key_parts(key)) if copied else MISSING
+    device = existing.device if isinstance(existing, torch.Tensor) else td._device
+    if device is None or value.device == device:
+        return value
+    return value.to(device, non_blocking=True)
+
+
+def moved(source: Mapping, device: torch.device) -> dict:
+    """``source`` with its tensors already sent to ``device`` without blocking."""
+    return {
+        k: v.to(device, non_blocking=True)
+        if isinstance(v, torch.Tensor)
+        else (moved(v, device) if type(v) is dict else v)
+        for k, v in source.items()
+    }

@@ -39,7 +39,7 @@ from .._core.frozen import FROZEN, freeze
 from .._core.keys import MISSING, key_parts
 from .._core.mixin import is_tensor_collection
 from .._core.ops import TensorOps
-from .._core.update import send
+from .._core.update import send_for_set
 from .._core.writes import write
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ class TensorClassState(TensorOps):
             tensor([1., 1., 1.])
         """
         if non_blocking and isinstance(value, torch.Tensor):
-            value = send(self, key, value, inplace)
+            value = send_for_set(self, key, value, inplace)
         self._write(((key, value),), inplace, False, "set")
         return self
 
