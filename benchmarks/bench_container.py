@@ -268,3 +268,211 @@ def test_clone_baseline(benchmark, nested_dict):
 def test_clone_tensordict(benchmark, nested_anchor):
     out = benchmark(lambda: nested_anchor.clone())
     assert out.batch_size == torch.Size(BATCH)
+
+
+# ---------------------------------------------------------------- keys of any depth
+# One leaf at each depth (``a``, ``b.c``, ``b.d.e``, ``b.d.f.g``), batch ``BATCH``.
+# Each case: (what tdfunc and tensordict run, what the plain nested dicts run).
+# A write stores the same new tensor every round; ``pop`` puts the entry back.
+def _pop_back(td, new):
+    td.pop(("b", "d", "e"))
+    td["b", "d", "e"] = new["e"]
+
+
+def _pop_back_dict(tree, new):
+    tree["b"]["d"].pop("e")
+    tree["b"]["d"]["e"] = new["e"]
+
+
+KEY_CASES = {
+    "getitem_depth1": (lambda td, new: td["a"], lambda d, new: d["a"]),
+    "getitem_depth2": (lambda td, new: td["b", "c"], lambda d, new: d["b"]["c"]),
+    "getitem_depth3": (lambda td, new: td["b", "d", "e"], lambda d, new: d["b"]["d"]["e"]),
+    "getitem_depth4": (
+        lambda td, new: td["b", "d", "f", "g"],
+        lambda d, new: d["b"]["d"]["f"]["g"],
+    ),
+    "get_tuple_depth2": (lambda td, new: td.get(("b", "c")), lambda d, new: d["b"]["c"]),
+    "get_tuple_depth4": (
+        lambda td, new: td.get(("b", "d", "f", "g")),
+        lambda d, new: d["b"]["d"]["f"]["g"],
+    ),
+    "set_tuple_depth2": (
+        lambda td, new: td.set(("b", "c"), new["c"]),
+        lambda d, new: d["b"].__setitem__("c", new["c"]),
+    ),
+    "set_tuple_depth4": (
+        lambda td, new: td.set(("b", "d", "f", "g"), new["g"]),
+        lambda d, new: d["b"]["d"]["f"].__setitem__("g", new["g"]),
+    ),
+    "setitem_depth3": (
+        lambda td, new: td.__setitem__(("b", "d", "e"), new["e"]),
+        lambda d, new: d["b"]["d"].__setitem__("e", new["e"]),
+    ),
+    "in_depth3": (lambda td, new: ("b", "d", "e") in td, lambda d, new: "e" in d["b"]["d"]),
+    "in_missing_depth3": (
+        lambda td, new: ("b", "d", "x") in td,
+        lambda d, new: "x" in d["b"]["d"],
+    ),
+    "pop_depth3": (_pop_back, _pop_back_dict),
+}
+
+
+def _new_leaves(batch=BATCH) -> dict:
+    return {"c": torch.ones(*batch, 4), "e": torch.ones(*batch), "g": torch.ones(*batch, 2)}
+
+
+def _deep_leaves(tree) -> list:
+    """The four leaves of a deep tree (a container or nested dicts), in order."""
+    return [tree["a"], tree["b"]["c"], tree["b"]["d"]["e"], tree["b"]["d"]["f"]["g"]]
+
+
+def _check_key_case(case: str, result, td, make_deep, new: dict) -> None:
+    """``td`` and ``result`` are what the same case gives on plain nested dicts."""
+    tree = make_deep()
+    expected = KEY_CASES[case][1](tree, new)
+    for got, want in zip(_deep_leaves(td), _deep_leaves(tree)):
+        assert torch.equal(got, want)
+    if case.startswith("get"):
+        assert torch.equal(result, expected)
+    elif case.startswith("in"):
+        assert result is expected
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Single-threaded kernels: the tensors are tiny and the machine is shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("case", KEY_CASES)
+def test_keys_tdfunc(benchmark, case, make_deep):
+    benchmark.group = case
+    tree, new = make_deep(), _new_leaves()
+    td = TensorDict(tree, batch_size=BATCH)
+    result = benchmark(KEY_CASES[case][0], td, new)
+    _check_key_case(case, result, td, make_deep, new)
+    if case.startswith("get"):
+        assert result is _deep_leaves(td)[int(case[-1]) - 1]  # the stored tensor itself
+
+
+@pytest.mark.parametrize("case", KEY_CASES)
+def test_keys_baseline(benchmark, case, make_deep):
+    benchmark.group = case
+    tree, new = make_deep(), _new_leaves()
+    benchmark(KEY_CASES[case][1], tree, new)
+
+
+@pytest.mark.parametrize("case", KEY_CASES)
+def test_keys_tensordict(benchmark, case, make_deep, tensordict_lib):
+    benchmark.group = case
+    tree, new = make_deep(), _new_leaves()
+    td = tensordict_lib.TensorDict(tree, batch_size=BATCH)
+    result = benchmark(KEY_CASES[case][0], td, new)
+    _check_key_case(case, result, td, make_deep, new)
+
+
+# ---------------------------------------------------------------- nn.Parameter leaves
+# The parameters of an MLP nested as ``from_module`` nests them (Parameter leaves).
+PARAM_CASES = {
+    "params_construct": lambda cls, params, td: cls(params, batch_size=[]),
+    "params_getitem": lambda cls, params, td: td["2", "weight"],
+    "params_set": lambda cls, params, td: td.set(("2", "weight"), params["2"]["weight"]),
+    "params_in": lambda cls, params, td: ("2", "weight") in td,
+}
+
+
+def _check_params(case: str, result, params: dict, td) -> None:
+    assert type(td["2", "weight"]) is torch.nn.Parameter
+    assert td["2", "weight"] is params["2"]["weight"]
+    if case == "params_construct":
+        assert result["0", "bias"] is params["0"]["bias"]  # stored as given: not copied
+
+
+@pytest.mark.parametrize("case", PARAM_CASES)
+def test_params_tdfunc(benchmark, case, make_params):
+    benchmark.group = case
+    params = make_params()
+    td = TensorDict(params, batch_size=[])
+    result = benchmark(PARAM_CASES[case], TensorDict, params, td)
+    _check_params(case, result, params, td)
+
+
+@pytest.mark.parametrize("case", PARAM_CASES)
+def test_params_tensordict(benchmark, case, make_params, tensordict_lib):
+    benchmark.group = case
+    params = make_params()
+    cls = tensordict_lib.TensorDict
+    td = cls(params, batch_size=[])
+    benchmark(PARAM_CASES[case], cls, params, td)
+
+
+# ---------------------------------------------------------------- batch rank 1 and 3
+# Construction, a nested write and int / tensor / mask indexing for batch ``[4]`` and
+# ``[2, 3, 4]`` (rank 2, ``BATCH``, is the rest of this file; tensor and mask indexing
+# run at rank 2 too). A mask keeps every other element; the tensor index repeats one.
+RANKS = {1: (4,), 2: BATCH, 3: (2, 3, 4)}
+RANK_CASES = [
+    *[(case, rank) for case in ("construct", "set_tuple", "index_int") for rank in (1, 3)],
+    *[(case, rank) for case in ("index_tensor", "index_mask") for rank in (1, 2, 3)],
+]
+RANK_IDS = [f"{case}_rank{rank}" for case, rank in RANK_CASES]
+
+
+def _index_for(case: str, batch: tuple):
+    if case == "index_int":
+        return 1
+    if case == "index_tensor":
+        return torch.tensor([0, 1, 1, batch[0] - 1])
+    mask = torch.zeros(batch, dtype=torch.bool)
+    mask.view(-1)[::2] = True
+    return mask
+
+
+def _rank_case(case: str, rank: int, make_nested, cls=None):
+    """``(function to time, reference result computed on plain tensors)``."""
+    batch = RANKS[rank]
+    tree = make_nested(batch)
+    a, c, d = tree["a"], tree["b"]["c"], tree["b"]["d"]
+    if case == "construct":
+        size = list(batch)
+        if cls is None:
+            return (lambda: {"a": a, "b": {"c": c, "d": d}}), tree
+        return (lambda: cls({"a": a, "b": {"c": c, "d": d}}, batch_size=size)), tree
+    if case == "set_tuple":
+        new = torch.ones(*batch, 4, 5)
+        expected = {"a": a, "b": {"c": new, "d": d}}
+        if cls is None:
+            return (lambda: tree["b"].__setitem__("c", new) or tree), expected
+        td = cls(tree, batch_size=list(batch))
+        return (lambda: td.set(("b", "c"), new)), expected
+    index = _index_for(case, batch)
+    expected = _map(lambda x: x[index], tree)
+    if cls is None:
+        return (lambda: optree.tree_map(lambda x: x[index], tree)), expected
+    td = cls(tree, batch_size=list(batch))
+    return (lambda: td[index]), expected
+
+
+@pytest.mark.parametrize(("case", "rank"), RANK_CASES, ids=RANK_IDS)
+def test_rank_tdfunc(benchmark, case, rank, make_nested):
+    benchmark.group = f"{case}_rank{rank}"
+    fn, expected = _rank_case(case, rank, make_nested, TensorDict)
+    _check_leaves(benchmark(fn), expected)
+
+
+@pytest.mark.parametrize(("case", "rank"), RANK_CASES, ids=RANK_IDS)
+def test_rank_baseline(benchmark, case, rank, make_nested):
+    benchmark.group = f"{case}_rank{rank}"
+    fn, expected = _rank_case(case, rank, make_nested)
+    _check_leaves(benchmark(fn), expected)
+
+
+@pytest.mark.parametrize(("case", "rank"), RANK_CASES, ids=RANK_IDS)
+def test_rank_tensordict(benchmark, case, rank, make_nested, tensordict_lib):
+    benchmark.group = f"{case}_rank{rank}"
+    fn, expected = _rank_case(case, rank, make_nested, tensordict_lib.TensorDict)
+    _check_leaves(benchmark(fn), expected)

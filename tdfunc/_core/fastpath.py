@@ -115,6 +115,12 @@ def contains(td: Any, key: Any) -> bool:
     """
     if lookup(td, key) is not MISSING:
         return True
+    if type(key) is tuple:
+        for part in key:
+            if type(part) is not str:
+                break
+        else:
+            return False  # a flat key that lookup did not find: missing
     try:
         parts = key_parts(key)
     except (TypeError, KeyError):
