@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .apply import rewrap
-from .fastpath import is_tensor_kind
+from .fastpath import is_tensor_kind, node_kind
 from .indexing import Take, plan, prepare
 from .keys import unravel_key
 from .mixin import ContainerMixin
@@ -86,7 +86,7 @@ class ShapeOpsMixin(ContainerMixin):
             kind = type(value)
             if kind is torch.Tensor or is_tensor_kind[kind]:
                 data[key] = value[leaf_index] if take is None else take.take(value, leaf_index)
-            elif getattr(kind, "_is_tensordict", False):
+            elif node_kind[kind] == 1:  # a nested TensorDict
                 inner = value._batch_size
                 inner_size = new_size if len(inner) == ndim else new_size + inner[ndim:]
                 data[key] = value._index_trusted(leaf_index, inner_size, take)
