@@ -25,7 +25,7 @@ from .._functional.pytree import register as _register_pytree
 from .._persist.api import PersistMixin
 from .apply import ApplyMixin
 from .arith import ArithmeticMixin
-from .fastpath import contains, get_path, lookup_nested, pop_fast, set_fast
+from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .nontensor import NonTensorData, NonTensorStack
 from .registry import register_class
@@ -344,7 +344,7 @@ class TensorDict(
     def __contains__(self, key) -> bool:
         if type(key) is str:
             return key in self._data
-        return lookup_nested(self, key) is not _NO_DEFAULT or contains(self, key)
+        return lookup_nested(self, key) is not _NO_DEFAULT or contains_missed(self, key)
 
     def keys(
         self, include_nested: bool = False, leaves_only: bool = False, *, sort: bool = False

@@ -84,16 +84,17 @@ def lookup_nested(td: Any, key: Any, _missing: Any = MISSING) -> Any:
     node = td
     try:
         for part in key:
-            if type(node) is not cls:
-                how = node_kind[type(node)]
-                if how == 2:
-                    node = node._to_tensordict_view()
-                elif how != 1:
-                    return _missing  # a leaf is in the way
             # a part that is not a str finds nothing (keys are str), or raises
             # TypeError when unhashable; either way the full path decides
-            node = node._data.get(part, _missing)
-            if node is _missing:
+            if type(node) is cls:
+                node = node._data.get(part, _missing)
+                continue
+            how = node_kind[type(node)]  # MISSING and leaves are 0
+            if how == 1:
+                node = node._data.get(part, _missing)
+            elif how == 2:
+                node = node._to_tensordict_view()._data.get(part, _missing)
+            else:
                 return _missing
     except TypeError:
         return _missing
@@ -105,16 +106,14 @@ def get_path(td: Any, parts: tuple) -> Any:
     return lookup(td, parts) if parts else td
 
 
-def contains(td: Any, key: Any) -> bool:
-    """``key in td`` for any spelling of ``key`` (the full path behind :func:`lookup`).
+def contains_missed(td: Any, key: Any) -> bool:
+    """``key in td`` once :func:`lookup` found nothing at ``key`` (other spellings).
 
     Example:
         >>> td = TensorDict({"a": {"b": torch.zeros(())}})
-        >>> contains(td, ("a", "b")), contains(td, ("a", ("b",))), contains(td, 3)
-        (True, True, False)
+        >>> contains_missed(td, ("a", ("b",))), contains_missed(td, ("a", "c"))
+        (True, False)
     """
-    if lookup(td, key) is not MISSING:
-        return True
     if type(key) is tuple:
         for part in key:
             if type(part) is not str:
