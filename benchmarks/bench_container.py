@@ -1,10 +1,25 @@
 """TensorDict core operations beside plain nested dicts (optree) and ``tensordict``.
 
-Data: three leaves (one nested one level down), batch size ``[4, 6]``. The
-baseline does the same work on plain nested dicts, with ``optree.tree_map``
-where a map over leaves is needed. Targets (ratios of medians): indexing,
-apply, reshape, stack, unbind, clone within 1.5x of the baseline; construction
-at least 3x and nested get/set at least 2x faster than ``tensordict``.
+Data: three leaves (one nested one level down), batch size ``[4, 6]``, unless a
+section says otherwise. The baseline does the same work on plain nested dicts,
+with ``optree.tree_map`` where a map over leaves is needed.
+
+Sections: construction, nested get/set, indexing, apply, reshape, stack,
+unbind, clone; keys of depth 1 to 4 (``[]``, ``get``/``set`` with tuples,
+``in``, ``pop``); a container of ``nn.Parameter`` leaves (what ``from_module``
+makes); batch rank 1 and 3; tensor and mask indexing.
+
+Targets (ratios of medians in one run): every container case at least 2x
+faster than ``tensordict`` and 3x in geometric mean; every shape op within
+1.3x of optree on nested dicts. ``benchmarks/ratios.py`` prints the table::
+
+    OMP_NUM_THREADS=1 .venv-bench/bin/python -m pytest benchmarks/bench_container.py \
+        --benchmark-enable --benchmark-timer=time.thread_time --benchmark-min-time=0.0002 \
+        --benchmark-json=/tmp/container.json -q
+    .venv-bench/bin/python benchmarks/ratios.py /tmp/container.json
+
+(``thread_time`` counts only this thread's CPU time, which keeps the ratios
+readable on a shared machine; the longer rounds amortise its cost.)
 """
 
 from __future__ import annotations

@@ -212,6 +212,8 @@ def _indices(batch: tuple) -> list:
     n = batch[0]
     out = [
         torch.tensor([n - 1, 0, 0]),
+        torch.tensor([-1, 0, -n]),  # negative positions
+        torch.tensor([1, -1], dtype=torch.int32),
         torch.tensor([[0, 1], [1, 0]]),
         torch.tensor(1),
         [0, n - 1],
@@ -226,6 +228,7 @@ def _indices(batch: tuple) -> list:
     if len(batch) > 1:
         out += [
             (slice(None), torch.tensor([1, 0])),
+            (slice(None), torch.tensor([-1])),
             (slice(None), _mask(batch[1:])),
             (torch.tensor([0, 1]), torch.tensor([1, 0])),
             (0, slice(None), torch.tensor([0]))[: len(batch)],
@@ -316,7 +319,11 @@ def test_a_mask_is_resolved_once_for_every_leaf(batch):
 
 @pytest.mark.parametrize(
     ("index", "op"),
-    [(torch.tensor([2, 0]), "index_select.default"), (torch.tensor([[0], [1]]), "index.Tensor")],
+    [
+        (torch.tensor([True, False, True, True]), "index_select.default"),
+        (torch.tensor([2, 0]), "index.Tensor"),
+        (torch.tensor([[0], [1]]), "index.Tensor"),
+    ],
 )
 def test_each_leaf_is_indexed_once(index, op):
     td = TensorDict(_deep((4, 3)), batch_size=[4, 3])
@@ -324,3 +331,10 @@ def test_each_leaf_is_indexed_once(index, op):
         td[index]
     names = [name for name, _ in recorded.ops]
     assert names.count(op) == len(_leaf_paths(_deep((4, 3))))
+
+
+@pytest.mark.parametrize("index", [torch.tensor([4]), torch.tensor([-5]), [0, 9]])
+def test_out_of_range_tensor_indices_raise(index):
+    td = TensorDict(_deep((4,)), batch_size=[4])
+    with pytest.raises(IndexError):
+        td[index]

@@ -5,9 +5,10 @@ An index with tensors, boolean masks or lists is prepared once per call:
 - a boolean mask (of one dim or more) becomes the long tensors of its
   ``nonzero()``: one host synchronisation on CUDA, instead of one per leaf;
 - a list or a numpy array becomes a tensor once, instead of once per leaf;
-- a single one-dim long index at batch dim ``d`` (``td[idx]``, ``td[:, idx]``,
-  a one-dim mask) is applied to each plain tensor with ``index_select(d, idx)``,
-  torch's cheapest gather, and the new batch size is known without reading data.
+- a single one-dim index at batch dim ``d`` (``td[idx]``, ``td[:, idx]``, a
+  one-dim mask) gives the new batch size without reading data; when it comes
+  from a mask (so it holds no negative position) each plain tensor takes it
+  with ``index_select(d, idx)``, torch's cheapest gather.
 
 Other forms keep torch's own rules (``leaf[index]``): the new batch size is read
 from the first indexed leaf, whose result is then kept rather than computed
@@ -82,12 +83,13 @@ def plan(td: Any, index: tuple) -> tuple[tuple, torch.Size, Take]:
         ((tensor([0, 2]),), torch.Size([2]), 'Select')
     """
     batch_size = td._batch_size
-    index = prepare(index, batch_size)
+    index, masks = prepare(index, batch_size)
     select = _select(index)
     if select is not None:
         dim = select.dim
         size = batch_size[:dim] + select.index.shape + batch_size[dim + 1 :]
-        return index, size, select
+        # index_select refuses negative positions; a mask's nonzero() has none
+        return index, size, select if masks else Take()
     ndim = len(batch_size)
     for value in td._data.values():
         kind = type(value)
@@ -97,8 +99,8 @@ def plan(td: Any, index: tuple) -> tuple[tuple, torch.Size, Take]:
     return index, index_batch_size(batch_size, index), Take()
 
 
-def prepare(index: tuple, batch_size: torch.Size) -> tuple:
-    """``index`` with masks as ``nonzero()`` indices and lists as tensors.
+def prepare(index: tuple, batch_size: torch.Size) -> tuple[tuple, int]:
+    """``index`` with masks as ``nonzero()`` indices and lists as tensors; how many masks.
 
     ``index`` has had its ellipsis expanded (it only touches batch dims) and
     holds at least one item other than an int, a slice or None. The result
@@ -107,9 +109,10 @@ def prepare(index: tuple, batch_size: torch.Size) -> tuple:
     Example:
         >>> mask = torch.tensor([[True, False], [False, True]])
         >>> prepare((mask,), torch.Size([2, 2]))
-        (tensor([0, 1]), tensor([0, 1]))
+        ((tensor([0, 1]), tensor([0, 1])), 1)
     """
     out: list = []
+    masks = 0
     dim = 0  # the batch dim the next item applies to
     for item in index:
         if type(item) is list or isinstance(item, (np.ndarray, range)):
@@ -121,6 +124,7 @@ def prepare(index: tuple, batch_size: torch.Size) -> tuple:
                     out.append(item)  # a mismatched mask: torch raises its own error
                 else:
                     out.extend(item.nonzero(as_tuple=True))
+                    masks += 1
                 dim += span
                 continue
             out.append(item)
@@ -129,7 +133,7 @@ def prepare(index: tuple, batch_size: torch.Size) -> tuple:
             out.append(item)
             if item is not None:
                 dim += 1
-    return tuple(out)
+    return tuple(out), masks
 
 
 def _as_tensor(item: Any) -> Any:

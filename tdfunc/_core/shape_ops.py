@@ -103,7 +103,7 @@ class ShapeOpsMixin(ContainerMixin):
         """``td[index] = value``: validate every write first, then perform them."""
         leaf_index, target = self._leaf_index(index)
         if target is None:  # masks become nonzero() indices once, not once per leaf
-            leaf_index = prepare(leaf_index, self._batch_size)
+            leaf_index = prepare(leaf_index, self._batch_size)[0]
             target = index_batch_size(self._batch_size, leaf_index)
         plan: list = []
         self._plan_index_write(leaf_index, target, value, plan, ())
