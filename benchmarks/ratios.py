@@ -4,11 +4,14 @@ Every benchmark is named ``test_<op>_<contender>`` (parametrized ones carry thei
 case in brackets) and shares its ``group`` with the other contenders of the same
 operation. For each group this prints ``tensordict / tdfunc`` (how many times
 faster tdfunc is than the ``tensordict`` library) and ``tdfunc / baseline``
-(plain dicts, optree), then the geometric mean of the speedups::
+(plain dicts, optree), then the geometric mean of the speedups. Given several
+files (runs of the same benchmarks), each contender's time is its lowest median
+over the runs: on a shared machine a run's medians carry the load of the moment,
+and the lowest one is the closest to the cost of the code::
 
     .venv-bench/bin/python -m pytest benchmarks/bench_container.py --benchmark-enable \\
         --benchmark-json=/tmp/container.json -q
-    .venv-bench/bin/python benchmarks/ratios.py /tmp/container.json
+    .venv-bench/bin/python benchmarks/ratios.py /tmp/container.json [/tmp/run2.json ...]
 """
 
 from __future__ import annotations
@@ -22,16 +25,19 @@ from collections import defaultdict
 CONTENDERS = ("tdfunc", "tensordict", "baseline")
 
 
-def medians(path: str) -> dict[str, dict[str, float]]:
-    """``{group: {contender: median seconds}}``."""
-    with open(path) as file:
-        runs = json.load(file)["benchmarks"]
+def medians(paths: list[str]) -> dict[str, dict[str, float]]:
+    """``{group: {contender: median seconds}}`` (the lowest median over the files)."""
     out: dict[str, dict[str, float]] = defaultdict(dict)
-    for run in runs:
-        name = re.sub(r"\[.*\]$", "", run["name"])
-        contender = next((c for c in CONTENDERS if name.endswith("_" + c)), None)
-        if contender is not None:
-            out[run["group"] or name][contender] = run["stats"]["median"]
+    for path in paths:
+        with open(path) as file:
+            runs = json.load(file)["benchmarks"]
+        for run in runs:
+            name = re.sub(r"\[.*\]$", "", run["name"])
+            contender = next((c for c in CONTENDERS if name.endswith("_" + c)), None)
+            if contender is not None:
+                times = out[run["group"] or name]
+                median = run["stats"]["median"]
+                times[contender] = min(times.get(contender, median), median)
     return out
 
 
@@ -62,4 +68,4 @@ def table(groups: dict[str, dict[str, float]]) -> str:
 
 
 if __name__ == "__main__":
-    print(table(medians(sys.argv[1])))
+    print(table(medians(sys.argv[1:])))
