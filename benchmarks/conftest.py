@@ -67,3 +67,38 @@ def tensordict_lib():
 def nested_anchor(tensordict_lib):
     """The same data as a ``tensordict.TensorDict``."""
     return tensordict_lib.TensorDict(nested_tensors(), batch_size=BATCH)
+
+
+def deep_tensors(batch: tuple[int, ...] = BATCH, seed: int = 0) -> dict:
+    """One leaf at each depth 1 to 4: ``a``, ``b.c``, ``b.d.e``, ``b.d.f.g``."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def leaf(*feature: int) -> torch.Tensor:
+        return torch.randn(*batch, *feature, generator=generator)
+
+    return {"a": leaf(3), "b": {"c": leaf(4), "d": {"e": leaf(), "f": {"g": leaf(2)}}}}
+
+
+def module_parameters(seed: int = 0) -> dict:
+    """The ``nn.Parameter`` objects of a three-layer MLP, nested as ``from_module`` nests them."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.Linear(16, 1)
+    )
+    return {
+        name: {"weight": layer.weight, "bias": layer.bias}
+        for name, layer in model.named_children()
+        if isinstance(layer, torch.nn.Linear)
+    }
+
+
+@pytest.fixture
+def make_deep():
+    """The builder :func:`deep_tensors`."""
+    return deep_tensors
+
+
+@pytest.fixture
+def make_params():
+    """The builder :func:`module_parameters`."""
+    return module_parameters

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 
 from .context import locking_parent, record_lock, remember
+from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
 from .frozen import FROZEN
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .mixin import ContainerMixin, is_tensor_collection, read_value
@@ -79,20 +80,13 @@ class AccessMixin(ContainerMixin):
             except KeyError:
                 return self._get_missing(index, _NO_DEFAULT, "__getitem__")
         elif kind is tuple:
-            if len(index) == 2:
-                # fast path: ("nested", "key")
-                first, second = index
-                if type(first) is str and type(second) is str:
-                    node = self._data.get(first)
-                    if type(node) is TensorDict:
-                        value = node._data.get(second, _NO_DEFAULT)
-                        if value is not _NO_DEFAULT:
-                            return value if type(value) is _Tensor else _read(value)
-            if not is_key(index):
-                return self._index(index)
-            value = self._get_nested(key_parts(index))
+            value = lookup_nested(self, index)  # fast path: flat tuples of str, any depth
             if value is _NO_DEFAULT:
-                return self._get_missing(index, _NO_DEFAULT, "__getitem__")
+                if not is_key(index):
+                    return self._index(index)
+                value = self._get_nested(key_parts(index))
+                if value is _NO_DEFAULT:
+                    return self._get_missing(index, _NO_DEFAULT, "__getitem__")
         else:
             return self._index(index)
         return value if type(value) is _Tensor else _read(value)
@@ -115,11 +109,13 @@ class AccessMixin(ContainerMixin):
         if type(key) is str:
             value = self._data.get(key, _NO_DEFAULT)
         else:
-            try:
-                parts = key_parts(key)
-            except TypeError:
-                parts = self._key_parts(key, "get")  # raises, naming the API
-            value = self._get_nested(parts)
+            value = lookup_nested(self, key)  # fast path: flat tuples of str, any depth
+            if value is _NO_DEFAULT:
+                try:
+                    parts = key_parts(key)
+                except TypeError:
+                    parts = self._key_parts(key, "get")  # raises, naming the API
+                value = self._get_nested(parts)
         if value is _NO_DEFAULT:
             if default is _NO_DEFAULT and not self._get_reads_value:
                 default = None  # tensordict: a TensorDict's get of a missing key gives None
@@ -160,16 +156,7 @@ class AccessMixin(ContainerMixin):
 
     def _get_nested(self, parts: tuple) -> Any:
         """The stored value at ``parts``, or ``_NO_DEFAULT`` (also when a leaf is in the way)."""
-        node: Any = self
-        for part in parts:
-            if type(node) is not TensorDict:
-                if not is_tensor_collection(node):
-                    return _NO_DEFAULT
-                node = node._to_tensordict_view()
-            node = node._data.get(part, _NO_DEFAULT)
-            if node is _NO_DEFAULT:
-                return node
-        return node
+        return get_path(self, parts)
 
     def _get_leaf(self, key, api: str = "get") -> Any:
         """The stored value (``NonTensorData`` not unwrapped), or raise ``KeyError``."""
@@ -204,10 +191,7 @@ class AccessMixin(ContainerMixin):
     def __contains__(self, key) -> bool:
         if type(key) is str:
             return key in self._data
-        try:
-            return self._get_nested(key_parts(key)) is not _NO_DEFAULT
-        except (TypeError, KeyError):
-            return False
+        return lookup_nested(self, key) is not _NO_DEFAULT or contains_missed(self, key)
 
     def keys(
         self,
@@ -323,17 +307,8 @@ class AccessMixin(ContainerMixin):
             >>> td.set(("a", "b"), torch.zeros(2, 5))["a", "b"].shape
             torch.Size([2, 5])
         """
-        if (
-            type(key) is str
-            and type(value) is _Tensor
-            and not inplace
-            and not self._is_locked
-            and self._device is None
-        ):
-            size = self._batch_size
-            if not size or value.shape[: len(size)] == size:
-                self._data[key] = value
-                return self
+        if not inplace and set_fast(self, key, value):  # a tensor under existing levels
+            return self
         if non_blocking and isinstance(value, _Tensor):
             value = send_for_set(self, key, value, inplace)
         self._write(((key, value),), inplace, False, "set")
@@ -354,43 +329,8 @@ class AccessMixin(ContainerMixin):
 
     def __setitem__(self, index, value: Any) -> None:
         kind = type(index)
-        if kind is tuple and type(value) is _Tensor and type(self) is TensorDict:
-            # fast path: a tensor written under existing, unlocked nested TensorDicts
-            node: Any = None
-            key: Any = None
-            if len(index) == 2:
-                first, key = index
-                if type(first) is str:
-                    node = self._data.get(first)
-            elif index:
-                node = self
-                for part in index[:-1]:
-                    if type(part) is not str or type(node) is not TensorDict:
-                        node = None
-                        break
-                    node = node._data.get(part)
-                key = index[-1]
-            if (
-                type(node) is TensorDict
-                and type(key) is str
-                and not node._is_locked
-                and node._device is None
-            ):
-                size = node._batch_size
-                ndim = len(size)
-                if ndim:
-                    shape = value.shape
-                    if ndim == 1:
-                        fits = len(shape) >= 1 and shape[0] == size[0]
-                    elif ndim == 2:
-                        fits = len(shape) >= 2 and shape[0] == size[0] and shape[1] == size[1]
-                    else:
-                        fits = shape[:ndim] == size
-                else:
-                    fits = True
-                if fits:
-                    node._data[key] = value
-                    return
+        if (kind is str or kind is tuple) and set_fast(self, index, value):
+            return  # fast path: a tensor under existing, unlocked levels
         if kind is str or is_key(index):
             self.set(index, value)
         else:
@@ -469,6 +409,9 @@ class AccessMixin(ContainerMixin):
     def pop(self, key, default: Any = _NO_DEFAULT) -> Any:
         """Remove ``key`` and return its value (or ``default`` when missing)."""
         self._check_mutable("pop")
+        value = pop_fast(self, key)  # fast path: unlocked TensorDicts all the way
+        if value is not _NO_DEFAULT:
+            return _read(value)
         value = self._get_nested(self._key_parts(key, "pop"))
         if value is _NO_DEFAULT:
             if default is _NO_DEFAULT:

@@ -14,7 +14,9 @@ import torch
 
 from .apply import rewrap
 from .context import write_back
+from .fastpath import is_tensor_kind, node_kind
 from .frozen import refuse_frozen
+from .indexing import Take, plan, prepare
 from .keys import unravel_key
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
@@ -86,38 +88,31 @@ class ShapeOpsMixin(ContainerMixin):
 
     def _index(self, index):
         leaf_index, new_size = self._leaf_index(index)
-        first = None
-        if new_size is None:
-            # advanced indexing: the first tensor leaf tells the new batch size
-            ndim = len(self._batch_size)
-            for key, value in self._data.items():
-                if type(value) is torch.Tensor:
-                    out = value[leaf_index]
-                    new_size = out.shape[: out.dim() - (value.dim() - ndim)]
-                    first = (key, out)
-                    break
-            else:
-                new_size = index_batch_size(self._batch_size, leaf_index)
-        return self._index_trusted(leaf_index, new_size, first)
+        if new_size is not None:
+            return self._index_trusted(leaf_index, new_size)
+        # tensors, masks, lists: prepared once (one nonzero per mask), then used for each leaf
+        leaf_index, new_size, take = plan(self, leaf_index)
+        return self._index_trusted(leaf_index, new_size, take)
 
-    def _index_trusted(self, leaf_index, new_size: torch.Size, first=None):
-        """Index every value with a validated ``leaf_index``; ``new_size`` is the result's."""
+    def _index_trusted(self, leaf_index, new_size: torch.Size, take: Take | None = None):
+        """Index every value with a validated ``leaf_index``; ``new_size`` is the result's.
+
+        ``take`` (advanced indexing, see ``indexing.plan``) indexes the tensor leaves.
+        """
         ndim = len(self._batch_size)
         data = {}
         for key, value in self._data.items():
             kind = type(value)
-            if kind is torch.Tensor:
-                data[key] = value[leaf_index]
-            elif getattr(kind, "_is_tensordict", False):
+            if kind is torch.Tensor or is_tensor_kind[kind]:
+                data[key] = value[leaf_index] if take is None else take.take(value, leaf_index)
+            elif node_kind[kind] == 1:  # a nested TensorDict
                 inner = value._batch_size
                 inner_size = new_size if len(inner) == ndim else new_size + inner[ndim:]
-                data[key] = value._index_trusted(leaf_index, inner_size)
+                data[key] = value._index_trusted(leaf_index, inner_size, take)
             elif kind is NonTensorData and len(value.batch_size) == ndim:
                 data[key] = NonTensorData._make(value.data, new_size, value.device)
             else:
                 data[key] = value[leaf_index]
-        if first is not None:
-            data[first[0]] = first[1]
         names = self._names
         if names is not None:
             names = _index_names(names, leaf_index, len(new_size))
@@ -127,7 +122,8 @@ class ShapeOpsMixin(ContainerMixin):
         """``td[index] = value``: validate every write first, then perform them."""
         self._check_mutable("__setitem__")
         leaf_index, target = self._leaf_index(index)
-        if target is None:
+        if target is None:  # masks become nonzero() indices once, not once per leaf
+            leaf_index = prepare(leaf_index, self._batch_size)[0]
             target = index_batch_size(self._batch_size, leaf_index)
         refuse_frozen(self, "__setitem__")
         plan: list = []

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .fastpath import is_tensor_kind
 from .frozen import FROZEN
 from .keys import MISSING, key_parts, unravel_key
 from .mixin import is_tensor_collection
@@ -53,14 +54,15 @@ def writable_view(container: Any, api: str, key: Any):
 def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, second: int):
     """The data of a dict of ``str`` -> tensor / dict, or None when it needs the full path.
 
-    The public constructor's fast path: nested dicts become ``cls`` instances.
+    The public constructor's fast path: nested dicts become ``cls`` instances;
+    tensors of any class (``nn.Parameter`` too) are stored as they are.
     ``first`` and ``second`` are ``size[0]`` and ``size[1]`` (when they exist): the
     leading-dims test below is ``value.shape[:ndim] == size`` without building a Size.
     """
     data = dict(source)
     for key, value in source.items():
         kind = type(value)
-        if kind is _Tensor:
+        if kind is _Tensor or (kind is not dict and is_tensor_kind[kind]):  # Parameter too
             if type(key) is not str:
                 return None
             if ndim:

@@ -1,0 +1,71 @@
+"""Ratios of medians from a pytest-benchmark JSON file, as a Markdown table.
+
+Every benchmark is named ``test_<op>_<contender>`` (parametrized ones carry their
+case in brackets) and shares its ``group`` with the other contenders of the same
+operation. For each group this prints ``tensordict / tdfunc`` (how many times
+faster tdfunc is than the ``tensordict`` library) and ``tdfunc / baseline``
+(plain dicts, optree), then the geometric mean of the speedups. Given several
+files (runs of the same benchmarks), each contender's time is its lowest median
+over the runs: on a shared machine a run's medians carry the load of the moment,
+and the lowest one is the closest to the cost of the code::
+
+    .venv-bench/bin/python -m pytest benchmarks/bench_container.py --benchmark-enable \\
+        --benchmark-json=/tmp/container.json -q
+    .venv-bench/bin/python benchmarks/ratios.py /tmp/container.json [/tmp/run2.json ...]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections import defaultdict
+
+CONTENDERS = ("tdfunc", "tensordict", "baseline")
+
+
+def medians(paths: list[str]) -> dict[str, dict[str, float]]:
+    """``{group: {contender: median seconds}}`` (the lowest median over the files)."""
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for path in paths:
+        with open(path) as file:
+            runs = json.load(file)["benchmarks"]
+        for run in runs:
+            name = re.sub(r"\[.*\]$", "", run["name"])
+            contender = next((c for c in CONTENDERS if name.endswith("_" + c)), None)
+            if contender is not None:
+                times = out[run["group"] or name]
+                median = run["stats"]["median"]
+                times[contender] = min(times.get(contender, median), median)
+    return out
+
+
+def table(groups: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "| operation | tdfunc median (µs) | tensordict / tdfunc | tdfunc / baseline |",
+        "|---|---|---|---|",
+    ]
+    speedups = []
+    for group, times in sorted(groups.items()):
+        mine = times.get("tdfunc")
+        if mine is None:
+            continue
+        anchor = times.get("tensordict")
+        base = times.get("baseline")
+        speedup = f"{anchor / mine:.2f}x" if anchor else "-"
+        if anchor:
+            speedups.append(anchor / mine)
+        versus = f"{mine / base:.2f}" if base else "-"
+        lines.append(f"| `{group}` | {mine * 1e6:.2f} | {speedup} | {versus} |")
+    if speedups:
+        mean = math.exp(sum(map(math.log, speedups)) / len(speedups))
+        lines.append(
+            f"\nGeometric mean of tensordict / tdfunc over {len(speedups)} operations: "
+            f"{mean:.2f}x; lowest {min(speedups):.2f}x."
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table(medians(sys.argv[1:])))
