@@ -260,7 +260,9 @@ class ApplyMixin(ContainerMixin):
         elif isinstance(entry, _Tensor):
             entry.fill_(value)
         else:
-            raise TypeError(f"TensorDict.fill_: the entry at key {key!r} is not a tensor.")
+            raise TypeError(
+                f"{type(self).__name__}.fill_: the entry at key {key!r} is not a tensor."
+            )
         return self
 
     def to(self, *args, **kwargs) -> Self:

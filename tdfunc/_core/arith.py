@@ -25,13 +25,15 @@ def _binary(self, other: Any, op: Callable, api: str):
         if other_data.keys() != self._data.keys():
             missing = sorted(set(self._data) ^ set(other_data))
             raise KeyError(
-                f"TensorDict.{api}: both operands must have the same keys; these keys are "
+                f"{type(self).__name__}.{api}: "
+                f"both operands must have the same keys; these keys are "
                 f"only in one of them: {missing}."
             )
         pairs = [(k, v, other_data[k]) for k, v in self._data.items()]
     elif isinstance(other, Mapping):
         raise TypeError(
-            f"TensorDict.{api}: the other operand is a {type(other).__name__}; convert it to a "
+            f"{type(self).__name__}.{api}: "
+            f"the other operand is a {type(other).__name__}; convert it to a "
             f"TensorDict first (TensorDict(other, batch_size=...))."
         )
     else:
@@ -56,7 +58,8 @@ def _inplace(self, other: Any, method: str):
         if other_data.keys() != self._data.keys():
             missing = sorted(set(self._data) ^ set(other_data))
             raise KeyError(
-                f"TensorDict.{method}: both operands must have the same keys; these keys are "
+                f"{type(self).__name__}.{method}: "
+                f"both operands must have the same keys; these keys are "
                 f"only in one of them: {missing}."
             )
         for key, value in self._data.items():
@@ -222,7 +225,9 @@ class ArithmeticMixin(ContainerMixin):
                 if not isinstance(value, NonTensorData):
                     value.lerp_(end_data[key], weight)
             return self
-        raise TypeError("TensorDict.lerp_: end must be a TensorDict with the same keys.")
+        raise TypeError(
+            f"{type(self).__name__}.lerp_: end must be a TensorDict with the same keys."
+        )
 
     def all(self) -> bool:
         """True when every element of every tensor leaf is true (non-zero)."""
