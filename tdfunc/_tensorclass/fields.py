@@ -412,7 +412,7 @@ def mapping_aware(field: Field, converter: Callable) -> Callable:
     """``converter``, except that a mapping given to a ``dict``/``Any`` field stays a value."""
 
     def convert(owner: str, name: str, value: Any, size: torch.Size, device) -> Any:
-        if isinstance(value, Mapping) and keeps_mappings(field):
+        if type(value) is not torch.Tensor and isinstance(value, Mapping) and keeps_mappings(field):
             return NonTensorData._make(dict(value), size, device)
         return converter(owner, name, value, size, device)
 
