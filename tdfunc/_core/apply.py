@@ -301,7 +301,9 @@ class ApplyMixin(ContainerMixin):
         elif isinstance(entry, _Tensor):
             entry.fill_(value)
         else:
-            raise TypeError(f"TensorDict.fill_: the entry at key {key!r} is not a tensor.")
+            raise TypeError(
+                f"{type(self).__name__}.fill_: the entry at key {key!r} is not a tensor."
+            )
         return self
 
     def to(self, *args, inplace: bool = False, **kwargs) -> Self:

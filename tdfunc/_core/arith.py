@@ -39,7 +39,7 @@ def _pairs(self, other: Any, api: str) -> list:
     if other_data.keys() != self._data.keys():
         missing = sorted(set(self._data) ^ set(other_data), key=str)
         raise KeyError(
-            f"TensorDict.{api}: both operands must have the same keys; these keys are "
+            f"{type(self).__name__}.{api}: both operands must have the same keys; these keys are "
             f"only in one of them: {missing}."
         )
     return [(k, v, other_data[k]) for k, v in self._data.items()]
@@ -95,7 +95,8 @@ def _inplace(self, other: Any, method: str):
         if other_data.keys() != self._data.keys():
             missing = sorted(set(self._data) ^ set(other_data))
             raise KeyError(
-                f"TensorDict.{method}: both operands must have the same keys; these keys are "
+                f"{type(self).__name__}.{method}: "
+                f"both operands must have the same keys; these keys are "
                 f"only in one of them: {missing}."
             )
         for key, value in self._data.items():
@@ -232,7 +233,9 @@ class ArithmeticMixin(ContainerMixin):
                 if not isinstance(value, NonTensorData):
                     value.lerp_(end_data[key], weight)
             return self
-        raise TypeError("TensorDict.lerp_: end must be a TensorDict with the same keys.")
+        raise TypeError(
+            f"{type(self).__name__}.lerp_: end must be a TensorDict with the same keys."
+        )
 
     def _tensor_leaves(self):
         for value in self._data.values():

@@ -214,7 +214,7 @@ class ShapeOpsMixin(ContainerMixin):
             torch.Size([12, 5])
         """
         shape = _shape_arg(shape, size, "reshape")
-        new_size = resolve_shape(self._batch_size, shape, "TensorDict.reshape")
+        new_size = resolve_shape(self._batch_size, shape, f"{type(self).__name__}.reshape")
         ndim = len(self._batch_size)
         out = self._map(lambda v: v.reshape(new_size + v.shape[ndim:]), new_size)
         if inplace:
@@ -234,7 +234,7 @@ class ShapeOpsMixin(ContainerMixin):
             new_size = self._batch_size if batch_size is None else torch.Size(batch_size)
             return self._apply_tree(lambda t: t.view(dtype), (), new_size, None, False, check=False)
         shape = _shape_arg(shape, size, "view")
-        new_size = resolve_shape(self._batch_size, shape, "TensorDict.view")
+        new_size = resolve_shape(self._batch_size, shape, f"{type(self).__name__}.view")
         ndim = len(self._batch_size)
         out = self._map(lambda v: v.view(new_size + v.shape[ndim:]), new_size)
         return write_back(out, self)
@@ -246,10 +246,10 @@ class ShapeOpsMixin(ContainerMixin):
         ndim = len(self._batch_size)
         if ndim == 0:
             return write_back(self._map(lambda v: v.unsqueeze(0), torch.Size([1])), self)
-        start = normalize_dim(start_dim, ndim, "TensorDict.flatten")
-        end = normalize_dim(end_dim, ndim, "TensorDict.flatten")
+        start = normalize_dim(start_dim, ndim, f"{type(self).__name__}.flatten")
+        end = normalize_dim(end_dim, ndim, f"{type(self).__name__}.flatten")
         if start > end:
-            raise ValueError("TensorDict.flatten: start_dim cannot come after end_dim.")
+            raise ValueError(f"{type(self).__name__}.flatten: start_dim cannot come after end_dim.")
         size = self._batch_size
         merged = 1
         for s in size[start : end + 1]:
@@ -263,7 +263,7 @@ class ShapeOpsMixin(ContainerMixin):
         if inplace:
             return _become(self, self.unflatten(dim, sizes), "unflatten")
         ndim = len(self._batch_size)
-        dim = normalize_dim(dim, ndim, "TensorDict.unflatten")
+        dim = normalize_dim(dim, ndim, f"{type(self).__name__}.unflatten")
         inner = resolve_shape(self._batch_size[dim : dim + 1], tuple(sizes))
         new_size = self._batch_size[:dim] + inner + self._batch_size[dim + 1 :]
         out = self._map(lambda v: v.unflatten(dim, inner), new_size)
@@ -275,7 +275,7 @@ class ShapeOpsMixin(ContainerMixin):
         if dim is None:
             dims = [d for d, s in enumerate(size) if s == 1]
         else:
-            dim = normalize_dim(dim, len(size), "TensorDict.squeeze")
+            dim = normalize_dim(dim, len(size), f"{type(self).__name__}.squeeze")
             dims = [dim] if size[dim] == 1 else []
         if not dims:
             return self._like(dict(self._data))
@@ -292,7 +292,7 @@ class ShapeOpsMixin(ContainerMixin):
     def unsqueeze(self, dim: int) -> Self:
         """Insert a batch dim of size 1 at ``dim``."""
         ndim = len(self._batch_size)
-        dim = normalize_dim(dim, ndim + 1, "TensorDict.unsqueeze")
+        dim = normalize_dim(dim, ndim + 1, f"{type(self).__name__}.unsqueeze")
         size = list(self._batch_size)
         size.insert(dim, 1)
         names = None
@@ -307,12 +307,12 @@ class ShapeOpsMixin(ContainerMixin):
         ndim = len(self._batch_size)
         if len(dims) != ndim:
             raise ValueError(
-                f"TensorDict.permute: expected {ndim} dims for batch size "
+                f"{type(self).__name__}.permute: expected {ndim} dims for batch size "
                 f"{list(self._batch_size)}, got {list(dims)}."
             )
-        dims = tuple(normalize_dim(d, ndim, "TensorDict.permute") for d in dims)
+        dims = tuple(normalize_dim(d, ndim, f"{type(self).__name__}.permute") for d in dims)
         if sorted(dims) != list(range(ndim)):
-            raise ValueError(f"TensorDict.permute: {list(dims)} is not a permutation.")
+            raise ValueError(f"{type(self).__name__}.permute: {list(dims)} is not a permutation.")
         new_size = torch.Size([self._batch_size[d] for d in dims])
         names = self._names and tuple(self._names[d] for d in dims)
         out = self._map(lambda v: v.permute(dims + tuple(range(ndim, v.dim()))), new_size, names)
@@ -322,8 +322,8 @@ class ShapeOpsMixin(ContainerMixin):
     def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two batch dims."""
         ndim = len(self._batch_size)
-        dim0 = normalize_dim(dim0, ndim, "TensorDict.transpose")
-        dim1 = normalize_dim(dim1, ndim, "TensorDict.transpose")
+        dim0 = normalize_dim(dim0, ndim, f"{type(self).__name__}.transpose")
+        dim1 = normalize_dim(dim1, ndim, f"{type(self).__name__}.transpose")
         size = list(self._batch_size)
         size[dim0], size[dim1] = size[dim1], size[dim0]
         names = None
@@ -340,7 +340,8 @@ class ShapeOpsMixin(ContainerMixin):
         ndim = len(self._batch_size)
         if len(shape) < ndim:
             raise ValueError(
-                f"TensorDict.expand: the new shape {list(shape)} must have at least {ndim} dims."
+                f"{type(self).__name__}.expand: "
+                f"the new shape {list(shape)} must have at least {ndim} dims."
             )
         offset = len(shape) - ndim
         new = []
@@ -348,11 +349,14 @@ class ShapeOpsMixin(ContainerMixin):
             old = self._batch_size[i - offset] if i >= offset else None
             if s == -1:
                 if old is None:
-                    raise ValueError("TensorDict.expand: -1 is not allowed for a new dim.")
+                    raise ValueError(
+                        f"{type(self).__name__}.expand: -1 is not allowed for a new dim."
+                    )
                 s = old
             elif old is not None and old != 1 and old != s:
                 raise ValueError(
-                    f"TensorDict.expand: cannot expand batch size {list(self._batch_size)} "
+                    f"{type(self).__name__}.expand: "
+                    f"cannot expand batch size {list(self._batch_size)} "
                     f"to {list(shape)}."
                 )
             new.append(s)
@@ -377,7 +381,7 @@ class ShapeOpsMixin(ContainerMixin):
     def unbind(self, dim: int = 0) -> tuple[Self, ...]:
         """The slices along batch dim ``dim``, sharing storage."""
         ndim = len(self._batch_size)
-        dim = normalize_dim(dim, ndim, "TensorDict.unbind")
+        dim = normalize_dim(dim, ndim, f"{type(self).__name__}.unbind")
         size = self._batch_size
         new_size = size[:dim] + size[dim + 1 :]
         pieces = {key: value.unbind(dim) for key, value in self._data.items()}
@@ -389,12 +393,12 @@ class ShapeOpsMixin(ContainerMixin):
     def split(self, split_size, dim: int = 0) -> tuple[Self, ...]:
         """Split along batch dim ``dim`` into pieces of ``split_size`` (int or list)."""
         ndim = len(self._batch_size)
-        dim = normalize_dim(dim, ndim, "TensorDict.split")
+        dim = normalize_dim(dim, ndim, f"{type(self).__name__}.split")
         size = self._batch_size[dim]
         if isinstance(split_size, int):
             if split_size <= 0:
                 raise ValueError(
-                    f"TensorDict.split: split_size must be positive, got {split_size}."
+                    f"{type(self).__name__}.split: split_size must be positive, got {split_size}."
                 )
             lengths = [min(split_size, size - start) for start in range(0, size, split_size)]
             lengths = lengths or [0]  # like torch: an empty dim gives one empty piece
@@ -402,7 +406,7 @@ class ShapeOpsMixin(ContainerMixin):
             lengths = list(split_size)
             if sum(lengths) != size:
                 raise ValueError(
-                    f"TensorDict.split: split sizes {lengths} do not add up to {size}."
+                    f"{type(self).__name__}.split: split sizes {lengths} do not add up to {size}."
                 )
         sizes = [
             self._batch_size[:dim] + torch.Size([n]) + self._batch_size[dim + 1 :] for n in lengths
@@ -413,10 +417,10 @@ class ShapeOpsMixin(ContainerMixin):
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
         """Split along batch dim ``dim`` into ``chunks`` pieces (like ``torch.chunk``)."""
         ndim = len(self._batch_size)
-        dim = normalize_dim(dim, ndim, "TensorDict.chunk")
+        dim = normalize_dim(dim, ndim, f"{type(self).__name__}.chunk")
         size = self._batch_size[dim]
         if chunks <= 0:
-            raise ValueError(f"TensorDict.chunk: chunks must be positive, got {chunks}.")
+            raise ValueError(f"{type(self).__name__}.chunk: chunks must be positive, got {chunks}.")
         if not size:
             return self.split([0] * chunks, dim)
         return self.split(-(-size // chunks), dim)

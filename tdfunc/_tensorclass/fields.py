@@ -370,7 +370,11 @@ def _to_collection(target: Any, value: Any, size, device) -> Any:
     if isinstance(value, Mapping):
         if issubclass(target, TensorDict):
             return TensorDict(value, batch_size=size, device=device)
-        return target(**value, batch_size=size, device=device)
+        # fields the dict leaves out get their default, or None (as tensordict does)
+        out = target.from_tensordict(TensorDict({}, batch_size=size, device=device))
+        for name, item in value.items():
+            out._write_unchecked(name, item)
+        return out
     raise TypeError(
         f"autocast: cannot cast a {type(value).__name__} to {target.__name__}; give a "
         f"{target.__name__} or a dict of its fields."
@@ -385,3 +389,31 @@ def _call_cast(fn: Callable, value: Any, target: type, owner: str, name: str) ->
             f"{owner}(autocast): cannot cast the {type(value).__name__} given for field "
             f"{name!r} to its annotation {target.__name__}: {error}"
         ) from None
+
+
+_MAPPING_TYPES = (dict, Mapping, typing.MutableMapping, object)
+
+
+def keeps_mappings(field: Field) -> bool:
+    """True when the field is annotated ``dict`` (``Mapping``, ``Any``, ``object``...).
+
+    A dict given to such a field is a Python value (non-tensor data), as in
+    tensordict; other fields turn a dict into a nested TensorDict.
+    """
+    target = _unwrap_optional(_resolve(field))
+    if target is typing.Any:
+        return True
+    if isinstance(target, tuple):  # a union: keep when one of its members keeps mappings
+        return any(t is typing.Any or (typing.get_origin(t) or t) in _MAPPING_TYPES for t in target)
+    return (typing.get_origin(target) or target) in _MAPPING_TYPES
+
+
+def mapping_aware(field: Field, converter: Callable) -> Callable:
+    """``converter``, except that a mapping given to a ``dict``/``Any`` field stays a value."""
+
+    def convert(owner: str, name: str, value: Any, size: torch.Size, device) -> Any:
+        if type(value) is not torch.Tensor and isinstance(value, Mapping) and keeps_mappings(field):
+            return NonTensorData._make(dict(value), size, device)
+        return converter(owner, name, value, size, device)
+
+    return convert

@@ -175,7 +175,10 @@ class TensorClassState(TensorOps):
         """
         if non_blocking and isinstance(value, torch.Tensor):
             value = send_for_set(self, key, value, inplace)
-        self._write(((key, value),), inplace, False, "set")
+        if type(key) is str and not inplace and key in self._tc_field_names:
+            self._write_field(key, value)  # the same rules, without the engine's bookkeeping
+        else:
+            self._write(((key, value),), inplace, False, "set")
         return self
 
     def _write(self, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None:
@@ -224,7 +227,8 @@ class TensorClassState(TensorOps):
 
     def _write_field(self, name: str, value: Any) -> None:
         """``instance.field = value``: cast by the class flags and store (the fast path)."""
-        self._check_mutable(name)
+        if self._frozen:
+            self._check_mutable(name)
         td = self._td
         if value is None or td._is_locked:
             self._write(((name, value),), False, False, name)

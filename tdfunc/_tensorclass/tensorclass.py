@@ -43,6 +43,7 @@ from .fields import (
     convert_nocast,
     convert_tensor_only,
     make_autocast,
+    mapping_aware,
     parse_bracket_flags,
     resolve_flags,
 )
@@ -240,7 +241,8 @@ def _build_class(cls: type[TensorClass], flags: dict[str, bool], localns: dict |
     cls._tc_fields = fields
     cls._tc_field_names = frozenset(field.name for field in fields)
     cls._tc_converters = {
-        field.name: make_autocast(field) if flags["autocast"] else converter for field in fields
+        field.name: mapping_aware(field, make_autocast(field) if flags["autocast"] else converter)
+        for field in fields
     }
     cls._tc_frozen = cls._frozen = flags["frozen"]
     cls._field_names = cls._tc_field_names
@@ -257,8 +259,12 @@ def _build_class(cls: type[TensorClass], flags: dict[str, bool], localns: dict |
     if flags["frozen"]:
         if cls.__dict__.get("__hash__") is None:
             cls.__hash__ = object.__hash__  # type: ignore[assignment]
-        cls.__setattr__ = _frozen_setattr  # type: ignore[method-assign, assignment]
-        cls.__delattr__ = _frozen_delattr  # type: ignore[method-assign, assignment]
+        # a class's own __setattr__ stays: its super() call reaches the field
+        # properties, which refuse on a frozen class (TensorClassState._check_mutable)
+        if "__setattr__" not in cls.__dict__:
+            cls.__setattr__ = _frozen_setattr  # type: ignore[method-assign, assignment]
+        if "__delattr__" not in cls.__dict__:
+            cls.__delattr__ = _frozen_delattr  # type: ignore[method-assign, assignment]
     _register_pytree(cls)
     register_class(cls)
 

@@ -1,0 +1,173 @@
+"""TensorClass behaves as tensordict documents it (issue 11: a drop-in for tensordict users).
+
+Each test pins one behaviour of tensordict 0.15's tensorclass: attribute typos
+are errors, ``get`` reads attributes (defaults, chains, unset fields),
+dicts stay dicts in ``dict``/``Any`` fields, instances are dataclasses of the
+decorated class, a subclass may override ``__setattr__``, autocast fills the
+fields a nested dict leaves out, and error texts name the class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+import torch
+
+from tdfunc import TensorClass, TensorDict, tensorclass
+
+
+class Inner(TensorClass):
+    a: torch.Tensor
+    b: torch.Tensor
+    tag: str = "inner"
+
+
+class Outer(TensorClass["autocast"]):
+    inner: Inner
+    options: dict
+    anything: Any = None
+    table: TensorDict | None = None
+
+
+def make_outer() -> Outer:
+    return Outer(
+        inner={"a": torch.ones(2)},
+        options={"lr": 0.1},
+        anything={"k": 1},
+        table={"w": torch.zeros(2, 3)},
+        batch_size=[2],
+    )
+
+
+# ---------------------------------------------------------------------- typos
+def test_assigning_a_name_that_is_not_a_field_raises():
+    inner = Inner(torch.zeros(2), torch.zeros(2), batch_size=[2])
+    with pytest.raises(AttributeError):
+        inner.aa = torch.ones(2)  # a typo of `a`
+    assert torch.equal(inner.a, torch.zeros(2))
+
+    @tensorclass
+    class Decorated:
+        x: torch.Tensor
+
+    decorated = Decorated(torch.zeros(3), batch_size=[3])
+    with pytest.raises(AttributeError):
+        decorated.xx = 5
+    with pytest.raises(AttributeError):
+        Inner(torch.zeros(2), torch.zeros(2)).set("aa", torch.ones(2))
+
+
+def test_set_of_an_unknown_name_suggests_the_field():
+    inner = Inner(torch.zeros(2), torch.zeros(2), batch_size=[2])
+    with pytest.raises(AttributeError, match=r"Inner\.set: 'aa' is not a field.*Did you mean 'a'"):
+        inner.set("aa", torch.ones(2))
+
+
+# ---------------------------------------------------------------------- get
+def test_get_reads_fields_with_defaults_and_chains():
+    outer = make_outer()
+    assert torch.equal(outer.get(("inner", "a")), torch.ones(2))
+    assert outer.get(("inner", "b")) is None  # an unset field reads None, as the attribute
+    assert outer.get(("inner", "b"), 7) is None
+    assert outer.get(("inner", "nope"), 7) == 7
+    assert outer.get("nope", "default") == "default"
+    assert outer.get(("inner", "tag")) == "inner"
+    with pytest.raises(KeyError, match=r"Outer\.get: key 'nope' not found"):
+        outer.get("nope")
+    assert outer["inner", "b"] is None  # indexing with the key reads the same
+
+
+# ---------------------------------------------------------------------- dict fields
+def test_dict_values_stay_dicts_in_dict_and_any_fields():
+    outer = make_outer()
+    assert outer.options == {"lr": 0.1} and type(outer.options) is dict
+    assert outer.anything == {"k": 1} and type(outer.anything) is dict
+    assert isinstance(outer.table, TensorDict)  # a TensorDict field turns a dict into one
+    assert outer.table["w"].shape == (2, 3)
+
+    class Plain(TensorClass):
+        meta: dict
+        other: Any = None
+
+    plain = Plain({"a": [1, 2]}, other={"b": 2}, batch_size=[3])
+    assert plain.meta == {"a": [1, 2]} and plain.other == {"b": 2}
+    assert plain[0].meta == {"a": [1, 2]}  # indexing keeps the value
+    plain.meta = {"c": 3}
+    assert plain.meta == {"c": 3}
+
+
+# ---------------------------------------------------------------------- dataclass
+def test_instances_are_dataclasses_of_the_decorated_class():
+    @tensorclass
+    class Point:
+        xy: torch.Tensor
+        label: str = "p"
+
+    point = Point(torch.zeros(4, 2), batch_size=[4])
+    assert dataclasses.is_dataclass(point) and dataclasses.is_dataclass(Point)
+    assert [f.name for f in dataclasses.fields(point)] == ["xy", "label"]
+    assert dataclasses.fields(Point)[1].default == "p"
+    assert type(point) is Point
+    assert type(point[1:]) is Point and type(point.clone()) is Point
+
+
+# ---------------------------------------------------------------------- __setattr__
+def test_a_subclass_may_override_setattr():
+    seen = []
+
+    class Logged(TensorClass):
+        x: torch.Tensor
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            seen.append(name)
+            super().__setattr__(name, value * 2 if name == "x" else value)
+
+    logged = Logged(torch.ones(2), batch_size=[2])
+    logged.x = torch.ones(2)
+    assert seen == ["x"] and torch.equal(logged.x, torch.full((2,), 2.0))
+    with pytest.raises(AttributeError):
+        logged.y = 1  # still not a field
+
+    class FrozenLogged(TensorClass["frozen"]):
+        x: torch.Tensor
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            seen.append(name)
+            super().__setattr__(name, value)
+
+    frozen = FrozenLogged(torch.ones(2), batch_size=[2])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        frozen.x = torch.zeros(2)
+    assert torch.equal(frozen.x, torch.ones(2))
+
+
+# ---------------------------------------------------------------------- autocast
+def test_autocast_of_a_nested_dict_with_missing_fields():
+    outer = make_outer()
+    assert type(outer.inner) is Inner
+    assert torch.equal(outer.inner.a, torch.ones(2))
+    assert outer.inner.b is None  # left out: None
+    assert outer.inner.tag == "inner"  # left out: its default
+    assert outer.inner.batch_size == torch.Size([2])
+
+
+# ---------------------------------------------------------------------- error texts
+def test_error_texts_name_the_tensorclass():
+    inner = Inner(torch.zeros(2, 3), torch.zeros(2), batch_size=[2])
+    with pytest.raises(ValueError, match=r"^Inner\.reshape: "):
+        inner.reshape(5)
+    with pytest.raises(ValueError, match=r"^Inner\.permute: "):
+        inner.permute(0, 0)
+    with pytest.raises(KeyError, match=r"Inner\.__add__: both operands must have the same keys"):
+        inner + TensorDict({"a": torch.zeros(2)}, [2])
+    with pytest.raises(TypeError, match=r"^Inner: iteration over a Inner with batch_size=\[\]"):
+        iter(inner[0])
+    frozen = Frozen(torch.zeros(2), batch_size=[2])
+    with pytest.raises(dataclasses.FrozenInstanceError, match=r"^Frozen\.zero_: Frozen is frozen"):
+        frozen.zero_()
+
+
+class Frozen(TensorClass["frozen"]):
+    x: torch.Tensor
