@@ -20,7 +20,7 @@ from ._core.keys import NestedKey as NestedKey
 from ._core.keys import unravel_key as unravel_key
 from ._core.nontensor import NonTensorData as NonTensorData
 from ._core.nontensor import NonTensorStack as NonTensorStack
-from ._distributed.collectives import DistributedWork as DistributedWork
+from ._distributed import DistributedWork as DistributedWork
 from ._distributed.sharded import gather_members as gather_members
 from ._distributed.sharded import shard_ensemble as shard_ensemble
 from ._distributed.sharded import shard_range as shard_range
@@ -29,7 +29,7 @@ from ._functional.dims import dims_like as dims_like
 from ._functional.ensemble import Ensemble as Ensemble
 from ._functional.functional_call import functional_call as functional_call
 from ._functional.swap_handle import ModuleSwap as ModuleSwap
-from ._persist.memmap_tensor import MemoryMappedTensor as MemoryMappedTensor
+from ._persist import MemoryMappedTensor as MemoryMappedTensor
 from ._tensorclass.tensorclass import TensorClass as TensorClass
 from ._tensorclass.tensorclass import is_tensorclass as is_tensorclass
 from ._tensorclass.tensorclass import tensorclass as tensorclass

@@ -23,10 +23,9 @@ Example:
 
 from __future__ import annotations
 
-from .._distributed.collectives import DistributedMixin
-from .._distributed.map import MapMixin
+from .._distributed import DistributedMixin, MapMixin
 from .._functional.module_swap import ModuleSwapMixin
-from .._persist.api import PersistMixin
+from .._persist import PersistMixin
 from .access import AccessMixin
 from .apply import ApplyMixin
 from .arith import ArithmeticMixin

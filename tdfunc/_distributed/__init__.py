@@ -1,0 +1,10 @@
+"""Beyond one process: ``torch.distributed`` messages, sharded ensembles, ``map``.
+
+- ``collectives.py``: ``DistributedMixin`` (``send``/``recv``/``isend``/``irecv``, collectives);
+- ``layout.py``: the structure digest and flat layout of a message; ``work.py``: handles;
+- ``sharded.py``: ``shard_ensemble`` / ``gather_members``; ``map.py``: ``MapMixin`` (worker pools).
+"""
+
+from .collectives import DistributedMixin as DistributedMixin
+from .map import MapMixin as MapMixin
+from .work import DistributedWork as DistributedWork

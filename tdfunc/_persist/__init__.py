@@ -1,0 +1,11 @@
+"""Memory-mapped persistence: one directory per container, one file per tensor leaf.
+
+- ``api.py``: ``PersistMixin`` (``memmap``, ``memmap_like``, ``load_memmap``, ...);
+- ``save.py`` / ``load.py``: writing and reading a checkpoint (commit by rename);
+- ``directory.py``: the directory a save owns (never touching files it did not write);
+- ``format.py``: ``meta.json`` (versioned, bounded, validated); ``keys.py``: key -> file name;
+- ``memmap_tensor.py``: ``MemoryMappedTensor``.
+"""
+
+from .api import PersistMixin as PersistMixin
+from .memmap_tensor import MemoryMappedTensor as MemoryMappedTensor
