@@ -31,7 +31,7 @@ from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fa
 from .frozen import FROZEN
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .mixin import ContainerMixin, is_tensor_collection, read_value
-from .update import send_for_set, update_items
+from .update import merge_rule, resize_plan, send_for_set, update_items
 from .writes import full_key, items_of, rename_key, writable_view, write
 
 if TYPE_CHECKING:
@@ -344,6 +344,8 @@ class AccessMixin(ContainerMixin):
         *,
         non_blocking: bool = False,
         keys_to_update=None,
+        is_leaf=None,
+        update_batch_size: bool = False,
         ignore_lock: bool = False,
         **entries: Any,
     ) -> Self:
@@ -353,6 +355,11 @@ class AccessMixin(ContainerMixin):
         writes copies, ``keys_to_update`` limits the update to these keys (and
         what is below them), keyword ``entries`` are written too, and
         ``ignore_lock=True`` writes into a locked TensorDict as if it were not.
+        ``is_leaf(type)`` true for a nested container (or ``TensorDict`` for a
+        nested mapping) writes it whole instead of merging it into the existing
+        one. ``update_batch_size=True`` gives this container (and the nested
+        containers ``other`` merges into) ``other``'s batch size; entries the
+        update keeps must fit it.
 
         Example:
             >>> td = TensorDict({"a": {"b": torch.zeros(())}})
@@ -362,19 +369,23 @@ class AccessMixin(ContainerMixin):
         items = update_items(other, clone, keys_to_update, non_blocking, self._device)
         if entries:
             items = list(items) + update_items(entries, clone, keys_to_update, False, None)
+        merge = merge_rule(is_leaf)
+        if update_batch_size:
+            plan = resize_plan(self, other, merge)
+            return _resized(self, plan, items, inplace, merge, ignore_lock)
         if ignore_lock and self._is_locked:
             locked = [node for node in _levels(self) if node._is_locked]
             for node in locked:
                 node._is_locked = False
             try:
-                self._write(items, inplace, True, "update")
+                self._write(items, inplace, merge, "update")
             finally:
                 for node in locked:
                     node._is_locked = True
             for node in _levels(self):  # what the update added is locked too
                 node._is_locked = True
             return self
-        self._write(items, inplace, True, "update")
+        self._write(items, inplace, merge, "update")
         return self
 
     def update_(self, other: Mapping) -> Self:
@@ -493,3 +504,42 @@ def _levels(td):
     for value in td._data.values():
         if getattr(type(value), "_is_tensordict", False):
             yield from _levels(value)
+
+
+def _resized(td, plan: list, items, inplace, merge, ignore_lock: bool):
+    """``td.update(..., update_batch_size=True)``: resize the planned containers, then write.
+
+    The sizes are restored when the write fails, so the update stays atomic.
+    """
+    changed = [(node, size) for node, size in plan if node._batch_size != size]
+    for node, _ in changed:
+        if node._is_locked and not ignore_lock:
+            raise RuntimeError(
+                "TensorDict.update(update_batch_size=True): cannot change the batch size of a "
+                "locked TensorDict. Nothing was written."
+            )
+    saved = [(node, node._batch_size, node._names) for node, _ in changed]
+    for node, size in changed:
+        if node._names is not None and len(node._names) != len(size):
+            node._names = None
+        node._batch_size = size
+    try:
+        if ignore_lock and td._is_locked:
+            locked = [node for node in _levels(td) if node._is_locked]
+            for node in locked:
+                node._is_locked = False
+            try:
+                td._write(items, inplace, merge, "update")
+            finally:
+                for node in _levels(td):
+                    node._is_locked = True
+        else:
+            td._write(items, inplace, merge, "update")
+    except BaseException:
+        for node, size, names in saved:
+            node._batch_size = size
+            node._names = names
+        raise
+    for node, size in reversed(changed):
+        node.batch_size = size  # refreshes non-tensor data to the new size
+    return td

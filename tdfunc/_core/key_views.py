@@ -44,8 +44,14 @@ class KeyViewsMixin(ContainerMixin):
     __slots__ = ()
 
     # ------------------------------------------------------------------ key views
-    def select(self, *keys, strict: bool = True, inplace: bool = False) -> Self:
+    def select(
+        self, *keys, strict: bool = True, inplace: bool = False, as_tensordict: bool = False
+    ) -> Self:
         """A TensorDict holding only ``keys`` (sharing the tensors).
+
+        ``as_tensordict=True`` on a TensorClass returns a plain TensorDict
+        instead of an instance whose other fields are unset (no effect on a
+        TensorDict, nor with ``inplace=True``).
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(()), "d": 0}})
@@ -71,6 +77,8 @@ class KeyViewsMixin(ContainerMixin):
             self._check_writable("select", keys)
             self._data = out._data
             return self
+        if as_tensordict and not getattr(type(out), "_is_tensordict", False):
+            return out._to_tensordict_view()._shallow_copy()
         return out
 
     def exclude(self, *keys, inplace: bool = False) -> Self:

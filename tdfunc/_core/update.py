@@ -1,4 +1,5 @@
-"""Keyword forms of writes: ``update(clone=, keys_to_update=)`` and ``non_blocking=``.
+"""Keyword forms of writes: ``update(clone=, keys_to_update=, is_leaf=,
+update_batch_size=)`` and ``non_blocking=``.
 
 ``update_items`` turns the source of an update into the ``(key, value)`` pairs
 the write engine takes (the engine keeps the update atomic); ``send_for_set``
@@ -14,6 +15,7 @@ import torch
 
 from .keys import MISSING, key_parts
 from .mixin import is_tensor_collection
+from .nontensor import NonTensorData
 from .writes import items_of
 
 
@@ -72,3 +74,64 @@ def moved(source: Mapping, device: torch.device) -> dict:
         else (moved(v, device) if type(v) is dict else v)
         for k, v in source.items()
     }
+
+
+def merge_rule(is_leaf):
+    """``merge`` for the write engine: ``True``, or a callable when ``is_leaf`` is given.
+
+    ``is_leaf(type)`` true for the type of a nested value means the value is
+    written whole (replacing the existing container) instead of merged into it.
+    A plain mapping is asked about as a ``TensorDict`` (tensordict converts it first).
+    """
+    if is_leaf is None:
+        return True
+    from .container import TensorDict
+
+    def merges(value: Any) -> bool:
+        kind = type(value) if is_tensor_collection(value) else TensorDict
+        return not is_leaf(kind)
+
+    return merges
+
+
+def _fits(value: Any, size: torch.Size) -> bool:
+    """Whether ``value`` can stay in a container whose batch size becomes ``size``."""
+    if type(value) is NonTensorData:
+        return True  # takes any batch size
+    if isinstance(value, torch.Tensor):
+        shape = value.shape
+    else:
+        shape = getattr(value, "batch_size", None)
+    return shape is None or tuple(shape[: len(size)]) == tuple(size)
+
+
+def resize_plan(td, source: Any, merges, api: str = "update") -> list:
+    """``(container, new batch size)`` for ``update(update_batch_size=True)``.
+
+    ``td`` takes ``source``'s batch size, and so does every nested container of
+    ``td`` that ``source`` merges into. Raises before anything changes when an
+    entry that the update keeps would not fit its container's new batch size.
+    """
+    if not is_tensor_collection(source):
+        return []
+    node = td._to_tensordict_view() if not getattr(type(td), "_is_tensordict", False) else td
+    size = source.batch_size
+    plan = [(node, size)]
+    incoming = dict(items_of(source, api))
+    for key, value in node._data.items():
+        new = incoming.get(key, MISSING)
+        if new is MISSING:
+            if not _fits(value, size):
+                raise ValueError(
+                    f"TensorDict.{api}(update_batch_size=True): the entry at key {key!r} is "
+                    f"kept and does not fit the new batch size {list(size)}. Nothing was written."
+                )
+            continue
+        merged = (
+            is_tensor_collection(value)
+            and is_tensor_collection(new)
+            and (merges is True or merges(new))
+        )
+        if merged:
+            plan.extend(resize_plan(value, new, merges, api))
+    return plan

@@ -175,7 +175,8 @@ def write(td, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None
 
     ``inplace``: False (replace), True (copy into existing tensors, create the
     rest) or ``"strict"`` (every key must exist). ``merge``: mappings merge into
-    existing sub-TensorDicts instead of replacing them (``update``).
+    existing sub-TensorDicts instead of replacing them (``update``); a callable
+    ``merge(value)`` decides per value (``update(is_leaf=...)``).
     """
     undo: list = []
     copies: list = []
@@ -261,7 +262,11 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
         if inplace == "strict":
             raise td._missing(parts, api, prefix)
         node._check_writable(api, full)
-    elif inplace or node._is_locked or (merge and is_tensor_collection(existing)):
+    elif (
+        inplace
+        or node._is_locked
+        or (merge and is_tensor_collection(existing) and (merge is True or merge(value)))
+    ):
         if isinstance(existing, _Tensor):
             if node._is_locked == FROZEN:
                 writable_view(node, api, full)

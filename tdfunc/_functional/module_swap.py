@@ -54,6 +54,33 @@ _MISMATCH = (Mismatch, KeyError, AttributeError, TypeError, IndexError)
 _UNTIED: dict[int, tuple[weakref.ref, list]] = {}  # plans with tie=False (functional_call)
 
 
+def load_through_state_dict(td, module: nn.Module):
+    """``td.to_module(module, use_state_dict=True)``: ``load_state_dict``, old values back."""
+    if _functorch.peek_interpreter_stack() is not None or _is_compiling():
+        raise RuntimeError(
+            "to_module(use_state_dict=True) cannot run inside vmap, grad or torch.compile: "
+            "load_state_dict copies into the module's tensors for good. Use "
+            "`with params.to_module(module):` there."
+        )
+    from .._core.container import TensorDict
+
+    if not getattr(type(td), "_is_tensordict", False):
+        td = td.to_tensordict()
+    entries = dict(td.flatten_keys(".").items())
+    before = module.state_dict(keep_vars=False)
+    missing = [key for key in entries if key not in before]
+    if missing:
+        raise KeyError(
+            f"to_module(use_state_dict=True): {missing} are not in the module's state dict "
+            f"(its keys: {sorted(before)}). Nothing was loaded."
+        )
+    old = {key: before[key].clone() for key in entries}
+    result = module.load_state_dict(entries, strict=False)
+    if result.unexpected_keys:
+        raise KeyError(f"to_module(use_state_dict=True): unexpected keys {result.unexpected_keys}.")
+    return TensorDict(old, []).unflatten_keys(".")
+
+
 def swap_in(td, module: nn.Module) -> ModuleSwap:
     """Swap ``td``'s tensors into ``module``: a cached plan that fits, or a new one."""
     # TensorDict slot; TensorClass property (its TensorDict's dict)
@@ -263,7 +290,7 @@ class ModuleSwapMixin:
                 stacked._get_leaf(key).requires_grad_(original.requires_grad)
         return stacked.lock_() if lock else stacked
 
-    def to_module(self, module: nn.Module) -> ModuleSwap:
+    def to_module(self, module: nn.Module, *, use_state_dict: bool = False) -> ModuleSwap:
         """Put this TensorDict's tensors into ``module``'s parameter and buffer slots.
 
         Returns the values the module held before, as a TensorDict with the
@@ -285,5 +312,14 @@ class ModuleSwapMixin:
             >>> old = params.to_module(model)
             >>> old["weight"].abs().sum().item() > 0, model.weight.abs().sum().item()
             (True, 0.0)
+
+        With ``use_state_dict=True`` the values are loaded for good through
+        ``module.load_state_dict`` (``strict=False``: only these keys; the
+        module's state-dict hooks run, values are copied into the existing
+        tensors) and the previous values are returned as a TensorDict of
+        copies. This form cannot be undone by ``with`` and raises inside
+        ``vmap``/``grad``.
         """
+        if use_state_dict:
+            return load_through_state_dict(self, module)
         return swap_in(self, module)
