@@ -20,7 +20,7 @@ import torch
 
 from .mixin import ContainerMixin
 from .nontensor import NonTensorData, NonTensorStack
-from .shapes import as_size
+from .shapes import as_size, checked_names
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -93,27 +93,7 @@ class BatchMixin(ContainerMixin):
 
     @names.setter
     def names(self, value) -> None:
-        if value is None:
-            self._names = None
-            return
-        value = tuple(value)
-        if len(value) != len(self._batch_size):
-            raise ValueError(
-                f"{type(self).__name__}.names: expected {len(self._batch_size)} names for "
-                f"batch size "
-                f"{list(self._batch_size)}, got {list(value)}."
-            )
-        for name in value:
-            if name is not None and not isinstance(name, str):
-                raise TypeError(
-                    f"{type(self).__name__}.names: names must be str or None, got {name!r}."
-                )
-        given = [n for n in value if n is not None]
-        if len(set(given)) != len(given):
-            raise ValueError(
-                f"{type(self).__name__}.names: names must be unique, got {list(value)}."
-            )
-        self._names = value if given else None
+        self._names = checked_names(value, self._batch_size, f"{type(self).__name__}.names")
 
     def refine_names(self, *names) -> Self:
         """Set the names of the batch dims in place (``...`` is not supported); returns self."""

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .keys import MISSING, key_parts
-from .shapes import index_batch_size, normalize_dim, resolve_shape
+from .shapes import checked_names, index_batch_size, normalize_dim, resolve_shape
 
 
 def _size_of(shape) -> torch.Size:
@@ -64,16 +64,7 @@ class NonTensorData:
 
     @names.setter
     def names(self, value) -> None:
-        if value is None:
-            self._names = None
-            return
-        value = tuple(value)
-        if len(value) != len(self.batch_size):
-            raise ValueError(
-                f"{type(self).__name__}.names: expected {len(self.batch_size)} names for batch "
-                f"size {list(self.batch_size)}, got {list(value)}."
-            )
-        self._names = value
+        self._names = checked_names(value, self.batch_size, f"{type(self).__name__}.names")
 
     @classmethod
     def _make(cls, data: Any, batch_size: torch.Size, device) -> NonTensorData:

@@ -15,7 +15,7 @@ import torch
 from .apply import rewrap
 from .context import write_back
 from .fastpath import is_tensor_kind, node_kind
-from .frozen import refuse_frozen
+from .frozen import FROZEN, refuse_frozen
 from .indexing import Take, plan, prepare
 from .keys import unravel_key
 from .mixin import ContainerMixin
@@ -125,7 +125,8 @@ class ShapeOpsMixin(ContainerMixin):
         if target is None:  # masks become nonzero() indices once, not once per leaf
             leaf_index = prepare(leaf_index, self._batch_size)[0]
             target = index_batch_size(self._batch_size, leaf_index)
-        refuse_frozen(self, "__setitem__")
+        if self._is_locked == FROZEN:  # frozen levels below refuse in writable_view, planning
+            refuse_frozen(self, "__setitem__")
         plan: list = []
         self._plan_index_write(leaf_index, target, value, plan, ())
         for operation, *args in plan:  # nothing is written unless every write can be

@@ -194,3 +194,26 @@ def index_batch_size(batch_size: torch.Size, index) -> torch.Size:
     device = next((i.device for i in index if isinstance(i, torch.Tensor)), torch.device("cpu"))
     stand_in = torch.zeros((), dtype=torch.uint8, device=device).expand(batch_size)
     return stand_in[index].shape
+
+
+def checked_names(value, batch_size: torch.Size, api: str) -> tuple | None:
+    """``value`` as the names of ``batch_size``'s dims (``None`` when none is named).
+
+    One name (a ``str`` or ``None``) per batch dim, no name twice; ``api`` prefixes
+    the error (``"TensorDict.names"``).
+    """
+    if value is None:
+        return None
+    value = tuple(value)
+    if len(value) != len(batch_size):
+        raise ValueError(
+            f"{api}: expected {len(batch_size)} names for batch size {list(batch_size)}, "
+            f"got {list(value)}."
+        )
+    for name in value:
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{api}: names must be str or None, got {name!r}.")
+    given = [n for n in value if n is not None]
+    if len(set(given)) != len(given):
+        raise ValueError(f"{api}: names must be unique, got {list(value)}.")
+    return value if given else None

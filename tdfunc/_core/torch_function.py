@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .nontensor import NonTensorData, cat_non_tensor, stack_non_tensor
+from .pointwise import PREDICATES, UNARY
 from .shapes import normalize_dim
 
 HANDLED: dict[Callable, Callable] = {}
@@ -290,43 +291,8 @@ _METHODS = [
     "lerp",
     "addcmul",
     "addcdiv",
-    "isnan",
-    "isfinite",
-    "isinf",
-    "isposinf",
-    "isneginf",
-    "isreal",
-    "abs",
-    "acos",
-    "asin",
-    "atan",
-    "ceil",
-    "cos",
-    "cosh",
-    "erf",
-    "erfc",
-    "erfinv",
-    "exp",
-    "expm1",
-    "floor",
-    "frac",
-    "lgamma",
-    "log",
-    "log10",
-    "log1p",
-    "log2",
-    "neg",
-    "reciprocal",
-    "round",
-    "rsqrt",
-    "sigmoid",
-    "sign",
-    "sin",
-    "sinh",
-    "sqrt",
-    "tan",
-    "tanh",
-    "trunc",
+    *PREDICATES,
+    *UNARY,
 ]
 for _name in _METHODS:
     HANDLED[getattr(torch, _name)] = _method_handler(_name)

@@ -160,7 +160,42 @@ def _as_parameter(value: torch.Tensor, requires_grad: bool) -> nn.Parameter:
     return nn.Parameter(value, requires_grad=requires_grad)
 
 
-class TracedSwap:
+class SwapState:
+    """What every swap handle does with its ``(plan, old objects, state)``.
+
+    ``_state``: 0 swapped, 1 inside ``with``, 2 restored, 3 committed for good.
+    Shared by :class:`TracedSwap` and ``ModuleSwap`` (whose compiled plans also
+    give it a straight-line ``__exit__``).
+    """
+
+    __slots__ = ()
+    _plan: SwapPlan
+    _olds: Any
+    _state: int
+
+    def __enter__(self) -> Any:
+        self._state = 1
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._state = 2
+        self._plan.restore(self._olds)
+
+    def restore(self) -> None:
+        """Put back the objects the module held before the swap (also after a commit)."""
+        if self._state != 2:
+            self._state = 2
+            self._plan.restore(self._olds)
+
+    def commit(self) -> None:
+        """Keep the swapped values for good: plain tensors in ``Parameter`` slots
+        become ``Parameter``s (sharing storage; tied slots stay one object)."""
+        if self._state < 2:
+            self._state = 3
+            commit_swap(self._plan, self._olds)
+
+
+class TracedSwap(SwapState):
     """The handle of a swap made while dynamo traces (an interpreted plan).
 
     Inside a compiled function only the context-manager form is meaningful; the
@@ -173,24 +208,6 @@ class TracedSwap:
         self._plan = plan
         self._olds = olds
         self._state = 0
-
-    def __enter__(self) -> TracedSwap:
-        self._state = 1
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._state = 2
-        self._plan.restore(self._olds)
-
-    def restore(self) -> None:
-        if self._state != 2:
-            self._state = 2
-            self._plan.restore(self._olds)
-
-    def commit(self) -> None:
-        if self._state < 2:
-            self._state = 3
-            commit_swap(self._plan, self._olds)
 
 
 # ------------------------------------------------------------------ from_module

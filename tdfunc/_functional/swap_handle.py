@@ -27,7 +27,7 @@ from torch._C import _functorch
 
 from .._core.container import TensorDict
 from .._core.registry import register_class
-from .module_swap import commit_swap
+from .module_swap import SwapState
 from .pytree import register as _register_pytree
 from .swap_plan import SwapPlan
 
@@ -44,7 +44,7 @@ def _nested(data: dict) -> TensorDict:
     return _new_plain(data, _EMPTY, None, None)
 
 
-class ModuleSwap(TensorDict):
+class ModuleSwap(SwapState, TensorDict):
     """The values a module held before ``td.to_module(module)``; restores them on exit.
 
     A ``TensorDict`` (batch size ``[]``, the keys of the TensorDict that was
@@ -104,28 +104,6 @@ class ModuleSwap(TensorDict):
 
     def __reduce_ex__(self, protocol: Any) -> tuple:
         return (_new_plain, (self._data, self._batch_size, self._device, self._names))
-
-    # ------------------------------------------------------------ context manager
-    def __enter__(self) -> ModuleSwap:
-        self._state = 1
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._state = 2
-        self._plan.restore(self._olds)
-
-    def restore(self) -> None:
-        """Put back the objects the module held before the swap (also after a commit)."""
-        if self._state != 2:
-            self._state = 2
-            self._plan.restore(self._olds)
-
-    def commit(self) -> None:
-        """Keep the swapped values for good: plain tensors in ``Parameter`` slots
-        become ``Parameter``s (sharing storage; tied slots stay one object)."""
-        if self._state < 2:
-            self._state = 3
-            commit_swap(self._plan, self._olds)
 
     def _release(self) -> None:
         """The handle of a load without ``with`` goes away: keep the values for good,
