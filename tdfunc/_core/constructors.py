@@ -490,8 +490,10 @@ class ConstructorsMixin(ContainerMixin):
             self.set_at_(key, value, index)
         return self
 
-    def copy_at_(self, other: Any, index: Any):
+    def copy_at_(self, other: Any, index: Any, *, fast: bool = False):
         """Write the container ``other`` into ``self[index]`` (in place); returns self.
+
+        ``fast`` is accepted for compatibility: the write is checked either way.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(3)}, [3])

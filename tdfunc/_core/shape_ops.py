@@ -259,8 +259,25 @@ class ShapeOpsMixin(ContainerMixin):
         out = self._map(lambda v: v.flatten(start, end), new_size)
         return write_back(out, self)
 
-    def unflatten(self, dim: int, sizes, *, inplace: bool = False) -> Self:
-        """Split batch dim ``dim`` into ``sizes``."""
+    def unflatten(
+        self, dim: int, sizes=None, *, unflattened_size=None, inplace: bool = False
+    ) -> Self:
+        """Split batch dim ``dim`` into ``sizes`` (also ``unflattened_size=``, torch's keyword).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(6, 2)}, [6])
+            >>> td.unflatten(0, unflattened_size=(2, 3)).batch_size
+            torch.Size([2, 3])
+        """
+        if unflattened_size is not None:
+            if sizes is not None:
+                raise TypeError(
+                    f"{type(self).__name__}.unflatten: pass the sizes positionally or as "
+                    "unflattened_size=, not both."
+                )
+            sizes = unflattened_size
+        if sizes is None:
+            raise TypeError(f"{type(self).__name__}.unflatten: missing the sizes to split into.")
         if inplace:
             return _become(self, self.unflatten(dim, sizes), "unflatten")
         ndim = len(self._batch_size)
