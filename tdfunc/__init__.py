@@ -20,6 +20,11 @@ from ._core.keys import NestedKey as NestedKey
 from ._core.keys import unravel_key as unravel_key
 from ._core.nontensor import NonTensorData as NonTensorData
 from ._core.nontensor import NonTensorStack as NonTensorStack
+from ._core.nontensor import is_non_tensor as is_non_tensor
+from ._core.options import get_printoptions as get_printoptions
+from ._core.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
+from ._core.options import set_list_to_stack as set_list_to_stack
+from ._core.options import set_printoptions as set_printoptions
 from ._distributed import DistributedWork as DistributedWork
 from ._distributed.sharded import gather_members as gather_members
 from ._distributed.sharded import shard_ensemble as shard_ensemble

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import options
 from .keys import MISSING, key_parts
 from .shapes import checked_names, index_batch_size, normalize_dim, resolve_shape
 
@@ -418,8 +419,10 @@ def eq_mask(leaf: NonTensorData, other: Any) -> torch.Tensor:
 def stack_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
     """Stack non-tensor leaves: equal values stay one value, others become a stack."""
     first = leaves[0]
-    if all(type(leaf) is NonTensorData for leaf in leaves) and all(
-        _equal(leaf.data, first.data) for leaf in leaves[1:]
+    if (
+        options.capture_non_tensor_stack()
+        and all(type(leaf) is NonTensorData for leaf in leaves)
+        and all(_equal(leaf.data, first.data) for leaf in leaves[1:])
     ):
         size = list(first.batch_size)
         size.insert(dim, len(leaves))
@@ -437,6 +440,16 @@ def cat_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
         size[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
         return NonTensorData._make(first.data, torch.Size(size), first.device)
     return from_array(np.concatenate([leaf._array() for leaf in leaves], axis=dim), first.device)
+
+
+def is_non_tensor(value: Any) -> bool:
+    """True for a non-tensor leaf (``NonTensorData`` or ``NonTensorStack``).
+
+    Example:
+        >>> is_non_tensor(NonTensorData("a")), is_non_tensor(torch.zeros(()))
+        (True, False)
+    """
+    return isinstance(value, NonTensorData)
 
 
 # ---------------------------------------------------------------------- container API

@@ -31,6 +31,7 @@ from .apply import ApplyMixin
 from .arith import ArithmeticMixin
 from .batch import BatchMixin
 from .context import ContextMixin
+from .entries import EntriesMixin
 from .key_views import KeyViewsMixin
 from .nontensor import NonTensorMixin
 from .shape_ops import ShapeOpsMixin
@@ -53,6 +54,7 @@ class TensorOps(
     MapMixin,
     NonTensorMixin,
     ContextMixin,
+    EntriesMixin,
 ):
     """The shared methods of ``TensorDict`` and ``TensorClass`` (add new mixins here)."""
 

@@ -223,6 +223,59 @@ class ReductionsMixin(ContainerMixin):
         """
         return _reduce(self, "var", _std_var("var", correction), dim, keepdim, reduce)
 
+    def quantile(
+        self,
+        q: Any,
+        dim: Any = NO_DIM,
+        keepdim: Any = NO_DIM,
+        *,
+        interpolation: str = "linear",
+        reduce=None,
+    ):
+        """The ``q``-th quantile of every leaf (``torch.quantile``; ``dim`` as for ``sum``).
+
+        A tensor ``q`` with several values adds a leading dim of that size, so it is
+        allowed only where no batch dim is kept (``dim=None`` or ``reduce=True``).
+
+        Example:
+            >>> td = TensorDict({"a": torch.tensor([[1.0, 2.0], [3.0, 5.0]])}, [2])
+            >>> td.quantile(0.5)["a"], td.quantile(0.5, dim=0)["a"].tolist()
+            (tensor(2.5000), [2.0, 3.5])
+        """
+        several = isinstance(q, torch.Tensor) and q.dim() > 0
+        if several and not reduce and dim not in (NO_DIM, None):
+            raise ValueError(
+                f"{type(self).__name__}.quantile: several quantiles ({list(q.shape)}) add a "
+                "leading dim, which cannot precede the kept batch dims; pass one quantile at "
+                "a time, or reduce=True."
+            )
+        if several and not reduce and self._batch_size:
+            raise ValueError(
+                f"{type(self).__name__}.quantile: several quantiles over the whole container "
+                "need reduce=True (each leaf would get a leading dim of quantiles)."
+            )
+
+        def make(dims: tuple | None, keep: bool) -> Callable:
+            def leaf(t: torch.Tensor) -> torch.Tensor:
+                t = t if t.is_floating_point() else t.float()
+                if dims is None:
+                    return torch.quantile(t.reshape(-1), q, interpolation=interpolation)
+                if len(dims) == 1:
+                    return torch.quantile(t, q, dims[0], keep, interpolation=interpolation)
+                rank = t.dim()
+                ds = [d % rank for d in dims]
+                rest = [d for d in range(rank) if d not in ds]
+                moved = t.permute(rest + ds).flatten(len(rest))
+                out = torch.quantile(moved, q, -1, False, interpolation=interpolation)
+                if keep:
+                    for d in sorted(ds):
+                        out = out.unsqueeze(d)
+                return out
+
+            return leaf
+
+        return _reduce(self, "quantile", make, dim, keepdim, reduce)
+
     def prod(self, dim: Any = NO_DIM, keepdim: Any = NO_DIM, *, dtype=None, reduce=None):
         """The product of every leaf.
 
