@@ -17,8 +17,6 @@ from __future__ import annotations
 import logging
 import os
 
-logger = logging.getLogger("tdfunc")
-
 from ._core.nontensor import is_non_tensor
 from ._core.options import (
     capture_non_tensor_stack,
@@ -29,6 +27,8 @@ from ._core.options import (
     set_printoptions,
     strtobool,
 )
+
+logger = logging.getLogger("tdfunc")
 
 __all__ = [
     "capture_non_tensor_stack",
