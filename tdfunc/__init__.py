@@ -39,4 +39,6 @@ from ._tensorclass.tensorclass import TensorClass as TensorClass
 from ._tensorclass.tensorclass import is_tensorclass as is_tensorclass
 from ._tensorclass.tensorclass import tensorclass as tensorclass
 
+from . import _collate  # noqa: F401  (DataLoader collation, registered once)
+
 __version__ = "0.1.0"

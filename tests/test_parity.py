@@ -198,6 +198,13 @@ CASES: dict[str, tuple[Callable, str]] = {
     "cummin": (lambda o: o.cummin(1), "sample"),
     "cumprod": (lambda o: o.cumprod(0), "sample"),
     "cumsum": (lambda o: o.cumsum(1), "sample"),
+    "quantile": (lambda o: o.quantile(0.25, dim=1), "sample"),
+    "__getitems__": (lambda o: o.__getitems__([3, 0]), "sample"),
+    "cat_tensors": (lambda o: o.cat_tensors("obs", "obs", out_key="obs", dim=-1), "sample"),
+    "stack_tensors": (
+        lambda o: o.stack_tensors("reward", "reward", out_key="reward", dim=-1),
+        "sample",
+    ),
     "softmax": (lambda o: o.softmax(1), "sample"),
     "log_softmax": (lambda o: o.log_softmax(0), "sample"),
     "backward": (lambda o: o.apply(lambda t: t.requires_grad_()).sum().backward(), "sample"),

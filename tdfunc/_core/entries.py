@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .keys import unravel_key
 from .mixin import ContainerMixin, read_value
 from .mixin import is_tensor_collection as _collection
 
@@ -86,6 +87,16 @@ class EntriesMixin(ContainerMixin):
             for item in self.unbind(0)  # type: ignore[attr-defined]
         ]
 
+    def __getitems__(self, indices: list) -> Self:
+        """``self[indices]`` for a list of indices (what a ``DataLoader`` reads per batch).
+
+        Example:
+            >>> td = TensorDict({"a": torch.arange(4)}, [4])
+            >>> td.__getitems__([3, 0])["a"].tolist()
+            [3, 0]
+        """
+        return self[torch.as_tensor(indices, dtype=torch.long)]  # type: ignore[index]
+
     def popitem(self) -> tuple:
         """Remove the last inserted top-level entry and return ``(key, value)``.
 
@@ -130,7 +141,7 @@ class EntriesMixin(ContainerMixin):
                 )
         result = join(values)
         if not keep_entries:
-            for key in keys:
+            for key in dict.fromkeys(unravel_key(key) for key in keys):  # each once
                 self.del_(key)  # type: ignore[attr-defined]
         self.set(out_key, result)  # type: ignore[attr-defined]
         return self
