@@ -163,9 +163,7 @@ def test_quantile_matches_torch(dim):
     else:
         want = torch.quantile(t.flatten(0, 1), 0.3, 0)
     torch.testing.assert_close(got, want)
-    assert torch.allclose(
-        td.quantile(0.5, dim="feature")["a"], t.median(-1).values * 0 + torch.quantile(t, 0.5, -1)
-    )
+    assert torch.allclose(td.quantile(0.5, dim="feature")["a"], torch.quantile(t, 0.5, -1))
 
 
 def test_print_options_are_scoped():
