@@ -8,6 +8,7 @@ Example:
     torch.Size([4])
 """
 
+from . import _collate  # noqa: F401  (DataLoader collation, registered once)
 from ._core.base import TensorDictBase as TensorDictBase
 from ._core.container import TensorDict as TensorDict
 from ._core.container import is_tensor_collection as is_tensor_collection
@@ -38,7 +39,5 @@ from ._persist import MemoryMappedTensor as MemoryMappedTensor
 from ._tensorclass.tensorclass import TensorClass as TensorClass
 from ._tensorclass.tensorclass import is_tensorclass as is_tensorclass
 from ._tensorclass.tensorclass import tensorclass as tensorclass
-
-from . import _collate  # noqa: F401  (DataLoader collation, registered once)
 
 __version__ = "0.1.0"

@@ -459,6 +459,10 @@ def _check_fits(shape: torch.Size, expected: torch.Size, key) -> None:
     """``shape`` must broadcast to ``expected`` (the shape of the indexed entry)."""
     if shape == expected:
         return
+    # torch drops leading size-1 dims of the value: x[0] = torch.ones(1, 28, 28)
+    # writes a [28, 28] row
+    while len(shape) > len(expected) and shape[0] == 1:
+        shape = shape[1:]
     try:
         ok = torch.broadcast_shapes(shape, expected) == expected
     except RuntimeError:
