@@ -377,6 +377,7 @@ class PersistMixin:
         out=None,
         robust_key: bool | None = True,
         num_threads: int = 0,
+        allow_pickle: bool = False,
     ):
         """Load a directory written by :meth:`memmap` (or any sub-directory of one).
 
@@ -394,6 +395,9 @@ class PersistMixin:
             out: load into this TensorDict (see :meth:`load_memmap_`).
             robust_key: accepted for compatibility (``False`` raises).
             num_threads: threads mapping the files and moving them to ``device``.
+            allow_pickle: accepted for compatibility; tdfunc never unpickles, with
+                either value (non-tensor values are JSON or tensors read with
+                ``weights_only=True``).
 
         Raises:
             FileNotFoundError: ``prefix/meta.json`` is missing.
