@@ -144,6 +144,12 @@ def _loaded(method: str) -> Callable:
     return run
 
 
+def _from_consolidated(o: Any, tmp_path: Any) -> Any:
+    path = str(tmp_path / "consolidated.bin")
+    o.consolidate(filename=path)
+    return _cls(o).from_consolidated(path)
+
+
 def _refresh(o: Any, tmp_path: Any) -> Any:
     saved = o.memmap(str(tmp_path / "refresh"))
     return saved.memmap_refresh_(), saved.saved_path is not None
@@ -323,6 +329,7 @@ CASES: dict[str, tuple[Callable, str]] = {
     "load_": (_loaded("load_"), "sample"),
     "load_memmap": (_loaded("load_memmap"), "sample"),
     "load_memmap_": (_loaded("load_memmap_"), "sample"),
+    "from_consolidated": (_from_consolidated, "sample"),
     "load_state_dict": (lambda o: o.load_state_dict((o * 2).state_dict()), "sample"),
     "log": (lambda o: abs(o).log(), "sample"),
     "map": (lambda o: o.map(_map_double, dim=0, num_workers=1, chunksize=2), "sample"),

@@ -197,3 +197,45 @@ def test_functional_module_path():
     td = TensorDict({"a": torch.ones(2)}, [2])
     assert torch.equal(pad(td, [1, 1])["a"], torch.nn.functional.pad(torch.ones(2), [1, 1]))
     assert pad_sequence is tdfunc.pad_sequence
+
+
+def test_consolidate_file_round_trip_and_return_early(tmp_path):
+    td = TensorDict(
+        {
+            "a": torch.arange(4.0),
+            "b": {"c": torch.ones(4, 2, dtype=torch.float16)},
+            "s": "text",
+            "st": ["x", "y", "z", "w"],
+        },
+        [4],
+    )
+    path = tmp_path / "sub" / "td.bin"
+    consolidated = td.consolidate(filename=path, metadata=True)
+    assert consolidated.device == torch.device("cpu")
+    loaded = TensorDict.from_consolidated(path)
+    assert torch.equal(loaded["a"], td["a"]) and torch.equal(loaded["b", "c"], td["b", "c"])
+    assert loaded["s"] == "text" and loaded["st"] == ["x", "y", "z", "w"]
+    loaded["a"][0] = 7.0  # the file is shared: a new mapping sees the write
+    assert TensorDict.from_consolidated(path)["a"][0].item() == 7.0
+    future = td.consolidate(num_threads=2, return_early=True)
+    assert (future.result() == td).all() and future.result().is_consolidated()
+    with pytest.raises(NotImplementedError, match="non_blocking"):
+        td.consolidate(num_threads=2, return_early=True, non_blocking=True)
+    (tmp_path / "junk.bin").write_bytes(b"not a consolidated file")
+    with pytest.raises(ValueError, match="not written by consolidate"):
+        TensorDict.from_consolidated(tmp_path / "junk.bin")
+
+
+def test_consolidate_detaches_a_single_leaf():
+    base = torch.arange(6.0, requires_grad=True)
+    td = TensorDict({"v": base.view(2, 3).t()}, [])
+    out = td.consolidate()["v"]
+    assert torch.equal(out, base.detach().view(2, 3).t()) and not out.requires_grad
+
+
+def test_refine_names_with_ellipsis():
+    td = TensorDict({"a": torch.zeros(2, 3, 4)}, [2, 3, 4])
+    assert td.refine_names(..., "c").names == [None, None, "c"]
+    assert td.refine_names("a", ...).names == ["a", None, "c"]
+    with pytest.raises(RuntimeError, match="cannot rename"):
+        td.refine_names("z", ...)
