@@ -57,7 +57,7 @@ def _describe(container: Any, offsets: list, total: int) -> dict | None:
                 entries[key] = {"node": node(item)}
             elif isinstance(item, NonTensorData):
                 entries[key] = {
-                    "value": item.tolist(),
+                    "value": item._value(),
                     "stack": type(item) is NonTensorStack,
                     "batch_size": list(item.batch_size),
                 }

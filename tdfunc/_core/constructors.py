@@ -315,7 +315,7 @@ class ConstructorsMixin(ContainerMixin):
             if is_collection(value):
                 values[key] = value._to_tensordict_view().to_namedtuple()
             elif isinstance(value, NonTensorData):
-                values[key] = value.tolist()
+                values[key] = value._value()
             else:
                 values[key] = value
         kind = dest_cls or collections.namedtuple("GenericNamedTuple", list(values))
@@ -335,7 +335,7 @@ class ConstructorsMixin(ContainerMixin):
             elif is_collection(value):
                 out[key] = value._to_tensordict_view().numpy()
             elif isinstance(value, NonTensorData):
-                out[key] = value.tolist()
+                out[key] = value._value()
             else:
                 out[key] = value
         return out
@@ -447,7 +447,7 @@ class ConstructorsMixin(ContainerMixin):
                 raise
             return default
         if isinstance(value, NonTensorData):
-            return value[index].tolist()
+            return value[index]._value()
         return value[index]
 
     def set_at_(self, key: Any, value: Any, index: Any):

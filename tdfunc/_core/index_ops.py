@@ -82,7 +82,7 @@ class IndexOpsMixin(ContainerMixin):
             full = index.reshape(index.shape + (1,) * len(extra)).expand(index.shape + extra)
             return torch.gather(leaf, d, full)
 
-        result = map_leaves(self, gather, index.shape, True, keep_names)
+        result = map_leaves(self, gather, index.shape, True, keep_names, moves=True)
         if inplace:
             return _become(self, result, "gather")
         if out is not None:
@@ -292,7 +292,12 @@ class IndexOpsMixin(ContainerMixin):
             return None if level is None else (None,) * offset + level
 
         result = map_leaves(
-            self, lambda t: t.repeat(reps + (1,) * (t.dim() - ndim)), new_size, True, names
+            self,
+            lambda t: t.repeat(reps + (1,) * (t.dim() - ndim)),
+            new_size,
+            True,
+            names,
+            moves=True,
         )
         return _become(self, result, api) if inplace else result
 
@@ -342,7 +347,7 @@ class IndexOpsMixin(ContainerMixin):
         def op(t: _Tensor) -> _Tensor:
             return t.repeat_interleave(repeats, d, output_size=output_size)
 
-        result = map_leaves(self, op, torch.Size(size), True, keep_names)
+        result = map_leaves(self, op, torch.Size(size), True, keep_names, moves=True)
         return _become(self, result, "repeat_interleave") if inplace else result
 
     def broadcast_to(self, shape: Any):

@@ -77,7 +77,16 @@ class NonTensorData:
         return self
 
     def tolist(self) -> Any:
-        """The value(s): the value itself here; a nested list for a ``NonTensorStack``."""
+        """The values as a nested list shaped like the batch (the value itself without one).
+
+        Example:
+            >>> NonTensorData("a", batch_size=[2]).tolist()
+            ['a', 'a']
+        """
+        return _nested_list(self._array())
+
+    def _value(self) -> Any:
+        """What reading the entry returns: the value (a nested list for a stack)."""
         return self.data
 
     def _array(self) -> np.ndarray:
@@ -143,6 +152,48 @@ class NonTensorData:
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[NonTensorData, ...]:
         return tuple(self._with(p.shape) for p in _meta(self.batch_size).chunk(chunks, dim))
+
+    def _from(self, array: np.ndarray) -> NonTensorData:
+        return from_array(array, self.device)
+
+    def repeat(self, *repeats) -> NonTensorData:
+        """Repeat along the batch dims, as ``Tensor.repeat``."""
+        reps = _dims(repeats)
+        if type(self) is NonTensorData:
+            return self._with(_meta(self.batch_size).repeat(reps).shape)
+        return self._from(np.tile(self._array(), reps))
+
+    def repeat_interleave(self, repeats, dim: int | None = None) -> NonTensorData:
+        """Repeat each element ``repeats`` times along ``dim``, as ``Tensor.repeat_interleave``."""
+        if type(self) is NonTensorData:
+            return self._with(_meta(self.batch_size).repeat_interleave(repeats, dim).shape)
+        counts = repeats.cpu().numpy() if isinstance(repeats, torch.Tensor) else repeats
+        return self._from(np.repeat(self._array(), counts, axis=dim))
+
+    def where(self, condition, other, *, out=None, pad=None) -> NonTensorData:
+        """``self`` where ``condition`` (over the batch dims) is true, ``other`` elsewhere.
+
+        ``out`` and ``pad`` are accepted for compatibility with the container method.
+        """
+        mask = condition.cpu().numpy() if isinstance(condition, torch.Tensor) else condition
+        size = torch.Size(np.broadcast_shapes(np.shape(mask), tuple(self.batch_size)))
+        mine = np.broadcast_to(self._array(), tuple(size))
+        theirs = np.broadcast_to(as_array(other, size), tuple(size))
+        return self._from(np.where(np.broadcast_to(mask, tuple(size)), mine, theirs))
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.stack, torch.cat):
+            leaves = list(args[0] if args else kwargs["tensors"])
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            if not all(isinstance(leaf, NonTensorData) for leaf in leaves):
+                return NotImplemented
+            ndim = len(leaves[0].batch_size)
+            if func is torch.stack:
+                return stack_non_tensor(leaves, normalize_dim(dim, ndim + 1, "torch.stack"))
+            return cat_non_tensor(leaves, normalize_dim(dim, ndim, "torch.cat"))
+        return NotImplemented
 
     def to(self, *args, **kwargs) -> NonTensorData:
         device = kwargs.get("device", args[0] if args else None)
@@ -240,6 +291,9 @@ class NonTensorStack(NonTensorData):
     def tolist(self) -> list:
         return self.data
 
+    def _value(self) -> Any:
+        return self.data
+
     def _array(self) -> np.ndarray:
         shape = tuple(self.batch_size)
         array = np.empty(shape, dtype=object)
@@ -249,9 +303,6 @@ class NonTensorStack(NonTensorData):
                 item = item[i]
             array[position] = item
         return array
-
-    def _from(self, array: np.ndarray) -> NonTensorData:
-        return from_array(array, self.device)
 
     def _with(self, batch_size) -> NonTensorData:
         # Only called with the same batch size (clone, to): copy the outer lists.
@@ -313,10 +364,16 @@ class NonTensorStack(NonTensorData):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NonTensorData):
-            other = other.tolist() if type(other) is NonTensorStack else other.data
+            other = other._value()
         return _equal(self.data, other)
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(\n    {self.data!r},\n    batch_size={self.batch_size},\n"
+            f"    device={self.device})"
+        )
 
 
 # ---------------------------------------------------------------------- helpers
@@ -483,7 +540,7 @@ class NonTensorMixin:
             if default is MISSING:
                 raise self._missing(key, "get_non_tensor")  # type: ignore[attr-defined]
             return default
-        return value.tolist() if isinstance(value, NonTensorData) else value
+        return value._value() if isinstance(value, NonTensorData) else value
 
     def is_non_tensor(self, key) -> bool:
         """Whether the entry stored at ``key`` is non-tensor data (``KeyError`` if missing)."""

@@ -47,7 +47,7 @@ def _level_meta(value) -> dict:
 
 def _non_tensor_entry(value: NonTensorData) -> dict:
     return {
-        "data": value.tolist(),
+        "data": value._value(),
         "stack": isinstance(value, NonTensorStack),
         "batch_size": list(value.batch_size),
     }

@@ -205,11 +205,11 @@ def write_tensordict_layout(obj: Any, prefix: str, api: str) -> None:
                 "is_nested": False,
             }
         elif isinstance(value, NonTensorData):
-            _check_json(value.tolist(), key, api)
+            _check_json(value._value(), key, api)
             os.makedirs(path, exist_ok=True)
             stack = type(value) is NonTensorStack
             kind = "NonTensorStack" if stack else "NonTensorData"
-            leaf = {"_type": f"<class 'tensordict.tensorclass.{kind}'>", "data": value.tolist()}
+            leaf = {"_type": f"<class 'tensordict.tensorclass.{kind}'>", "data": value._value()}
             leaf.update({"stack_dim": 0, "device": None} if stack else {"_is_non_tensor": True})
             _write_json(path, leaf)
             node[key] = {"type": kind}
