@@ -50,6 +50,7 @@ write(
     "stack",
     TensorDict({"s": NonTensorStack("x", "y"), "h": torch.arange(2, dtype=torch.float16)}, [2]),
 )
-write("tensorclass", TensorDict({"pair": Pair(x=torch.ones(2, 2), label="lab", batch_size=[2])}, [2]))
-json.dump({"tensordict": tensordict.__version__, "torch": torch.__version__},
-          open(os.path.join(out, "versions.json"), "w"))
+pair = Pair(x=torch.ones(2, 2), label="lab", batch_size=[2])
+write("tensorclass", TensorDict({"pair": pair}, [2]))
+with open(os.path.join(out, "versions.json"), "w") as f:
+    json.dump({"tensordict": tensordict.__version__, "torch": torch.__version__}, f)
