@@ -1,7 +1,8 @@
 """Keys and access: reading and writing entries of a container.
 
 - ``nested.py``: nested keys and their one normalisation function;
-- ``access.py``: ``AccessMixin`` (``[]``, ``get``, ``set``, ``update``, ``del_``, ``keys``, locking);
+- ``access.py``: ``AccessMixin`` (``[]``, ``get``, ``set``, ``update``, ``del_``, ``keys``,
+  locking);
 - ``writes.py``: the write engine (validation, conversion, atomic writes);
 - ``update.py``: keyword forms of writes (``update(clone=, keys_to_update=, ...)``);
 - ``fastpath.py``: the hot paths of get/set/``in``/pop for keys of any depth;
