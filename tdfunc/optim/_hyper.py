@@ -36,7 +36,7 @@ class Leaves:
         self.values = values
 
 
-Hyper = Union[float, torch.Tensor, Leaves]
+Hyper = Union[float, torch.Tensor, Leaves]  # noqa: UP007 (a runtime alias on 3.10)
 
 
 def lead(tensor: torch.Tensor, rank: int) -> torch.Tensor:
