@@ -17,7 +17,8 @@ Naming: ``op`` returns a fresh list; ``op_`` mutates its first list (the
 optimizer state) only in :data:`INPLACE`; ``op_tmp`` mutates its first list
 wherever nothing records a graph (:data:`INPLACE` and :data:`FOREACH`): the rule
 uses it on lists it owns (a fresh result, or the state in :data:`INPLACE`).
-Scalars are Python floats or one tensor per leaf (already shaped ``[N, 1, ...]`` by :func:`~._hyper.expand`).
+Scalars are Python floats or one tensor per leaf (already shaped
+``[N, 1, ...]`` by :func:`~._hyper.expand`).
 """
 
 from __future__ import annotations
