@@ -23,6 +23,7 @@ Example:
 """
 
 from ._stateful import SGD as SGD
+from ._stateful import PerMember as PerMember
 from ._stateful import Adam as Adam
 from ._stateful import AdamW as AdamW
 from ._transform import GradientTransformation as GradientTransformation
@@ -37,6 +38,7 @@ __all__ = [
     "Adam",
     "AdamW",
     "GradientTransformation",
+    "PerMember",
     "adam",
     "adamw",
     "apply_updates",

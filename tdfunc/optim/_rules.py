@@ -84,6 +84,9 @@ def sgd(
             weight = torch.where(step == 1, 1.0, 1.0 - dampening)
         else:
             weight = 1.0 if step == 1 else 1.0 - dampening
+        if isinstance(momentum, torch.Tensor) and not H.is_zero(dampening):
+            # a member without momentum takes plain gradient steps (no dampening), as in torch
+            weight = H._binary(lambda w, m: torch.where(m == 0, 1.0, w), weight, momentum)
         momentum_buffer = K.add_tmp(
             K.mul_(momentum_buffer, per_leaf(momentum)), grads, per_leaf(weight)
         )
