@@ -238,6 +238,11 @@ def _hyper(
     """Check a hyperparameter; ints become floats; a pytree is allowed where ``tree``."""
     if tree and not isinstance(value, (int, float, torch.Tensor)):
         leaves, _ = _flatten(value)
+        if len(leaves) == 1 and leaves[0] is value:  # not a container
+            raise TypeError(
+                f"{api}: {name} must be a float, a tensor, or a pytree of tensors shaped like "
+                f"the parameters; got {type(value).__name__}."
+            )
         if not leaves:
             raise ValueError(f"{api}: {name} is an empty pytree.")
         for leaf in leaves:
