@@ -9,8 +9,7 @@ import torch
 from torch import nn
 from torch.func import grad, vmap
 
-from tdfunc import TensorDict, functional_call
-from tdfunc import optim
+from tdfunc import TensorDict, functional_call, optim
 
 N = 4
 LRS = torch.tensor([1e-3, 1e-2, 3e-2, 1e-1])
@@ -209,14 +208,20 @@ def test_state_saves_and_loads(tmp_path):
 def test_lr_length_must_match_leading_dim():
     params = TensorDict.from_modules(*make_models()).detach()
     opt = optim.adam(lr=torch.tensor([0.1, 0.2, 0.3]))
-    with pytest.raises(ValueError, match=r"adam\(\.\.\.\)\.update: lr has shape \[3\], but the leaf"):
+    with pytest.raises(
+        ValueError, match=r"adam\(\.\.\.\)\.update: lr has shape \[3\], but the leaf"
+    ):
         opt.update(params, opt.init(params), params)
 
 
 @pytest.mark.parametrize(
     ("build", "error", "message"),
     [
-        (lambda: optim.adam(lr=-1.0), ValueError, r"tdfunc.optim.adam: lr must be >= 0.0, got -1.0"),
+        (
+            lambda: optim.adam(lr=-1.0),
+            ValueError,
+            r"tdfunc.optim.adam: lr must be >= 0.0, got -1.0",
+        ),
         (lambda: optim.adam(lr=torch.tensor([0.1, -0.1])), ValueError, "lr must be >= 0"),
         (lambda: optim.adam(betas=(1.5, 0.9)), ValueError, r"betas\[0\] must be >= 0.0 and < 1.0"),
         (lambda: optim.sgd(lr=0.1, nesterov=True), ValueError, "nesterov=True needs momentum"),
@@ -237,7 +242,9 @@ def test_state_of_other_parameters_is_refused():
     state = opt.init(params.exclude("0"))
     with pytest.raises(ValueError, match="state\\['exp_avg'\\] has 2 leaves but grads has 4"):
         opt.update(params, state, params)
-    with pytest.raises(ValueError, match=r"the state must hold \['step', 'exp_avg', 'exp_avg_sq'\]"):
+    with pytest.raises(
+        ValueError, match=r"the state must hold \['step', 'exp_avg', 'exp_avg_sq'\]"
+    ):
         opt.update(params, optim.sgd(lr=0.1).init(params), params)
 
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from tdfunc import Ensemble, TensorDict
-from tdfunc import optim
+from tdfunc import Ensemble, TensorDict, optim
 
 N = 4
 LRS = torch.tensor([1e-3, 1e-2, 3e-2, 1e-1])
@@ -146,9 +145,7 @@ def test_parameters_without_grad_are_skipped():
 @pytest.mark.parametrize("cls", [optim.SGD, optim.Adam, optim.AdamW])
 def test_state_dict_round_trip(cls):
     kwargs = {"lr": LRS.clone()} if cls is not optim.SGD else {"lr": LRS, "momentum": 0.9}
-    ensemble, opt, *_ = train_both(
-        cls, getattr(torch.optim, cls.__name__), kwargs, steps=2
-    )
+    ensemble, opt, *_ = train_both(cls, getattr(torch.optim, cls.__name__), kwargs, steps=2)
     buffer = io.BytesIO()
     torch.save(opt.state_dict(), buffer)
     buffer.seek(0)
