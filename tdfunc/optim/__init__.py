@@ -23,9 +23,9 @@ Example:
 """
 
 from ._stateful import SGD as SGD
-from ._stateful import PerMember as PerMember
 from ._stateful import Adam as Adam
 from ._stateful import AdamW as AdamW
+from ._stateful import PerMember as PerMember
 from ._transform import GradientTransformation as GradientTransformation
 from ._transform import adam as adam
 from ._transform import adamw as adamw

@@ -138,7 +138,7 @@ def test_vmap_over_tasks_equals_loop_shared_params():
 
 def test_vmap_over_batched_params_and_lrs_equals_loop():
     """Each task its own parameters and learning rate (params batched, lr batched)."""
-    params, weights = start()
+    params, _weights = start()
     tasks = make_tasks()
     generator = torch.Generator().manual_seed(5)
     stacked = (
@@ -209,7 +209,7 @@ def test_per_member_lr_under_grad_and_vmap():
 @pytest.mark.slow
 def test_compiled_inner_loop_has_no_graph_breaks():
     params, _ = start()
-    xs, ys, xq, yq = [t[0] for t in make_tasks()]
+    xs, ys, _xq, _yq = [t[0] for t in make_tasks()]
     opt = optim.adamw(lr=0.05, weight_decay=0.01)
 
     def inner_loop(p, xs, ys):
