@@ -180,27 +180,36 @@ class GradientTransformation:
         return pytree.tree_unflatten(updates, grad_spec), new_state
 
     def _read_state(self, api: str, state: Any, count: int) -> tuple:
-        """The step count and the moments' flat leaves, checked against ``count`` leaves."""
+        """The step count and the moments' flat leaves, checked against ``count`` leaves.
+
+        One flatten of the whole state; the top-level keys say where each part
+        sits among the leaves (a saved and reloaded state may order them differently).
+        """
         names = ("step", *self._moments)
-        try:
-            step = state["step"]
-            trees = [state[name] for name in self._moments]
-        except (KeyError, TypeError, IndexError):
-            found = sorted(state.keys()) if hasattr(state, "keys") else type(state).__name__
+        keys = list(state.keys()) if hasattr(state, "keys") else None
+        if keys is None or sorted(keys) != sorted(names):
+            found = sorted(keys) if keys is not None else type(state).__name__
             raise ValueError(
                 f"{api}: the state must hold {list(names)}, got {found}. Make it with "
                 f"opt.init(params) of this optimizer."
-            ) from None
-        moments = []
-        for name, tree in zip(self._moments, trees):
-            leaves = _flatten(tree)[0]
-            if len(leaves) != count:
-                raise ValueError(
-                    f"{api}: state[{name!r}] has {len(leaves)} leaves but grads has {count}; "
-                    f"make the state with opt.init(params) for these parameters."
-                )
-            moments.append(leaves)
-        return step, moments
+            )
+        leaves = _flatten(state)[0]
+        if len(leaves) != 1 + count * len(self._moments):
+            for name in self._moments:
+                found = len(_flatten(state[name])[0])
+                if found != count:
+                    raise ValueError(
+                        f"{api}: state[{name!r}] has {found} leaves but grads has {count}; "
+                        f"make the state with opt.init(params) for these parameters."
+                    )
+            raise ValueError(f"{api}: state['step'] must be one tensor.")
+        parts: dict = {}
+        position = 0
+        for key in keys:
+            width = 1 if key == "step" else count
+            parts[key] = leaves[position : position + width]
+            position += width
+        return parts["step"][0], [parts[name] for name in self._moments]
 
     def _needs_params(self) -> bool:
         decay = self.hyperparameters.get("weight_decay", 0.0)
