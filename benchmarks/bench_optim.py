@@ -36,8 +36,7 @@ import torch
 from torch import nn
 from torch.func import grad, vmap
 
-from tdfunc import Ensemble, TensorDict, functional_call
-from tdfunc import optim
+from tdfunc import Ensemble, TensorDict, functional_call, optim
 
 
 def _pin_allocator() -> None:
