@@ -8,6 +8,8 @@ Example:
     torch.Size([4])
 """
 
+# last: the optimizers use the public API above
+from . import optim as optim
 from ._core.base import TensorDictBase as TensorDictBase
 from ._core.container import TensorDict as TensorDict
 from ._core.container import is_tensor_collection as is_tensor_collection

@@ -1,4 +1,4 @@
-"""The ensembling and meta-learning notebooks run top to bottom and draw their plots."""
+"""The ensembling, meta-learning and optimizers notebooks run top to bottom and draw their plots."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ensembling.ipynb", "meta_learning.ipynb"])
+@pytest.mark.parametrize("name", ["ensembling.ipynb", "meta_learning.ipynb", "optimizers.ipynb"])
 def test_notebook_executes_with_plots(name, monkeypatch):
     # The kernel inherits this: one intra-op thread for these tiny models (two OpenMP
     # threads on a shared, busy CI machine mostly wait for each other).
