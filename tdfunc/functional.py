@@ -8,10 +8,10 @@ Example:
     [1.0, 1.0, 0.0]
 """
 
-from ._core.functional import cat as cat
-from ._core.functional import merge_tensordicts as merge_tensordicts
-from ._core.functional import pad as pad
-from ._core.functional import pad_sequence as pad_sequence
-from ._core.functional import stack as stack
+from ._core.shape.combine import cat as cat
+from ._core.shape.combine import merge_tensordicts as merge_tensordicts
+from ._core.shape.combine import pad as pad
+from ._core.shape.combine import pad_sequence as pad_sequence
+from ._core.shape.combine import stack as stack
 
 __all__ = ["cat", "merge_tensordicts", "pad", "pad_sequence", "stack"]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .frozen import refuse_frozen
-from .keys import MISSING
+from .keys.nested import MISSING
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData

@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
+from .._core.class_names import lookup_class
 from .._core.mixin import is_tensor_collection
 from .._core.nontensor import NonTensorData, NonTensorStack
-from .._core.registry import lookup_class
 from .format import DTYPES, MAX_META_BYTES, META, TENSORDICT_DIR, read_regular
 from .memmap_tensor import MemoryMappedTensor
 
