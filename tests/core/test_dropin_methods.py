@@ -239,3 +239,27 @@ def test_refine_names_with_ellipsis():
     assert td.refine_names("a", ...).names == ["a", None, "c"]
     with pytest.raises(RuntimeError, match="cannot rename"):
         td.refine_names("z", ...)
+
+
+def test_state_dict_metadata_readable_per_level():
+    from tdfunc import TensorClass
+
+    class Leaf(TensorClass):
+        x: torch.Tensor
+        z: str
+
+    class Root(TensorClass):
+        x: torch.Tensor
+        z: str
+        y: Leaf
+
+    tc = Root(x=torch.ones(3), z="top", y=Leaf(x=torch.zeros(3), z="low"))
+    sd = tc.state_dict()
+    assert set(sd) == {"x", "y.x"}
+    assert "Root" in sd._metadata[""]["_type"] and "Leaf" in sd._metadata["y"]["_type"]
+    assert sd._metadata[""]["_non_tensor"] == {"z": "top"}
+    assert sd._metadata["y"]["_non_tensor"] == {"z": "low"}
+    other = tc.clone()
+    other.x.zero_()
+    other.load_state_dict(sd)
+    assert torch.equal(other.x, tc.x) and other.y.z == "low"
