@@ -263,3 +263,12 @@ def test_state_dict_metadata_readable_per_level():
     other.x.zero_()
     other.load_state_dict(sd)
     assert torch.equal(other.x, tc.x) and other.y.z == "low"
+
+
+def test_feature_reduction_keeps_each_level_batch():
+    inner = TensorDict({"c": torch.arange(120.0).view(2, 3, 4, 5)}, [2, 3, 4])
+    td = TensorDict({"a": torch.arange(24.0).view(2, 3, 4), "b": inner}, [2, 3])
+    out = td.sum(dim="feature")
+    assert torch.equal(out["a"], td["a"].sum(-1))
+    assert torch.equal(out["b", "c"], inner["c"].sum(-1))
+    assert out["b"].batch_size == torch.Size([2, 3, 4])

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..apply import rewrap
 from ..mixin import ContainerMixin
 from ..shape.sizes import normalize_dim
 from .leafwise import drop_names, map_leaves, no_names, tensor_leaves
@@ -64,10 +65,7 @@ def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: A
         if reduce:
             flat = [_feature_flat(t, ndim) for t in tensor_leaves(self)]
             return op((-1,), False)(torch.cat(flat, -1))
-        leaf = op((-1,), False)
-        return map_leaves(
-            self, lambda t: leaf(_feature_flat(t, ndim)), self._batch_size, False, None
-        )
+        return _feature_tree(self, op((-1,), False))
     if reduce:
         joined, dims = _joined(self, dim, api)
         return op(dims, keep)(joined)
@@ -81,6 +79,22 @@ def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: A
     else:
         new_size = torch.Size(s for d, s in enumerate(size) if d not in dims)
     return map_leaves(self, op(dims, keep), new_size, True, drop_names(dims, keep))
+
+
+def _feature_tree(container: Any, leaf: Callable) -> Any:
+    """Reduce every leaf over its feature dims: the dims after its own level's batch dims."""
+    view = container._to_tensordict_view()
+    ndim = len(view._batch_size)
+    data = {}
+    for key, value in view._data.items():
+        if isinstance(value, torch.Tensor):
+            data[key] = leaf(_feature_flat(value, ndim))
+        elif getattr(type(value), "_is_tensor_collection", False):
+            data[key] = _feature_tree(value, leaf)
+        else:
+            data[key] = value
+    result = view._like(data)
+    return rewrap(container, result)
 
 
 def _joined(self: Any, dim: Any, api: str) -> tuple:
