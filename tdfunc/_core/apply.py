@@ -160,7 +160,7 @@ class ApplyMixin(ContainerMixin):
         if device is not _KEEP:
             out_tree = out_tree.to(device) if device is not None else _without_device(out_tree)
         if out is not None:
-            out.update(out_tree)
+            out.update(out_tree, inplace=True)
             return out
         if propagate_lock and self._is_locked:
             out_tree.lock_()

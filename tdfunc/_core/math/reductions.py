@@ -435,7 +435,7 @@ class ReductionsMixin(ContainerMixin):
         else:
             result = _reduce(self, "logsumexp", _simple("logsumexp"), target, keepdim, None)
         if out is not None:
-            out.update_(result)
+            out.update(result, inplace=True)
             return out
         return result
 
@@ -500,7 +500,7 @@ class ReductionsMixin(ContainerMixin):
         if key_transform is not None:
             result = _rename_keys(result, key_transform)
         if out is not None:
-            out.update_(result)
+            out.update(result, inplace=True)
             return out
         return result
 

@@ -86,7 +86,7 @@ class IndexOpsMixin(ContainerMixin):
         if inplace:
             return _become(self, result, "gather")
         if out is not None:
-            out.update_(result)
+            out.update(result, inplace=True)
             return out
         return result
 
@@ -105,7 +105,7 @@ class IndexOpsMixin(ContainerMixin):
         condition = _check_mask(self, condition, "where")
         result = _where(self, condition, other, pad)
         if out is not None:
-            out.update_(result)
+            out.update(result, inplace=True)
             return out
         return result
 

@@ -172,10 +172,10 @@ class ShapeOpsMixin(ContainerMixin):
         if missing is None:
             source_size = source._batch_size
             if not _broadcastable(source_size, target):
-                raise ValueError(
-                    f"TensorDict.__setitem__: cannot write a {type(value).__name__} with batch "
-                    f"size {list(source_size)} at an index that selects a batch of size "
-                    f"{list(target)}."
+                raise BatchSizeMismatchError(
+                    f"TensorDict.__setitem__: batch dimension mismatch: cannot write a "
+                    f"{type(value).__name__} with batch size {list(source_size)} at an index "
+                    f"that selects a batch of size {list(target)}."
                 )
             missing = len(target) - len(source_size)
         skip = len(target) - missing  # leading dims of a written leaf that are batch dims
@@ -442,6 +442,14 @@ class ShapeOpsMixin(ContainerMixin):
         if not size:
             return self.split([0] * chunks, dim)
         return self.split(-(-size // chunks), dim)
+
+
+class BatchSizeMismatchError(ValueError, RuntimeError):
+    """A value whose batch size does not fit where it is written.
+
+    A ``ValueError`` (a bad value) that is also the ``RuntimeError`` tensordict
+    raises there, so code written against either library catches it.
+    """
 
 
 def _clean(names: tuple | None) -> tuple | None:
