@@ -491,6 +491,19 @@ class ApplyMixin(ContainerMixin):
 
         return is_shared(self)
 
+    # last in the class body: these names shadow the builtins for what follows them
+    def int(self) -> Self:
+        """Every tensor leaf cast to ``torch.int32`` (``Tensor.int``)."""
+        return self.to(torch.int32)
+
+    def long(self) -> Self:
+        """Every tensor leaf cast to ``torch.int64`` (``Tensor.long``)."""
+        return self.to(torch.int64)
+
+    def bool(self) -> Self:
+        """Every tensor leaf cast to ``torch.bool`` (``Tensor.bool``)."""
+        return self.to(torch.bool)
+
 
 def _result_error(result: Any, key, expected: torch.Size) -> Exception:
     if not isinstance(result, _Tensor):

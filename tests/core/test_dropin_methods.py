@@ -272,3 +272,11 @@ def test_feature_reduction_keeps_each_level_batch():
     assert torch.equal(out["a"], td["a"].sum(-1))
     assert torch.equal(out["b", "c"], inner["c"].sum(-1))
     assert out["b"].batch_size == torch.Size([2, 3, 4])
+
+
+@pytest.mark.parametrize("name", ["int", "long", "bool"])
+def test_integer_and_bool_casts_like_tensor(name):
+    td = TensorDict({"a": torch.tensor([0.0, 1.5]), "n": {"b": torch.tensor([2.0, 0.0])}}, [2])
+    out = getattr(td, name)()
+    assert torch.equal(out["a"], getattr(td["a"], name)())
+    assert torch.equal(out["n", "b"], getattr(td["n", "b"], name)())
