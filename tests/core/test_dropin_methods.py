@@ -280,3 +280,10 @@ def test_integer_and_bool_casts_like_tensor(name):
     out = getattr(td, name)()
     assert torch.equal(out["a"], getattr(td["a"], name)())
     assert torch.equal(out["n", "b"], getattr(td["n", "b"], name)())
+
+
+def test_bytes_counts_gradients():
+    weight = torch.ones(3, requires_grad=True)
+    (weight * 2).sum().backward()
+    td = TensorDict({"w": weight, "x": torch.zeros(2, dtype=torch.int64)})
+    assert td.bytes() == 3 * 4 + 3 * 4 + 2 * 8  # elements, the gradient, elements

@@ -43,6 +43,17 @@ def _element_dict(node: Any, convert_tensors: Any, tolist_first: bool) -> dict:
     return out
 
 
+def _byte_parts(tensor: torch.Tensor) -> list:
+    """The plain tensors whose elements make up ``tensor`` (and its gradient)."""
+    if tensor.is_nested and hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        parts = [getattr(tensor, name) for name in names]
+    else:
+        parts = [tensor]
+    grad = tensor.grad if tensor.is_leaf and tensor.requires_grad else None
+    return parts + ([grad] if grad is not None else [])
+
+
 class EntriesMixin(ContainerMixin):
     """Conversions and entry-level helpers shared by every container."""
 
@@ -111,9 +122,10 @@ class EntriesMixin(ContainerMixin):
         return key, self.pop(key)  # type: ignore[attr-defined]
 
     def bytes(self, *, count_duplicates: bool = True) -> int:
-        """The number of bytes of the tensor leaves (their elements, not their storages).
+        """The number of bytes of the tensor leaves: their elements, and their gradients.
 
-        ``count_duplicates=False`` counts a tensor stored under several keys once.
+        A nested (jagged) tensor counts its component tensors.
+        ``count_duplicates=False`` counts a tensor object held in several places once.
 
         Example:
             >>> TensorDict({"a": torch.zeros(3), "b": torch.zeros(2, dtype=torch.int64)}).bytes()
@@ -122,11 +134,12 @@ class EntriesMixin(ContainerMixin):
         seen: set[int] = set()
         total = 0
         for leaf in self._tensor_leaves():
-            if not count_duplicates:
-                if id(leaf) in seen:
-                    continue
-                seen.add(id(leaf))
-            total += leaf.numel() * leaf.element_size()
+            for part in _byte_parts(leaf):
+                if not count_duplicates:
+                    if id(part) in seen:
+                        continue
+                    seen.add(id(part))
+                total += part.numel() * part.element_size()
         return total
 
     def _join_entries(self, keys: tuple, out_key: Any, keep_entries: bool, join: Any, api: str):
