@@ -287,3 +287,10 @@ def test_bytes_counts_gradients():
     (weight * 2).sum().backward()
     td = TensorDict({"w": weight, "x": torch.zeros(2, dtype=torch.int64)})
     assert td.bytes() == 3 * 4 + 3 * 4 + 2 * 8  # elements, the gradient, elements
+
+
+def test_repeat_interleave_without_dim_flattens_like_torch():
+    td = TensorDict({"a": torch.arange(6.0).view(2, 3), "s": [["x"] * 3] * 2}, [2, 3])
+    out = td.repeat_interleave(2)
+    assert torch.equal(out["a"], td["a"].repeat_interleave(2))
+    assert out["s"] == ["x"] * 12

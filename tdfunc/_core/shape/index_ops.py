@@ -330,12 +330,11 @@ class IndexOpsMixin(ContainerMixin):
             [0.0, 0.0, 1.0, 1.0]
         """
         ndim = len(self._batch_size)
-        if dim is None:
+        if dim is None:  # as torch: over the flattened batch dims
             if ndim != 1:
-                raise ValueError(
-                    "TensorDict.repeat_interleave: pass dim= (which batch dim to repeat) for a "
-                    f"batch size of {ndim} dims."
-                )
+                flat = self.reshape(-1)  # type: ignore[attr-defined]
+                out = flat.repeat_interleave(repeats, 0, output_size=output_size)
+                return _become(self, out, "repeat_interleave") if inplace else out
             dim = 0
         (d,) = batch_dims(self, dim, "repeat_interleave")
         size = list(self._batch_size)
