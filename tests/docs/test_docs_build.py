@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from markdown_blocks import ROOT
 
 

@@ -12,7 +12,6 @@ import re
 
 import pytest
 import torch
-
 from markdown_blocks import ROOT, blocks, pages
 
 PAGES = pages()
