@@ -32,4 +32,3 @@ def test_ci_runs_the_readme_test_command():
     first_block = re.search(r"```bash\n(.*?)```", README, re.S).group(1).strip().splitlines()
     assert extracted == first_block[1]
     assert "awk '/^```bash/{getline; getline; print; exit}' README.md" in script
-

@@ -51,13 +51,17 @@ def blocks(path: pathlib.Path) -> list[Block]:
             j += 1
         if j == len(lines):
             raise ValueError(f"{page}:{i + 1}: code fence opened here is never closed")
-        body = [line[len(indent) :] if line.startswith(indent) else line for line in lines[i + 1 : j]]
+        body = [
+            line[len(indent) :] if line.startswith(indent) else line for line in lines[i + 1 : j]
+        ]
         k = i - 1
         while k >= 0 and not lines[k].strip():
             k -= 1
         marker = _NO_RUN.match(lines[k]) if k >= 0 else None
         found.append(
-            Block(page, i + 2, language, "\n".join(body) + "\n", marker["reason"] if marker else None)
+            Block(
+                page, i + 2, language, "\n".join(body) + "\n", marker["reason"] if marker else None
+            )
         )
         i = j + 1
     return found

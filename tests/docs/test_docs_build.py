@@ -1,7 +1,8 @@
 """The documentation site builds with warnings as errors (mkdocs --strict).
 
-Warnings include a page missing from the nav, griffe's (a docstring parameter that is not in the signature, an API
-page naming an object that does not resolve) and mkdocs' (a broken link or anchor).
+Warnings include a page missing from the nav, griffe's (a docstring parameter that is
+not in the signature, an API page naming an object that does not resolve) and mkdocs'
+(a broken link or anchor).
 """
 
 from __future__ import annotations
@@ -27,4 +28,3 @@ def test_mkdocs_build_strict(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "api" / "containers" / "index.html").is_file()
-

@@ -47,7 +47,9 @@ def test_page_examples_run(page, tmp_path, monkeypatch, fast_compile):
 
 
 def test_readme_and_docs_have_examples():
-    runnable = [b for p in PAGES for b in blocks(p) if b.language == "python" and not b.no_run_reason]
+    runnable = [
+        b for p in PAGES for b in blocks(p) if b.language == "python" and not b.no_run_reason
+    ]
     assert any(b.page == "README.md" for b in runnable)
     assert len({b.page for b in runnable}) >= 8
 
