@@ -34,7 +34,7 @@ import torch
 from .._core.class_names import lookup_class
 from .._core.mixin import is_tensor_collection
 from .._core.nontensor import NonTensorData, NonTensorStack
-from .format import DTYPES, MAX_META_BYTES, META, TENSORDICT_DIR, read_regular
+from .format import DTYPES, MAX_META_BYTES, META, TENSORDICT_DIR, parse_json, read_regular
 from .memmap_tensor import MemoryMappedTensor
 
 _RESERVED = {"shape", "device", "_type", "_format_version", "_class", "_names", "_metadata"}
@@ -45,19 +45,17 @@ def is_tensordict_layout(directory: str) -> bool:
     """True when ``directory/meta.json`` is tensordict's layout (not tdfunc's own)."""
     path = os.path.join(directory, META)
     try:
-        node = json.loads(read_regular(path, "load_memmap", "metadata", MAX_META_BYTES))
+        node = parse_json(
+            read_regular(path, "load_memmap", "metadata", MAX_META_BYTES), path, "load_memmap"
+        )
     except (OSError, ValueError):
-        return False
+        return False  # the reader of tdfunc's own format gives the clear error
     return isinstance(node, dict) and "format" not in node and "_type" in node
 
 
 def _read(directory: str, api: str) -> dict:
     path = os.path.join(directory, META)
-    raw = read_regular(path, api, "metadata", MAX_META_BYTES)
-    try:
-        node = json.loads(raw)
-    except ValueError as error:
-        raise ValueError(f"{api}: {path} is not valid JSON ({error}).") from None
+    node = parse_json(read_regular(path, api, "metadata", MAX_META_BYTES), path, api)
     if not isinstance(node, dict):
         raise ValueError(f"{api}: {path} must hold a JSON object, got {type(node).__name__}.")
     return node
@@ -115,8 +113,13 @@ def _non_tensor(directory: str, batch_size: torch.Size, device, api: str) -> Non
     return NonTensorData._make(node["data"], batch_size, device)
 
 
-def read_tensordict_layout(directory: str, api: str, device=None) -> Any:
+_MAX_DEPTH = 100
+
+
+def read_tensordict_layout(directory: str, api: str, device=None, depth: int = 0) -> Any:
     """The container saved in ``directory`` by tensordict (memory-mapped tensor leaves)."""
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"{api}: {directory} is nested more than {_MAX_DEPTH} levels deep.")
     node = _read(directory, api)
     where = os.path.join(directory, META)
     kind = _CLASS.fullmatch(str(node.get("_type", "")))
@@ -124,7 +127,9 @@ def read_tensordict_layout(directory: str, api: str, device=None) -> Any:
         raise ValueError(f"{api}: {where}: '_type' {node.get('_type')!r} is not a class name.")
     name = kind.group(1)
     if "shape" not in node:  # a tensorclass: its fields are in _tensordict/
-        fields = read_tensordict_layout(os.path.join(directory, TENSORDICT_DIR), api, device)
+        fields = read_tensordict_layout(
+            os.path.join(directory, TENSORDICT_DIR), api, device, depth + 1
+        )
         try:
             cls = lookup_class(name)
         except ValueError:
@@ -156,7 +161,7 @@ def read_tensordict_layout(directory: str, api: str, device=None) -> Any:
         elif entry.get("type") in ("NonTensorData", "NonTensorStack"):
             data[key] = _non_tensor(path, batch_size, target or saved_device, api)
         elif "type" in entry:
-            data[key] = read_tensordict_layout(path, api, device)
+            data[key] = read_tensordict_layout(path, api, device, depth + 1)
         else:
             raise ValueError(f"{api}: {where}: entry {key!r} is neither a tensor nor a node.")
     tensordict_class = lookup_class("tdfunc.TensorDict")  # the core's class, not imported here
