@@ -377,7 +377,7 @@ class PersistMixin:
         out=None,
         robust_key: bool | None = True,
         num_threads: int = 0,
-        allow_pickle: bool = False,
+        allow_pickle: bool | None = False,
     ):
         """Load a directory written by :meth:`memmap` (or any sub-directory of one).
 
@@ -417,6 +417,10 @@ class PersistMixin:
             device(type='meta')
         """
         api = f"{cls.__name__}.load_memmap"
+        if allow_pickle is not None and type(allow_pickle) is not bool:
+            raise TypeError(
+                f"{api}: allow_pickle must be a bool or None, got {type(allow_pickle).__name__}."
+            )
         _check_options(api, False, robust_key)
         loaded = load_collection(
             prefix, device, non_blocking, out=out, num_threads=num_threads, api=api

@@ -135,3 +135,13 @@ def test_tensordict_reads_what_tdfunc_wrote(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [[0.0, 1.0, 2.0, 3.0], 8.0, "text"]
+
+
+def test_allow_pickle_is_accepted_and_must_be_a_bool(tmp_path):
+    TensorDict({"a": torch.zeros(2)}, [2]).memmap(tmp_path / "p")
+    for value in (True, False, None):
+        assert torch.equal(
+            TensorDict.load_memmap(tmp_path / "p", allow_pickle=value)["a"], torch.zeros(2)
+        )
+    with pytest.raises(TypeError, match="allow_pickle must be a bool"):
+        TensorDict.load_memmap(tmp_path / "p", allow_pickle=1)
