@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from .sharing import geometry, open_identified
+
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
 _WRITE_BLOCK = 1 << 30  # one os.write call writes at most ~2 GiB on Linux
@@ -263,10 +265,18 @@ class MemoryMappedTensor(torch.Tensor):
     def __getitem__(self, index) -> Any:
         # A view of the mapping is a MemoryMappedTensor of the same file (tensordict);
         # advanced indexing copies, and gives a plain tensor.
-        out = torch.Tensor.__getitem__(self, index)
+        return self._keep_file(torch.Tensor.__getitem__(self, index))
+
+    def _keep_file(self, out: torch.Tensor) -> Any:
+        """``out`` as a ``MemoryMappedTensor`` of this file if it is a view of the mapping.
+
+        Every view keeps the file's name and identity, so that sending it to
+        another process sends its place in the file (offset, strides), not a copy
+        that torch's own pickling would make (or worse, a detached storage).
+        """
         if (
-            out.untyped_storage().data_ptr() != self.untyped_storage().data_ptr()
-            or not self.numel()
+            not self.numel()
+            or out.untyped_storage().data_ptr() != self.untyped_storage().data_ptr()
         ):
             return out
         view = torch.Tensor._make_subclass(MemoryMappedTensor, out, False)
@@ -275,8 +285,13 @@ class MemoryMappedTensor(torch.Tensor):
         return view
 
     def _is_whole_file(self) -> bool:
-        """Whether this tensor is the whole mapping (not an indexed view of it)."""
-        return self.storage_offset() == 0 and self.nbytes == self.untyped_storage().nbytes()
+        """Whether this tensor's bytes, in order, are the whole mapping (not a view of part of
+        it, not a transposed or strided view)."""
+        return (
+            self.storage_offset() == 0
+            and self.nbytes == self.untyped_storage().nbytes()
+            and self.is_contiguous()
+        )
 
     # -------------------------------------------------------------- constructors
     @classmethod
@@ -477,6 +492,35 @@ class MemoryMappedTensor(torch.Tensor):
         return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
 
 
+# Methods that return views of their input (of the file, here): each returns a
+# MemoryMappedTensor of the same file (see _keep_file). Other operations give plain
+# tensors (``__torch_function__`` is disabled: no cost on the hot path).
+_VIEW_METHODS = (
+    "as_strided", "chunk", "detach", "diagonal", "expand", "expand_as", "flatten", "movedim",
+    "moveaxis", "narrow", "permute", "reshape", "reshape_as", "select", "split", "squeeze",
+    "swapaxes", "swapdims", "t", "tensor_split", "transpose", "unbind", "unflatten", "unfold",
+    "unsqueeze", "view", "view_as",
+)  # fmt: skip
+
+
+def _view_method(name: str):
+    method = getattr(torch.Tensor, name)
+
+    def view_method(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            return self._keep_file(out)
+        return type(out)(self._keep_file(part) for part in out)
+
+    view_method.__name__ = view_method.__qualname__ = name
+    view_method.__doc__ = f"``torch.Tensor.{name}``; views stay ``MemoryMappedTensor``s."
+    return view_method
+
+
+for _name in _VIEW_METHODS:
+    setattr(MemoryMappedTensor, _name, _view_method(_name))
+
+
 def _check_device(device, api: str) -> None:
     if device is not None and torch.device(device).type != "cpu":
         raise ValueError(
@@ -550,12 +594,23 @@ def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMap
     return map_file(final, dtype, shape, st)
 
 
-def _rebuild(filename: str, dtype: torch.dtype, shape: tuple) -> MemoryMappedTensor:
-    return MemoryMappedTensor.from_filename(filename, dtype, shape)
+def _rebuild(filename: str, geometry: tuple, inode: tuple) -> MemoryMappedTensor:
+    """The receiving side of :func:`_reduce_for_process`: the same view of the same file."""
+    nbytes, dtype, size, stride, offset = geometry
+    if not nbytes:  # nothing mapped (an empty tensor): no file to open
+        return _wrap(torch.empty(size, dtype=dtype), filename, tuple(inode))
+    tensor = open_identified(filename, *geometry, inode, "MemoryMappedTensor")
+    return _wrap(tensor, filename, tuple(inode))
 
 
 def _reduce_for_process(tensor: MemoryMappedTensor):
-    return _rebuild, (tensor.filename, tensor.dtype, tuple(tensor.shape))
+    """multiprocessing (queues, pools, ``torch.multiprocessing``): the file, not the values.
+
+    The view's place in the file travels (storage size, offset, strides) with the
+    identity of the file it maps; the receiver checks that identity (raising
+    ``StaleFileError`` for a file replaced or deleted since) before it maps.
+    """
+    return _rebuild, (tensor._filename, geometry(tensor), tensor._inode)
 
 
 ForkingPickler.register(MemoryMappedTensor, _reduce_for_process)
