@@ -596,7 +596,7 @@ def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMap
 
 def _rebuild(filename: str, geometry: tuple, inode: tuple) -> MemoryMappedTensor:
     """The receiving side of :func:`_reduce_for_process`: the same view of the same file."""
-    nbytes, dtype, size, stride, offset = geometry
+    nbytes, dtype, size = geometry[:3]
     if not nbytes:  # nothing mapped (an empty tensor): no file to open
         return _wrap(torch.empty(size, dtype=dtype), filename, tuple(inode))
     tensor = open_identified(filename, *geometry, inode, "MemoryMappedTensor")
