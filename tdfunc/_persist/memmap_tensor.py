@@ -15,6 +15,7 @@ a file crashes the process with ``SIGBUS`` on first access.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import os
 import shutil
@@ -339,9 +340,15 @@ class MemoryMappedTensor(torch.Tensor):
                 f"MemoryMappedTensor.from_tensor: expected a torch.Tensor, got "
                 f"{type(input).__name__}. Convert it first (torch.as_tensor)."
             )
-        shape = input.shape if shape is None else torch.Size(shape)
-        if copy_data:
-            input = input.expand(shape)
+        shape = input.shape if shape is None else _size_arg((shape,), "from_tensor")
+        if copy_data and input.shape != shape:
+            try:
+                input = input.expand(shape)
+            except RuntimeError:
+                raise ValueError(
+                    f"MemoryMappedTensor.from_tensor: shape={list(shape)} is not a broadcast of "
+                    f"the input's shape {list(input.shape)}; pass a shape the input expands to."
+                ) from None
 
         def fill(fd: int, path: str) -> None:
             if copy_data:
@@ -370,13 +377,7 @@ class MemoryMappedTensor(torch.Tensor):
             torch.Size([2])
         """
         _check_device(device, "MemoryMappedTensor.empty")
-        shape = _size_arg(_shape_or_size(size, shape, "empty"))
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-
-        def fill(fd: int, path: str) -> None:
-            allocate_file(fd, nbytes_of(shape, dtype))
-
-        return _create(filename, existsok, dtype, shape, fill, "empty")
+        return _new_file("empty", size, shape, dtype, None, filename, existsok)
 
     zeros = empty
 
@@ -384,12 +385,14 @@ class MemoryMappedTensor(torch.Tensor):
     def full(
         cls, *size, fill_value, shape=None, dtype=None, device=None, filename=None, existsok=False
     ):
-        """A new file of ``size`` (or ``shape=``) filled with ``fill_value``."""
-        size = _shape_or_size(size, shape, "full")
-        out = cls.empty(*size, dtype=dtype, device=device, filename=filename, existsok=existsok)
-        if fill_value != 0:
-            out.fill_(fill_value)
-        return out
+        """A new file of ``size`` (or ``shape=``) filled with ``fill_value`` (``-0.0`` too).
+
+        Example:
+            >>> MemoryMappedTensor.full(2, fill_value=-0.0).signbit().tolist()
+            [True, True]
+        """
+        _check_device(device, "MemoryMappedTensor.full")
+        return _new_file("full", size, shape, dtype, fill_value, filename, existsok)
 
     @classmethod
     def ones(cls, *size, shape=None, dtype=None, device=None, filename=None, existsok=False):
@@ -430,7 +433,8 @@ class MemoryMappedTensor(torch.Tensor):
             raise TypeError(
                 f"MemoryMappedTensor.from_filename: dtype must be a torch.dtype, got {dtype!r}."
             )
-        out = map_file(os.path.abspath(os.fspath(filename)), dtype, _size_arg((shape,)))
+        shape = _size_arg((shape,), "from_filename")
+        out = map_file(os.path.abspath(os.fspath(filename)), dtype, shape)
         return out if index is None else out[index]
 
     @classmethod
@@ -474,7 +478,12 @@ class MemoryMappedTensor(torch.Tensor):
         dtype = torch.get_default_dtype() if dtype is None else dtype
         if shape is None:
             shape = (storage.nbytes() // dtype.itemsize,)
-        shape = _size_arg((shape,))
+        shape = _size_arg((shape,), "from_storage")
+        if nbytes_of(shape, dtype) > storage.nbytes():
+            raise ValueError(
+                f"MemoryMappedTensor.from_storage: shape {list(shape)} of {dtype} needs "
+                f"{nbytes_of(shape, dtype)} bytes, but the storage holds {storage.nbytes()}."
+            )
         base = torch.empty((0,), dtype=dtype).set_(storage, 0, shape)
         st = os.stat(path)
         out = torch.Tensor._make_subclass(MemoryMappedTensor, base, False)
@@ -555,10 +564,57 @@ def _handler_path(handler) -> str:
     )
 
 
-def _size_arg(size: tuple) -> torch.Size:
+def _size_arg(size: tuple, api: str) -> torch.Size:
+    """``size`` (dims, or one sequence of dims) as a ``torch.Size`` of dims >= 0, or a clear
+    error before any file is created."""
     if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size)):
         size = tuple(size[0])
-    return torch.Size(size)
+    try:
+        shape = torch.Size(size)
+    except TypeError:
+        shape = None
+    if shape is None or any(type(dim) is not int for dim in shape):
+        raise TypeError(
+            f"MemoryMappedTensor.{api}: the shape must be integers, got {size!r}; e.g. "
+            f"MemoryMappedTensor.{api}(3, 4) or shape=(3, 4)."
+        )
+    if any(dim < 0 for dim in shape):
+        raise ValueError(
+            f"MemoryMappedTensor.{api}: the shape {list(shape)} has a negative dim; every dim "
+            f"must be >= 0 (a memory-mapped tensor cannot infer a dim from -1)."
+        )
+    return shape
+
+
+def _new_file(api, size, shape, dtype, fill_value, filename, existsok) -> MemoryMappedTensor:
+    """``empty`` / ``full``: a file of ``shape``, zeros (sparse) or ``fill_value``.
+
+    ``fill_value`` is converted before the file is created (a bad value leaves no
+    file); a value whose bytes are not all zero (``-0.0``: its sign bit) is written.
+    """
+    shape = _size_arg(_shape_or_size(size, shape, api), api)
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"MemoryMappedTensor.{api}: dtype must be a torch.dtype, got {dtype!r}.")
+    value = None
+    if fill_value is not None:
+        try:
+            value = torch.full((), fill_value, dtype=dtype)
+        except (TypeError, RuntimeError, ValueError) as error:
+            raise TypeError(
+                f"MemoryMappedTensor.{api}: fill_value={fill_value!r} cannot be stored as "
+                f"{dtype}: {error}"
+            ) from None
+        if not _bytes_of(value).any():
+            value = None  # all-zero bytes: the sparse file already reads as this value
+
+    def fill(fd: int, path: str) -> None:
+        if value is None:
+            allocate_file(fd, nbytes_of(shape, dtype))
+        else:
+            write_file(fd, path, value, shape)
+
+    return _create(filename, existsok, dtype, shape, fill, api)
 
 
 def _same_file(a: str, b) -> bool:
@@ -566,11 +622,20 @@ def _same_file(a: str, b) -> bool:
 
 
 def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMappedTensor:
-    """Create a file through ``fill(fd, path)`` at a fresh name, then move it into place."""
+    """Create a file through ``fill(fd, path)`` at a fresh name, then move it into place.
+
+    Every check that can fail runs before the file exists, and a failure after
+    that removes what was written: a constructor that raises leaves no file.
+    """
     if filename is None:
         final = temp_path()
     else:
         final = os.path.abspath(os.fspath(filename))
+        if os.path.isdir(final):
+            raise IsADirectoryError(
+                f"MemoryMappedTensor.{api}: filename {final} is a directory; pass the path of "
+                f"a file (e.g. {os.path.join(final, 'data.memmap')})."
+            )
         if os.path.lexists(final) and not existsok:
             raise FileExistsError(
                 f"MemoryMappedTensor.{api}: {final} already exists; pass existsok=True to "
@@ -583,14 +648,16 @@ def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMap
     work = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
     fd = create_file(work)
     try:
-        fill(fd, work)
-        st = os.fstat(fd)
+        try:
+            fill(fd, work)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        os.replace(work, final)
     except BaseException:
-        os.close(fd)
-        os.unlink(work)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(work)
         raise
-    os.close(fd)
-    os.replace(work, final)
     return map_file(final, dtype, shape, st)
 
 
