@@ -11,6 +11,7 @@ from .frozen import refuse_frozen
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData
+from .writes import inplace_source
 
 _KEEP = object()
 _Tensor = torch.Tensor
@@ -222,7 +223,7 @@ class ApplyMixin(ContainerMixin):
             if isinstance(value, _Tensor):
                 result = fn(value, *other_values)
                 if result is not None and result is not value:
-                    value.copy_(result)
+                    value.copy_(inplace_source(value, result, key, "apply_", self._batch_size))
             elif _collection(value):
                 view = value._to_tensordict_view()
                 view._apply_inplace(fn, _views(other_values, key, "apply_") if others else ())
