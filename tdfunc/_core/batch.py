@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .context import check_parent_batch
 from .mixin import ContainerMixin
 from .nontensor import NonTensorData, NonTensorStack
 from .shapes import as_size, checked_names
@@ -57,6 +58,7 @@ class BatchMixin(ContainerMixin):
                     f"{type(self).__name__}.batch_size: cannot set batch size {list(size)}: the "
                     f"non-tensor stack at key {key!r} has batch size {list(item.batch_size)}."
                 )
+        check_parent_batch(self, size, f"{type(self).__name__}.batch_size")
         if self._names is not None and len(size) != len(self._names):
             self._names = None
         self._batch_size = size

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .context import hand_out
 from .fastpath import is_tensor_kind
 from .frozen import FROZEN
 from .keys import MISSING, key_parts, unravel_key
@@ -294,6 +295,8 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
     new = convert(node, full, value, node._batch_size, api)
     undo.append((node._data, key, existing))
     node._data[key] = new
+    if is_tensor_collection(new):
+        hand_out(node, new)  # the caller may hold it: its batch size now answers to node's
 
 
 def rename_key(td, old_key, new_key, safe: bool = False) -> None:
