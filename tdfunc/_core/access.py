@@ -35,7 +35,7 @@ from .context import (
     remember,
 )
 from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
-from .frozen import FROZEN
+from .frozen import FROZEN, refuse_frozen
 from .keys import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .mixin import ContainerMixin, is_tensor_collection, read_value
 from .update import merge_rule, resize_plan, send_for_set, update_items
@@ -391,6 +391,9 @@ class AccessMixin(ContainerMixin):
             >>> sorted(td.update({"a": {"c": torch.ones(())}}).keys(True, True))
             [('a', 'b'), ('a', 'c')]
         """
+        self._check_mutable("update")
+        if ignore_lock:  # lifting the lock never lifts frozen: refuse before anything changes
+            refuse_frozen(self, "update")
         items = update_items(other, clone, keys_to_update, non_blocking, self._device)
         if entries:
             items = list(items) + update_items(entries, clone, keys_to_update, False, None)

@@ -39,6 +39,7 @@ class BatchMixin(ContainerMixin):
 
     @batch_size.setter
     def batch_size(self, value) -> None:
+        self._check_mutable("batch_size")
         size = as_size(value, f"{type(self).__name__}.batch_size")
         ndim = len(size)
         for key, item in self._data.items():
@@ -95,6 +96,7 @@ class BatchMixin(ContainerMixin):
 
     @names.setter
     def names(self, value) -> None:
+        self._check_mutable("names")
         self._names = checked_names(value, self._batch_size, f"{type(self).__name__}.names")
 
     def refine_names(self, *names) -> Self:

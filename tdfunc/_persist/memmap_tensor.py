@@ -492,6 +492,13 @@ class MemoryMappedTensor(torch.Tensor):
         return out if index is None else out[index]
 
     # -------------------------------------------------------------- python protocols
+    def __format__(self, format_spec: str) -> str:
+        # torch formats only plain 0-dim tensors by value; its repr formats each element
+        # (now a 0-dim MemoryMappedTensor view) with format(): do it by value too
+        if self.dim() == 0:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
     def __deepcopy__(self, memo):
         return self.as_subclass(torch.Tensor).clone()
 
