@@ -16,11 +16,13 @@ only once every entry has been checked.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
 
 from .._functional.pytree import register as _register_pytree
+from .._persist.memmap_tensor import reduce_collection_for_process
 from . import access, key_views
 from .keys import MISSING
 from .mixin import is_tensor_collection
@@ -171,3 +173,5 @@ class TensorDict(TensorOps):
 access.TensorDict = key_views.TensorDict = TensorDict
 _register_pytree(TensorDict)
 register_class(TensorDict)
+# multiprocessing sends file-backed leaves by file, never by torch's shared-memory path
+ForkingPickler.register(TensorDict, reduce_collection_for_process)

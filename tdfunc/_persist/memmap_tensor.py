@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import math
 import os
+import pickle
 import shutil
 import stat
 import tempfile
@@ -27,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .sharing import geometry, open_identified
+from .sharing import geometry, mapped_inode, open_identified, read_maps
 
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
@@ -688,3 +689,51 @@ def _reduce_for_process(tensor: MemoryMappedTensor):
 
 
 ForkingPickler.register(MemoryMappedTensor, _reduce_for_process)
+
+
+def _as_file_view(tensor: torch.Tensor, maps: list | None) -> MemoryMappedTensor:
+    """A plain tensor over a file mapping (``UntypedStorage.from_file``, a ``consolidate``d
+    file) as the ``MemoryMappedTensor`` view it is, naming the file it maps."""
+    filename = tensor.untyped_storage().filename
+    mapped = mapped_inode(tensor.untyped_storage().data_ptr(), maps)
+    if mapped is None:  # mapping unknown (not Linux): the file at the name now
+        try:
+            st = os.stat(filename)
+        except OSError:
+            mapped = (-1, -1)  # the receiver will say the file is gone
+        else:
+            mapped = (st.st_dev, st.st_ino)
+    return _wrap(tensor, os.path.abspath(filename), mapped)
+
+
+def reduce_collection_for_process(container: Any) -> tuple:
+    """multiprocessing pickling of a ``TensorDict``: file-backed leaves go by file.
+
+    torch's own pickling of a plain tensor over a file mapping fails (``EBADF``,
+    "file_descriptor" strategy) or, worse, moves the *sender's* storage to shared
+    memory ("file_system" strategy): the sender's later writes silently stop
+    reaching its file. Such leaves are sent as ``MemoryMappedTensor`` views
+    instead (file name, identity, offset and strides). Other leaves, and plain
+    ``pickle``, are unchanged.
+    """
+    reduced = container.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    state = reduced[2] if len(reduced) > 2 else None
+    slots = state[1] if type(state) is tuple and len(state) == 2 else None
+    data = slots.get("_data") if type(slots) is dict else None
+    if type(data) is not dict:
+        return reduced
+    maps: list | bool | None = False
+    shipped = dict(data)
+    for key, value in data.items():
+        if (
+            type(value) is torch.Tensor
+            and value.device.type == "cpu"
+            and value.untyped_storage().filename is not None
+        ):
+            if maps is False:
+                maps = read_maps()
+            shipped[key] = _as_file_view(value, maps)  # type: ignore[arg-type]
+    if len(shipped) and any(shipped[k] is not data[k] for k in data):
+        slots = dict(slots, _data=shipped)
+        reduced = (*reduced[:2], (state[0], slots), *reduced[3:])
+    return reduced

@@ -98,3 +98,36 @@ def test_a_receiver_refuses_a_deleted_file_and_does_not_recreate_it(tmp_path):
     outcome = run_ranks(_receive(queue, 1, write=False), world=1)
     assert outcome.error(0)[0] == "StaleFileError"
     assert not os.path.exists(path)
+
+
+def _write_into_received(queue):
+    def fn(rank: int):
+        td = queue.get(timeout=5)
+        td["b"][1] = -1.0  # in place: must reach the sender's file
+        return td["a"].tolist(), td["b"].tolist()
+
+    return fn
+
+
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
+def test_a_container_consolidated_into_a_file_is_sent_by_file(tmp_path, strategy):
+    """torch's own pickling of such leaves fails (file_descriptor) or silently moves the
+    sender's storage to shared memory (file_system): they must travel by file."""
+    previous = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    try:
+        td = TensorDict({"a": torch.arange(3.0), "b": torch.ones(3, 2)}, [3])
+        consolidated = td.consolidate(filename=tmp_path / "c.bin")
+        queue = multiprocessing.get_context("fork").Queue()
+        queue.put(consolidated)
+        outcome = run_ranks(_write_into_received(queue), world=1)
+    finally:
+        torch.multiprocessing.set_sharing_strategy(previous)
+    expected_b = torch.ones(3, 2)
+    expected_b[1] = -1.0
+    assert outcome.value(0) == ([0.0, 1.0, 2.0], expected_b.tolist())
+    assert torch.equal(consolidated["b"], expected_b)  # the receiver wrote into the file
+    assert consolidated["a"].untyped_storage().filename is not None  # sender still maps it
+    consolidated["a"][0] = 9.0  # and the sender's writes still reach the file
+    raw = torch.from_file(str(tmp_path / "c.bin"), size=3, dtype=torch.float32)
+    assert raw[0].item() == 9.0
