@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .frozen import refuse_frozen
+from .keys.writes import inplace_source
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData
-from .writes import inplace_source
 
 _KEEP = object()
 _Tensor = torch.Tensor
