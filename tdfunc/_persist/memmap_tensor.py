@@ -511,9 +511,10 @@ class MemoryMappedTensor(torch.Tensor):
 
 # Methods that return views of their input (of the file, here): each returns a
 # MemoryMappedTensor of the same file (see _keep_file). Other operations give plain
-# tensors (``__torch_function__`` is disabled: no cost on the hot path).
+# tensors (``__torch_function__`` is disabled: no cost on the hot path). ``detach`` too:
+# ``nn.Parameter(mapped)`` relies on it to give a plain tensor, and stays a Parameter.
 _VIEW_METHODS = (
-    "as_strided", "chunk", "detach", "diagonal", "expand", "expand_as", "flatten", "movedim",
+    "as_strided", "chunk", "diagonal", "expand", "expand_as", "flatten", "movedim",
     "moveaxis", "narrow", "permute", "reshape", "reshape_as", "select", "split", "squeeze",
     "swapaxes", "swapdims", "t", "tensor_split", "transpose", "unbind", "unflatten", "unfold",
     "unsqueeze", "view", "view_as",

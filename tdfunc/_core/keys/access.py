@@ -52,6 +52,7 @@ else:
 
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor
+_weak = weakref.ref  # one ref object per container, reused by CPython on each call
 _read = read_value
 
 
@@ -107,6 +108,9 @@ class AccessMixin(ContainerMixin):
         """Remember which container holds ``value`` (a nested level given to the caller), so
         that its batch size cannot later leave its parent's (``check_parent_batch``)."""
         if type(key) is str or len(key) == 1:
+            if type(value) is TensorDict and type(self) is TensorDict:
+                value._parent = _weak(self)  # the common case, on the path of td["key"]
+                return
             hand_out(self, value)
             return
         parent = self._get_nested(key_parts(key)[:-1])
