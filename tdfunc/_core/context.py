@@ -28,10 +28,18 @@ from .frozen import FROZEN
 from .mixin import ContainerMixin, is_tensor_collection
 
 
+def _holder(container: Any) -> Any:
+    """Where ``container`` keeps its pending and entered exit actions: itself, or for a
+    TensorClass (which has no slots of its own) its TensorDict."""
+    if hasattr(type(container), "_exits"):
+        return container
+    return container._to_tensordict_view()
+
+
 def remember(out: Any, action: Callable[[Any], None]) -> Any:
     """Make ``with out:`` run ``action(out)`` on exit; returns ``out``."""
     try:  # noqa: SIM105 (contextlib.suppress costs more on this hot path)
-        out._last_op = action
+        _holder(out)._last_op = action
     except AttributeError:  # a container without the slot: no context-manager form
         pass
     return out
@@ -178,12 +186,13 @@ class ContextMixin(ContainerMixin):
 
     def __enter__(self):
         # the pending exit action of the call that made this container goes on the stack
-        action = getattr(self, "_last_op", None)
+        holder = _holder(self)
+        action = getattr(holder, "_last_op", None)
         try:
-            self._last_op = None
-            stack = getattr(self, "_exits", None)
+            holder._last_op = None
+            stack = getattr(holder, "_exits", None)
             if stack is None:
-                self._exits = [action]
+                holder._exits = [action]
             else:
                 stack.append(action)
         except AttributeError:  # a container without the slots: no context-manager form
@@ -201,13 +210,14 @@ class ContextMixin(ContainerMixin):
         return (getattr(self, "__dict__", None) or None, slots)
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        stack = getattr(self, "_exits", None)
+        holder = _holder(self)
+        stack = getattr(holder, "_exits", None)
         if stack:
             action = stack.pop()
         else:  # __exit__ called without __enter__: the pending action, as before
-            action = getattr(self, "_last_op", None)
+            action = getattr(holder, "_last_op", None)
         if action is not None:
-            self._last_op = None
+            holder._last_op = None
             try:
                 if type(action) is tuple:
                     source, inverse = action
@@ -216,7 +226,7 @@ class ContextMixin(ContainerMixin):
                 else:
                     action(self)
             finally:
-                self._last_op = None
+                holder._last_op = None
 
     @property
     def is_locked(self) -> bool:

@@ -13,7 +13,7 @@ import itertools
 import pytest
 import torch
 
-from tdfunc import TensorDict
+from tdfunc import TensorClass, TensorDict
 
 OPS = ("lock_", "unlock_")
 
@@ -93,3 +93,21 @@ def test_an_exception_inside_nested_blocks_restores_every_level():
     with pytest.raises(KeyError), td.lock_(), td.unlock_(), td.lock_():
         raise KeyError("boom")
     assert not td.is_locked and not td["n"].is_locked
+
+
+class _Pair(TensorClass):
+    x: torch.Tensor
+    n: TensorDict
+
+
+@pytest.mark.parametrize("start_locked", [False, True])
+def test_a_tensorclass_restores_like_a_tensordict(start_locked):
+    """The same programs on a TensorClass instance (its state lives in its TensorDict)."""
+    for program in _programs():
+        pair = _Pair(x=torch.zeros(3), n={"b": torch.zeros(3), "m": {}}, batch_size=[3])
+        if start_locked:
+            pair.lock_()
+        trace: list = []
+        _run(pair, program, [start_locked], trace)
+        for top, nested, deep, expected in trace:
+            assert top == nested == deep == expected, program
