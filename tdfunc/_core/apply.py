@@ -9,6 +9,7 @@ import torch
 
 from .frozen import refuse_frozen
 from .keys.nested import MISSING
+from .keys.writes import inplace_source
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData
@@ -323,15 +324,19 @@ class ApplyMixin(ContainerMixin):
                     result = fn(value, *other_values)
                 if result is None or result is value:
                     continue
-                if (
-                    isinstance(value, _Tensor)
-                    and isinstance(result, _Tensor)
-                    and result.shape == value.shape
-                    and result.dtype == value.dtype
-                ):
-                    value.copy_(result)
+                if isinstance(value, _Tensor) and isinstance(result, _Tensor):
+                    # validated as set() validates: a result that does not fit is an error
+                    value.copy_(inplace_source(value, result, key, "apply_", self._batch_size))
                 else:
                     self._write(((key, result),), False, False, "apply_")  # type: ignore[attr-defined]
+
+    def _apply_inplace(self, fn: Callable, others: tuple) -> None:
+        for key, value in self._data.items():
+            other_values = _others_at(others, key, "apply_") if others else ()
+            if isinstance(value, _Tensor):
+                result = fn(value, *other_values)
+                if result is not None and result is not value:
+                    value.copy_(inplace_source(value, result, key, "apply_", self._batch_size))
             elif _collection(value):
                 view = value._to_tensordict_view()
                 view._apply_inplace(

@@ -7,8 +7,10 @@ removed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -143,6 +145,41 @@ def read_consolidated(path: str, cls: Any) -> Any:
     return build(description["root"], tensordict_class._new_unsafe).lock_()
 
 
+def _file_storage(filename, nbytes: int, existsok: bool) -> torch.Tensor:
+    """A new file of ``nbytes`` (sparse), mapped shared, as a uint8 tensor.
+
+    Created under a fresh name and renamed into place, as every writer of tdfunc
+    does: an existing file is refused unless ``existsok``, and is then replaced,
+    never written through (its other readers keep their data).
+    """
+    final = os.path.abspath(os.fspath(filename))
+    if os.path.isdir(final):
+        raise IsADirectoryError(
+            f"TensorDict.consolidate: filename {final} is a directory; pass the path of a file."
+        )
+    if os.path.lexists(final) and not existsok:
+        raise FileExistsError(
+            f"TensorDict.consolidate: {final} already exists; pass existsok=True to replace it."
+        )
+    directory = os.path.dirname(final)
+    os.makedirs(directory, exist_ok=True)
+    work = os.path.join(directory, f".{secrets.token_hex(8)}.tmp")
+    fd = os.open(work, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        try:
+            os.ftruncate(fd, nbytes)
+        finally:
+            os.close(fd)
+        os.replace(work, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(work)
+        raise
+    if not nbytes:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.from_file(final, shared=True, size=nbytes, dtype=torch.uint8)
+
+
 class ConsolidateMixin(ContainerMixin):
     """One storage for all the leaves of a container.
 
@@ -168,13 +205,16 @@ class ConsolidateMixin(ContainerMixin):
         share_memory: bool = False,
         pin_memory: bool = False,
         metadata: bool = False,
+        existsok: bool = False,
     ):
         """A locked copy whose tensor leaves are views of one storage (already: ``self``).
 
-        ``filename`` backs the storage with a file (memory-mapped, shared, on the
+        ``filename`` backs the storage with a new file (memory-mapped, shared, on the
         CPU) followed by a JSON description of the container, so that
-        :meth:`from_consolidated` rebuilds it from the file alone; ``share_memory``
-        puts the storage in shared memory; ``device`` places it there. With
+        :meth:`from_consolidated` rebuilds it from the file alone; an existing file
+        is a ``FileExistsError`` unless ``existsok=True``, which replaces it
+        (mappings of the old file keep their content). ``share_memory`` puts the
+        storage in shared memory; ``device`` places it there. With
         ``inplace=True`` this container's leaves are replaced by the views. With
         ``return_early=True`` (and ``num_threads > 0``) a
         ``concurrent.futures.Future`` of the result is returned at once.
@@ -204,6 +244,7 @@ class ConsolidateMixin(ContainerMixin):
                 inplace=inplace,
                 share_memory=share_memory,
                 pin_memory=pin_memory,
+                existsok=existsok,
             )
             executor.shutdown(wait=False)
             return future
@@ -223,10 +264,7 @@ class ConsolidateMixin(ContainerMixin):
         )
         if filename is not None:
             description = _describe(self, offsets, total)
-            os.makedirs(os.path.dirname(os.path.abspath(os.fspath(filename))), exist_ok=True)
-            storage = torch.from_file(
-                os.fspath(filename), shared=True, size=total, dtype=torch.uint8
-            )
+            storage = _file_storage(filename, total, existsok)
             target = torch.device("cpu")
         else:
             storage = torch.empty(total, dtype=torch.uint8, device=target)
