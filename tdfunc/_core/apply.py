@@ -329,14 +329,6 @@ class ApplyMixin(ContainerMixin):
                     value.copy_(inplace_source(value, result, key, "apply_", self._batch_size))
                 else:
                     self._write(((key, result),), False, False, "apply_")  # type: ignore[attr-defined]
-
-    def _apply_inplace(self, fn: Callable, others: tuple) -> None:
-        for key, value in self._data.items():
-            other_values = _others_at(others, key, "apply_") if others else ()
-            if isinstance(value, _Tensor):
-                result = fn(value, *other_values)
-                if result is not None and result is not value:
-                    value.copy_(inplace_source(value, result, key, "apply_", self._batch_size))
             elif _collection(value):
                 view = value._to_tensordict_view()
                 view._apply_inplace(
