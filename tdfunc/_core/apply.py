@@ -161,7 +161,7 @@ class ApplyMixin(ContainerMixin):
         if device is not _KEEP:
             out_tree = out_tree.to(device) if device is not None else _without_device(out_tree)
         if out is not None:
-            out.update(out_tree, inplace=True)
+            out.update(out_tree)  # entries replaced (a new dtype or shape is kept), as tensordict
             return out
         if propagate_lock and self._is_locked:
             out_tree.lock_()
