@@ -55,15 +55,7 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors
 
-from .layout import (
-    _HEADER_BYTES,
-    _HEADER_FORMAT,
-    _MAGIC,
-    _VERSION,
-    _copy_into,
-    _Layout,
-    _path_str,
-)
+from .layout import _HEADER_BYTES, _HEADER_FORMAT, _MAGIC, _VERSION, _copy_into, _Layout, _path_str
 from .work import _POST_LOCK, DistributedWork, _Channel, _channel
 
 _PAYLOAD_TAG = 1 << 30
