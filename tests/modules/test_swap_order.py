@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from tdfunc import TensorDict, functional_call
-from tdfunc._functional import swap_plan
+from tdfunc._modules import swap_plan
 
 
 @pytest.fixture(params=["straight_line", "passes"])
