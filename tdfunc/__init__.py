@@ -35,5 +35,4 @@ from ._pytree.dims import dims_like as dims_like
 from ._tensorclass.tensorclass import TensorClass as TensorClass
 from ._tensorclass.tensorclass import is_tensorclass as is_tensorclass
 from ._tensorclass.tensorclass import tensorclass as tensorclass
-
-__version__ = "0.1.0"
+from ._version import __version__ as __version__

@@ -446,7 +446,8 @@ class DistributedMixin:
                 mix it with pending receives from a given rank on the same tag).
             group: the process group (default: the default group).
             tag: must match the sender's ``tag``.
-            init_tag, pseudo_rand: tensordict's names (see :meth:`send`).
+            init_tag: tensordict's name for ``tag`` (see :meth:`send`).
+            pseudo_rand: accepted for tensordict's signature (see :meth:`send`).
 
         Example:
             >>> # rank 0: data = TensorDict({"a": torch.zeros(())}, []); data.recv(src=1)

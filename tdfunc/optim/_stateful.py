@@ -141,7 +141,10 @@ class Adam(_Stacked):
 
     Args:
         params: the stacked parameters (e.g. ``ensemble.parameters()``) or param groups.
-        lr, betas, eps, weight_decay: as in ``torch.optim.Adam``; floats or ``[N]`` tensors.
+        lr: as in ``torch.optim.Adam``; a float or an ``[N]`` tensor.
+        betas: as in ``torch.optim.Adam``; floats or ``[N]`` tensors.
+        eps: as in ``torch.optim.Adam``.
+        weight_decay: as in ``torch.optim.Adam``; a float or an ``[N]`` tensor.
 
     Example:
         >>> import torch
