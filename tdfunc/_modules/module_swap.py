@@ -48,7 +48,7 @@ _PLANS: dict[int, tuple[weakref.ref, list]] = {}
 # end puts back what was there before all of them. The lock makes "save, write,
 # record" and "unwind" atomic between threads.
 _ACTIVE: list = []
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # reentrant: a handle dropped (__del__) while a swap holds it
 _ident = threading.get_ident
 _new = object.__new__
 _EMPTY = torch.Size()

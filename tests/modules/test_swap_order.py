@@ -168,3 +168,26 @@ def test_two_threads_on_one_module(plan_kind):
         thread.join()
     assert not errors
     assert all(_slots(model)[k] is original[k] for k in original)
+
+
+# ---------------------------------------------------------------- one cache
+def test_to_module_and_functional_call_share_one_bounded_cache(plan_kind, monkeypatch):
+    from tdfunc._modules import module_swap
+
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
+    builds = []
+    original = module_swap.build_plan
+    monkeypatch.setattr(
+        module_swap, "build_plan", lambda *a, **k: builds.append(1) or original(*a, **k)
+    )
+    params = TensorDict.from_module(model).apply(torch.zeros_like)
+    x = torch.ones(1, 2)
+    with params.to_module(model):
+        expected = model(x)
+    assert torch.equal(functional_call(model, params, (x,)), expected)
+    assert len(builds) == 1  # the plan of to_module served functional_call
+    for index in range(10):  # ten key structures: the cache keeps the latest few
+        with params.exclude(str(index)).to_module(model):
+            pass
+    plans = module_swap._PLANS[id(model)][1]
+    assert len(plans) == module_swap._MAX_PLANS
