@@ -62,23 +62,24 @@ class SwapPlan:
     """Where each value of one key structure goes in one module.
 
     The mapping's levels are numbered breadth first (0 is the root; a level of
-    depth ``d`` is a value in a level of depth ``d - 1``). Reading concatenates
-    the values of every level of a depth (``flat``), so each value has a fixed
-    position in it.
+    depth ``d`` is a value in a level of depth ``d - 1``).
 
     Attributes:
-        depths: per depth: ``(first level, pick the next depth's levels from
-            this depth's values, getter)``; the getter turns a value into the
-            level's mapping (``None``: the values are dicts).
+        depths: per depth past the root: ``(pick the parent levels, keys,
+            getter)``; the getter turns a value read into the level's mapping
+            (``None``: the values are dicts).
         sizes, keys: every level's ``len()`` and all keys, levels in order (the
             key structure the mapping must have).
-        pick: the value of every slot, from all the levels' values.
+        slot_levels, slot_keys: where each slot's value is read (``slot_levels``
+            picks the level of every slot from the list of levels).
+        unread: ``(level, key)`` of keys no slot reads (metadata): looked up
+            so that a level of the right size has exactly the plan's keys.
         owners, names: the slots (distinct ``(owner dict, name)`` pairs).
         parents, child_counts, child_names, children: the modules the keys
             walk through (``None`` stands for the root, held weakly) and what
             their ``_modules`` held when the plan was built.
         tied: ``(slot, slot)`` pairs that must still hold one object.
-        same_key: ``(position, position, error)``: two keys naming one tie.
+        same_key: ``((level, key), (level, key), error)``: two keys naming one tie.
         nodes: per level past the root: ``(parent level, position, key, is_dict)``.
         leaf_levels, leaf_keys, spread: where each value is read, and each
             slot's value (the traced path and the old-values view read them).
@@ -103,16 +104,18 @@ class SwapPlan:
         "own_slots",
         "owners",
         "parents",
-        "pick",
         "read",
         "restore",
         "same_key",
         "signature",
         "sizes",
         "slot_index",
+        "slot_keys",
+        "slot_levels",
         "spread",
         "tie",
         "tied",
+        "unread",
         "write",
     )
 
@@ -128,18 +131,20 @@ class SwapPlan:
         (module untouched) when the mapping or the module no longer fits.
 
         Every step is one C-level pass (``map``, ``chain``, ``itemgetter``,
-        list comparison) over the plan's lists: no Python loop per slot.
+        list comparison) over the plan's lists: no Python loop per slot. Each
+        level's keys are checked by reading every one of them from a level of
+        the plan's size.
         """
         levels = [data]
-        flat: list = []
-        for first, pick, getter in self.depths:
-            values = list(chain.from_iterable(map(dict.values, levels[first:])))
-            flat += values
-            if pick is not None:
-                found = pick(values)
-                levels += found if getter is None else map(getter, found)
-        if list(map(len, levels)) != self.sizes or list(chain.from_iterable(levels)) != self.keys:
+        for parents, keys, getter in self.depths:
+            found = map(getitem, parents(levels), keys)
+            levels += found if getter is None else map(getter, found)
+        # every key is read below and each level has the plan's size: the same keys
+        if list(map(len, levels)) != self.sizes:
             raise Mismatch
+        values = list(map(getitem, self.slot_levels(levels), self.slot_keys))
+        for level, key in self.unread:
+            levels[level][key]
         if self.parents:
             parents = self.parents
             if parents[0] is None:  # the root, held weakly
@@ -155,10 +160,10 @@ class SwapPlan:
         for first_slot, other in self.tied:
             if olds[first_slot] is not olds[other]:
                 raise Mismatch
-        for first_position, other, error in self.same_key:
-            if flat[first_position] is not flat[other]:
+        for (level, key), (other_level, other_key), error in self.same_key:
+            if levels[level][key] is not levels[other_level][other_key]:
                 raise error
-        return self.pick(flat), olds
+        return values, olds
 
     def write_passes(self, values) -> None:
         """Put ``values`` (one per slot) into the slots."""
@@ -281,7 +286,6 @@ class _Builder:
         self.spread: list = []  # per slot: its value
         self.index: dict = {}  # (id(owner), name) -> slot
         self.leaf_levels: list = []  # per value: where it is read
-        self.leaf_positions: list = []
         self.leaf_keys: list = []
         self.own_slots: list = []  # per value: the slot its key names
         self.walked: dict = {}  # id(module) -> module whose _modules a key walks through
@@ -320,27 +324,28 @@ class _Builder:
             if following:
                 depth_starts.append(following[0][0])
             current = following
-        offsets = [0]
-        for size in sizes:
-            offsets.append(offsets[-1] + size)
         plan = SwapPlan()
         plan.module = weakref.ref(module)
         plan.depths = []
-        for depth, first in enumerate(depth_starts):
-            following_first = depth_starts[depth + 1] if depth + 1 < len(depth_starts) else None
-            if following_first is None:
-                plan.depths.append((first, None, None))
-                continue
-            inner = nodes[following_first - 1 : _end(depth_starts, depth + 1, len(sizes)) - 1]
-            picks = [offsets[parent] - offsets[first] + at for parent, at, _, _ in inner]
+        for depth in range(len(depth_starts) - 1):
+            end = _end(depth_starts, depth + 1, len(sizes))
+            inner = nodes[depth_starts[depth + 1] - 1 : end - 1]
             kinds = {is_dict for _, _, _, is_dict in inner}
             getter = None if kinds == {True} else _data_of if kinds == {False} else _level_of
-            plan.depths.append((first, _picker(picks), getter))
+            parents = _picker([parent for parent, _, _, _ in inner])
+            plan.depths.append((parents, [key for _, _, key, _ in inner], getter))
         plan.sizes = sizes
         plan.keys = list(chain.from_iterable(keys))
-        reads = zip(self.leaf_levels, self.leaf_positions)
-        positions = [offsets[level] + at for level, at in reads]
-        plan.pick = _picker([positions[value] for value in self.spread])
+        plan.slot_levels = _picker([self.leaf_levels[value] for value in self.spread])
+        plan.slot_keys = [self.leaf_keys[value] for value in self.spread]
+        read = set(zip(self.leaf_levels, self.leaf_keys))
+        read.update((parent, key) for parent, _, key, _ in nodes)
+        plan.unread = [
+            (level, key)
+            for level, level_keys in enumerate(keys)
+            for key in level_keys
+            if (level, key) not in read
+        ]
         plan.owners = self.owners
         plan.names = self.names
         plan.nodes = nodes
@@ -350,7 +355,8 @@ class _Builder:
         plan.own_slots = None if identity else self.own_slots
         plan.spread = self.spread
         plan.tied = self.tied
-        plan.same_key = [(positions[a], positions[b], error) for a, b, error in self.same_key]
+        where = list(zip(self.leaf_levels, self.leaf_keys))
+        plan.same_key = [(where[a], where[b], error) for a, b, error in self.same_key]
         parents = list(self.walked.values())
         plan.child_counts = [len(parent._modules) for parent in parents]
         plan.child_names = [name for parent in parents for name in parent._modules]
@@ -393,7 +399,6 @@ class _Builder:
             tied = [(owner, name)] + [s for s in tied if s[0] is not owner or s[1] != name]
         value = len(self.leaf_keys)
         self.leaf_levels.append(read[0])
-        self.leaf_positions.append(read[1])
         self.leaf_keys.append(read[2])
         first = -1
         for slot_owner, slot_name in tied:
