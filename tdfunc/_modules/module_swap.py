@@ -121,6 +121,12 @@ def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = Tr
     entry = _PLANS.get(id(module))
     if entry is not None and entry[0]() is module:
         plans = entry[1]
+        plan = plans[0]
+        if plan.tie is tie:  # the most recent plan nearly always fits
+            try:
+                return _swap(plan, data)
+            except _MISMATCH:
+                pass
         for position, plan in enumerate(plans):
             if plan.tie is not tie:
                 continue
@@ -150,8 +156,7 @@ def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = Tr
 def _swap(plan: SwapPlan, data) -> ModuleSwap:
     """Save the slots, write ``data``'s values, record the swap; the handle."""
     with _LOCK:
-        values, olds = plan.read(data)
-        plan.write(values)
+        olds = plan.enter(data)
         handle = _new(_HANDLE[0] or _handle_class())
         handle._olds = olds
         handle._state = 0
@@ -260,9 +265,16 @@ class SwapState:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        if self._state != 2:
-            self._state = 2
-            self._undo()
+        if self._state == 2:
+            return
+        self._state = 2
+        with _LOCK:
+            active = _ACTIVE
+            if active and active[-1][0]() is self:  # the latest swap: nested order
+                active.pop()
+                self._plan.write(self._olds)
+                return
+        self._undo()
 
     def restore(self) -> None:
         """Put back the objects the module held before the swap (also after a commit)."""
@@ -300,6 +312,11 @@ class TracedSwap(SwapState):
         self._plan = plan
         self._olds = olds
         self._state = 0
+
+    def __exit__(self, *exc_info) -> None:  # no lock, no record: dynamo traces this
+        if self._state != 2:
+            self._state = 2
+            self._plan.restore_interpreted(self._olds)
 
     def _undo(self) -> None:
         self._plan.restore_interpreted(self._olds)

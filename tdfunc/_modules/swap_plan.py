@@ -94,6 +94,7 @@ class SwapPlan:
         "child_names",
         "children",
         "depths",
+        "enter",
         "keys",
         "leaf_keys",
         "leaf_levels",
@@ -123,6 +124,7 @@ class SwapPlan:
         self.missing: Any = None
         self.slot_index: Any = None
         self.read = self.read_passes  # small plans: generated straight-line functions
+        self.enter = self.enter_passes
         self.write = self.restore = self.write_passes
 
     # -------------------------------------------------------------- hot path
@@ -164,6 +166,12 @@ class SwapPlan:
             if levels[level][key] is not levels[other_level][other_key]:
                 raise error
         return values, olds
+
+    def enter_passes(self, data) -> list:
+        """``read``, then write the new values: the old objects, per slot."""
+        values, olds = self.read(data)
+        self.write(values)
+        return olds
 
     def write_passes(self, values) -> None:
         """Put ``values`` (one per slot) into the slots."""
@@ -472,15 +480,22 @@ def _straight_line(plan: SwapPlan, root: nn.Module, keys: list, nodes: list, bui
     for number, (a, b, error) in enumerate(built.same_key):
         constants[f"E{number}"] = error
         lines.append(f"    if v{a} is not v{b}: raise E{number}")
+    checked = len(lines)  # everything is read and checked: enter writes from here on
     values = "".join(f"v{value}, " for value in built.spread)
     olds = ", ".join(f"x{slot}" for slot in range(len(plan.names)))
     lines.append(f"    return ({values}), [{olds}]")
+    lines += ["def enter(data):", *lines[1:checked]]
+    lines += [
+        f"    O{slot}[{plan.names[slot]!r}] = v{value}" for slot, value in enumerate(built.spread)
+    ]
+    lines.append(f"    return [{olds}]")
     unpack = "".join(f"a{slot}, " for slot in range(len(plan.names)))
     lines += ["def write(values):", f"    ({unpack}) = values"]
     lines += [f"    O{slot}[{name!r}] = a{slot}" for slot, name in enumerate(plan.names)]
     namespace: dict[str, Any] = {}
     exec(compile("\n".join(lines), "<tdfunc swap plan>", "exec"), constants, namespace)
     plan.read = namespace["read"]
+    plan.enter = namespace["enter"]
     plan.write = plan.restore = namespace["write"]
 
 
