@@ -234,11 +234,15 @@ _CHUNK_CORPUS = {
     "custom": (_Custom, (64, 64)),
     "conv_norms": (
         lambda: nn.Sequential(
-            nn.Conv1d(2, 4, 3, stride=2), nn.BatchNorm1d(4), nn.GroupNorm(2, 4),
-            nn.Flatten(), nn.LayerNorm(12), nn.Linear(12, 3),
+            nn.Conv1d(2, 4, 3, stride=2),
+            nn.BatchNorm1d(4),
+            nn.GroupNorm(2, 4),
+            nn.Flatten(),
+            nn.LayerNorm(12),
+            nn.Linear(12, 3),
         ),
         (16, 2, 7),
-    ),  # fmt: skip
+    ),
 }
 
 
