@@ -44,6 +44,19 @@ _RANDOMNESS = ("error", "different", "same")
 _SCALAR = torch.Size([])
 
 
+class _Pinned(tuple):
+    """A tuple that pytree functions treat as a leaf (a class they do not know).
+
+    The layout and the slots hold the ``_parameters`` and ``_buffers`` dicts of
+    the ``stacked`` modules. Tools that snapshot a module's attributes with
+    ``tree_map`` and write the snapshot back (``torch.export`` does, around
+    its trace) would copy plain tuples and dicts, and the ensemble would then
+    read the tensors of the trace instead of its own.
+    """
+
+    __slots__ = ()
+
+
 class _Stacked(nn.Module):
     """One level of stacked parameters, named like the template's module at that level."""
 
@@ -374,13 +387,14 @@ class Ensemble(nn.Module):
         check_members(models)
         stacked = TensorDict.from_modules(*models)
         template = copy.deepcopy(models[0])
-        self.stacked, self._layout = _register(stacked, template, ())
+        self.stacked, layout = _register(stacked, template, ())
+        self._layout = _Pinned(layout)
         if not self._layout:
             raise ValueError(
                 f"Ensemble: the model ({type(template).__name__}) has no parameters or "
                 f"buffers, so its members would all be the same."
             )
-        self._slots = tuple(_slots(self._layout))
+        self._slots = _Pinned(_slots(self._layout))
         # Outside the module tree: the ensemble must not register (or move) these tensors.
         object.__setattr__(self, "_template", _to_meta(template))
         self._prepare_swap()
