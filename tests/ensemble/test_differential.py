@@ -240,7 +240,7 @@ class EnsembleVersusLoop(RuleBasedStateMachine):
 
 
 _SETTINGS = settings(
-    max_examples=8,
+    max_examples=6,
     stateful_step_count=14,
     derandomize=True,
     deadline=None,
