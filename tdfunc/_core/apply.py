@@ -501,6 +501,20 @@ class ApplyMixin(ContainerMixin):
         """Every tensor leaf cast to ``torch.bool`` (``Tensor.bool``)."""
         return self.to(torch.bool)
 
+    def type(self, dst_type: torch.dtype) -> Self:
+        """Every tensor leaf cast to the dtype ``dst_type`` (``Tensor.type(dtype)``).
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(2)}, [2]).type(torch.int64)["a"].dtype
+            torch.int64
+        """
+        if not isinstance(dst_type, torch.dtype):
+            raise TypeError(
+                f"TensorDict.type: expected a torch.dtype (e.g. torch.float64), got "
+                f"{dst_type!r}; tensor type names such as 'torch.FloatTensor' are not accepted."
+            )
+        return self.to(dst_type)
+
 
 def _result_error(result: Any, key, expected: torch.Size) -> Exception:
     if not isinstance(result, _Tensor):

@@ -206,32 +206,38 @@ def clone(item, *, memory_format=None):
 
 @implements(torch.zeros_like)
 def zeros_like(item, **kwargs):
-    return item.apply(lambda t: torch.zeros_like(t, **kwargs))
+    return _like(item.apply(lambda t: torch.zeros_like(t, **kwargs)), kwargs)
 
 
 @implements(torch.ones_like)
 def ones_like(item, **kwargs):
-    return item.apply(lambda t: torch.ones_like(t, **kwargs))
+    return _like(item.apply(lambda t: torch.ones_like(t, **kwargs)), kwargs)
 
 
 @implements(torch.empty_like)
 def empty_like(item, **kwargs):
-    return item.apply(lambda t: torch.empty_like(t, **kwargs))
+    return _like(item.apply(lambda t: torch.empty_like(t, **kwargs)), kwargs)
 
 
 @implements(torch.full_like)
 def full_like(item, fill_value, **kwargs):
-    return item.apply(lambda t: torch.full_like(t, fill_value, **kwargs))
+    return _like(item.apply(lambda t: torch.full_like(t, fill_value, **kwargs)), kwargs)
+
+
+def _like(out, kwargs: dict):
+    """A ``*_like`` result carries the ``device=`` it was asked for (its leaves are there)."""
+    device = kwargs.get("device")
+    return out if device is None else out.to(device)
 
 
 @implements(torch.randn_like)
 def randn_like(item, **kwargs):
-    return item.apply(lambda t: torch.randn_like(t, **kwargs))
+    return _like(item.apply(lambda t: torch.randn_like(t, **kwargs)), kwargs)
 
 
 @implements(torch.rand_like)
 def rand_like(item, **kwargs):
-    return item.apply(lambda t: torch.rand_like(t, **kwargs))
+    return _like(item.apply(lambda t: torch.rand_like(t, **kwargs)), kwargs)
 
 
 # ---------------------------------------------------------------------- tensor-like surface

@@ -462,6 +462,10 @@ class ConstructorsMixin(ContainerMixin):
         target = self._get_leaf(key, "set_at_")
         if is_collection(target) or isinstance(target, _Tensor):
             target[index] = value
+        elif isinstance(target, NonTensorData):
+            # a non-tensor leaf is immutable: its parent gets the leaf with the values
+            # written (a NonTensorStack once the values differ), as td[index] = ... does
+            _set_non_tensor_at(self, key, target, value, index)
         else:
             raise TypeError(
                 f"TensorDict.set_at_: the entry at key {key!r} is a "
@@ -545,3 +549,21 @@ def _shallow(data: dict) -> dict:
             value = rewrap(value, view._like(_shallow(view._data)))
         out[key] = value
     return out
+
+
+def _set_non_tensor_at(td: Any, key: Any, target: NonTensorData, value: Any, index: Any) -> None:
+    from ..keys.nested import unravel_key
+    from ..keys.writes import writable_view
+    from ..nontensor import write_at
+    from ..shape.indexing import prepare
+
+    key = unravel_key(key, "set_at_")
+    parts = (key,) if isinstance(key, str) else key
+    parent = td
+    for part in parts[:-1]:
+        parent = writable_view(parent._to_tensordict_view()._data[part], "set_at_", key)
+    parent = writable_view(parent, "set_at_", key)
+    leaf_index, selected = parent._leaf_index(index)
+    if selected is None:  # a mask or an index tensor: positions once, as __setitem__ does
+        leaf_index = prepare(leaf_index, parent._batch_size)[0]
+    parent._data[parts[-1]] = write_at(target, leaf_index, value)

@@ -34,6 +34,14 @@ else:
     TensorDict = None  # bound by container.py: the class derives from this mixin
 
 _NO_DEFAULT = MISSING
+
+
+def _tensordict_class():
+    from ..container import TensorDict
+
+    return TensorDict
+
+
 _Tensor = torch.Tensor
 _read = read_value
 
@@ -121,6 +129,45 @@ class KeyViewsMixin(ContainerMixin):
                 if is_tensor_collection(v)
             }
         )
+
+    def create_nested(self, key: Any) -> Self:
+        """Set an empty TensorDict at ``key``, with this container's batch size, device
+        and names (an entry already at ``key`` is replaced); returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2]).create_nested(("b", "c"))
+            >>> td["b", "c"].batch_size, td["b", "c"].is_empty()
+            (torch.Size([2]), True)
+        """
+        names = self.names if any(n is not None for n in self.names) else None
+        nested = _tensordict_class()(
+            {}, batch_size=self.batch_size, device=self.device, names=names
+        )
+        self.set(key, nested)
+        return self
+
+    def entry_class(self, key: Any) -> type:
+        """The class of the entry at ``key`` (``type(td.get(key))``).
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(2), "s": "x"}, [2]).entry_class("s").__name__
+            'NonTensorData'
+        """
+        return type(self.get(key))
+
+    def filter_empty_(self) -> Self:
+        """Delete, in place, the nested containers that hold no leaf (at any depth).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": {}}})
+            >>> list(td.filter_empty_().keys(True))
+            ['a']
+        """
+        for key, value in list(self.items()):
+            if is_tensor_collection(value):
+                if value.filter_empty_().is_empty():
+                    del self[key]
+        return self
 
     def flatten_keys(self, separator: str = ".", inplace: bool = False, is_leaf=None) -> Self:
         """Flatten nested keys into single keys joined by ``separator``.

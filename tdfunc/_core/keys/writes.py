@@ -130,6 +130,9 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
         return value
     if is_tensor_collection(value):
         if value.batch_size[:ndim] != batch_size:
+            extended = _extended(value, batch_size)
+            if extended is not None:
+                return convert(td, key, extended, batch_size, api)
             raise ValueError(
                 f"TensorDict.{api}: the {type(value).__name__} at key {key!r} has batch "
                 f"size {list(value.batch_size)}, which does not start with the batch size "
@@ -167,6 +170,20 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
             if stack is not None:
                 return stack
     return NonTensorData._make(value, batch_size, td._device)
+
+
+def _extended(value: Any, batch_size: torch.Size) -> Any:
+    """A shallow copy of ``value`` with ``batch_size`` when its batch size is a strict
+    prefix of ``batch_size`` and every entry fits it (as tensordict does); else None."""
+    size = value.batch_size
+    if len(size) >= len(batch_size) or batch_size[: len(size)] != size:
+        return None
+    extended = value.clone(False)
+    try:
+        extended.batch_size = batch_size
+    except (ValueError, RuntimeError):
+        return None
+    return extended
 
 
 def write(td, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None:

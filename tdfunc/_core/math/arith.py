@@ -37,12 +37,25 @@ def _pairs(self, other: Any, api: str) -> list:
     else:
         other_data = other._to_tensordict_view()._data
     if other_data.keys() != self._data.keys():
-        missing = sorted(set(self._data) ^ set(other_data), key=str)
-        raise KeyError(
-            f"{type(self).__name__}.{api}: both operands must have the same keys; these keys are "
-            f"only in one of them: {missing}."
-        )
+        # a None entry is an unset TensorClass field: the same as no entry
+        only = [
+            k
+            for data in (self._data, other_data)
+            for k in data
+            if k not in self._data or k not in other_data
+            if not _is_none(data[k])
+        ]
+        if only:
+            raise KeyError(
+                f"{type(self).__name__}.{api}: both operands must have the same keys; these "
+                f"keys are only in one of them: {sorted(only, key=str)}."
+            )
+        return [(k, v, other_data[k]) for k, v in self._data.items() if k in other_data]
     return [(k, v, other_data[k]) for k, v in self._data.items()]
+
+
+def _is_none(value: Any) -> bool:
+    return value is None or (type(value) is NonTensorData and value.data is None)
 
 
 def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):

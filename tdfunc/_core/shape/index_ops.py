@@ -360,8 +360,8 @@ class IndexOpsMixin(ContainerMixin):
 
     def _atleast(self, n: int, function: Any):
         ndim = len(self._batch_size)
-        if ndim >= n:
-            return self._like(dict(self._data))
+        if ndim >= n:  # as torch.atleast_*d returns its input
+            return self
         new_size = function(_meta(self._batch_size)).shape
         return map_leaves(
             self, lambda t: t.reshape(new_size + t.shape[ndim:]), new_size, True, no_names

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..apply import rewrap
-from ..context import check_parent_batch, write_back
+from ..context import check_parent_batch
+from ..context import write_back as _write_back
 from ..frozen import FROZEN, refuse_frozen
 from ..keys.fastpath import is_tensor_kind, node_kind
 from ..keys.nested import unravel_key
@@ -23,6 +24,7 @@ from ..mixin import is_tensor_collection as _collection
 from ..nontensor import NonTensorData, write_at
 from .indexing import Take, plan, prepare
 from .sizes import (
+    DimOutOfRangeError,
     _simple_index_size,
     expand_ellipsis,
     index_batch_size,
@@ -341,8 +343,15 @@ class ShapeOpsMixin(ContainerMixin):
     def transpose(self, dim0: int, dim1: int) -> Self:
         """Swap two batch dims."""
         ndim = len(self._batch_size)
-        dim0 = normalize_dim(dim0, ndim, f"{type(self).__name__}.transpose")
-        dim1 = normalize_dim(dim1, ndim, f"{type(self).__name__}.transpose")
+        api = f"{type(self).__name__}.transpose"
+        if not (-ndim <= dim0 < ndim and -ndim <= dim1 < ndim):
+            raise DimOutOfRangeError(
+                f"{api}: dim0 and dim1 must be within the range of the number of dimensions "
+                f"(expected values in [{-ndim}, {ndim - 1}] for a batch of {ndim} dim(s), "
+                f"got {dim0} and {dim1})."
+            )
+        dim0 = normalize_dim(dim0, ndim, api)
+        dim1 = normalize_dim(dim1, ndim, api)
         size = list(self._batch_size)
         size[dim0], size[dim1] = size[dim1], size[dim0]
         names = None
@@ -531,6 +540,14 @@ def _preallocate(td, key: str, template: Any, skip: int, index) -> None:
         zeros._set_at_index(index, view)
         value = rewrap(template, zeros)
     td._data[key] = value
+
+
+def write_back(out: Any, source: Any, inverse=None) -> Any:
+    """A reshaped view of ``source``: ``with out:`` writes back, and a view of a locked
+    container is locked (its structure follows the source's, as in tensordict)."""
+    if source.is_locked and not out.is_locked:
+        out.lock_()
+    return _write_back(out, source, inverse)
 
 
 def _write_non_tensor(data: dict, key: str, index, value: Any) -> None:

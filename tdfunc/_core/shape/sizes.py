@@ -84,10 +84,18 @@ def _size_type_error(batch_size, api: str) -> TypeError:
     )
 
 
+class DimOutOfRangeError(IndexError, ValueError):
+    """A batch dim outside the batch.
+
+    The ``IndexError`` torch raises for a tensor dim, and the ``ValueError``
+    tensordict raises for some batch-dim arguments, so either ``except`` catches it.
+    """
+
+
 def normalize_dim(dim: int, ndim: int, api: str) -> int:
     """Turn a possibly negative batch dim into a positive one, with a clear error."""
     if not -ndim <= dim < ndim:
-        raise IndexError(
+        raise DimOutOfRangeError(
             f"{api}: dim {dim} is out of range for a batch of {ndim} dim(s) "
             f"(expected a value in [{-ndim}, {ndim - 1}])."
         )
