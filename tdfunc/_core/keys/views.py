@@ -164,9 +164,8 @@ class KeyViewsMixin(ContainerMixin):
             ['a']
         """
         for key, value in list(self.items()):
-            if is_tensor_collection(value):
-                if value.filter_empty_().is_empty():
-                    del self[key]
+            if is_tensor_collection(value) and value.filter_empty_().is_empty():
+                del self[key]
         return self
 
     def flatten_keys(self, separator: str = ".", inplace: bool = False, is_leaf=None) -> Self:
