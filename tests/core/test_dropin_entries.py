@@ -55,7 +55,7 @@ def test_type_casts_every_leaf(kind):
     leaves = [v for v in out.values(True, True) if isinstance(v, torch.Tensor)]
     assert leaves and all(v.dtype is torch.float16 for v in leaves)
     assert torch.equal(leaves[0], a.half())
-    with pytest.raises(TypeError, match="torch.dtype"):
+    with pytest.raises(TypeError, match=r"torch\.dtype"):
         obj.type("torch.FloatTensor")
 
 
