@@ -188,7 +188,8 @@ def test_contains():
     td = _nested()
     assert "a" in td and ("b", "d", "e") in td and ("b", ("d",)) in td
     assert "zz" not in td and ("a", "x") not in td
-    assert 1 not in td
+    with pytest.raises(TypeError, match="NestedKey"):
+        _ = 1 in td  # not a key: an error, not False (as tensordict)
 
 
 def test_get_with_default():

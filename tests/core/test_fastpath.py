@@ -74,7 +74,9 @@ def test_a_leaf_in_the_way_and_bad_keys():
     with pytest.raises(KeyError, match="holds a Tensor"):
         td["a", "x"]
     assert ("a", "x") not in td
-    assert ("b", 3) not in td and () not in td and [("b", "c")] not in td
+    assert ("b", 3) not in td and () not in td
+    with pytest.raises(TypeError, match="NestedKey"):
+        _ = [("b", "c")] in td  # a list is not a key
     with pytest.raises(TypeError, match="a key must be a str"):
         td.get(("b", 3))
     with pytest.raises(TypeError):

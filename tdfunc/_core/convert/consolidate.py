@@ -249,6 +249,13 @@ class ConsolidateMixin(ContainerMixin):
             executor.shutdown(wait=False)
             return future
         leaves = tensor_leaves(self)
+        nested = [leaf for leaf in leaves if leaf.is_nested]
+        if nested:
+            raise TypeError(
+                f"{type(self).__name__}.consolidate: nested (jagged) tensors cannot be packed "
+                f"into one storage; found {len(nested)} nested tensor leaf/leaves. Convert them "
+                f"first (e.g. td.apply(lambda t: t.to_padded_tensor(0.0) if t.is_nested else t))."
+            )
         if (
             self.is_consolidated()
             and filename is None
@@ -318,7 +325,7 @@ class ConsolidateMixin(ContainerMixin):
             (False, True)
         """
         leaves = tensor_leaves(self)
-        if not leaves:
+        if not leaves or any(leaf.is_nested for leaf in leaves):
             return False
         first = leaves[0].untyped_storage().data_ptr()
         return all(leaf.untyped_storage().data_ptr() == first for leaf in leaves[1:])

@@ -37,6 +37,11 @@ def _tensordict_class() -> Any:
 
 def _build(cls: Any, data: dict, batch_size: Any, device: Any, auto: bool, batch_dims: Any):
     """A ``cls`` (TensorDict or a TensorClass) from a nested dict of values."""
+    if batch_size is not None and batch_dims is not None:
+        raise ValueError(
+            f"{getattr(cls, '__name__', 'TensorDict')}: cannot pass both batch_size and "
+            f"batch_dims; batch_dims infers a batch size of that many dims."
+        )
     TensorDict = _tensordict_class()
     td = TensorDict(data, batch_size=[] if batch_size is None else batch_size, device=device)
     if batch_size is None and (auto or batch_dims is not None):
@@ -368,17 +373,20 @@ class ConstructorsMixin(ContainerMixin):
 
     @property
     def depth(self) -> int:
-        """How deeply containers are nested: 0 for a container of tensors only.
+        """How deeply leaves are nested: 0 for a container of leaves only.
+
+        Containers without leaves (at any depth) do not count.
 
         Example:
             >>> TensorDict({"a": {"b": {"c": torch.zeros(())}}}, []).depth
             2
         """
-        depths = [
-            1 + value._to_tensordict_view().depth
-            for value in self._data.values()
-            if is_collection(value)
-        ]
+        depths = []
+        for value in self._data.values():
+            if is_collection(value):
+                inner = value._to_tensordict_view()
+                if not inner.is_empty():  # an empty level holds no leaf: it adds no depth
+                    depths.append(1 + inner.depth)
         return max(depths, default=0)
 
     def ndimension(self) -> int:
@@ -522,7 +530,7 @@ class ConstructorsMixin(ContainerMixin):
         for value in self._data.values():
             if is_collection(value):
                 view = value._to_tensordict_view()
-                view.auto_batch_size_()
+                view.auto_batch_size_(batch_dims)  # batch_dims holds at every level
                 shapes.append(tuple(view._batch_size))
             elif isinstance(value, _Tensor):
                 shapes.append(tuple(value.shape))

@@ -220,6 +220,12 @@ class AccessMixin(ContainerMixin):
     def __contains__(self, key) -> bool:
         if type(key) is str:
             return key in self._data
+        if not isinstance(key, (str, tuple)):  # `0 in td` is a mistake, not a missing key
+            raise KeyTypeError(
+                f"{type(self).__name__}.__contains__: a key must be a NestedKey (a str or a "
+                f"tuple of str), got {type(key).__name__} {key!r}. To test values, compare "
+                f"leaves: (td == value).any()."
+            )
         return lookup_nested(self, key) is not _NO_DEFAULT or contains_missed(self, key)
 
     def keys(
@@ -620,3 +626,11 @@ def _resized(td, plan: list, items, inplace, merge, ignore_lock: bool):
     for node, size in reversed(changed):
         node.batch_size = size  # refreshes non-tensor data to the new size
     return td
+
+
+class KeyTypeError(TypeError, RuntimeError):
+    """Something that is not a key where a key is needed.
+
+    A ``TypeError`` (the wrong type), and the ``RuntimeError`` tensordict raises
+    there, so code written against either library catches it.
+    """

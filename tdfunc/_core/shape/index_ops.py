@@ -394,8 +394,19 @@ class IndexOpsMixin(ContainerMixin):
         """
         return self._atleast(3, torch.atleast_3d)
 
-    def pad(self, pad_size: Sequence[int], value: float = 0.0, *, inplace: bool = False):
+    def pad(
+        self,
+        pad_size: Sequence[int],
+        value: float = 0.0,
+        *,
+        inplace: bool = False,
+        safe: bool = True,
+    ):
         """Pad the batch dims with ``value``: ``(dim0_left, dim0_right, dim1_left, ...)``.
+
+        Negative sizes crop. ``safe=True`` checks the new batch size before any
+        leaf is padded; either way nothing is changed when a leaf fails
+        (``inplace=True`` swaps the padded leaves in at the end).
 
         Example:
             >>> td = TensorDict({"a": torch.ones(3, 4, 1)}, [3, 4])
@@ -413,6 +424,11 @@ class IndexOpsMixin(ContainerMixin):
         size = list(self._batch_size)
         for d, (left, right) in enumerate(pairs):
             size[d] += left + right
+        if safe and any(s < 0 for s in size):
+            raise RuntimeError(
+                f"TensorDict.pad: padding the batch size {list(self._batch_size)} by "
+                f"{pad_size} gives a negative output size {size}."
+            )
 
         def op(t: _Tensor) -> _Tensor:
             flat: list[int] = []
@@ -461,9 +477,22 @@ class IndexOpsMixin(ContainerMixin):
             parts.append(self.select(*keys, strict=strict))
             used.extend(keys)
         rest = self.exclude(*used, inplace=inplace)
+        _drop_emptied(rest, used)
         if default_key is not None:
             rest = rest.select(default_key, strict=False)
         return (*parts, rest)
+
+
+def _drop_emptied(rest: Any, moved: list) -> None:
+    """Delete from ``rest`` the nested levels that ``moved`` keys left without entries."""
+    parents = set()
+    for key in moved:
+        if isinstance(key, tuple):
+            parents.update(key[:end] for end in range(1, len(key)))
+    for parent in sorted(parents, key=len, reverse=True):  # deepest first
+        level = rest.get(parent, None)
+        if is_collection(level) and not list(level.keys()):
+            del rest[parent]
 
 
 def _where(self: Any, condition: _Tensor, other: Any, pad: Any) -> Any:

@@ -393,6 +393,16 @@ class ShapeOpsMixin(ContainerMixin):
         return self._map(lambda v: v.expand(new_size + v.shape[ndim:]), new_size, names)
 
     def expand_as(self, other) -> Self:
+        """Expand to ``other``: to its shape (a tensor), or leaf by leaf to the shapes of
+        its leaves, with its batch size (a container with the same keys).
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(3, 1)}, [3])
+            >>> td.expand_as(TensorDict({"a": torch.zeros(2, 3, 4)}, [2, 3]))["a"].shape
+            torch.Size([2, 3, 4])
+        """
+        if _collection(other):
+            return self.apply(lambda t, o: t.expand_as(o), other, batch_size=other.batch_size)
         return self.expand(other.shape)
 
     # ------------------------------------------------------------------ splitting
