@@ -139,3 +139,69 @@ def test_none_entry_compares_as_an_unset_field():
     assert not (node == plain.apply(lambda t: t + 1)).any()
     with pytest.raises(KeyError, match="same keys"):
         _ = node == TensorDict({"x": torch.ones(2)}, [2])
+
+
+def test_pad_safe_checks_before_anything_changes():
+    td = TensorDict({"a": torch.ones(3, 4), "b": torch.zeros(3, 4, 2)}, [3, 4])
+    a, b = td["a"], td["b"]
+    for safe in (True, False):
+        with pytest.raises(RuntimeError):
+            td.pad([-10, 0, 0, 0], inplace=True, safe=safe)
+        assert td["a"] is a and td["b"] is b and td.batch_size == torch.Size([3, 4])
+    with pytest.raises(RuntimeError, match="negative output size"):
+        td.pad([-10, 0])
+    cropped = td.pad([-1, 0, 0, 1])  # negative sizes crop, as torch.nn.functional.pad
+    assert torch.equal(cropped["a"], torch.nn.functional.pad(a, [0, 1, -1, 0]))
+
+
+def test_from_dict_batch_dims_holds_at_every_level():
+    data = {"a": torch.zeros(3, 4, 5), "b": {"c": torch.zeros(3, 4, 5, 6)}}
+    td = TensorDict.from_dict(data, batch_dims=1)
+    assert td.batch_size == td["b"].batch_size == torch.Size([3])
+    td = TensorDict.from_dict(data, auto_batch_size=True)
+    assert td.batch_size == torch.Size([3, 4, 5])  # without batch_dims, each level's own
+    assert td["b"].batch_size == torch.Size([3, 4, 5, 6])
+    with pytest.raises(ValueError, match="both batch_size and batch_dims"):
+        TensorDict.from_dict(data, batch_size=[3], batch_dims=1)
+
+
+def test_depth_counts_levels_holding_leaves():
+    plain = {"a": {"b": {"c": {"d": 0}, "e": 0}, "f": 0}, "g": 0}
+
+    def leaf_depth(tree, level=0):  # the reference: depth of the deepest leaf
+        return max(
+            (leaf_depth(v, level + 1) if isinstance(v, dict) else level for v in tree.values()),
+            default=0,
+        )
+
+    td = TensorDict(plain)
+    assert td.depth == leaf_depth(plain) == 3
+    del td["a", "b", "c", "d"]
+    del plain["a"]["b"]["c"]["d"]
+    assert td.depth == leaf_depth(plain) == 2
+
+
+def test_split_keys_drops_levels_it_emptied():
+    td = TensorDict({"a": 0, "b": {"c": 1}, "d": {"e": 2, "f": 3}, "g": 4, "h": {}})
+    first, second, rest = td.split_keys(["a"], [("d", "e"), ("d", "f")])
+    assert set(first.keys()) == {"a"}
+    assert set(second.keys(True, True)) == {("d", "e"), ("d", "f")}
+    assert set(rest.keys()) == {"b", "g", "h"}  # "h" was empty before: kept
+
+
+def test_expand_as_a_container_expands_leaf_by_leaf():
+    small = TensorDict({"a": torch.ones(3, 1, 4), "b": {"c": torch.ones(3, 2, 1, 4)}}, [3])
+    big = TensorDict({"a": torch.zeros(2, 3, 5, 4), "b": {"c": torch.zeros(2, 3, 2, 6, 4)}}, [2, 3])
+    out = small.expand_as(big)
+    assert out.batch_size == out["b"].batch_size == torch.Size([2, 3])
+    assert torch.equal(out["a"], small["a"].expand_as(big["a"]))
+    assert torch.equal(out["b", "c"], small["b", "c"].expand_as(big["b", "c"]))
+    assert small.expand_as(torch.zeros(2, 3)).batch_size == torch.Size([2, 3])
+
+
+def test_consolidate_refuses_nested_tensors_clearly():
+    jagged = torch.nested.nested_tensor([torch.zeros(1), torch.zeros(2)], layout=torch.jagged)
+    td = TensorDict({"a": jagged, "b": torch.zeros(2)}, [2])
+    assert not td.is_consolidated()
+    with pytest.raises(TypeError, match="nested"):
+        td.consolidate()
