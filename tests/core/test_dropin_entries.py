@@ -205,3 +205,55 @@ def test_consolidate_refuses_nested_tensors_clearly():
     assert not td.is_consolidated()
     with pytest.raises(TypeError, match="nested"):
         td.consolidate()
+
+
+def test_reflected_logical_operators():
+    mask = torch.tensor([True, False, True])
+    td = TensorDict({"m": mask, "n": {"k": ~mask}}, [3])
+    for op in (lambda a, b: a & b, lambda a, b: a | b, lambda a, b: a ^ b):
+        out = op(True, td)
+        assert torch.equal(out["m"], op(True, mask))
+        assert torch.equal(out["n", "k"], op(True, ~mask))
+
+
+def test_writing_another_class_into_a_tensorclass_at_an_index():
+    class Target(TensorClass):
+        x: torch.Tensor
+        y: torch.Tensor
+
+    class SameFields(TensorClass):
+        x: torch.Tensor
+        y: torch.Tensor
+
+    class OtherFields(TensorClass):
+        x: torch.Tensor
+        z: torch.Tensor
+
+    plain = {"x": torch.zeros(3, 2), "y": torch.zeros(3, 2)}
+    target = Target(x=plain["x"].clone(), y=plain["y"].clone(), batch_size=[3])
+    target[:2] = SameFields(x=torch.ones(2, 2), y=torch.ones(2, 2), batch_size=[2])
+    plain["x"][:2] = 1
+    plain["y"][:2] = 1
+    assert torch.equal(target.x, plain["x"]) and torch.equal(target.y, plain["y"])
+    other = OtherFields(x=torch.ones(2, 2), z=torch.ones(2, 2), batch_size=[2])
+    with pytest.raises(ValueError, match="same-class or compatible class"):
+        target[:2] = other
+    with pytest.raises(ValueError, match="not fields of Target"):
+        target[0] = {"q": torch.ones(2)}
+    assert set(target.keys()) == {"x", "y"}  # nothing was added
+    assert torch.equal(target.x, plain["x"])
+
+
+def test_a_list_that_does_not_fit_the_batch_is_an_error():
+    from tdfunc import set_list_to_stack
+
+    rows = [["a"] * 4 for _ in range(3)]
+    td = TensorDict({"z": rows}, [3, 4])  # one value per element
+    assert td["z"] == rows and td[1, 2]["z"] == rows[1][2]
+    with pytest.raises(ValueError, match="batch dimension mismatch") as info:
+        TensorDict({"z": ["a", "b", "c"]}, [3, 4])
+    assert isinstance(info.value, RuntimeError)  # tensordict's error type too
+    with set_list_to_stack(False):
+        assert TensorDict({"z": ["a", "b", "c"]}, [3, 4])["z"] == ["a", "b", "c"]
+    whole = TensorDict({}, [3, 4]).set_non_tensor("z", ["a", "b", "c"])
+    assert whole["z"] == ["a", "b", "c"]

@@ -20,6 +20,7 @@ from ..context import hand_out
 from ..frozen import FROZEN
 from ..mixin import is_tensor_collection
 from ..nontensor import NonTensorData, NonTensorStack, stack_of_list
+from ..shape.sizes import BatchSizeMismatchError
 from .fastpath import is_tensor_kind
 from .nested import MISSING, key_parts, unravel_key
 
@@ -167,9 +168,23 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
             return tensor
         if ndim and type(value) is list and options.list_to_stack():  # one item per element
             stack = stack_of_list(value, batch_size, td._device)
-            if stack is not None:
-                return stack
+            if stack is None:  # as tensordict: a list is one value per element, or an error
+                raise BatchSizeMismatchError(
+                    f"TensorDict.{api}: batch dimension mismatch for the list at key {key!r}: "
+                    f"its nesting {_list_shape(value)} does not start with the batch size "
+                    f"{list(batch_size)}. Store it as one value with "
+                    f"td.set_non_tensor(key, value), or under set_list_to_stack(False)."
+                )
+            return stack
     return NonTensorData._make(value, batch_size, td._device)
+
+
+def _list_shape(value: Any) -> list[int]:
+    shape = []
+    while type(value) is list:
+        shape.append(len(value))
+        value = value[0] if value else None
+    return shape
 
 
 def _extended(value: Any, batch_size: torch.Size) -> Any:

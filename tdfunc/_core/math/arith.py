@@ -177,6 +177,15 @@ class ArithmeticMixin(ContainerMixin):
     def __xor__(self, other) -> Self:
         return _binary(self, other, operator.xor, "__xor__")
 
+    def __rand__(self, other) -> Self:
+        return _binary(self, other, lambda a, b: b & a, "__rand__")
+
+    def __ror__(self, other) -> Self:
+        return _binary(self, other, lambda a, b: b | a, "__ror__")
+
+    def __rxor__(self, other) -> Self:
+        return _binary(self, other, lambda a, b: b ^ a, "__rxor__")
+
     def __invert__(self) -> Self:
         return self._apply_tree(operator.invert, (), None, None, False, check=False)
 

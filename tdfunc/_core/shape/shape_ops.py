@@ -24,6 +24,7 @@ from ..mixin import is_tensor_collection as _collection
 from ..nontensor import NonTensorData, write_at
 from .indexing import Take, plan, prepare
 from .sizes import (
+    BatchSizeMismatchError,
     DimOutOfRangeError,
     _simple_index_size,
     expand_ellipsis,
@@ -130,6 +131,13 @@ class ShapeOpsMixin(ContainerMixin):
             target = index_batch_size(self._batch_size, leaf_index)
         if self._is_locked == FROZEN:  # frozen levels below refuse in writable_view, planning
             refuse_frozen(self, "__setitem__")
+        fields = getattr(type(self), "_tc_field_names", None)
+        if (
+            fields is not None
+            and type(value) is not type(self)
+            and (_collection(value) or isinstance(value, Mapping))
+        ):
+            _check_compatible_class(self, value, fields)
         plan: list = []
         self._plan_index_write(leaf_index, target, value, plan, ())
         for operation, *args in plan:  # nothing is written unless every write can be
@@ -464,14 +472,6 @@ class ShapeOpsMixin(ContainerMixin):
         return self.split(-(-size // chunks), dim)
 
 
-class BatchSizeMismatchError(ValueError, RuntimeError):
-    """A value whose batch size does not fit where it is written.
-
-    A ``ValueError`` (a bad value) that is also the ``RuntimeError`` tensordict
-    raises there, so code written against either library catches it.
-    """
-
-
 def _clean(names: tuple | None) -> tuple | None:
     """Names as stored: None when no dim is named."""
     if names is None or all(n is None for n in names):
@@ -550,6 +550,18 @@ def _preallocate(td, key: str, template: Any, skip: int, index) -> None:
         zeros._set_at_index(index, view)
         value = rewrap(template, zeros)
     td._data[key] = value
+
+
+def _check_compatible_class(target: Any, value: Any, fields) -> None:
+    """Writing ``value`` into a TensorClass at an index must not add a key that is not a field."""
+    extra = sorted(k for k in value.keys() if k not in fields)
+    if extra:
+        raise ValueError(
+            f"{type(target).__name__}.__setitem__ is only allowed for same-class or compatible "
+            f"class (fields of {type(target).__name__}) assignment: the "
+            f"{type(value).__name__} written has {extra}, which are not fields of "
+            f"{type(target).__name__} (fields: {sorted(fields)})."
+        )
 
 
 def write_back(out: Any, source: Any, inverse=None) -> Any:

@@ -84,6 +84,14 @@ def _size_type_error(batch_size, api: str) -> TypeError:
     )
 
 
+class BatchSizeMismatchError(ValueError, RuntimeError):
+    """A value whose batch size does not fit where it is written.
+
+    A ``ValueError`` (a bad value) that is also the ``RuntimeError`` tensordict
+    raises there, so code written against either library catches it.
+    """
+
+
 class DimOutOfRangeError(IndexError, ValueError):
     """A batch dim outside the batch.
 
