@@ -554,7 +554,7 @@ def _preallocate(td, key: str, template: Any, skip: int, index) -> None:
 
 def _check_compatible_class(target: Any, value: Any, fields) -> None:
     """Writing ``value`` into a TensorClass at an index must not add a key that is not a field."""
-    extra = sorted(k for k in value.keys() if k not in fields)
+    extra = sorted(k for k in value.keys() if k not in fields)  # noqa: SIM118 (iterating a container walks its batch)
     if extra:
         raise ValueError(
             f"{type(target).__name__}.__setitem__ is only allowed for same-class or compatible "
