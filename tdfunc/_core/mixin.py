@@ -4,7 +4,10 @@ Each mixin (shape ops, apply, arithmetic, access, ...) lives in its own module a
 reads the container only through the state declared here. ``TensorDict`` keeps
 that state in slots; a ``TensorClass`` instance forwards it to its inner
 TensorDict. Results are built with ``self._like(data, batch_size, names)`` (a
-container of the same kind as ``self``), structural writes are checked with
+container of the same kind as ``self``) or, when the result is a plain TensorDict
+whatever ``self`` is, with ``self._plain_tensordict()`` (the class is composed
+above the core, in ``tdfunc/_assembly.py``: the core never imports it), structural
+writes are checked with
 ``self._check_writable(api, key)`` and value writes with ``self._check_mutable(api)``
 (a frozen TensorClass refuses both).
 """
@@ -55,6 +58,14 @@ class ContainerMixin:
     _field_names: ClassVar[frozenset[str]] = frozenset()
     # tensordict: a TensorDict's get gives NonTensorData, a tensorclass's the value
     _get_reads_value: ClassVar[bool] = False
+
+    @classmethod
+    def _plain_tensordict(cls) -> type:
+        """The public ``TensorDict`` class; the composed classes (``tdfunc._assembly``) say."""
+        raise NotImplementedError(
+            f"{cls.__name__}: a container class must say which class is the plain TensorDict "
+            f"(define _plain_tensordict); the classes composed in tdfunc._assembly do."
+        )
 
     def _check_mutable(self, api: str) -> None:
         """Refuse a write (a frozen TensorClass raises); a TensorDict accepts every write."""

@@ -7,6 +7,6 @@
 """
 
 from .plan import Report as Report
-from .plan import build_plan as build_plan
-from .registry import Context as Context
+from .plan import build_batched_plan as build_batched_plan
+from .registry import BatchContext as BatchContext
 from .registry import register_batched as register_batched

@@ -3,7 +3,9 @@
 ``to_module`` sits on the hot path of every ensemble and meta-learning step, so
 it runs a *swap plan* (:mod:`tdfunc._modules.swap_plan`) built once per
 (module, key structure) and cached here, weakly keyed on the module; what it
-returns is :class:`~tdfunc._modules.swap_handle.ModuleSwap`. No
+returns is a ``ModuleSwap`` (a TensorDict: its behaviour is
+:class:`~tdfunc._modules.swap_handle.SwapHandle`, the class is composed in
+``tdfunc/_assembly.py`` and reached through the container's ``_swap_handle()``). No
 ``nn.Parameter`` is constructed on that path (it would break
 ``torch.compile`` of ``vmap(grad(...))``). While ``torch.compile`` traces,
 plans are built afresh and interpreted instead: ``exec`` and the module-keyed
@@ -19,12 +21,12 @@ import torch
 from torch import nn
 from torch._C import _functorch
 
-from .swap_plan import Mismatch, SwapPlan, build_plan
+from .swap_plan import Mismatch, SwapPlan, build_swap_plan
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from .swap_handle import ModuleSwap
+    from .._assembly import ModuleSwap
 
 _is_compiling = torch.compiler.is_dynamo_compiling  # only dynamo cannot run this code
 _MAX_PLANS = 4  # a module rarely sees more than one or two key structures
@@ -51,7 +53,9 @@ def _plans_of(module: nn.Module, cache: dict) -> list:
 
 
 _MISMATCH = (Mismatch, KeyError, AttributeError, TypeError, IndexError)
-_UNTIED: dict[int, tuple[weakref.ref, list]] = {}  # plans with tie=False (functional_call)
+# functional_call's plans (its handles are not TensorDicts), tied and untied
+_CALLS: dict[int, tuple[weakref.ref, list]] = {}
+_UNTIED: dict[int, tuple[weakref.ref, list]] = {}
 
 
 def load_through_state_dict(td, module: nn.Module):
@@ -62,8 +66,6 @@ def load_through_state_dict(td, module: nn.Module):
             "load_state_dict copies into the module's tensors for good. Use "
             "`with params.to_module(module):` there."
         )
-    from .._core.container import TensorDict
-
     if not getattr(type(td), "_is_tensordict", False):
         td = td.to_tensordict()
     entries = dict(td.flatten_keys(".").items())
@@ -78,22 +80,27 @@ def load_through_state_dict(td, module: nn.Module):
     result = module.load_state_dict(entries, strict=False)
     if result.unexpected_keys:
         raise KeyError(f"to_module(use_state_dict=True): unexpected keys {result.unexpected_keys}.")
-    return TensorDict(old, []).unflatten_keys(".")
+    return td._plain_tensordict()(old, []).unflatten_keys(".")
 
 
 def swap_in(td, module: nn.Module) -> ModuleSwap:
     """Swap ``td``'s tensors into ``module``: a cached plan that fits, or a new one."""
     # TensorDict slot; TensorClass property (its TensorDict's dict)
-    return swap_mapping(td._data, module)
+    return swap_mapping(td._data, module, td._swap_handle(), _PLANS)
 
 
-def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = True):
-    """Swap the values of ``data`` (a container's ``_data``, or a dict) into ``module``."""
+def swap_mapping(
+    data, module: nn.Module, handle_class: type, cache: dict, api: str = "to_module", tie=True
+):
+    """Swap the values of ``data`` (a container's ``_data``, or a dict) into ``module``.
+
+    The swap returns a ``handle_class`` instance; ``cache`` holds the plans of
+    that handle class (and ``tie``), per module.
+    """
     if _is_compiling():
-        plan = build_plan(data, module, api, tie)
+        plan = build_swap_plan(data, module, api, tie)
         plan.restore = plan.restore_interpreted
         return TracedSwap(plan, plan.swap_interpreted(data))
-    cache = _PLANS if tie else _UNTIED
     entry = cache.get(id(module))
     if entry is not None and entry[0]() is module:
         plans = entry[1]
@@ -116,10 +123,8 @@ def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = Tr
             f"{api}: expected a TensorDict, a TensorClass or a dict of tensors, got "
             f"{type(data).__name__}."
         )
-    from .swap_handle import ModuleSwap  # imports TensorDict, which imports this module
-
-    plan = build_plan(data, module, api, tie)
-    plan.compile(ModuleSwap)
+    plan = build_swap_plan(data, module, api, tie)
+    plan.compile(handle_class)
     handle = plan.swap(data)  # a fresh plan fits: anything raised here is a real error
     plans = _plans_of(module, cache)
     # plans with the same key structure as the new one are stale (the module changed)
@@ -193,6 +198,12 @@ class SwapState:
         if self._state < 2:
             self._state = 3
             commit_swap(self._plan, self._olds)
+
+
+class CallSwap(SwapState):
+    """The handle of ``functional_call``'s swap: only its ``with`` block uses it."""
+
+    __slots__ = ("_olds", "_plan", "_state")
 
 
 class TracedSwap(SwapState):

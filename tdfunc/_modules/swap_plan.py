@@ -28,9 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._core.keys.nested import missing_key_error
+from .._core.keys.nested import close_matches_hint
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData
+from .slots import iter_slots
 
 
 class Mismatch(Exception):
@@ -105,12 +106,15 @@ class SwapPlan:
             f"    handle._olds = ({olds})",
             "    handle._state = 0",
             "    handle._plan = PLAN",
-            "    handle._batch_size = EMPTY",
-            "    handle._device = None",
-            "    handle._names = None",
-            "    handle._is_locked = False",
-            "    return handle",
         ]
+        if getattr(handle_class, "_is_tensor_collection", False):  # a TensorDict: empty state
+            lines += [
+                "    handle._batch_size = EMPTY",
+                "    handle._device = None",
+                "    handle._names = None",
+                "    handle._is_locked = False",
+            ]
+        lines.append("    return handle")
         puts = [f"    O{i}[{name!r}] = x{i}" for i, (_, name) in enumerate(self.slots)]
         lines += ["def restore(olds):", f"    ({olds}) = olds", *puts, "    return None"]
         namespace: dict[str, Any] = {}
@@ -197,11 +201,9 @@ class SwapPlan:
             module = self.module()
             filled = {(id(owner), name) for owner, name in self.slots}
             self.missing = [
-                prefix + ("." if prefix else "") + name
-                for prefix, sub in module.named_modules(remove_duplicate=False)
-                for owner in (sub._parameters, sub._buffers)
-                for name, value in owner.items()
-                if value is not None and (id(owner), name) not in filled
+                slot.path
+                for slot in iter_slots(module)
+                if slot.value is not None and (id(slot.owner), slot.name) not in filled
             ]
         return self.missing
 
@@ -229,19 +231,13 @@ def _tie_conflict(plan: SwapPlan, key: Any, index: int) -> ValueError:
 def _slot_aliases(root: nn.Module) -> dict[int, list]:
     """For every tensor in ``root``: all (owner dict, name) slots that hold it."""
     aliases: dict[int, list] = {}
-    seen: set = set()
-    for module in root.modules():
-        for owner in (module._parameters, module._buffers):
-            if id(owner) in seen:
-                continue
-            seen.add(id(owner))
-            for name, value in owner.items():
-                if value is not None:
-                    aliases.setdefault(id(value), []).append((owner, name))
+    for slot in iter_slots(root, remove_duplicate=True):
+        if slot.value is not None:
+            aliases.setdefault(id(slot.value), []).append((slot.owner, slot.name))
     return aliases
 
 
-def build_plan(data, module: nn.Module, api: str = "to_module", tie: bool = True) -> SwapPlan:
+def build_swap_plan(data, module: nn.Module, api: str = "to_module", tie: bool = True) -> SwapPlan:
     """The plan for the mapping ``data`` (a TensorDict's ``_data``, or a dict) and ``module``.
 
     Raises:
@@ -337,15 +333,3 @@ class _Builder:
             f"{self.api}: the {'mapping' if self.api == 'functional_call' else 'TensorDict'} "
             f"has key {shown!r} but {type(module).__name__} has no {what} {name!r}.{hint}"
         )
-
-
-def close_matches_hint(key: Any, names: list) -> str:
-    """The " Did you mean ...?" (or " Available keys: ...") part of a missing-key message.
-
-    Example:
-        >>> close_matches_hint("a.b", ["a.c", "x"])
-        " Did you mean 'a.c'?"
-    """
-    message = str(missing_key_error(key, names).args[0])
-    head = f"tdfunc: key {key!r} not found."
-    return message[len(head) :] if message.startswith(head) else ""

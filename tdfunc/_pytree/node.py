@@ -49,7 +49,7 @@ _NOTHING: tuple = ()
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
 
 
-class Context:
+class NodeContext:
     """What unflatten needs besides the children. Equality ignores every shape.
 
     One per container level: ``nested`` holds the contexts of the nested
@@ -96,7 +96,7 @@ class Context:
         self.device = device
         self.names = names
         self.level = level  # functorch level at flatten time (None outside transforms)
-        # per key: the Context of a nested container flattened into this node, or
+        # per key: the NodeContext of a nested container flattened into this node, or
         # None for a child of its own; None for all when no container was inlined
         self.nested = nested
         self.width = len(keys) if width is None else width  # children under this level
@@ -106,7 +106,7 @@ class Context:
 
     def __eq__(self, other: object) -> bool:
         return (
-            type(other) is Context
+            type(other) is NodeContext
             and self.cls is other.cls
             and self.keys == other.keys
             and (
@@ -121,7 +121,7 @@ class Context:
 
     def __repr__(self) -> str:
         return (
-            f"Context({self.cls.__name__}, keys={list(self.keys)}, "
+            f"NodeContext({self.cls.__name__}, keys={list(self.keys)}, "
             f"batch_size={list(self.batch_size)})"
         )
 
@@ -147,13 +147,13 @@ def _level() -> int | None:
     return None if _dynamo_compiling() else _current_level()
 
 
-def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
+def _inline(view: Any, cls: type, out: list, level: int | None) -> NodeContext:
     """Append the leaves of ``view`` and of its nested containers to ``out``."""
     data = view._data
     values = data.values()
     if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
         out.extend(values)
-        context = _new(Context)
+        context = _new(NodeContext)
         context.cls = cls
         context.keys = tuple(data)
         context.non_tensor = _NOTHING
@@ -173,7 +173,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
     shapes: list[torch.Size | None] = []
     features: list[torch.Size | None] = []
     kinds = []
-    nested: list[Context | None] | None = None
+    nested: list[NodeContext | None] | None = None
     non_tensor: list | None = None
     for key, value in data.items():
         if isinstance(value, _Tensor):
@@ -213,7 +213,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
         kinds.append(False)
         if nested is not None:
             nested.append(None)
-    context = _new(Context)
+    context = _new(NodeContext)
     context.cls = cls
     context.keys = tuple(keys)
     context.non_tensor = _NOTHING if non_tensor is None else tuple(non_tensor)
@@ -229,21 +229,21 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
     return context
 
 
-def flatten(container) -> tuple[list, Context]:
+def flatten(container) -> tuple[list, NodeContext]:
     """The leaves (tensors, in key order, nested containers included) and the context."""
     leaves: list = []
     context = _inline(container._to_tensordict_view(), type(container), leaves, _level())
     return leaves, context
 
 
-def _flatten_tensordict(container) -> tuple[list, Context]:
+def _flatten_tensordict(container) -> tuple[list, NodeContext]:
     """:func:`flatten` for TensorDict classes (the container is its own view)."""
     leaves: list = []
     level = None if _dynamo_compiling() else _current_level()
     return leaves, _inline(container, type(container), leaves, level)
 
 
-def flatten_shallow(container) -> tuple[list, Context]:
+def flatten_shallow(container) -> tuple[list, NodeContext]:
     """Children of one level: tensors and nested containers (for key paths and optree)."""
     view = container._to_tensordict_view()
     batch_size = view._batch_size
@@ -266,7 +266,7 @@ def flatten_shallow(container) -> tuple[list, Context]:
             children.append(value)
             shapes.append(value.batch_size if _collection(value) else None)
             kinds.append(False)
-    context = Context(
+    context = NodeContext(
         type(container),
         tuple(keys),
         tuple(non_tensor),
@@ -288,7 +288,7 @@ def flatten_with_keys(container):
 
 
 # ---------------------------------------------------------------- serialisation
-def _dumpable(context: Context) -> dict:
+def _dumpable(context: NodeContext) -> dict:
     non_tensor = []
     for key, value, kind in context.non_tensor:
         try:
@@ -317,14 +317,14 @@ def _dumpable(context: Context) -> dict:
     }
 
 
-def to_dumpable_context(context: Context) -> str:
+def to_dumpable_context(context: NodeContext) -> str:
     """The context as JSON, for ``treespec_dumps`` and ``torch.export``."""
     return json.dumps(_dumpable(context))
 
 
-def _loaded(raw: dict, cls: type) -> Context:
+def _loaded(raw: dict, cls: type) -> NodeContext:
     nested = raw.get("nested")
-    return Context(
+    return NodeContext(
         cls,
         tuple(raw["keys"]),
         tuple((k, v, _NON_TENSOR_KINDS[kind]) for k, v, kind in raw["non_tensor"]),
@@ -345,7 +345,7 @@ def _loaded(raw: dict, cls: type) -> Context:
 
 
 def _context_loader(cls: type):
-    def from_dumpable_context(dumped: str) -> Context:
+    def from_dumpable_context(dumped: str) -> NodeContext:
         return _loaded(json.loads(dumped), cls)
 
     return from_dumpable_context
@@ -358,7 +358,7 @@ def _optree_flatten(container):
     return children, context, context.keys
 
 
-def _optree_unflatten(context: Context, children):
+def _optree_unflatten(context: NodeContext, children):
     return unflatten(children, context)
 
 

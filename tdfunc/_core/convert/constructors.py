@@ -29,19 +29,13 @@ def _size_arg(size: tuple) -> torch.Size:
     return torch.Size(size)
 
 
-def _tensordict_class() -> Any:
-    from ..container import TensorDict
-
-    return TensorDict
-
-
 def _build(cls: Any, data: dict, batch_size: Any, device: Any, auto: bool, batch_dims: Any):
     """A ``cls`` (TensorDict or a TensorClass) from a nested dict of values."""
-    TensorDict = _tensordict_class()
-    td = TensorDict(data, batch_size=[] if batch_size is None else batch_size, device=device)
+    plain = cls._plain_tensordict()
+    td = plain(data, batch_size=[] if batch_size is None else batch_size, device=device)
     if batch_size is None and (auto or batch_dims is not None):
         td.auto_batch_size_(batch_dims)
-    if cls is None or getattr(cls, "_is_tensordict", False):
+    if getattr(cls, "_is_tensordict", False):
         return td
     return cls.from_tensordict(td)
 
@@ -413,10 +407,9 @@ class ConstructorsMixin(ContainerMixin):
             >>> td.replace(a=torch.ones(2))["a"].tolist(), td["a"].tolist()
             ([1.0, 1.0], [0.0, 0.0])
         """
-        TensorDict = _tensordict_class()
         source = dict(args[0]) if args else {}
         source.update(kwargs)
-        view = TensorDict._new_unsafe(
+        view = self._plain_tensordict()._new_unsafe(
             _shallow(self._data), self._batch_size, self._device, self._names
         )
         view.update(source)

@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-    from ..container import TensorDict
-else:
-    TensorDict = None  # bound by container.py: the class derives from this mixin
-
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor
 _read = read_value
@@ -256,13 +252,14 @@ class AccessMixin(ContainerMixin):
 
     def _iter_items(self, prefix: tuple, include_nested: bool, leaves_only: bool):
         """``(key, stored value)`` pairs; keys are tuples below the top level."""
+        plain = self._plain_tensordict()
         for key, value in self._data.items():
             full = prefix + (key,) if prefix else key
             nested = is_tensor_collection(value)
             if not (nested and leaves_only):
                 yield full, value
             if nested and include_nested:
-                inner = value if type(value) is TensorDict else value._to_tensordict_view()
+                inner = value if type(value) is plain else value._to_tensordict_view()
                 yield from inner._iter_items(
                     full if type(full) is tuple else (full,), include_nested, leaves_only
                 )
@@ -369,7 +366,7 @@ class AccessMixin(ContainerMixin):
         items = update_items(other, clone, keys_to_update, non_blocking, self._device)
         if entries:
             items = list(items) + update_items(entries, clone, keys_to_update, False, None)
-        merge = merge_rule(is_leaf)
+        merge = merge_rule(is_leaf, self._plain_tensordict())
         if update_batch_size:
             plan = resize_plan(self, other, merge)
             return _resized(self, plan, items, inplace, merge, ignore_lock)
@@ -474,7 +471,7 @@ class AccessMixin(ContainerMixin):
                 if ref is None:
                     ref = weakref.ref(self)
                 record_lock(ref, value)
-        return remember(self, TensorDict.unlock_)
+        return remember(self, AccessMixin.unlock_)
 
     def unlock_(self) -> Self:
         """Allow structural changes again (nested TensorDicts too); returns self.
@@ -495,7 +492,7 @@ class AccessMixin(ContainerMixin):
         for value in self._data.values():
             if is_tensor_collection(value):
                 value.unlock_()
-        return remember(self, TensorDict.lock_)
+        return remember(self, AccessMixin.lock_)
 
 
 def _levels(td):

@@ -29,12 +29,6 @@ _Tensor = torch.Tensor
 _new = object.__new__
 
 
-def _tensordict():
-    from ..container import TensorDict
-
-    return TensorDict
-
-
 def writable_view(container: Any, api: str, key: Any):
     """The TensorDict to write into for ``container``; frozen data refuses."""
     if getattr(type(container), "_tc_frozen", False):
@@ -144,7 +138,7 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
             raise shape_error(api, key, value.batch_size, batch_size)
         return NonTensorStack._make(value.data, value.batch_size, td._device)
     if isinstance(value, Mapping):
-        sub = _tensordict()._new_unsafe({}, batch_size, td._device)
+        sub = td._plain_tensordict()._new_unsafe({}, batch_size, td._device)
         write(sub, items_of(value, api), False, True, api, key_parts(key))
         return sub
     if isinstance(value, _SCALARS) or (
@@ -242,7 +236,7 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
             size = node._batch_size
             leaf = convert(node, full_key(prefix, parts), value, size, api)
             for name in reversed(parts[depth + 1 :]):
-                leaf = _tensordict()._new_unsafe({name: leaf}, size, node._device)
+                leaf = node._plain_tensordict()._new_unsafe({name: leaf}, size, node._device)
             undo.append((node._data, part, _NO_DEFAULT))
             node._data[part] = leaf
             return

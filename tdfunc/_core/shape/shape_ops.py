@@ -146,9 +146,7 @@ class ShapeOpsMixin(ContainerMixin):
         """
         ndim = len(self._batch_size)
         if isinstance(value, Mapping) and not _collection(value):
-            from ..container import TensorDict
-
-            value = TensorDict(value, batch_size=target, device=self._device)
+            value = self._plain_tensordict()(value, batch_size=target, device=self._device)
         if not _collection(value):
             # one value broadcast into every tensor leaf
             if not isinstance(value, torch.Tensor):
