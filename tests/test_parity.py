@@ -59,8 +59,8 @@ OWN_ON_TENSORCLASS = {
     "__getstate__": "pickles its inner TensorDict (which drops pending with-actions)",
 }
 SIGNATURE_DIFFERS = {
-    # tensordict's TensorClass.state_dict has flatten=; TensorDict.state_dict gets it too
-    # (issue 11, the `dropin` branch), after which this entry goes
+    # tensordict's TensorClass.state_dict has flatten=, which TensorDict.state_dict lacks;
+    # the entry goes once both take it
     "state_dict",
 }
 
@@ -174,7 +174,7 @@ def _struct_array() -> np.ndarray:
 # ``tmp_path`` get a fresh directory.
 CASES: dict[str, tuple[Callable, str]] = {
     "__abs__": (abs, "sample"),
-    # the tensor-like surface (issue 13): every method on the sample, with arguments
+    # the tensor-like surface: every method on the sample, with arguments
     "add": (lambda o: o.add(1.5), "sample"),
     "sub": (lambda o: o.sub(o), "sample"),
     "mul": (lambda o: o.mul(2), "sample"),

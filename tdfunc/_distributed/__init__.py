@@ -3,7 +3,10 @@
 - ``collectives.py``: ``DistributedMixin`` (``send``/``recv``/``isend``/``irecv``, collectives);
 - ``layout.py``: the structure digest and flat layout of a message; ``work.py``: handles;
 - ``sharded.py``: ``shard_ensemble`` / ``gather_members``; ``map.py``: ``MapMixin`` (worker pools).
+
+May import: ``tdfunc._core`` (today it needs nothing of it: containers come in as ``self``).
 """
+
 
 from .collectives import DistributedMixin as DistributedMixin
 from .map import MapMixin as MapMixin

@@ -1,10 +1,16 @@
 """``Ensemble`` and its batched engine: N members of one architecture run as batched kernels.
 
-- ``registry.py``: ``register_batched`` and the per-type registry;
+- ``ensemble.py``: ``Ensemble`` (stacked parameters, the swap into the template, modes);
+- ``registry.py``: ``register_batched``, the per-type registry and ``BatchContext``;
 - ``layers.py``: the built-in layers (Linear, convolutions, norms, dropout...);
-- ``plan.py``: walks a template module and builds its batched forward;
+- ``plan.py``: walks a template module and builds its batched forward
+  (``build_batched_plan``);
 - ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``.
+
+The top floor: may import the public API (``tdfunc._assembly``) and
+``tdfunc._modules.slots`` (the walk over a module's slots); nothing below that.
 """
+
 
 from .plan import Report as Report
 from .plan import build_batched_plan as build_batched_plan

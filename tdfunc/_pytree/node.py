@@ -229,7 +229,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> NodeContext:
     return context
 
 
-def flatten(container) -> tuple[list, NodeContext]:
+def flatten_node(container) -> tuple[list, NodeContext]:
     """The leaves (tensors, in key order, nested containers included) and the context."""
     leaves: list = []
     context = _inline(container._to_tensordict_view(), type(container), leaves, _level())
@@ -237,7 +237,7 @@ def flatten(container) -> tuple[list, NodeContext]:
 
 
 def _flatten_tensordict(container) -> tuple[list, NodeContext]:
-    """:func:`flatten` for TensorDict classes (the container is its own view)."""
+    """:func:`flatten_node` for TensorDict classes (the container is its own view)."""
     leaves: list = []
     level = None if _dynamo_compiling() else _current_level()
     return leaves, _inline(container, type(container), leaves, level)
@@ -366,7 +366,7 @@ def register(cls: type) -> None:
     """Register ``cls`` (TensorDict or a TensorClass subclass) with both pytree libraries."""
     torch_pytree.register_pytree_node(
         cls,
-        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten,
+        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten_node,
         unflatten,
         serialized_type_name=class_name(cls),
         to_dumpable_context=to_dumpable_context,

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..apply import rewrap
-from ..math.leafwise import is_collection, map_leaves, no_names, refuse_frozen, tensor_leaves
+from ..math.leafwise import check_in_place_write, is_collection, map_leaves, no_names, tensor_leaves
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData
 
@@ -451,7 +451,7 @@ class ConstructorsMixin(ContainerMixin):
             >>> td["a"].tolist()
             [0.0, 1.0, 0.0]
         """
-        refuse_frozen(self, "set_at_")
+        check_in_place_write(self, "set_at_")
         target = self._get_leaf(key, "set_at_")
         if is_collection(target) or isinstance(target, _Tensor):
             target[index] = value
@@ -470,7 +470,7 @@ class ConstructorsMixin(ContainerMixin):
             >>> td.update_at_({"a": 1.0, "b": 2.0}, slice(0, 2))["b"].tolist()
             [2.0, 2.0, 0.0]
         """
-        refuse_frozen(self, "update_at_")
+        check_in_place_write(self, "update_at_")
         if isinstance(input_dict, Mapping):
             items = list(input_dict.items())
         else:
@@ -491,7 +491,7 @@ class ConstructorsMixin(ContainerMixin):
             >>> td.copy_at_(TensorDict({"a": torch.ones(2)}, [2]), slice(1, 3))["a"].tolist()
             [0.0, 1.0, 1.0]
         """
-        refuse_frozen(self, "copy_at_")
+        check_in_place_write(self, "copy_at_")
         self[index] = other
         return self
 
@@ -504,7 +504,7 @@ class ConstructorsMixin(ContainerMixin):
             >>> td.auto_batch_size_().batch_size
             torch.Size([3, 4])
         """
-        refuse_frozen(self, "auto_batch_size_")
+        check_in_place_write(self, "auto_batch_size_")
         shapes = []
         for value in self._data.values():
             if is_collection(value):
