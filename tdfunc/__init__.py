@@ -40,4 +40,4 @@ from . import optim as optim  # isort: skip
 from ._ensemble import register_batched as register_batched  # isort: skip
 from ._ensemble.ensemble import Ensemble as Ensemble  # isort: skip
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__  # isort: skip

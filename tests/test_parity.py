@@ -1,9 +1,10 @@
 """TensorClass offers TensorDict's public API: the same names, signatures and results.
 
-Both classes take their methods from the shared mixins of ``tdfunc._core.ops``;
-this test keeps it so. It walks TensorDict's public API (methods, properties and
-the operators), checks that a TensorClass has each name with the same
-signature (explicit, justified exceptions below), and runs every name on a
+Both classes take their methods from the shared mixins (the core's, ``tdfunc._core.ops``,
+and the features', ``tdfunc._assembly.Features``); this test keeps it so. It walks
+TensorDict's public API (methods, properties and the operators), checks that a
+TensorClass has each name with the same signature (explicit, justified exceptions
+below), and runs every name on a
 TensorClass instance of the shared corpus and on the TensorDict holding the same
 data, comparing the results leaf by leaf. A name without a case below is run
 with no arguments when its signature allows it (so methods added to the shared
@@ -459,7 +460,8 @@ def test_same_member_or_a_listed_own_one(name):
         return  # the shared implementation itself
     assert name in OWN_ON_TENSORCLASS, (
         f"TensorClass defines its own {name!r}: share TensorDict's (a mixin of "
-        f"tdfunc._core.ops.TensorOps) or list it in OWN_ON_TENSORCLASS with the reason"
+        f"tdfunc._core.ops.TensorOps or tdfunc._assembly.Features) or list it in "
+        f"OWN_ON_TENSORCLASS with the reason"
     )
     if name in SIGNATURE_DIFFERS or not callable(getattr(TensorDict, name)):
         return

@@ -88,7 +88,7 @@ class TensorDictCore(TensorOps):
                 except TypeError:  # unhashable items: size_info gives the error
                     info = None
             size, ndim, first, second = info or size_info(batch_size)
-            data = build_fast(self._plain_tensordict(), source, size, ndim, first, second)
+            data = build_fast(type(self), source, size, ndim, first, second)
             if data is not None:
                 self._data = data
                 self._batch_size = size

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-    from .._assembly import TensorDict
+    from .._core.container import TensorDictCore
 
 _NO_DEFAULT: Any = MISSING
 _new = object.__new__
@@ -106,7 +106,7 @@ class TensorClassState(TensorOps):
     def _is_locked(self, value: bool) -> None:
         self._td._is_locked = FROZEN if self._frozen else value
 
-    def _to_tensordict_view(self) -> TensorDict:
+    def _to_tensordict_view(self) -> TensorDictCore:
         """The inner TensorDict (shared, not a copy)."""
         return self._td
 

@@ -48,7 +48,8 @@ def writable_view(container: Any, api: str, key: Any):
 def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, second: int):
     """The data of a dict of ``str`` -> tensor / dict, or None when it needs the full path.
 
-    The public constructor's fast path: nested dicts become ``cls`` instances;
+    The public constructor's fast path (``cls`` is the class being built): nested
+    dicts become plain TensorDicts (``cls._plain_tensordict()``);
     tensors of any class (``nn.Parameter`` too) are stored as they are.
     ``first`` and ``second`` are ``size[0]`` and ``size[1]`` (when they exist): the
     leading-dims test below is ``value.shape[:ndim] == size`` without building a Size.
@@ -78,7 +79,7 @@ def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, secon
             inner = build_fast(cls, value, size, ndim, first, second)
             if inner is None:
                 return None
-            node = _new(cls)
+            node = _new(cls._plain_tensordict())
             node._data = inner
             node._batch_size = size
             node._device = None
