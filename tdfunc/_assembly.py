@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, ClassVar, TypeVar, overload
 
 from typing_extensions import dataclass_transform
@@ -56,6 +57,7 @@ from ._modules.module_swap import ModuleSwapMixin
 from ._modules.swap_handle import SwapHandle
 from ._persist import MemoryMappedTensor as MemoryMappedTensor
 from ._persist import PersistMixin
+from ._persist.memmap_tensor import reduce_collection_for_process
 from ._pytree.dims import dims_like as dims_like
 from ._pytree.node import register as register_pytree_node
 from ._tensorclass.tensorclass import TensorClassCore, _Meta, decorate
@@ -198,6 +200,8 @@ class TensorDictBase(TensorDictBaseCore):
 for _cls in (TensorDict, ModuleSwap):
     register_pytree_node(_cls)
     register_class(_cls)
+# multiprocessing sends file-backed leaves by file, never by torch's shared-memory path
+ForkingPickler.register(TensorDict, reduce_collection_for_process)
 
 
 _T = TypeVar("_T")

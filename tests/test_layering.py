@@ -26,7 +26,8 @@ TOP = ("_assembly", "_ensemble", "optim", "demo")
 # feature -> the other features it may import, and why
 ALLOWED_FEATURE_EDGES: dict[str, set[str]] = {
     "_persist": set(),
-    "_distributed": set(),
+    # map sends file-backed leaves by file name and identity (_persist/sharing.py)
+    "_distributed": {"_persist"},
     "_modules": set(),
     "_pytree": set(),
     "_tensorclass": set(),

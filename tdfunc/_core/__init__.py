@@ -12,4 +12,3 @@ mixin that needs "a plain TensorDict" asks ``self._plain_tensordict()``.
 
 May import: ``tdfunc._core`` only (nothing of tdfunc above it).
 """
-

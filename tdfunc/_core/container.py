@@ -54,10 +54,11 @@ class TensorDictCore(TensorOps):
         "_batch_size",
         "_data",
         "_device",
+        "_exits",  # the exit actions of the `with` blocks entered, innermost last (context.py)
         "_is_locked",
         "_last_op",  # a pending `with` exit action (context.py)
-        "_lock_parent",  # weak reference to the container whose lock_() locked this one
         "_names",
+        "_parent",  # weak reference to the container holding this one (context.py)
     )
     _is_tensor_collection = True
     _is_tensordict = True  # TensorDict and its subclasses (not TensorClass)

@@ -4,9 +4,9 @@
 - ``layout.py``: the structure digest and flat layout of a message; ``work.py``: handles;
 - ``sharded.py``: ``shard_ensemble`` / ``gather_members``; ``map.py``: ``MapMixin`` (worker pools).
 
-May import: ``tdfunc._core`` (today it needs nothing of it: containers come in as ``self``).
+May import: ``tdfunc._core``, and ``tdfunc._persist.sharing``: ``map`` sends file-backed
+leaves by file name and file identity, the check ``MemoryMappedTensor``'s pickling uses.
 """
-
 
 from .collectives import DistributedMixin as DistributedMixin
 from .map import MapMixin as MapMixin

@@ -11,7 +11,6 @@ The top floor: may import the public API (``tdfunc._assembly``) and
 ``tdfunc._modules.slots`` (the walk over a module's slots); nothing below that.
 """
 
-
 from .plan import Report as Report
 from .plan import build_batched_plan as build_batched_plan
 from .registry import BatchContext as BatchContext

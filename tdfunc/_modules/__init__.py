@@ -11,4 +11,3 @@
 May import: ``tdfunc._core`` only (the handle class comes from the container's
 ``_swap_handle()`` hook).
 """
-

@@ -10,6 +10,5 @@ May import: ``tdfunc._core`` (classes are found by their stable names in
 ``_core/class_names.py``, never imported).
 """
 
-
 from .api import PersistMixin as PersistMixin
 from .memmap_tensor import MemoryMappedTensor as MemoryMappedTensor

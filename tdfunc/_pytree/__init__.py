@@ -9,4 +9,3 @@ through ``TensorClass._tc_register``.
 
 May import: ``tdfunc._core`` only.
 """
-

@@ -12,4 +12,3 @@ hooks of the composed class (``_plain_tensordict()``, ``_tc_register``).
 
 May import: ``tdfunc._core`` only.
 """
-
