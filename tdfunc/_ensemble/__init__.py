@@ -5,7 +5,9 @@
 - ``layers.py``: the built-in layers (Linear, convolutions, norms, dropout...);
 - ``plan.py``: walks a template module and builds its batched forward
   (``build_batched_plan``);
-- ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``.
+- ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``;
+- ``checks.py``: members must be structurally equal; ``verify.py``: registered
+  functions are checked on first use; ``cache.py``: derived leaves kept between calls.
 
 The top floor: may import the public API (``tdfunc._assembly``) and
 ``tdfunc._modules.slots`` (the walk over a module's slots); nothing below that.

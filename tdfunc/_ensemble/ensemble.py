@@ -29,7 +29,6 @@ objects.
 from __future__ import annotations
 
 import copy
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,10 +38,24 @@ from torch import nn
 from .._assembly import TensorDict
 from .._modules.slots import iter_slots
 from . import BatchContext, build_batched_plan
+from .cache import DerivedCache
+from .checks import check_members
 
 _RANDOMNESS = ("error", "different", "same")
-_is_compiling = torch.compiler.is_compiling
 _SCALAR = torch.Size([])
+
+
+class _Pinned(tuple):
+    """A tuple that pytree functions treat as a leaf (a class they do not know).
+
+    The layout and the slots hold the ``_parameters`` and ``_buffers`` dicts of
+    the ``stacked`` modules. Tools that snapshot a module's attributes with
+    ``tree_map`` and write the snapshot back (``torch.export`` does, around
+    its trace) would copy plain tuples and dicts, and the ensemble would then
+    read the tensors of the trace instead of its own.
+    """
+
+    __slots__ = ()
 
 
 class _Stacked(nn.Module):
@@ -366,15 +379,17 @@ class Ensemble(nn.Module):
                 "Ensemble: expected at least one model, e.g. Ensemble(m1, m2) or "
                 "Ensemble(model, num_members=8)."
             )
+        check_members(models)
         stacked = TensorDict.from_modules(*models)
         template = copy.deepcopy(models[0])
-        self.stacked, self._layout = _register(stacked, template, ())
+        self.stacked, layout = _register(stacked, template, ())
+        self._layout = _Pinned(layout)
         if not self._layout:
             raise ValueError(
                 f"Ensemble: the model ({type(template).__name__}) has no parameters or "
                 f"buffers, so its members would all be the same."
             )
-        self._slots = tuple(_slots(self._layout))
+        self._slots = _Pinned(_slots(self._layout))
         # Outside the module tree: the ensemble must not register (or move) these tensors.
         object.__setattr__(self, "_template", _to_meta(template))
         self._prepare_swap()
@@ -385,7 +400,7 @@ class Ensemble(nn.Module):
         self.in_dims = in_dims
         self.randomness = randomness
         self.chunk_size = chunk_size
-        self._derived: dict = {}
+        self._derived = DerivedCache()
         self._plan_for_mode()
 
     # ------------------------------------------------------------- configuration
@@ -514,11 +529,10 @@ class Ensemble(nn.Module):
         batched = self._batched
         if batched is None:
             return self._run_vmapped(leaves, args, kwargs)
-        leaves = self._extended(leaves) if own else self._context.extend(leaves)
         members = self._num_members
         if self._fast_entry and not kwargs:  # shared inputs, all members at once
             return batched(
-                leaves,
+                self._extended(leaves) if own else self._context.extend(leaves),
                 *[
                     a.expand(members, *a.shape)
                     if isinstance(a, torch.Tensor)
@@ -537,13 +551,19 @@ class Ensemble(nn.Module):
             kwargs = {key: _lead_input(value, None, members) for key, value in kwargs.items()}
         chunk = self._chunk_size
         if chunk is None or chunk >= members:
+            leaves = self._extended(leaves) if own else self._context.extend(leaves)
             return batched(leaves, *args, **kwargs)
+        # A chunk is a slice of members: the stacked leaves are sliced first and
+        # the derived leaves made from the slices (a derived leaf such as the
+        # [N * out, in] merged weight is not member-leading, slicing it would
+        # take rows, not members).
+        extend = self._context.extend
         outputs = []
         for start in range(0, members, chunk):
             part = slice(start, start + chunk)
             outputs.append(
                 batched(
-                    tuple([leaf[part] for leaf in leaves]),
+                    extend(tuple([leaf[part] for leaf in leaves])),
                     *_slice_members(args, part),
                     **_slice_members(kwargs, part),
                 )
@@ -551,21 +571,9 @@ class Ensemble(nn.Module):
         return torch.utils._pytree.tree_map(lambda *xs: torch.cat(xs), *outputs)
 
     def _extended(self, leaves: tuple) -> tuple:
-        # The derived leaves (views such as weight.mT) are kept while the
-        # parameters are the same objects, per grad / inference mode (a view made
-        # under no_grad carries no graph). Under torch.compile they are recomputed.
-        context = self._context
-        if not context.derivations:
-            return leaves
-        if _is_compiling():
-            return context.extend(leaves)
-        key = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
-        cached = self._derived.get(key)
-        if cached is not None and all(map(operator.is_, cached[0], leaves)):
-            return cached[1]
-        extended = context.extend(leaves)
-        self._derived[key] = (leaves, extended)
-        return extended
+        # The derived leaves (views such as weight.mT) are kept while nothing
+        # they depend on changed (batched/cache.py has the rules).
+        return self._derived.extend(self._context, leaves)
 
     def _apply(self, fn, recurse: bool = True):
         # .to() / .double() may swap a parameter's data in place of the object.
@@ -641,7 +649,7 @@ class Ensemble(nn.Module):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        state["_derived"] = {}
+        state["_derived"] = DerivedCache()
         for name in ("_plans", "_batched", "_report"):  # closures over the template
             state.pop(name, None)
         return state

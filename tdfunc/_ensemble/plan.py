@@ -69,11 +69,21 @@ class Planner:
             if slot.value is not None
         }
 
+    def subtree_slots(self, module: nn.Module) -> dict:
+        """``own_slots`` plus the submodules' tensors, by dotted name."""
+        return {
+            slot.path: self.slot_index[(id(slot.module), slot.name)]
+            for slot in iter_slots(module)
+            if slot.value is not None
+        }
+
     def module_step(self, module: nn.Module, path: str) -> Callable:
         """The step for ``module`` at ``path`` (``""`` for the template itself)."""
         planner = planner_for(module)
         if planner is not None:
-            step = planner(module, self.own_slots(module), self.context)
+            subtree = getattr(planner, "subtree", False)  # register_batched's planners
+            slots = self.subtree_slots(module) if subtree else self.own_slots(module)
+            step = planner(module, slots, self.context)
             if step is not None:
                 self.report.batched.append(path or type(module).__name__)
                 return step

@@ -38,6 +38,7 @@ from .._core.class_names import ALIASES, class_name, lookup_class
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
 from .rebuild import unflatten
+from .symbolic import concrete, fake_tracing, symbolic
 
 NAMESPACE = "tdfunc"
 _dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
@@ -233,6 +234,8 @@ def flatten_node(container) -> tuple[list, NodeContext]:
     """The leaves (tensors, in key order, nested containers included) and the context."""
     leaves: list = []
     context = _inline(container._to_tensordict_view(), type(container), leaves, _level())
+    if fake_tracing() and symbolic(leaves):
+        concrete(context)
     return leaves, context
 
 
@@ -240,7 +243,10 @@ def _flatten_tensordict(container) -> tuple[list, NodeContext]:
     """:func:`flatten_node` for TensorDict classes (the container is its own view)."""
     leaves: list = []
     level = None if _dynamo_compiling() else _current_level()
-    return leaves, _inline(container, type(container), leaves, level)
+    context = _inline(container, type(container), leaves, level)
+    if fake_tracing() and symbolic(leaves):
+        concrete(context)  # symbolic sizes are recorded as their example values
+    return leaves, context
 
 
 def flatten_shallow(container) -> tuple[list, NodeContext]:
@@ -278,6 +284,8 @@ def flatten_shallow(container) -> tuple[list, NodeContext]:
         _level(),
         shapes=tuple(shapes),
     )
+    if fake_tracing() and symbolic(children):
+        concrete(context)
     return children, context
 
 
