@@ -24,11 +24,16 @@ from ._assembly import cat as cat
 from ._assembly import dims_like as dims_like
 from ._assembly import functional_call as functional_call
 from ._assembly import gather_members as gather_members
+from ._assembly import get_printoptions as get_printoptions
+from ._assembly import is_non_tensor as is_non_tensor
 from ._assembly import is_tensor_collection as is_tensor_collection
 from ._assembly import is_tensorclass as is_tensorclass
 from ._assembly import merge_tensordicts as merge_tensordicts
 from ._assembly import pad as pad
 from ._assembly import pad_sequence as pad_sequence
+from ._assembly import set_capture_non_tensor_stack as set_capture_non_tensor_stack
+from ._assembly import set_list_to_stack as set_list_to_stack
+from ._assembly import set_printoptions as set_printoptions
 from ._assembly import shard_ensemble as shard_ensemble
 from ._assembly import shard_range as shard_range
 from ._assembly import stack as stack
@@ -36,6 +41,8 @@ from ._assembly import tensorclass as tensorclass
 from ._assembly import unravel_key as unravel_key
 
 # the top floor, built on the public API above
+# DataLoader collation of containers, registered once at import
+from . import _collate as _collate  # isort: skip
 from . import optim as optim  # isort: skip
 from ._ensemble import register_batched as register_batched  # isort: skip
 from ._ensemble.ensemble import Ensemble as Ensemble  # isort: skip

@@ -42,6 +42,11 @@ from ._core.keys.nested import unravel_key as unravel_key
 from ._core.mixin import is_tensor_collection as is_tensor_collection
 from ._core.nontensor import NonTensorData as NonTensorData
 from ._core.nontensor import NonTensorStack as NonTensorStack
+from ._core.nontensor import is_non_tensor as is_non_tensor
+from ._core.options import get_printoptions as get_printoptions
+from ._core.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
+from ._core.options import set_list_to_stack as set_list_to_stack
+from ._core.options import set_printoptions as set_printoptions
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
 from ._core.shape.combine import pad as pad

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from .apply import ApplyMixin
 from .context import ContextMixin
+from .convert.entries import EntriesMixin
 from .keys.access import AccessMixin
 from .keys.views import KeyViewsMixin
 from .math.arith import ArithmeticMixin
@@ -48,6 +49,7 @@ class TensorOps(
     TorchFunctionMixin,
     NonTensorMixin,
     ContextMixin,
+    EntriesMixin,
 ):
     """The core methods of ``TensorDict`` and ``TensorClass`` (add new core mixins here)."""
 
