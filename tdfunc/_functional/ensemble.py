@@ -31,13 +31,15 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from .._core.container import TensorDict
+from . import members as _members
 from .batched import Context, build_plan
+from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slice_members
 
 _RANDOMNESS = ("error", "different", "same")
 _is_compiling = torch.compiler.is_compiling
@@ -45,7 +47,40 @@ _SCALAR = torch.Size([])
 
 
 class _Stacked(nn.Module):
-    """One level of stacked parameters, named like the template's module at that level."""
+    """One level of stacked parameters, named like the template's module at that level.
+
+    Indexable like the template's container at that level (``ens.stacked[0]``
+    for a ``Sequential`` or ``ModuleList``, ``ens.stacked["name"]`` for a
+    ``ModuleDict``).
+    """
+
+    _children_names: tuple = ()
+
+    def __getitem__(self, index: int | str) -> nn.Module:
+        names = self._children_names
+        if isinstance(index, str):
+            name = index
+        elif isinstance(index, int) and not isinstance(index, bool):
+            if not -len(names) <= index < len(names):
+                raise IndexError(
+                    f"Ensemble.stacked: index {index} is out of range for a level with "
+                    f"{len(names)} submodules."
+                )
+            name = names[index]
+        else:
+            raise TypeError(
+                f"Ensemble.stacked: index with an int (Sequential, ModuleList) or a name "
+                f"(ModuleDict), got {type(index).__name__}."
+            )
+        child = self._modules.get(name)
+        if child is None:
+            if name in names:
+                raise KeyError(
+                    f"Ensemble.stacked: submodule {index!r} has no parameters or buffers, so "
+                    f"it has no stacked level (it is the same for every member)."
+                )
+            raise KeyError(f"Ensemble.stacked: no submodule {index!r}; submodules: {list(names)}.")
+        return child
 
     def extra_repr(self) -> str:
         shapes = [
@@ -59,7 +94,7 @@ class _Stacked(nn.Module):
         return ", ".join(shapes)
 
 
-def _reset_parameters(model: nn.Module) -> None:
+def _reset_parameters(model: nn.Module, shared: frozenset = frozenset()) -> None:
     """Re-initialise ``model`` in place with its submodules' ``reset_parameters``.
 
     Raises ``ValueError`` when some parameter is owned by a module that has no
@@ -76,7 +111,7 @@ def _reset_parameters(model: nn.Module) -> None:
             uncovered += [
                 f"{prefix}.{name}" if prefix else name
                 for name, value in module._parameters.items()
-                if value is not None
+                if value is not None and (f"{prefix}.{name}" if prefix else name) not in shared
             ]
     if uncovered:
         raise ValueError(
@@ -87,17 +122,34 @@ def _reset_parameters(model: nn.Module) -> None:
         )
 
 
-def _fresh_copies(model: nn.Module, num_members: int, init: Callable | None) -> list:
+def _fresh_copies(
+    model: nn.Module, num_members: int, init: Callable | None, shared: Sequence[str]
+) -> list:
+    shared = frozenset([shared] if isinstance(shared, str) else shared)
     copies = []
     for _ in range(num_members):
         member = copy.deepcopy(model)
         with torch.no_grad():
             if init is None:
-                _reset_parameters(member)
+                _reset_parameters(member, shared)
             else:
                 init(member)
+            for name in shared:  # kept as the given model holds it
+                tensor = _tensor_at(model, name)
+                if tensor is not None:
+                    _tensor_at(member, name).copy_(tensor)
         copies.append(member)
     return copies
+
+
+def _tensor_at(module: nn.Module, name: str) -> Any:
+    prefix, _, leaf = name.rpartition(".")
+    try:
+        owner = module.get_submodule(prefix)
+    except AttributeError:
+        return None
+    found = owner._parameters.get(leaf)
+    return owner._buffers.get(leaf) if found is None else found
 
 
 def _to_meta(module: nn.Module) -> nn.Module:
@@ -129,23 +181,29 @@ def _named_slots(module: nn.Module):
                 yield (f"{prefix}.{name}" if prefix else name), value
 
 
-def _register(stacked: TensorDict, template: nn.Module, path: tuple) -> tuple[nn.Module, tuple]:
+def _register(
+    stacked: TensorDict, template: nn.Module, path: tuple, shared: frozenset = frozenset()
+) -> tuple[nn.Module, tuple]:
     """Mirror ``stacked`` as a tree of ``_Stacked`` modules; return it and its layout.
 
     A layout entry is ``(key, owner_dict, None)`` for a leaf (read as
     ``owner_dict[key]``) or ``(key, None, child_layout)`` for a nested level.
+    A leaf named in ``shared`` is registered once (member 0's value), unstacked.
     """
     holder = _Stacked()
+    holder._children_names = tuple(template._modules)
     layout: list[tuple[str, Any, Any]] = []
     for key, value in stacked._data.items():
         if isinstance(value, TensorDict):
             child_module: Any = template._modules[key]
-            child, child_layout = _register(value, child_module, path + (key,))
+            child, child_layout = _register(value, child_module, path + (key,), shared)
             if not child_layout:
                 continue  # a module without tensors (an activation): no level to swap
             holder.add_module(key, child)
             layout.append((key, None, child_layout))
         elif isinstance(value, torch.Tensor):
+            if ".".join(path + (key,)) in shared:
+                value = value[0].clone()
             if key in template._parameters:
                 original: Any = template._parameters[key]
                 holder.register_parameter(
@@ -162,13 +220,6 @@ def _register(stacked: TensorDict, template: nn.Module, path: tuple) -> tuple[nn
                 f"{type(value).__name__} at key {path + (key,)!r}."
             )
     return holder, tuple(layout)
-
-
-def _build(layout: tuple, batch_size: torch.Size) -> TensorDict:
-    data = {}
-    for key, owner, child in layout:
-        data[key] = owner[key] if child is None else _build(child, batch_size)
-    return TensorDict._new_unsafe(data, batch_size)
 
 
 def _slots(layout: tuple) -> list:
@@ -212,30 +263,6 @@ def _slot_index(layout: tuple, template: nn.Module) -> dict:
     return index
 
 
-def _lead_inputs(args: tuple, in_dims: Any, members: int) -> tuple:
-    """The positional inputs with the member dim first (a shared input is expanded)."""
-    out = []
-    for position, value in enumerate(args):
-        dim = in_dims[position] if isinstance(in_dims, tuple) else in_dims
-        out.append(_lead_input(value, dim, members))
-    return tuple(out)
-
-
-def _lead_input(value: Any, dim: int | None, members: int) -> Any:
-    if isinstance(value, torch.Tensor):
-        if dim is None:
-            return value.expand(members, *value.shape)
-        if value.shape[dim] != members:
-            raise ValueError(
-                f"Ensemble: an input has size {value.shape[dim]} in its member dim {dim} "
-                f"(in_dims), expected {members} (one slice per member)."
-            )
-        return value if dim == 0 else value.movedim(dim, 0)
-    if isinstance(value, (tuple, list, dict)):
-        return torch.utils._pytree.tree_map(lambda v: _lead_input(v, dim, members), value)
-    return value
-
-
 def _leaves_of(layout: tuple, td: TensorDict, out: list, path: tuple) -> list:
     """The leaves of ``td`` in layout order; ``td`` must have the layout's keys."""
     data = td._to_tensordict_view()._data
@@ -259,28 +286,27 @@ def _leaves_of(layout: tuple, td: TensorDict, out: list, path: tuple) -> list:
     return out
 
 
-def _rebuild(layout: tuple, leaves, position: list) -> TensorDict:
-    """A TensorDict (batch ``[]``) of ``leaves`` in the layout's structure."""
+def _rebuild(layout: tuple, leaves, position: list, batch_size: torch.Size = _SCALAR) -> TensorDict:
+    """A TensorDict of ``leaves`` in the layout's structure."""
     data = {}
     for key, _, child in layout:
         if child is None:
             data[key] = leaves[position[0]]
             position[0] += 1
         else:
-            data[key] = _rebuild(child, leaves, position)
-    return TensorDict._new_unsafe(data, _SCALAR)
+            data[key] = _rebuild(child, leaves, position, batch_size)
+    return TensorDict._new_unsafe(data, batch_size)
 
 
-def _check_in_dims(in_dims: Any) -> Any:
-    if in_dims is None or isinstance(in_dims, int):
-        return in_dims
-    if isinstance(in_dims, (tuple, list)):
-        return tuple(in_dims)
-    raise TypeError(
-        f"Ensemble: in_dims must be None (input shared by all members), an int (the member "
-        f"dim of every input, usually 0) or a tuple with one entry per positional input; got "
-        f"{type(in_dims).__name__}."
-    )
+def _leaf_names(layout: tuple, prefix: str = "") -> list:
+    """``(dotted name, owner dict, key)`` of every leaf, in layout order."""
+    out = []
+    for key, owner, child in layout:
+        if child is None:
+            out.append((prefix + key, owner, key))
+        else:
+            out += _leaf_names(child, f"{prefix}{key}.")
+    return out
 
 
 class Ensemble(nn.Module):
@@ -316,6 +342,11 @@ class Ensemble(nn.Module):
             models would), ``"same"`` or ``"error"``.
         chunk_size: as in ``torch.func.vmap``: run the members this many at a
             time to bound memory (``None``: all at once).
+        shared: names (as in ``model.named_parameters()`` / ``named_buffers()``)
+            of tensors kept once for all members instead of stacked, e.g. a
+            learned bound every member uses. Each member sees the one tensor, so
+            its gradient is the sum over the members, as for N modules holding
+            the same ``nn.Parameter``. The given members must hold equal values.
 
     Example:
         >>> _ = torch.manual_seed(0)
@@ -326,6 +357,10 @@ class Ensemble(nn.Module):
         >>> optimizer = torch.optim.SGD(ensemble.parameters(), lr=0.1)
         >>> ensemble.member(2)(torch.randn(10, 3)).shape
         torch.Size([10, 1])
+        >>> ensemble(torch.randn(5, 10, 3), in_dims=0).shape  # one batch per member
+        torch.Size([5, 10, 1])
+        >>> ensemble[[0, 3]](torch.randn(10, 3)).shape  # two members, batched
+        torch.Size([2, 10, 1])
     """
 
     _template: nn.Module
@@ -340,6 +375,7 @@ class Ensemble(nn.Module):
         in_dims: int | Sequence[int | None] | None = None,
         randomness: str = "different",
         chunk_size: int | None = None,
+        shared: Sequence[str] = (),
     ) -> None:
         super().__init__()
         if len(models) == 1 and isinstance(models[0], (list, tuple, nn.ModuleList)):
@@ -360,7 +396,7 @@ class Ensemble(nn.Module):
                 raise ValueError(
                     f"Ensemble: num_members must be a positive int, got {num_members!r}."
                 )
-            models = tuple(_fresh_copies(models[0], num_members, init))
+            models = tuple(_fresh_copies(models[0], num_members, init, shared))
         elif init is not None:
             raise ValueError(
                 "Ensemble: init re-initialises the copies made with num_members; it cannot be "
@@ -372,14 +408,21 @@ class Ensemble(nn.Module):
                 "Ensemble(model, num_members=8)."
             )
         stacked = TensorDict.from_modules(*models)
+        shared_names = _members.check_shared(shared, stacked)
         template = copy.deepcopy(models[0])
-        self.stacked, self._layout = _register(stacked, template, ())
+        self.stacked, self._layout = _register(stacked, template, (), shared_names)
         if not self._layout:
             raise ValueError(
                 f"Ensemble: the model ({type(template).__name__}) has no parameters or "
                 f"buffers, so its members would all be the same."
             )
         self._slots = tuple(_slots(self._layout))
+        self._shared_names = shared_names
+        self._shared = tuple(
+            position
+            for position, (name, _, _) in enumerate(_leaf_names(self._layout))
+            if name in shared_names
+        )
         # Outside the module tree: the ensemble must not register (or move) these tensors.
         object.__setattr__(self, "_template", _to_meta(template))
         self._prepare_swap()
@@ -396,12 +439,15 @@ class Ensemble(nn.Module):
     # ------------------------------------------------------------- configuration
     @property
     def in_dims(self) -> int | tuple | None:
-        """Where the member dim is in the positional inputs (``None``: shared inputs)."""
+        """Where the member dim is in the positional inputs (``None``: shared inputs).
+
+        The default for calls that do not pass ``in_dims=`` themselves.
+        """
         return self._in_dims
 
     @in_dims.setter
     def in_dims(self, value) -> None:
-        self._in_dims = _check_in_dims(value)
+        self._in_dims = check_in_dims(value)
         self._fast_entry = value is None and getattr(self, "_chunk_size", None) is None
 
     @property
@@ -445,12 +491,16 @@ class Ensemble(nn.Module):
     def params(self) -> TensorDict:
         """The stacked parameters and buffers, batch ``[N]``; the leaves are this module's own.
 
+        A tensor kept shared (``shared=``) appears expanded to ``[N, ...]`` (a view
+        of the one tensor).
+
         Example:
             >>> ensemble = Ensemble(*[nn.Linear(2, 3) for _ in range(4)])
             >>> ensemble.params["weight"] is ensemble.stacked.weight
             True
         """
-        return _build(self._layout, self._batch_size)
+        leaves = self._with_shared(tuple([owner[key] for owner, key in self._slots]))
+        return _rebuild(self._layout, leaves, [0], self._batch_size)
 
     # ------------------------------------------------------------------ running
     def call_member(self, params: TensorDict, *args, **kwargs):
@@ -472,28 +522,46 @@ class Ensemble(nn.Module):
         with params.to_module(template):
             return template(*args, **kwargs)
 
-    def functional_call(self, params: TensorDict, *args, **kwargs):
-        """The vmapped forward with the given stacked parameters instead of the registered
-        ones (a TensorDict shaped like :attr:`params`); honours ``in_dims``,
-        ``randomness`` and ``chunk_size``.
+    def functional_call(self, params: TensorDict, *args, in_dims: Any = DEFAULT, **kwargs):
+        """The batched forward with the given stacked parameters instead of the registered
+        ones: a TensorDict shaped like :attr:`params`, with a leading dim of any
+        size K (``ensemble.params[idx]`` runs K members). Honours ``in_dims`` (a
+        per-member input carries K slices), ``randomness`` and ``chunk_size``.
 
         Example:
             >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)])
             >>> zeros = ensemble.params.apply(torch.zeros_like)
             >>> ensemble.functional_call(zeros, torch.randn(4, 2)).abs().sum().item()
             0.0
+            >>> ensemble.functional_call(ensemble.params[[0, 2]], torch.randn(4, 2)).shape
+            torch.Size([2, 4, 1])
         """
-        return self._run(tuple(_leaves_of(self._layout, params, [], ())), args, kwargs, False)
+        leaves = _leaves_of(self._layout, params, [], ())
+        members = self._given_members(leaves)
+        return self._run(tuple(leaves), args, kwargs, in_dims, members)
 
-    def forward(self, *args, **kwargs):
-        """Every member's output, stacked along a new dim 0."""
-        leaves = tuple([owner[key] for owner, key in self._slots])
+    def forward(self, *args, in_dims: Any = DEFAULT, **kwargs) -> torch.Tensor:
+        """Every member's output, stacked along a new dim 0.
+
+        ``in_dims`` (keyword) overrides the module's :attr:`in_dims` for this call.
+        """
         batched = self._batched
-        if batched is not None and self._fast_entry and not kwargs and len(args) == 1:
-            x = args[0]  # the common call: one input shared by all members
-            if isinstance(x, torch.Tensor):
-                return batched(self._extended(leaves), x.expand(self._num_members, *x.shape))
-        return self._run(leaves, args, kwargs, True)
+        if (
+            batched is not None
+            and in_dims is DEFAULT
+            and self._fast_entry
+            and len(args) == 1
+            and not kwargs
+            and isinstance(args[0], torch.Tensor)
+        ):  # the common call: one input shared by all members
+            x = args[0]
+            leaves = self._extended(tuple([owner[key] for owner, key in self._slots]))
+            return batched(leaves, x.expand(self._num_members, *x.shape))
+        return self._run(None, args, kwargs, in_dims, self._num_members)
+
+    if TYPE_CHECKING:
+
+        def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor: ...
 
     @property
     def batched_summary(self) -> str:
@@ -515,42 +583,72 @@ class Ensemble(nn.Module):
             plans[mode] = build_plan(self._template, index, self._context)
         self._batched, self._report = plans[mode]
 
-    def _run(self, leaves: tuple, args: tuple, kwargs: dict, own: bool):
-        batched = self._batched
-        if batched is None:
-            return self._run_vmapped(leaves, args, kwargs)
-        leaves = self._extended(leaves) if own else self._context.extend(leaves)
-        members = self._num_members
-        if self._fast_entry and not kwargs:  # shared inputs, all members at once
-            return batched(
-                leaves,
-                *[
-                    a.expand(members, *a.shape)
-                    if isinstance(a, torch.Tensor)
-                    else _lead_input(a, None, members)
-                    for a in args
-                ],
-            )
-        in_dims = self._in_dims
-        if isinstance(in_dims, tuple) and len(in_dims) != len(args):
+    def _given_members(self, leaves: list) -> int:
+        """K, the leading size every given leaf shares (shared ones may come unstacked)."""
+        shared = self._shared
+        sizes = {leaf.shape[0] for i, leaf in enumerate(leaves) if i not in shared}
+        if not sizes:  # every tensor shared: the first one tells
+            sizes = {leaves[0].shape[0]}
+        if len(sizes) != 1:
             raise ValueError(
-                f"Ensemble: in_dims has {len(in_dims)} entries but the forward got "
-                f"{len(args)} positional inputs; give one int | None per input."
+                f"Ensemble.functional_call: the parameters must share one leading member dim; "
+                f"got sizes {sorted(sizes)}. Pass ensemble.params or ensemble.params[idx]."
             )
-        args = _lead_inputs(args, in_dims, members)
+        members = sizes.pop()
+        for i in shared:  # a shared tensor given as it is stored: expand it
+            own = self._slots[i][0][self._slots[i][1]]
+            if leaves[i].dim() == own.dim():
+                leaves[i] = leaves[i].expand(members, *leaves[i].shape)
+        return members
+
+    def _with_shared(self, leaves: tuple) -> tuple:
+        """The registered leaves with the shared ones expanded to ``[N, ...]``."""
+        if not self._shared:
+            return leaves
+        members, out = self._num_members, list(leaves)
+        for i in self._shared:
+            out[i] = out[i].expand(members, *out[i].shape)
+        return tuple(out)
+
+    def _member_leaves(self, index: Any, count: int) -> tuple:
+        """The leaves of the members ``index`` selects (K = ``count``), shared ones expanded."""
+        shared = self._shared
+        leaves = [owner[key] for owner, key in self._slots]
+        return tuple(
+            leaf.expand(count, *leaf.shape) if i in shared else _members.select(leaf, index)
+            for i, leaf in enumerate(leaves)
+        )
+
+    def _run(self, leaves: tuple | None, args: tuple, kwargs: dict, in_dims: Any, members: int):
+        # ``leaves``: member-leading [K, ...] tensors (shared ones expanded), or
+        # None for the registered ones (their derived views are cached).
+        in_dims = self._in_dims if in_dims is DEFAULT else check_in_dims(in_dims)
+        batched = self._batched
+        if leaves is None:
+            raw = tuple([owner[key] for owner, key in self._slots])
+            if batched is None or self._chunk_size is not None:
+                leaves = self._with_shared(raw)
+            else:
+                extended = self._extended(raw)
+        if batched is None:
+            return self._run_vmapped(leaves, args, kwargs, in_dims)
+        args = lead_inputs(args, in_dims, members)
         if kwargs:
-            kwargs = {key: _lead_input(value, None, members) for key, value in kwargs.items()}
+            kwargs = {key: lead_input(value, None, members, key) for key, value in kwargs.items()}
         chunk = self._chunk_size
         if chunk is None or chunk >= members:
-            return batched(leaves, *args, **kwargs)
+            if leaves is not None:
+                extended = self._context.extend(leaves)
+            return batched(extended, *args, **kwargs)
         outputs = []
         for start in range(0, members, chunk):
+            # Derived views (a merged weight) are not member-leading: slice, then derive.
             part = slice(start, start + chunk)
             outputs.append(
                 batched(
-                    tuple([leaf[part] for leaf in leaves]),
-                    *_slice_members(args, part),
-                    **_slice_members(kwargs, part),
+                    self._context.extend(tuple([leaf[part] for leaf in leaves])),
+                    *slice_members(args, part),
+                    **slice_members(kwargs, part),
                 )
             )
         return torch.utils._pytree.tree_map(lambda *xs: torch.cat(xs), *outputs)
@@ -559,16 +657,17 @@ class Ensemble(nn.Module):
         # The derived leaves (views such as weight.mT) are kept while the
         # parameters are the same objects, per grad / inference mode (a view made
         # under no_grad carries no graph). Under torch.compile they are recomputed.
+        # Shared tensors are expanded to the member dim here, and cached likewise.
         context = self._context
-        if not context.derivations:
+        if not context.derivations and not self._shared:
             return leaves
         if _is_compiling():
-            return context.extend(leaves)
+            return context.extend(self._with_shared(leaves))
         key = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         cached = self._derived.get(key)
         if cached is not None and all(map(operator.is_, cached[0], leaves)):
             return cached[1]
-        extended = context.extend(leaves)
+        extended = context.extend(self._with_shared(leaves))
         self._derived[key] = (leaves, extended)
         return extended
 
@@ -577,11 +676,12 @@ class Ensemble(nn.Module):
         self._derived.clear()
         return super()._apply(fn, recurse)
 
-    def _run_vmapped(self, leaves: tuple, args: tuple, kwargs: dict):
+    def _run_vmapped(self, leaves: tuple, args: tuple, kwargs: dict, in_dims: Any):
         # vmap sees a flat tuple of tensors, not the nested TensorDict: flattening
         # a tuple is cheaper than a tree of containers, and the member function
         # rebuilds the (unbatched) TensorDict from the layout in a few dict writes.
-        in_dims = self._in_dims
+        members = leaves[0].shape[0]
+        lead_inputs(args, in_dims, members)  # checks the member dims (vmap's errors are vaguer)
         if isinstance(in_dims, tuple):
             if len(in_dims) != len(args):
                 raise ValueError(
@@ -604,6 +704,59 @@ class Ensemble(nn.Module):
             return template(*args, **kwargs)
 
     # ------------------------------------------------------------------ members
+    def select_members(self, index: Any) -> _members.EnsembleMembers:
+        """K of the members, run as batched kernels: a view, no copy (``ens[index]`` too).
+
+        ``index``: a sequence of ints, an integer or boolean tensor, a slice, or
+        an int (one member, outputs without the member dim). Each call reads the
+        current parameters, so optimizer steps on the ensemble are seen, and
+        gradients flow back into the stacked parameters.
+
+        Example:
+            >>> ensemble = Ensemble(*[nn.Linear(3, 1) for _ in range(10)])
+            >>> x = torch.randn(4, 3)
+            >>> two = ensemble.select_members(torch.randperm(10)[:2])
+            >>> two(x).min(dim=0).values.shape  # REDQ's target: min over 2 of 10
+            torch.Size([4, 1])
+            >>> torch.equal(ensemble[3](x), ensemble(x)[3])
+            True
+        """
+        return _members.EnsembleMembers(self, index)
+
+    def __getitem__(self, index: Any) -> _members.EnsembleMembers:
+        return _members.EnsembleMembers(self, index)
+
+    def member_state_dicts(self, keep_vars: bool = False) -> list[dict[str, Any]]:
+        """Each member's ``state_dict()``, keyed as the model's own (views, no copy).
+
+        Example:
+            >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)])
+            >>> states = ensemble.member_state_dicts()
+            >>> len(states), sorted(states[0]), states[0]["weight"].shape
+            (3, ['bias', 'weight'], torch.Size([1, 2]))
+        """
+        return _members.member_state_dicts(self, keep_vars)
+
+    def load_member_state_dicts(self, state_dicts: Any, strict: bool = True) -> None:
+        """Load one ``state_dict`` per member into the stacked tensors, in place.
+
+        The keys are the model's own (``nn.Linear``: ``weight``, ``bias``); the
+        registered parameters stay the same objects, so an optimizer built on the
+        ensemble keeps working. Shapes are checked before anything is written.
+        A tensor kept ``shared`` must hold the same value in every state dict.
+
+        Example:
+            >>> models = [nn.Linear(2, 1) for _ in range(3)]
+            >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)])
+            >>> ensemble.load_member_state_dicts([m.state_dict() for m in models])
+            >>> torch.equal(ensemble.stacked.weight[1], models[1].weight)
+            True
+        """
+        _members.load_member_state_dicts(self, state_dicts, strict)
+
+    def _named_slots(self) -> list:
+        return _leaf_names(self._layout)
+
     def member(self, index: int) -> nn.Module:
         """Member ``index`` as a standalone module: a copy of the model with its own
         ``Parameter``s (cloned: training it does not change the ensemble)."""
@@ -666,6 +819,7 @@ class Ensemble(nn.Module):
         ``torch.nn.utils.clip_grad_norm_(ensemble.parameters(), ...)`` would
         compute one norm over all members and scale them all by it; this is
         ``clip_grad_norm_`` applied to every member alone, in a few batched ops.
+        Tensors kept ``shared`` belong to no single member and are left as they are.
 
         Example:
             >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)])
@@ -673,7 +827,8 @@ class Ensemble(nn.Module):
             >>> ensemble.clip_grad_norm_(0.5).shape
             torch.Size([3])
         """
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        shared = {id(owner[key]) for owner, key in (self._slots[i] for i in self._shared)}
+        grads = [p.grad for p in self.parameters() if p.grad is not None and id(p) not in shared]
         members = self._num_members
         if not grads:
             return torch.zeros(members)
@@ -698,9 +853,3 @@ class Ensemble(nn.Module):
             f"randomness={self._randomness!r}, chunk_size={self._chunk_size}, "
             f"template={type(self._template).__name__}, batched: {self._report.summary()}"
         )
-
-
-def _slice_members(value: Any, part: slice) -> Any:
-    return torch.utils._pytree.tree_map(
-        lambda v: v[part] if isinstance(v, torch.Tensor) else v, value
-    )
