@@ -31,10 +31,11 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _module
 
 from .._core.container import TensorDict
 from . import members as _members
@@ -43,6 +44,14 @@ from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slic
 
 _RANDOMNESS = ("error", "different", "same")
 _is_compiling = torch.compiler.is_compiling
+_tracing = torch._C._get_tracing_state
+# torch's global module hooks (dicts filled in place by register_module_*_hook).
+_GLOBAL_HOOKS = (
+    _module._global_forward_hooks,
+    _module._global_forward_pre_hooks,
+    _module._global_backward_hooks,
+    _module._global_backward_pre_hooks,
+)
 _SCALAR = torch.Size([])
 
 
@@ -448,7 +457,11 @@ class Ensemble(nn.Module):
     @in_dims.setter
     def in_dims(self, value) -> None:
         self._in_dims = check_in_dims(value)
-        self._fast_entry = value is None and getattr(self, "_chunk_size", None) is None
+        self._fast_entry = (
+            value is None
+            and getattr(self, "_chunk_size", None) is None
+            and type(self).forward is Ensemble.forward  # __call__ runs it inline
+        )
 
     @property
     def randomness(self) -> str:
@@ -472,7 +485,9 @@ class Ensemble(nn.Module):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"Ensemble: chunk_size must be None or a positive int, got {value!r}.")
         self._chunk_size = value
-        self._fast_entry = value is None and self._in_dims is None
+        self._fast_entry = (
+            value is None and self._in_dims is None and type(self).forward is Ensemble.forward
+        )
 
     @property
     def num_members(self) -> int:
@@ -559,9 +574,40 @@ class Ensemble(nn.Module):
             return batched(leaves, x.expand(self._num_members, *x.shape))
         return self._run(None, args, kwargs, in_dims, self._num_members)
 
-    if TYPE_CHECKING:
-
-        def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        # nn.Module.__call__ takes two Python frames to reach forward when no hook
+        # is set; at small sizes those, and forward's own frame, are a visible
+        # part of the call. The same checks in one frame, and the common call (one
+        # input shared by all members) run from here; any hook, module.compile(),
+        # torch.compile or jit tracing takes torch's full path.
+        if (
+            self._compiled_call_impl is None
+            and not (
+                self._forward_hooks
+                or self._forward_pre_hooks
+                or self._backward_hooks
+                or self._backward_pre_hooks
+                or _GLOBAL_HOOKS[0]
+                or _GLOBAL_HOOKS[1]
+                or _GLOBAL_HOOKS[2]
+                or _GLOBAL_HOOKS[3]
+            )
+            and not _is_compiling()
+            and not _tracing()
+        ):
+            batched = self._batched
+            if (
+                batched is not None
+                and self._fast_entry
+                and len(args) == 1
+                and not kwargs
+                and isinstance(args[0], torch.Tensor)
+            ):
+                x = args[0]
+                leaves = self._extended(tuple([owner[key] for owner, key in self._slots]))
+                return batched(leaves, x.expand(self._num_members, *x.shape))
+            return self.forward(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
 
     @property
     def batched_summary(self) -> str:

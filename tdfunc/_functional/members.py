@@ -85,12 +85,15 @@ class EnsembleMembers:
     dim of size K (none for an int index, which selects one member).
 
     Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdfunc import Ensemble
         >>> ensemble = Ensemble(*[nn.Linear(3, 1) for _ in range(10)])
         >>> pair = ensemble.select_members(torch.tensor([7, 2]))
         >>> q = pair(torch.randn(5, 3))
         >>> q.shape, len(pair)
         (torch.Size([2, 5, 1]), 2)
-        >>> q.min(0).values.sum().backward()
+        >>> q.sum().backward()
         >>> ensemble.stacked.weight.grad.abs().sum(dim=(1, 2)).nonzero().flatten().tolist()
         [2, 7]
     """
