@@ -122,7 +122,9 @@ def test_pets_fresh_copies_keep_the_shared_bounds():
 
 # ---------------------------------------------------------------------- SAC / REDQ
 def critic() -> nn.Module:
-    return nn.Sequential(nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
+    return nn.Sequential(
+        nn.Linear(6, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1)
+    )
 
 
 def test_redq_critics_polyak_targets_and_min_over_a_random_subset():
@@ -227,7 +229,7 @@ def test_stable_baselines3_checkpoint_loaded_member_by_member(tmp_path):
     states = ensemble.member_state_dicts()
     assert list(states[1]) == list(saved.qf1.state_dict())
     close(states[1]["2.bias"], saved.qf1.state_dict()["2.bias"])
-    with pytest.raises(KeyError, match="prefix \\('qf0.'"):
+    with pytest.raises(KeyError, match=r"prefix \('qf0\.'"):
         ensemble.load_member_state_dicts(
             [{k: v for k, v in checkpoint.items() if k.startswith("qf0.")}] * 2
         )
@@ -256,7 +258,9 @@ def test_ensemble_checkpoint_through_state_dict_and_memmap(tmp_path):
 
 # ---------------------------------------------------------------------- deep ensemble
 def regressor() -> nn.Module:
-    return nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1))
+    return nn.Sequential(
+        nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1)
+    )
 
 
 def test_deep_ensemble_with_per_member_early_stopping():
