@@ -8,30 +8,31 @@ Example:
     torch.Size([4])
 """
 
+# last: the optimizers use the public API above
+from . import optim as optim
 from ._core.base import TensorDictBase as TensorDictBase
 from ._core.container import TensorDict as TensorDict
 from ._core.container import is_tensor_collection as is_tensor_collection
-from ._core.functional import cat as cat
-from ._core.functional import merge_tensordicts as merge_tensordicts
-from ._core.functional import pad as pad
-from ._core.functional import pad_sequence as pad_sequence
-from ._core.functional import stack as stack
-from ._core.keys import NestedKey as NestedKey
-from ._core.keys import unravel_key as unravel_key
+from ._core.keys.nested import NestedKey as NestedKey
+from ._core.keys.nested import unravel_key as unravel_key
 from ._core.nontensor import NonTensorData as NonTensorData
 from ._core.nontensor import NonTensorStack as NonTensorStack
+from ._core.shape.combine import cat as cat
+from ._core.shape.combine import merge_tensordicts as merge_tensordicts
+from ._core.shape.combine import pad as pad
+from ._core.shape.combine import pad_sequence as pad_sequence
+from ._core.shape.combine import stack as stack
 from ._distributed import DistributedWork as DistributedWork
 from ._distributed.sharded import gather_members as gather_members
 from ._distributed.sharded import shard_ensemble as shard_ensemble
 from ._distributed.sharded import shard_range as shard_range
-from ._functional.batched import register_batched as register_batched
-from ._functional.dims import dims_like as dims_like
-from ._functional.ensemble import Ensemble as Ensemble
-from ._functional.functional_call import functional_call as functional_call
-from ._functional.swap_handle import ModuleSwap as ModuleSwap
+from ._ensemble import register_batched as register_batched
+from ._ensemble.ensemble import Ensemble as Ensemble
+from ._modules.functional_call import functional_call as functional_call
+from ._modules.swap_handle import ModuleSwap as ModuleSwap
 from ._persist import MemoryMappedTensor as MemoryMappedTensor
+from ._pytree.dims import dims_like as dims_like
 from ._tensorclass.tensorclass import TensorClass as TensorClass
 from ._tensorclass.tensorclass import is_tensorclass as is_tensorclass
 from ._tensorclass.tensorclass import tensorclass as tensorclass
-
-__version__ = "0.1.0"
+from ._version import __version__ as __version__

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, stack_module_state, vmap
 
-from tdfunc import Ensemble
+from . import Ensemble
 
 TRAIN_POINTS, NOISE, LR = 256, 0.1, 0.01
 TRAIN_RANGE, PLOT_RANGE = 3.0, 5.5

@@ -43,7 +43,7 @@ def print_directory_tree(
 ) -> None:
     """Print a directory as an indented tree: ``name/`` for directories, files beneath.
 
-    This is the layout seed 004 shows for a memory-mapped TensorDict. Entries are
+    This is how the files of a memory-mapped TensorDict are laid out. Entries are
     listed directories first, then files, each in name order (so the output does
     not depend on the file system). ``memmap_like`` files are sparse: the size
     reported is their apparent size.

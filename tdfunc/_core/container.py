@@ -20,15 +20,16 @@ from typing import Any
 
 import torch
 
-from .._functional.pytree import register as _register_pytree
-from . import access, key_views
-from .keys import MISSING
+from .._pytree.node import register as _register_pytree
+from .class_names import register_class
+from .keys import access
+from .keys import views as key_views
+from .keys.nested import MISSING
+from .keys.update import moved
+from .keys.writes import build_fast, items_of
 from .mixin import is_tensor_collection
 from .ops import TensorOps
-from .registry import register_class
-from .shapes import SIZE_CACHE, as_size, size_info
-from .update import moved
-from .writes import build_fast, items_of
+from .shape.sizes import SIZE_CACHE, as_size, size_info
 
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .keys import MISSING, key_parts
-from .shapes import checked_names, index_batch_size, normalize_dim, resolve_shape
+from .keys.nested import MISSING, key_parts
+from .shape.sizes import checked_names, index_batch_size, normalize_dim, resolve_shape
 
 
 def _size_of(shape) -> torch.Size:

@@ -24,17 +24,17 @@ Example:
 from __future__ import annotations
 
 from .._distributed import DistributedMixin, MapMixin
-from .._functional.module_swap import ModuleSwapMixin
+from .._modules.module_swap import ModuleSwapMixin
 from .._persist import PersistMixin
-from .access import AccessMixin
 from .apply import ApplyMixin
-from .arith import ArithmeticMixin
-from .batch import BatchMixin
 from .context import ContextMixin
-from .key_views import KeyViewsMixin
+from .keys.access import AccessMixin
+from .keys.views import KeyViewsMixin
+from .math.arith import ArithmeticMixin
+from .math.tensor_like import TensorLikeMixin
 from .nontensor import NonTensorMixin
-from .shape_ops import ShapeOpsMixin
-from .tensor_like import TensorLikeMixin
+from .shape.batch import BatchMixin
+from .shape.shape_ops import ShapeOpsMixin
 from .torch_function import TorchFunctionMixin
 
 

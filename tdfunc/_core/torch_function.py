@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from .math.pointwise import PREDICATES, UNARY
 from .nontensor import NonTensorData, cat_non_tensor, stack_non_tensor
-from .pointwise import PREDICATES, UNARY
-from .shapes import normalize_dim
+from .shape.sizes import normalize_dim
 
 HANDLED: dict[Callable, Callable] = {}
 
@@ -310,7 +310,7 @@ def _pairwise(name: str) -> Callable:
     function = getattr(torch, name)
 
     def handler(input, other, *, out=None):
-        from .leafwise import map_pairs
+        from .math.leafwise import map_pairs
 
         if _is_container(input):
             result = map_pairs(input, other, function, name)
@@ -349,14 +349,14 @@ def _log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 @implements(torch.autograd.grad)
 def _autograd_grad(outputs, inputs, grad_outputs=None, **kwargs):
-    from .autograd import autograd_grad
+    from .math.autograd import autograd_grad
 
     return autograd_grad(outputs, inputs, grad_outputs, **kwargs)
 
 
 def _loss(function: Callable) -> Callable:
     def handler(input, target, *args, **kwargs):
-        from .leafwise import map_leaves, map_pairs
+        from .math.leafwise import map_leaves, map_pairs
 
         reduction = kwargs.get("reduction", "mean")
         if _is_container(input):

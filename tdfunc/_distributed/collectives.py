@@ -55,15 +55,7 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors
 
-from .layout import (
-    _HEADER_BYTES,
-    _HEADER_FORMAT,
-    _MAGIC,
-    _VERSION,
-    _copy_into,
-    _Layout,
-    _path_str,
-)
+from .layout import _HEADER_BYTES, _HEADER_FORMAT, _MAGIC, _VERSION, _copy_into, _Layout, _path_str
 from .work import _POST_LOCK, DistributedWork, _Channel, _channel
 
 _PAYLOAD_TAG = 1 << 30
@@ -454,7 +446,8 @@ class DistributedMixin:
                 mix it with pending receives from a given rank on the same tag).
             group: the process group (default: the default group).
             tag: must match the sender's ``tag``.
-            init_tag, pseudo_rand: tensordict's names (see :meth:`send`).
+            init_tag: tensordict's name for ``tag`` (see :meth:`send`).
+            pseudo_rand: accepted for tensordict's signature (see :meth:`send`).
 
         Example:
             >>> # rank 0: data = TensorDict({"a": torch.zeros(())}, []); data.recv(src=1)

@@ -28,9 +28,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .filenames import NAME
 from .format import META, META_TMP, OBJECT_FILE, TENSOR_FILE, TRASH, data_file
 from .format import new_token as new_token
-from .keys import NAME
 from .memmap_tensor import create_file
 
 

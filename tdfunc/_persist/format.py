@@ -59,7 +59,7 @@ from typing import Any
 
 import torch
 
-from .keys import NAME
+from .filenames import NAME
 
 FORMAT = "tdfunc.memmap"
 VERSION = 2

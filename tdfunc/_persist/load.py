@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from .._core.class_names import lookup_class
 from .._core.nontensor import NonTensorData, NonTensorStack
-from .._core.registry import lookup_class
 from .directory import worker_pool
 from .format import DTYPES, META, decode_object, open_meta, same_meta
 from .memmap_tensor import check_file, map_file, nbytes_of

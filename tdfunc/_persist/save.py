@@ -39,11 +39,12 @@ from typing import Any
 
 import torch
 
+from .._core.class_names import class_name
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
-from .._core.registry import class_name
 from .directory import Directory, is_doomed, is_ours, remove_in_background, worker_pool
 from .directory import wait_for_cleanup as wait_for_cleanup
+from .filenames import encode_key
 from .format import (
     FORMAT,
     MAX_DEPTH,
@@ -58,7 +59,6 @@ from .format import (
     read_meta,
     write_meta,
 )
-from .keys import encode_key
 from .memmap_tensor import MemoryMappedTensor, allocate_file, map_file, nbytes_of, write_file
 
 _CPU = torch.device("cpu")

@@ -36,11 +36,11 @@ import torch
 
 from .._core.container import TensorDict
 from .._core.frozen import FROZEN, freeze
-from .._core.keys import MISSING, key_parts
+from .._core.keys.nested import MISSING, key_parts
+from .._core.keys.update import send_for_set
+from .._core.keys.writes import write
 from .._core.mixin import is_tensor_collection
 from .._core.ops import TensorOps
-from .._core.update import send_for_set
-from .._core.writes import write
 
 if TYPE_CHECKING:
     from collections.abc import Callable

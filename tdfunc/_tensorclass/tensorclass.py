@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
 import torch
 from typing_extensions import dataclass_transform
 
+from .._core.class_names import register_class
 from .._core.container import TensorDict
 from .._core.frozen import freeze
 from .._core.nontensor import NonTensorData
-from .._core.registry import register_class
-from .._core.shapes import as_size
-from .._functional.pytree import register as _register_pytree
+from .._core.shape.sizes import as_size
+from .._pytree.node import register as _register_pytree
 from .convert import TensorClassConvert
 from .fields import (
     FLAGS,

@@ -1,0 +1,346 @@
+"""tdfunc.optim against torch.optim, hand-written foreach/vmapped code and torchopt.
+
+Groups (read ratios of medians within a group, from one run, one CPU thread):
+
+- ``adam-ensemble``: one Adam step for N=64 members (MLP 8-64-64-1) with
+  per-member learning rates: ``tdfunc.optim.Adam`` over an ``Ensemble``'s stacked
+  parameters; 64 ``torch.optim.Adam(foreach=True)`` over 64 modules; a
+  hand-written in-place foreach Adam over the stacked tensors (``baseline``).
+- ``adam-functional``: the functional step ``update`` + ``apply_updates`` over a
+  TensorDict of the same stacked parameters, per-member learning rates; the
+  same out-of-place math in ``torch._foreach_*`` ops on a flat list (``baseline``).
+- ``adam-functional-scalar``: the same with one scalar learning rate, beside
+  torchopt's functional ``adam`` (over a dict of the same tensors).
+- ``maml-adam``: a MAML meta-gradient (5 differentiable inner Adam steps, 8
+  sine tasks, MLP 1-40-40-1 with tanh): tdfunc's functional Adam under
+  ``vmap`` over tasks; a loop over tasks with ``torch.autograd.grad(...,
+  create_graph=True)`` and a hand-written Adam (``loop``); a hand-written
+  Adam on plain tensors under ``vmap`` (``baseline``); torchopt's ``MetaAdam``
+  in a loop over tasks (``torchopt``).
+
+Every step allocates: the process pins glibc's allocator (``mallopt``) so that
+freed buffers are reused instead of returned to the OS and faulted in again,
+and every benchmark warms up before timing.
+
+    OMP_NUM_THREADS=1 python -m pytest benchmarks/bench_optim.py --benchmark-enable -q
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import ctypes.util
+
+import pytest
+import torch
+from torch import nn
+from torch.func import grad, vmap
+
+from tdfunc import Ensemble, TensorDict, functional_call, optim
+
+
+def _pin_allocator() -> None:
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return
+    libc = ctypes.CDLL(libc_name)
+    if hasattr(libc, "mallopt"):
+        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: big buffers come from the heap
+        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: freed memory stays mapped
+
+
+_pin_allocator()
+torch.set_num_threads(1)
+
+MEMBERS = 64
+PEDANTIC = {"rounds": 60, "iterations": 1, "warmup_rounds": 10}
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                         nn.Linear(64, 1))  # fmt: skip
+
+
+def lrs() -> torch.Tensor:
+    return torch.logspace(-4, -1, MEMBERS)
+
+
+@pytest.fixture(scope="module")
+def members():
+    torch.manual_seed(0)
+    return [mlp() for _ in range(MEMBERS)]
+
+
+def fill_grads(parameters) -> None:
+    generator = torch.Generator().manual_seed(1)
+    for p in parameters:
+        p.grad = torch.randn(p.shape, generator=generator)
+
+
+# ------------------------------------------------------------------ adam-ensemble
+def test_adam_ensemble_tdfunc(benchmark, members):
+    ensemble = Ensemble(*copy.deepcopy(members))
+    fill_grads(ensemble.parameters())
+    opt = optim.Adam(ensemble.parameters(), lr=lrs())
+    benchmark.group = "adam-ensemble"
+    benchmark.pedantic(opt.step, **PEDANTIC)
+
+
+def test_adam_ensemble_torch_optim(benchmark, members):
+    models = copy.deepcopy(members)
+    optimizers = []
+    for lr, model in zip(lrs().tolist(), models):
+        fill_grads(model.parameters())
+        optimizers.append(torch.optim.Adam(model.parameters(), lr=lr, foreach=True))
+
+    def step():
+        for opt in optimizers:
+            opt.step()
+
+    benchmark.group = "adam-ensemble"
+    benchmark.pedantic(step, **PEDANTIC)
+
+
+def handwritten_inplace_adam(params, grads, exp_avg, exp_avg_sq, lr, beta1=0.9, beta2=0.999,
+                             eps=1e-8):  # fmt: skip
+    """The careful user's foreach Adam over stacked tensors, lr shaped [N, 1, ...]."""
+    step = [0]
+    lr_views = [lr.view(-1, *(1,) * (p.dim() - 1)) for p in params]
+
+    def run():
+        step[0] += 1
+        t = step[0]
+        torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sq, beta2)
+        torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
+        step_size = [-(v / (1 - beta1**t)) for v in lr_views]
+        denom = torch._foreach_sqrt(exp_avg_sq)
+        torch._foreach_div_(denom, (1 - beta2**t) ** 0.5)
+        torch._foreach_add_(denom, eps)
+        torch._foreach_addcdiv_(params, torch._foreach_mul(exp_avg, step_size), denom)
+
+    return run
+
+
+def test_adam_ensemble_baseline(benchmark, members):
+    stacked = [p.detach() for p in Ensemble(*copy.deepcopy(members)).parameters()]
+    generator = torch.Generator().manual_seed(1)
+    grads = [torch.randn(p.shape, generator=generator) for p in stacked]
+    run = handwritten_inplace_adam(
+        stacked, grads, [torch.zeros_like(p) for p in stacked],
+        [torch.zeros_like(p) for p in stacked], lrs(),
+    )  # fmt: skip
+    benchmark.group = "adam-ensemble"
+    benchmark.pedantic(run, **PEDANTIC)
+
+
+# ------------------------------------------------------------------ adam-functional
+def functional_inputs(members):
+    params = TensorDict.from_modules(*members).detach()
+    generator = torch.Generator().manual_seed(1)
+    grads = params.apply(lambda t: torch.randn(t.shape, generator=generator))
+    return params, grads
+
+
+def run_tdfunc_functional(benchmark, members, lr, group):
+    params, grads = functional_inputs(members)
+    opt = optim.adam(lr=lr)
+    state = opt.init(params)
+    _, state = opt.update(grads, state, params)  # non-zero moments
+
+    def step():
+        updates, new_state = opt.update(grads, state, params)
+        return optim.apply_updates(params, updates), new_state
+
+    benchmark.group = group
+    benchmark.pedantic(step, **PEDANTIC)
+
+
+def run_foreach_functional(benchmark, members, lr, group, beta1=0.9, beta2=0.999, eps=1e-8):
+    params, grads = functional_inputs(members)
+    p_list = list(params.values(include_nested=True, leaves_only=True))
+    g_list = list(grads.values(include_nested=True, leaves_only=True))
+    m_list = [0.1 * g for g in g_list]
+    v_list = [0.001 * g * g for g in g_list]
+    step_t = torch.ones(MEMBERS)
+
+    def step():
+        t = (step_t + 1).double()
+        bc1, bc2 = 1 - beta1**t, 1 - beta2**t
+        if isinstance(lr, torch.Tensor):
+            neg = (-(lr.double() / bc1)).float()
+            neg_views = [neg.view(-1, *(1,) * (p.dim() - 1)) for p in p_list]
+        else:
+            neg = (-(lr / bc1)).float()
+            neg_views = [neg.view(-1, *(1,) * (p.dim() - 1)) for p in p_list]
+        root = bc2.sqrt().float()
+        root_views = [root.view(-1, *(1,) * (p.dim() - 1)) for p in p_list]
+        m = torch._foreach_lerp(m_list, g_list, 1 - beta1)
+        v = torch._foreach_mul(v_list, beta2)
+        torch._foreach_addcmul_(v, g_list, g_list, value=1 - beta2)
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, root_views)
+        torch._foreach_add_(denom, eps)
+        updates = torch._foreach_mul(m, neg_views)
+        torch._foreach_div_(updates, denom)
+        return torch._foreach_add(p_list, updates), m, v
+
+    benchmark.group = group
+    benchmark.pedantic(step, **PEDANTIC)
+
+
+def test_adam_functional_tdfunc(benchmark, members):
+    run_tdfunc_functional(benchmark, members, lrs(), "adam-functional")
+
+
+def test_adam_functional_baseline(benchmark, members):
+    run_foreach_functional(benchmark, members, lrs(), "adam-functional")
+
+
+def test_adam_functional_scalar_tdfunc(benchmark, members):
+    run_tdfunc_functional(benchmark, members, 1e-3, "adam-functional-scalar")
+
+
+def test_adam_functional_scalar_baseline(benchmark, members):
+    run_foreach_functional(benchmark, members, 1e-3, "adam-functional-scalar")
+
+
+def test_adam_functional_scalar_torchopt(benchmark, members):
+    torchopt = pytest.importorskip("torchopt")
+    params, grads = functional_inputs(members)
+    names = [".".join(k) for k in params.keys(include_nested=True, leaves_only=True)]
+    p_dict = dict(zip(names, params.values(include_nested=True, leaves_only=True)))
+    g_dict = dict(zip(names, grads.values(include_nested=True, leaves_only=True)))
+    opt = torchopt.adam(lr=1e-3)
+    state = opt.init(p_dict)
+    _, state = opt.update(g_dict, state, params=p_dict, inplace=False)
+
+    def step():
+        updates, new_state = opt.update(g_dict, state, params=p_dict, inplace=False)
+        return torchopt.apply_updates(p_dict, updates, inplace=False), new_state
+
+    benchmark.group = "adam-functional-scalar"
+    benchmark.pedantic(step, **PEDANTIC)
+
+
+# ------------------------------------------------------------------ maml-adam
+TASKS, SHOTS, INNER_STEPS, INNER_LR = 8, 10, 5, 0.01
+MAML_PEDANTIC = {"rounds": 15, "iterations": 1, "warmup_rounds": 3}
+
+
+def maml_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(1, 40), nn.Tanh(), nn.Linear(40, 40), nn.Tanh(),
+                         nn.Linear(40, 1))  # fmt: skip
+
+
+def maml_tasks():
+    generator = torch.Generator().manual_seed(1)
+    amplitude = torch.rand(TASKS, 1, 1, generator=generator) * 4.5 + 0.5
+    phase = torch.rand(TASKS, 1, 1, generator=generator) * torch.pi
+    xs = torch.rand(TASKS, SHOTS, 1, generator=generator) * 10 - 5
+    xq = torch.rand(TASKS, SHOTS, 1, generator=generator) * 10 - 5
+    return xs, amplitude * torch.sin(xs + phase), xq, amplitude * torch.sin(xq + phase)
+
+
+def plain_forward(w, x):
+    h = torch.tanh(x @ w[0].T + w[1])
+    h = torch.tanh(h @ w[2].T + w[3])
+    return h @ w[4].T + w[5]
+
+
+def plain_loss(w, x, y):
+    return ((plain_forward(w, x) - y) ** 2).mean()
+
+
+def plain_adam(w, g, m, v, t, lr=INNER_LR, b1=0.9, b2=0.999, eps=1e-8):
+    m = [b1 * a + (1 - b1) * b for a, b in zip(m, g)]
+    v = [b2 * a + (1 - b2) * b * b for a, b in zip(v, g)]
+    step_size = lr / (1 - b1**t)
+    root = (1 - b2**t) ** 0.5
+    w = [p - step_size * a / (b.sqrt() / root + eps) for p, a, b in zip(w, m, v)]
+    return w, m, v
+
+
+def test_maml_adam_tdfunc(benchmark):
+    model = maml_model()
+    params = TensorDict.from_module(model).detach()
+    tasks = maml_tasks()
+    opt = optim.adam(lr=INNER_LR)
+
+    def loss(p, x, y):
+        return ((functional_call(model, p, (x,)) - y) ** 2).mean()
+
+    def task_loss(p, xs, ys, xq, yq):
+        state = opt.init(p)
+        for _ in range(INNER_STEPS):
+            updates, state = opt.update(grad(loss)(p, xs, ys), state, p)
+            p = optim.apply_updates(p, updates)
+        return loss(p, xq, yq)
+
+    def meta_loss(p):
+        return vmap(task_loss, (None, 0, 0, 0, 0))(p, *tasks).mean()
+
+    benchmark.group = "maml-adam"
+    benchmark.pedantic(lambda: grad(meta_loss)(params), **MAML_PEDANTIC)
+
+
+def test_maml_adam_baseline(benchmark):
+    """Hand-written: plain tensors, hand-written Adam, torch.func grad and vmap."""
+    weights = [p.detach() for p in maml_model().parameters()]
+    tasks = maml_tasks()
+
+    def task_loss(w, xs, ys, xq, yq):
+        m = [torch.zeros_like(p) for p in w]
+        v = [torch.zeros_like(p) for p in w]
+        for t in range(1, INNER_STEPS + 1):
+            w, m, v = plain_adam(w, grad(plain_loss)(w, xs, ys), m, v, t)
+        return plain_loss(w, xq, yq)
+
+    def meta_loss(w):
+        return vmap(task_loss, (None, 0, 0, 0, 0))(w, *tasks).mean()
+
+    benchmark.group = "maml-adam"
+    benchmark.pedantic(lambda: grad(meta_loss)(weights), **MAML_PEDANTIC)
+
+
+def test_maml_adam_loop(benchmark):
+    """The way most MAML code is written: a loop over tasks with torch.autograd."""
+    weights = [p.detach().requires_grad_() for p in maml_model().parameters()]
+    tasks = maml_tasks()
+
+    def meta_step():
+        total = 0.0
+        for xs, ys, xq, yq in zip(*tasks):
+            w = weights
+            m = [torch.zeros_like(p) for p in w]
+            v = [torch.zeros_like(p) for p in w]
+            for t in range(1, INNER_STEPS + 1):
+                g = torch.autograd.grad(plain_loss(w, xs, ys), w, create_graph=True)
+                w, m, v = plain_adam(w, g, m, v, t)
+            total = total + plain_loss(w, xq, yq)
+        return torch.autograd.grad(total / TASKS, weights)
+
+    benchmark.group = "maml-adam"
+    benchmark.pedantic(meta_step, **MAML_PEDANTIC)
+
+
+def test_maml_adam_torchopt(benchmark):
+    """torchopt's MetaAdam (its differentiable module optimizer), a loop over tasks."""
+    torchopt = pytest.importorskip("torchopt")
+    model = maml_model()
+    tasks = maml_tasks()
+
+    def meta_step():
+        model.zero_grad()
+        for xs, ys, xq, yq in zip(*tasks):
+            snapshot = torchopt.extract_state_dict(model)
+            inner = torchopt.MetaAdam(model, lr=INNER_LR)
+            for _ in range(INNER_STEPS):
+                inner.step(((model(xs) - ys) ** 2).mean())
+            (((model(xq) - yq) ** 2).mean() / TASKS).backward()
+            torchopt.recover_state_dict(model, snapshot)
+        return [p.grad for p in model.parameters()]
+
+    benchmark.group = "maml-adam"
+    benchmark.pedantic(meta_step, **MAML_PEDANTIC)

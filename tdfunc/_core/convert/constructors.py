@@ -1,0 +1,545 @@
+"""New containers from a container (``new_zeros``...), from other Python structures
+(``from_dict``, ``from_dataclass``, ``from_namedtuple``, ``from_struct_array``,
+``from_any``) and conversions out (``numpy``, ``to_namedtuple``), plus small
+accessors (``dtype``, ``depth``, ``get_at``, ``set_at_``, ...).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..apply import rewrap
+from ..math.leafwise import is_collection, map_leaves, no_names, refuse_frozen, tensor_leaves
+from ..mixin import ContainerMixin
+from ..nontensor import NonTensorData
+
+_Tensor = torch.Tensor
+_KEEP: Any = object()
+
+
+def _size_arg(size: tuple) -> torch.Size:
+    if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size)):
+        return torch.Size(size[0])
+    return torch.Size(size)
+
+
+def _tensordict_class() -> Any:
+    from ..container import TensorDict
+
+    return TensorDict
+
+
+def _build(cls: Any, data: dict, batch_size: Any, device: Any, auto: bool, batch_dims: Any):
+    """A ``cls`` (TensorDict or a TensorClass) from a nested dict of values."""
+    TensorDict = _tensordict_class()
+    td = TensorDict(data, batch_size=[] if batch_size is None else batch_size, device=device)
+    if batch_size is None and (auto or batch_dims is not None):
+        td.auto_batch_size_(batch_dims)
+    if cls is None or getattr(cls, "_is_tensordict", False):
+        return td
+    return cls.from_tensordict(td)
+
+
+def _is_namedtuple(obj: Any) -> bool:
+    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+
+
+def _plain(obj: Any) -> Any:
+    """``obj`` with dataclasses, named tuples and structured arrays turned into dicts."""
+    if is_collection(obj):
+        return obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if _is_namedtuple(obj):
+        return {k: _plain(v) for k, v in obj._asdict().items()}
+    if isinstance(obj, np.ndarray) and obj.dtype.names:
+        return {name: _plain(obj[name]) for name in obj.dtype.names}
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, Mapping):
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
+
+
+class ConstructorsMixin(ContainerMixin):
+    """Constructors and conversions of a container.
+
+    Example:
+        >>> td = TensorDict({"a": torch.ones(2, 3)}, [2])
+        >>> td.new_zeros(4)["a"].shape, td.dtype, td.depth
+        (torch.Size([4]), torch.float32, 0)
+    """
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ new_*
+    def _new(self, size: torch.Size, make: Any):
+        return map_leaves(self, make, size, False, no_names)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False):
+        """A container with the same keys whose leaves are zeros of shape ``size``.
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2, 3)}, [2]).new_zeros(4, 5)["a"].shape
+            torch.Size([4, 5])
+        """
+        shape = _size_arg(size)
+        return self._new(
+            shape,
+            lambda t: t.new_zeros(shape, dtype=dtype, device=device, requires_grad=requires_grad),
+        )
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad: bool = False):
+        """A container with the same keys whose leaves are ones of shape ``size``.
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2)}, [2]).new_ones(3)["a"].tolist()
+            [1.0, 1.0, 1.0]
+        """
+        shape = _size_arg(size)
+        return self._new(
+            shape,
+            lambda t: t.new_ones(shape, dtype=dtype, device=device, requires_grad=requires_grad),
+        )
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad: bool = False):
+        """A container with the same keys whose leaves are uninitialised, of shape ``size``.
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2)}, [2]).new_empty(3)["a"].shape
+            torch.Size([3])
+        """
+        shape = _size_arg(size)
+        return self._new(
+            shape,
+            lambda t: t.new_empty(shape, dtype=dtype, device=device, requires_grad=requires_grad),
+        )
+
+    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad: bool = False):
+        """A container with the same keys whose leaves hold ``fill_value``, of shape ``size``.
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2)}, [2]).new_full([2], 7.0)["a"].tolist()
+            [7.0, 7.0]
+        """
+        shape = torch.Size(size)
+        return self._new(
+            shape,
+            lambda t: t.new_full(
+                shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad
+            ),
+        )
+
+    def new_tensor(self, data: Any, *, dtype=None, device=None, requires_grad: bool = False):
+        """A container whose leaves are copies of ``data``, each with its leaf's dtype.
+
+        ``data`` may be a container with the same keys (leaf by leaf).
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(2, dtype=torch.int64)}, [2])
+            >>> td.new_tensor([1.5, 2.5])["a"]
+            tensor([1, 2])
+        """
+        kwargs = {"dtype": dtype, "device": device, "requires_grad": requires_grad}
+
+        def copy(t: _Tensor, d: _Tensor) -> _Tensor:  # Tensor.new_tensor warns on tensors
+            out = d.detach().to(
+                device=device if device is not None else t.device,
+                dtype=dtype if dtype is not None else t.dtype,
+                copy=True,
+            )
+            return out.requires_grad_(requires_grad)
+
+        if is_collection(data):
+            from ..math.leafwise import map_pairs
+
+            view = data._to_tensordict_view()
+            pairs = map_pairs(self, view, copy, "new_tensor")
+            return pairs._like(pairs._data, view._batch_size, None)
+        if not isinstance(data, _Tensor):
+            shape = torch.as_tensor(data).shape
+            return self._new(shape, lambda t: t.new_tensor(data, **kwargs))
+        return self._new(data.shape, lambda t: copy(t, data))
+
+    # ------------------------------------------------------------------ from other structures
+    @classmethod
+    def from_dict(
+        cls,
+        input_dict: Mapping,
+        batch_size=None,
+        device=None,
+        batch_dims: int | None = None,
+        *,
+        auto_batch_size: bool = False,
+    ):
+        """A container from a (nested) dict; ``auto_batch_size=True`` infers the batch size.
+
+        Example:
+            >>> td = TensorDict.from_dict({"a": torch.zeros(3, 4), "b": {"c": torch.zeros(3)}},
+            ...                           auto_batch_size=True)
+            >>> td.batch_size, td["b"].batch_size
+            (torch.Size([3]), torch.Size([3]))
+        """
+        return _build(cls, _plain(input_dict), batch_size, device, auto_batch_size, batch_dims)
+
+    @classmethod
+    def from_dataclass(
+        cls,
+        dataclass: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims=None,
+        device=None,
+        batch_size=None,
+    ):
+        """A container from a dataclass instance (nested dataclasses become nested containers).
+
+        Example:
+            >>> import dataclasses
+            >>> @dataclasses.dataclass
+            ... class Point:
+            ...     x: torch.Tensor
+            >>> TensorDict.from_dataclass(Point(torch.zeros(3)), auto_batch_size=True).batch_size
+            torch.Size([3])
+        """
+        if not dataclasses.is_dataclass(dataclass) or isinstance(dataclass, type):
+            raise TypeError(
+                f"TensorDict.from_dataclass: expected a dataclass instance, got "
+                f"{type(dataclass).__name__}."
+            )
+        return _build(cls, _plain(dataclass), batch_size, device, auto_batch_size, batch_dims)
+
+    @classmethod
+    def from_namedtuple(
+        cls,
+        named_tuple: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims=None,
+        device=None,
+        batch_size=None,
+    ):
+        """A container from a named tuple (nested named tuples become nested containers).
+
+        Example:
+            >>> import collections
+            >>> Pair = collections.namedtuple("Pair", ["a", "b"])
+            >>> td = TensorDict.from_namedtuple(Pair(torch.zeros(2), torch.ones(2)))
+            >>> sorted(td.keys())
+            ['a', 'b']
+        """
+        if not _is_namedtuple(named_tuple):
+            raise TypeError(
+                f"TensorDict.from_namedtuple: expected a named tuple, got "
+                f"{type(named_tuple).__name__}."
+            )
+        return _build(cls, _plain(named_tuple), batch_size, device, auto_batch_size, batch_dims)
+
+    @classmethod
+    def from_struct_array(
+        cls,
+        struct_array: np.ndarray,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims=None,
+        device=None,
+        batch_size=None,
+    ):
+        """A container from a NumPy structured array: one leaf per field, batch = array shape.
+
+        Example:
+            >>> import numpy as np
+            >>> arr = np.zeros(3, dtype=[("x", "f4"), ("y", "i8")])
+            >>> td = TensorDict.from_struct_array(arr)
+            >>> td.batch_size, td["y"].dtype
+            (torch.Size([3]), torch.int64)
+        """
+        if not isinstance(struct_array, np.ndarray) or not struct_array.dtype.names:
+            raise TypeError(
+                "TensorDict.from_struct_array: expected a NumPy structured array (with named "
+                f"fields), got {type(struct_array).__name__}."
+            )
+        if batch_size is None and not auto_batch_size and batch_dims is None:
+            batch_size = struct_array.shape
+        return _build(cls, _plain(struct_array), batch_size, device, auto_batch_size, batch_dims)
+
+    @classmethod
+    def from_any(
+        cls,
+        obj: Any,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims=None,
+        device=None,
+        batch_size=None,
+    ):
+        """A container from a dict, dataclass, named tuple, structured array or container.
+
+        Example:
+            >>> import collections
+            >>> Pair = collections.namedtuple("Pair", ["a", "b"])
+            >>> td = TensorDict.from_any({"p": Pair(torch.zeros(2), torch.ones(2))},
+            ...                          auto_batch_size=True)
+            >>> td["p", "b"].tolist(), td.batch_size
+            ([1.0, 1.0], torch.Size([2]))
+        """
+        if is_collection(obj):
+            return obj
+        plain = _plain(obj)
+        if not isinstance(plain, Mapping):
+            raise TypeError(
+                f"TensorDict.from_any: cannot build a container from a {type(obj).__name__}; "
+                f"expected a dict, dataclass, named tuple or structured array."
+            )
+        if isinstance(obj, np.ndarray) and batch_size is None and not auto_batch_size:
+            batch_size = obj.shape
+        return _build(cls, plain, batch_size, device, auto_batch_size, batch_dims)
+
+    # ------------------------------------------------------------------ conversions out
+    def to_namedtuple(self, dest_cls: Any = None):
+        """A named tuple of the leaves (nested containers become nested named tuples).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2), "b": {"c": torch.ones(2)}}, [2])
+            >>> td.to_namedtuple().b.c.tolist()
+            [1.0, 1.0]
+        """
+        values = {}
+        for key, value in self._data.items():
+            if is_collection(value):
+                values[key] = value._to_tensordict_view().to_namedtuple()
+            elif isinstance(value, NonTensorData):
+                values[key] = value.tolist()
+            else:
+                values[key] = value
+        kind = dest_cls or collections.namedtuple("GenericNamedTuple", list(values))
+        return kind(**values)
+
+    def numpy(self) -> dict:
+        """A nested dict of NumPy arrays (non-tensor leaves as their Python values).
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2)}, [2]).numpy()["a"]
+            array([1., 1.], dtype=float32)
+        """
+        out: dict[str, Any] = {}
+        for key, value in self._data.items():
+            if isinstance(value, _Tensor):
+                out[key] = value.detach().cpu().numpy()
+            elif is_collection(value):
+                out[key] = value._to_tensordict_view().numpy()
+            elif isinstance(value, NonTensorData):
+                out[key] = value.tolist()
+            else:
+                out[key] = value
+        return out
+
+    def as_tensor(self):
+        """A container whose leaves are plain ``torch.Tensor`` (subclasses unwrapped, no copy).
+
+        Example:
+            >>> type(TensorDict({"a": torch.ones(2)}, [2]).as_tensor()["a"]).__name__
+            'Tensor'
+        """
+        return map_leaves(
+            self,
+            lambda t: t if type(t) is _Tensor else t.as_subclass(_Tensor),
+            None,
+            True,
+            None,
+        )
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The dtype shared by every tensor leaf, or None (mixed dtypes, or no leaf).
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2), "b": torch.zeros(2)}, [2]).dtype
+            torch.float32
+        """
+        dtypes = {t.dtype for t in tensor_leaves(self)}
+        return dtypes.pop() if len(dtypes) == 1 else None
+
+    @property
+    def depth(self) -> int:
+        """How deeply containers are nested: 0 for a container of tensors only.
+
+        Example:
+            >>> TensorDict({"a": {"b": {"c": torch.zeros(())}}}, []).depth
+            2
+        """
+        depths = [
+            1 + value._to_tensordict_view().depth
+            for value in self._data.values()
+            if is_collection(value)
+        ]
+        return max(depths, default=0)
+
+    def ndimension(self) -> int:
+        """The number of batch dims.
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(2, 3)}, [2, 3]).ndimension()
+            2
+        """
+        return len(self._batch_size)
+
+    def data_ptr(self, *, storage: bool = False):
+        """A container (``batch_size=[]``) of the data pointers of the leaves.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> td.data_ptr()["a"].item() == td["a"].data_ptr()
+            True
+        """
+
+        def pointer(t: _Tensor) -> _Tensor:
+            ptr = t.untyped_storage().data_ptr() if storage else t.data_ptr()
+            return torch.tensor(ptr)
+
+        return map_leaves(self, pointer, torch.Size(()), False, no_names)
+
+    def replace(self, *args: Any, **kwargs: Any):
+        """A shallow copy with some entries replaced (allowed on frozen instances).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2), "b": torch.zeros(2)}, [2])
+            >>> td.replace(a=torch.ones(2))["a"].tolist(), td["a"].tolist()
+            ([1.0, 1.0], [0.0, 0.0])
+        """
+        TensorDict = _tensordict_class()
+        source = dict(args[0]) if args else {}
+        source.update(kwargs)
+        view = TensorDict._new_unsafe(
+            _shallow(self._data), self._batch_size, self._device, self._names
+        )
+        view.update(source)
+        return self._like(view._data)
+
+    def filter_non_tensor_data(self):
+        """A copy without the non-tensor leaves (at any depth).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "s": "text"}, [])
+            >>> list(td.filter_non_tensor_data().keys())
+            ['a']
+        """
+        return map_leaves(self, lambda t: t, None, True, None, keep_non_tensor=False)
+
+    # ------------------------------------------------------------------ indexed access
+    def get_at(self, key: Any, index: Any, default: Any = _KEEP):
+        """The entry at ``key``, indexed by ``index`` (``default`` when the key is missing).
+
+        Example:
+            >>> TensorDict({"a": torch.arange(3)}, [3]).get_at("a", 1)
+            tensor(1)
+        """
+        try:
+            value = self._get_leaf(key, "get_at")
+        except KeyError:
+            if default is _KEEP:
+                raise
+            return default
+        if isinstance(value, NonTensorData):
+            return value[index].tolist()
+        return value[index]
+
+    def set_at_(self, key: Any, value: Any, index: Any):
+        """Write ``value`` into the entry at ``key`` at ``index`` (in place); returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3)}, [3]).set_at_("a", 1.0, 1)
+            >>> td["a"].tolist()
+            [0.0, 1.0, 0.0]
+        """
+        refuse_frozen(self, "set_at_")
+        target = self._get_leaf(key, "set_at_")
+        if is_collection(target) or isinstance(target, _Tensor):
+            target[index] = value
+        else:
+            raise TypeError(
+                f"TensorDict.set_at_: the entry at key {key!r} is a "
+                f"{type(target).__name__}; only tensors and containers are written at an index."
+            )
+        return self
+
+    def update_at_(self, input_dict: Mapping, index: Any, clone: bool = False):
+        """Write every entry of ``input_dict`` into the existing entries at ``index``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3), "b": torch.zeros(3)}, [3])
+            >>> td.update_at_({"a": 1.0, "b": 2.0}, slice(0, 2))["b"].tolist()
+            [2.0, 2.0, 0.0]
+        """
+        refuse_frozen(self, "update_at_")
+        if isinstance(input_dict, Mapping):
+            items = list(input_dict.items())
+        else:
+            items = list(input_dict._to_tensordict_view().items())
+        for key, _ in items:
+            self._get_leaf(key, "update_at_")  # every key must exist (KeyError with hints)
+        for key, value in items:
+            if clone and isinstance(value, _Tensor):
+                value = value.clone()
+            self.set_at_(key, value, index)
+        return self
+
+    def copy_at_(self, other: Any, index: Any):
+        """Write the container ``other`` into ``self[index]`` (in place); returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3)}, [3])
+            >>> td.copy_at_(TensorDict({"a": torch.ones(2)}, [2]), slice(1, 3))["a"].tolist()
+            [0.0, 1.0, 1.0]
+        """
+        refuse_frozen(self, "copy_at_")
+        self[index] = other
+        return self
+
+    # ------------------------------------------------------------------ batch size
+    def auto_batch_size_(self, batch_dims: int | None = None):
+        """Set the batch size (nested containers first) to the leading dims all leaves share.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3, 4, 5), "b": torch.zeros(3, 4)}, [])
+            >>> td.auto_batch_size_().batch_size
+            torch.Size([3, 4])
+        """
+        refuse_frozen(self, "auto_batch_size_")
+        shapes = []
+        for value in self._data.values():
+            if is_collection(value):
+                view = value._to_tensordict_view()
+                view.auto_batch_size_()
+                shapes.append(tuple(view._batch_size))
+            elif isinstance(value, _Tensor):
+                shapes.append(tuple(value.shape))
+        common: list[int] = []
+        if shapes:
+            for sizes in zip(*shapes):
+                if len(set(sizes)) != 1:
+                    break
+                common.append(sizes[0])
+            common = common[: min(len(s) for s in shapes)]
+        if batch_dims is not None:
+            common = common[:batch_dims]
+        self.batch_size = torch.Size(common)
+        return self
+
+
+def _shallow(data: dict) -> dict:
+    out = {}
+    for key, value in data.items():
+        if getattr(type(value), "_is_tensordict", False):
+            value = value._like(_shallow(value._data))
+        elif is_collection(value):
+            view = value._to_tensordict_view()
+            value = rewrap(value, view._like(_shallow(view._data)))
+        out[key] = value
+    return out

@@ -1,0 +1,13 @@
+"""Keys and access: reading and writing entries of a container.
+
+- ``nested.py``: nested keys and their one normalisation function;
+- ``access.py``: ``AccessMixin`` (``[]``, ``get``, ``set``, ``update``, ``del_``, ``keys``,
+  locking);
+- ``writes.py``: the write engine (validation, conversion, atomic writes);
+- ``update.py``: keyword forms of writes (``update(clone=, keys_to_update=, ...)``);
+- ``fastpath.py``: the hot paths of get/set/``in``/pop for keys of any depth;
+- ``views.py``: ``KeyViewsMixin`` (``select``, ``exclude``, ``flatten_keys``, ``to_dict``);
+- ``state_dict.py``: ``state_dict`` / ``load_state_dict`` in ``nn.Module``'s convention.
+
+May import: ``tdfunc._core`` only.
+"""

@@ -1,0 +1,563 @@
+"""Reading and writing entries: ``[]``, ``get``, ``set``, ``update``, ``del_``, ``keys``, locking.
+
+A mixin of :class:`~tdfunc._core.ops.TensorOps`, so ``TensorDict`` and every
+``TensorClass`` share it. Writes go through ``self._write`` (the atomic engine of
+:mod:`tdfunc._core.keys.writes`); a ``TensorClass`` adds its casting rules there.
+
+The fast paths test ``type(node) is TensorDict`` (nested levels are plain
+TensorDicts); ``TensorDict`` derives from this mixin, so ``container.py`` binds
+the name below once the class exists.
+
+Example:
+    >>> import torch
+    >>> from tdfunc import TensorDict
+    >>> td = TensorDict({"a": {"b": torch.zeros(2)}}, [2])
+    >>> td.set(("a", "c"), torch.ones(2))["a", "c"].tolist()
+    [1.0, 1.0]
+    >>> sorted(td.keys(include_nested=True, leaves_only=True))
+    [('a', 'b'), ('a', 'c')]
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, overload
+
+import torch
+
+from ..context import locking_parent, record_lock, remember
+from ..frozen import FROZEN
+from ..mixin import ContainerMixin, is_tensor_collection, read_value
+from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
+from .nested import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
+from .update import merge_rule, resize_plan, send_for_set, update_items
+from .writes import full_key, items_of, rename_key, writable_view, write
+
+if TYPE_CHECKING:
+    from types import EllipsisType
+
+    from typing_extensions import Self
+
+    from ..container import TensorDict
+else:
+    TensorDict = None  # bound by container.py: the class derives from this mixin
+
+_NO_DEFAULT = MISSING
+_Tensor = torch.Tensor
+_read = read_value
+
+
+class AccessMixin(ContainerMixin):
+    """Entries of a container by key (methods of ``TensorDict`` and ``TensorClass``)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ reading
+    @overload
+    def __getitem__(self, index: str) -> Any: ...
+
+    @overload
+    def __getitem__(
+        self, index: int | slice | torch.Tensor | list[Any] | EllipsisType | None
+    ) -> Self: ...
+
+    @overload
+    def __getitem__(self, index: tuple[Any, ...]) -> Any: ...
+
+    def __getitem__(self, index: Any) -> Any:
+        """A key (``str`` or tuple of ``str``) reads a value; anything else indexes the batch.
+
+        Example:
+            >>> td = TensorDict({"a": {"b": torch.zeros(3)}}, [3])
+            >>> td["a", "b"].shape, td[1:].batch_size
+            (torch.Size([3]), torch.Size([2]))
+        """
+        kind = type(index)
+        if kind is str:
+            try:
+                value = self._data[index]
+            except KeyError:
+                return self._get_missing(index, _NO_DEFAULT, "__getitem__")
+        elif kind is tuple:
+            value = lookup_nested(self, index)  # fast path: flat tuples of str, any depth
+            if value is _NO_DEFAULT:
+                if not is_key(index):
+                    return self._index(index)
+                value = self._get_nested(key_parts(index))
+                if value is _NO_DEFAULT:
+                    return self._get_missing(index, _NO_DEFAULT, "__getitem__")
+        else:
+            return self._index(index)
+        return value if type(value) is _Tensor else _read(value)
+
+    def get(self, key, default: Any = _NO_DEFAULT) -> Any:
+        """The entry at ``key`` (a ``str`` or nested tuple), or ``default`` (``None``) if missing.
+
+        As in tensordict, a non-tensor entry comes as its ``NonTensorData``
+        (``td[key]`` and :meth:`get_non_tensor` give the Python value).
+
+        Example:
+            >>> td = TensorDict({"a": {"b": torch.zeros(())}, "s": "text"}, [])
+            >>> td.get(("a", "b"))
+            tensor(0.)
+            >>> td.get("s").data, td["s"]
+            ('text', 'text')
+            >>> td.get("missing") is None
+            True
+        """
+        if type(key) is str:
+            value = self._data.get(key, _NO_DEFAULT)
+        else:
+            value = lookup_nested(self, key)  # fast path: flat tuples of str, any depth
+            if value is _NO_DEFAULT:
+                try:
+                    parts = key_parts(key)
+                except TypeError:
+                    parts = self._key_parts(key, "get")  # raises, naming the API
+                value = self._get_nested(parts)
+        if value is _NO_DEFAULT:
+            if default is _NO_DEFAULT and not self._get_reads_value:
+                default = None  # tensordict: a TensorDict's get of a missing key gives None
+            return self._get_missing(key, default, "get")
+        # tensordict: a TensorDict's get gives a non-tensor entry as its NonTensorData,
+        # a tensorclass's get gives its Python value (td[key] always gives the value)
+        if self._get_reads_value and type(value) is not _Tensor:
+            return _read(value)
+        return value
+
+    def _key_parts(self, key, api: str) -> tuple:
+        """``key`` as a tuple of ``str``; a bad key is a ``TypeError`` naming ``Class.api``."""
+        try:
+            return key_parts(key)
+        except TypeError:
+            return key_parts(key, f"{type(self).__name__}.{api}")  # raises, naming the API
+
+    def _get_missing(self, key, default: Any, api: str) -> Any:
+        """What reading a key that holds no value gives: ``default``, or a ``KeyError``.
+
+        A field of a TensorClass that holds ``None`` (is unset) reads ``None``, also
+        through a nested key (``td.get(("instance", "field"))``).
+        """
+        parts = key_parts(key, f"{type(self).__name__}.{api}")
+        if len(parts) == 1:
+            if parts[0] in self._field_names:
+                return None
+        else:
+            inner = self._data.get(parts[0])
+            if is_tensor_collection(inner):
+                try:
+                    return inner._get_missing(parts[1:], default, api)
+                except KeyError:
+                    raise self._missing(key, api) from None
+        if default is _NO_DEFAULT:
+            raise self._missing(key, api)
+        return default
+
+    def _get_nested(self, parts: tuple) -> Any:
+        """The stored value at ``parts``, or ``_NO_DEFAULT`` (also when a leaf is in the way)."""
+        return get_path(self, parts)
+
+    def _get_leaf(self, key, api: str = "get") -> Any:
+        """The stored value (``NonTensorData`` not unwrapped), or raise ``KeyError``."""
+        if type(key) is str:
+            value = self._data.get(key, _NO_DEFAULT)
+        else:
+            value = self._get_nested(self._key_parts(key, api))
+        if value is _NO_DEFAULT:
+            raise self._missing(key, api)
+        return value
+
+    def _missing(self, key, api: str = "get", prefix: tuple = ()) -> KeyError:
+        """A ``KeyError`` for ``key`` naming where the path stops and the closest keys."""
+        name = f"{type(self).__name__}.{api}"
+        parts = key_parts(key, name)
+        node: Any = self
+        for depth, part in enumerate(parts):
+            if not is_tensor_collection(node):
+                return KeyError(
+                    f"{name}: key {full_key(prefix, parts)!r} not found: "
+                    f"{prefix + parts[:depth]!r} holds a {type(node).__name__}, not a TensorDict."
+                )
+            data = node._to_tensordict_view()._data
+            if part not in data:
+                above = prefix + parts[:depth]
+                where = f" under {above!r}" if above else ""
+                known = sorted(set(data) | set(node._field_names))
+                return missing_key_error(part, known, where, name)
+            node = data[part]
+        return KeyError(f"{name}: key {full_key(prefix, parts)!r} not found.")
+
+    def __contains__(self, key) -> bool:
+        if type(key) is str:
+            return key in self._data
+        return lookup_nested(self, key) is not _NO_DEFAULT or contains_missed(self, key)
+
+    def keys(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf=None,
+        *,
+        sort: bool = False,
+    ) -> KeysView:
+        """The keys; nested keys (as tuples) too with ``include_nested=True``.
+
+        ``is_leaf`` (a function of the value's class) decides what counts as a
+        leaf for ``leaves_only``; by default everything but a nested container.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(())}})
+            >>> list(td.keys(include_nested=True, leaves_only=True))
+            ['a', ('b', 'c')]
+        """
+        if is_leaf is not None or sort:  # nested keys sort by their joined name (tensordict)
+            return [key for key, _ in self._entries(include_nested, leaves_only, is_leaf, sort)]
+        return KeysView(self, include_nested, leaves_only, sort)
+
+    def values(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf=None,
+        *,
+        sort: bool = False,
+    ):
+        """The entries, in key order; a non-tensor entry comes as its ``NonTensorData``."""
+        for _, value in self._entries(include_nested, leaves_only, is_leaf, sort):
+            yield value
+
+    def items(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf=None,
+        *,
+        sort: bool = False,
+    ):
+        """``(key, entry)`` pairs in key order; non-tensor entries come as ``NonTensorData``."""
+        return self._entries(include_nested, leaves_only, is_leaf, sort)
+
+    def _entries(self, include_nested: bool, leaves_only: bool, is_leaf, sort: bool):
+        """``(key, stored value)`` for keys/values/items with ``is_leaf`` and ``sort``."""
+        if is_leaf is None:
+            pairs = self._iter_items((), include_nested, leaves_only)
+        else:
+            pairs = (
+                (k, v)
+                for k, v in self._iter_items((), include_nested, False)
+                if not leaves_only or is_leaf(type(v))
+            )
+        if sort:  # tensordict sorts nested keys by their joined name
+            return iter(
+                sorted(pairs, key=lambda kv: kv[0] if type(kv[0]) is str else ".".join(kv[0]))
+            )
+        return pairs
+
+    def _iter_items(self, prefix: tuple, include_nested: bool, leaves_only: bool):
+        """``(key, stored value)`` pairs; keys are tuples below the top level."""
+        for key, value in self._data.items():
+            full = prefix + (key,) if prefix else key
+            nested = is_tensor_collection(value)
+            if not (nested and leaves_only):
+                yield full, value
+            if nested and include_nested:
+                inner = value if type(value) is TensorDict else value._to_tensordict_view()
+                yield from inner._iter_items(
+                    full if type(full) is tuple else (full,), include_nested, leaves_only
+                )
+
+    def _iter_keys(self, prefix: tuple, include_nested: bool, leaves_only: bool):
+        for key, _ in self._iter_items(prefix, include_nested, leaves_only):
+            yield key
+
+    def is_empty(self) -> bool:
+        """True when there is no leaf, at any depth."""
+        return not any(True for _ in self._iter_items((), True, True))
+
+    # ------------------------------------------------------------------ writing
+    def _check_writable(self, api: str, key) -> None:
+        self._check_mutable(api)
+        if self._is_locked:
+            if self._is_locked == FROZEN:
+                raise RuntimeError(
+                    f"TensorDict.{api}: cannot write key {key!r}: this TensorDict belongs to a "
+                    f"frozen TensorClass, which refuses every write."
+                )
+            name = type(self).__name__
+            raise RuntimeError(
+                f"{name}.{api}: cannot add, delete or rename key {key!r}: the {name} "
+                f"is locked. Write in place (td.set_(key, value)) or call td.unlock_() first."
+            )
+
+    def _write(self, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None:
+        """Write ``(key, value)`` pairs atomically (see ``_writes.write``)."""
+        write(self, items, inplace, merge, api, prefix)
+
+    def set(self, key, value: Any, *, inplace: bool = False, non_blocking: bool = False) -> Self:
+        """Write ``value`` at ``key`` (creating nested TensorDicts as needed); returns self.
+
+        With ``inplace=True`` an existing tensor is written in place. On a locked
+        TensorDict existing entries are always written in place. With
+        ``non_blocking=True`` a tensor that must change device is sent without
+        blocking (``Tensor.to(..., non_blocking=True)``).
+
+        Example:
+            >>> td = TensorDict({}, [2])
+            >>> td.set(("a", "b"), torch.zeros(2, 5))["a", "b"].shape
+            torch.Size([2, 5])
+        """
+        if not inplace and set_fast(self, key, value):  # a tensor under existing levels
+            return self
+        if non_blocking and isinstance(value, _Tensor):
+            value = send_for_set(self, key, value, inplace)
+        self._write(((key, value),), inplace, False, "set")
+        return self
+
+    def set_(self, key, value: Any) -> Self:
+        """Copy ``value`` into the existing entry at ``key`` (in place); returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> before = td["a"]
+            >>> _ = td.set_("a", torch.ones(2))
+            >>> before.tolist()
+            [1.0, 1.0]
+        """
+        self._write(((key, value),), "strict", False, "set_")
+        return self
+
+    def __setitem__(self, index, value: Any) -> None:
+        kind = type(index)
+        if (kind is str or kind is tuple) and set_fast(self, index, value):
+            return  # fast path: a tensor under existing, unlocked levels
+        if kind is str or is_key(index):
+            self.set(index, value)
+        else:
+            self._set_at_index(index, value)
+
+    def update(
+        self,
+        other: Mapping | None = None,
+        clone: bool = False,
+        inplace: bool = False,
+        *,
+        non_blocking: bool = False,
+        keys_to_update=None,
+        is_leaf=None,
+        update_batch_size: bool = False,
+        ignore_lock: bool = False,
+        **entries: Any,
+    ) -> Self:
+        """Write every entry of ``other``; nested mappings merge into nested TensorDicts.
+
+        Atomic: when an entry is invalid, nothing is written. ``clone=True``
+        writes copies, ``keys_to_update`` limits the update to these keys (and
+        what is below them), keyword ``entries`` are written too, and
+        ``ignore_lock=True`` writes into a locked TensorDict as if it were not.
+        ``is_leaf(type)`` true for a nested container (or ``TensorDict`` for a
+        nested mapping) writes it whole instead of merging it into the existing
+        one. ``update_batch_size=True`` gives this container (and the nested
+        containers ``other`` merges into) ``other``'s batch size; entries the
+        update keeps must fit it.
+
+        Example:
+            >>> td = TensorDict({"a": {"b": torch.zeros(())}})
+            >>> sorted(td.update({"a": {"c": torch.ones(())}}).keys(True, True))
+            [('a', 'b'), ('a', 'c')]
+        """
+        items = update_items(other, clone, keys_to_update, non_blocking, self._device)
+        if entries:
+            items = list(items) + update_items(entries, clone, keys_to_update, False, None)
+        merge = merge_rule(is_leaf)
+        if update_batch_size:
+            plan = resize_plan(self, other, merge)
+            return _resized(self, plan, items, inplace, merge, ignore_lock)
+        if ignore_lock and self._is_locked:
+            locked = [node for node in _levels(self) if node._is_locked]
+            for node in locked:
+                node._is_locked = False
+            try:
+                self._write(items, inplace, merge, "update")
+            finally:
+                for node in locked:
+                    node._is_locked = True
+            for node in _levels(self):  # what the update added is locked too
+                node._is_locked = True
+            return self
+        self._write(items, inplace, merge, "update")
+        return self
+
+    def update_(self, other: Mapping) -> Self:
+        """Copy every entry of ``other`` into the existing entries (in place, atomic)."""
+        self._write(items_of(other, "update_"), "strict", True, "update_")
+        return self
+
+    def copy_(self, other: Mapping, non_blocking: bool = False) -> Self:
+        """Copy the values of ``other`` into this container's tensors, in place.
+
+        The in-place counterpart of ``clone``: every entry of ``other`` must
+        already exist here with the same shape; the tensors stay the same objects
+        (a hard target-network update keeps the target's parameters registered).
+        ``non_blocking`` is accepted for compatibility; copies are synchronous.
+
+        Example:
+            >>> target = TensorDict({"w": torch.zeros(2)}, batch_size=[])
+            >>> w = target["w"]
+            >>> _ = target.copy_(TensorDict({"w": torch.ones(2)}, batch_size=[]))
+            >>> target["w"] is w, w.tolist()
+            (True, [1.0, 1.0])
+        """
+        self._write(items_of(other, "copy_"), "strict", True, "copy_")
+        return self
+
+    def setdefault(self, key, default: Any) -> Any:
+        """The value at ``key``; if missing, write ``default`` there first."""
+        if key not in self:
+            self.set(key, default)
+        return self.get(key)
+
+    def __delitem__(self, key) -> None:
+        self.del_(key)
+
+    def del_(self, key) -> Self:
+        """Remove ``key`` (nested keys too); returns self."""
+        self._check_mutable("del_")
+        parts = key_parts(key, f"{type(self).__name__}.del_")
+        node = self._get_leaf(parts[:-1], "del_") if len(parts) > 1 else self
+        if not is_tensor_collection(node):
+            raise self._missing(key, "del_")
+        if node is not self:  # a write through this container into a nested one
+            node = writable_view(node, "del_", unravel_key(key))
+        if parts[-1] not in node._data:
+            raise self._missing(key, "del_")
+        node._check_writable("del_", unravel_key(key))
+        del node._data[parts[-1]]
+        return self
+
+    def pop(self, key, default: Any = _NO_DEFAULT) -> Any:
+        """Remove ``key`` and return its value (or ``default`` when missing)."""
+        self._check_mutable("pop")
+        value = pop_fast(self, key)  # fast path: unlocked TensorDicts all the way
+        if value is not _NO_DEFAULT:
+            return _read(value)
+        value = self._get_nested(self._key_parts(key, "pop"))
+        if value is _NO_DEFAULT:
+            if default is _NO_DEFAULT:
+                raise self._missing(key, "pop")
+            return default
+        self.del_(key)
+        return _read(value)
+
+    def clear(self) -> Self:
+        """Remove every key; returns self."""
+        self._check_mutable("clear")
+        if self._data:
+            self._check_writable("clear", list(self._data))
+        self._data.clear()
+        return self
+
+    def rename_key_(self, old_key, new_key, safe: bool = False) -> Self:
+        """Rename ``old_key`` to ``new_key`` in place (atomic); returns self.
+
+        With ``safe=True`` an existing ``new_key`` is an error instead of being replaced.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(())})
+            >>> list(td.rename_key_("a", ("b", "c")).keys(True, True))
+            [('b', 'c')]
+        """
+        self._check_mutable("rename_key_")
+        rename_key(self, old_key, new_key, safe)
+        return self
+
+    # ------------------------------------------------------------------ locking
+    def lock_(self) -> Self:
+        """Refuse new, deleted and renamed keys (in-place writes stay allowed); returns self.
+
+        Used as ``with td.lock_():``, the TensorDict is unlocked when the block exits.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2]).lock_()
+            >>> td["a"] = torch.ones(2)  # written in place
+            >>> td.is_locked
+            True
+        """
+        if self._is_locked != FROZEN:
+            self._is_locked = True
+        ref = None
+        for value in self._data.values():
+            if is_tensor_collection(value):
+                value.lock_()
+                if ref is None:
+                    ref = weakref.ref(self)
+                record_lock(ref, value)
+        return remember(self, TensorDict.unlock_)
+
+    def unlock_(self) -> Self:
+        """Allow structural changes again (nested TensorDicts too); returns self.
+
+        Used as ``with td.unlock_():``, the TensorDict is locked again when the
+        block exits. A nested TensorDict cannot be unlocked while the TensorDict
+        that locked it is locked. A frozen TensorClass stays locked (a no-op on it).
+        """
+        if self._frozen or self._is_locked == FROZEN:
+            return self
+        parent = locking_parent(self)
+        if parent is not None:
+            raise RuntimeError(
+                "TensorDict.unlock_: this TensorDict is an entry of a locked TensorDict, which "
+                "keeps it locked; unlock that parent first (with parent.unlock_(): ...)."
+            )
+        self._is_locked = False
+        for value in self._data.values():
+            if is_tensor_collection(value):
+                value.unlock_()
+        return remember(self, TensorDict.lock_)
+
+
+def _levels(td):
+    """``td`` and every nested TensorDict below it."""
+    yield td
+    for value in td._data.values():
+        if getattr(type(value), "_is_tensordict", False):
+            yield from _levels(value)
+
+
+def _resized(td, plan: list, items, inplace, merge, ignore_lock: bool):
+    """``td.update(..., update_batch_size=True)``: resize the planned containers, then write.
+
+    The sizes are restored when the write fails, so the update stays atomic.
+    """
+    changed = [(node, size) for node, size in plan if node._batch_size != size]
+    for node, _ in changed:
+        if node._is_locked and not ignore_lock:
+            raise RuntimeError(
+                "TensorDict.update(update_batch_size=True): cannot change the batch size of a "
+                "locked TensorDict. Nothing was written."
+            )
+    saved = [(node, node._batch_size, node._names) for node, _ in changed]
+    for node, size in changed:
+        if node._names is not None and len(node._names) != len(size):
+            node._names = None
+        node._batch_size = size
+    try:
+        if ignore_lock and td._is_locked:
+            locked = [node for node in _levels(td) if node._is_locked]
+            for node in locked:
+                node._is_locked = False
+            try:
+                td._write(items, inplace, merge, "update")
+            finally:
+                for node in _levels(td):
+                    node._is_locked = True
+        else:
+            td._write(items, inplace, merge, "update")
+    except BaseException:
+        for node, size, names in saved:
+            node._batch_size = size
+            node._names = names
+        raise
+    for node, size in reversed(changed):
+        node.batch_size = size  # refreshes non-tensor data to the new size
+    return td

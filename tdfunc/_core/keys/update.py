@@ -1,0 +1,137 @@
+"""Keyword forms of writes: ``update(clone=, keys_to_update=, is_leaf=,
+update_batch_size=)`` and ``non_blocking=``.
+
+``update_items`` turns the source of an update into the ``(key, value)`` pairs
+the write engine takes (the engine keeps the update atomic); ``send_for_set``
+and ``moved`` send tensors to their device without blocking before a write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..mixin import is_tensor_collection
+from ..nontensor import NonTensorData
+from .nested import MISSING, key_parts
+from .writes import items_of
+
+
+def _leaves(source: Any, prefix: tuple):
+    """``(key path, value)`` for every leaf below ``source`` (a mapping or a container)."""
+    for key, value in items_of(source, "update"):
+        parts = prefix + key_parts(key, "TensorDict.update")
+        if isinstance(value, Mapping) or is_tensor_collection(value):
+            inner = list(_leaves(value, parts))
+            yield from inner if inner else [(parts, value)]
+        else:
+            yield parts, value
+
+
+def update_items(
+    source: Any, clone: bool, keys_to_update, non_blocking: bool, device, api: str = "update"
+) -> list:
+    """The pairs to write for ``td.update(source, clone=..., keys_to_update=...)``."""
+    if source is None:
+        return []
+    if keys_to_update is None and not clone and not (non_blocking and device is not None):
+        return items_of(source, api)
+    wanted = None
+    if keys_to_update is not None:
+        wanted = [key_parts(key, f"TensorDict.{api}") for key in keys_to_update]
+    items = []
+    for parts, value in _leaves(source, ()):
+        if wanted is not None and not any(parts[: len(w)] == w for w in wanted):
+            continue
+        if isinstance(value, torch.Tensor):
+            if clone:
+                value = value.clone()
+            if non_blocking and device is not None and value.device != device:
+                value = value.to(device, non_blocking=True)
+        elif clone and is_tensor_collection(value):
+            value = value.clone()
+        items.append((parts, value))
+    return items
+
+
+def send_for_set(td, key, value: torch.Tensor, inplace: bool) -> torch.Tensor:
+    """``value`` sent without blocking to where ``td.set(key, value)`` will store it."""
+    copied = (inplace or td._is_locked) and td._data
+    existing = td._get_nested(key_parts(key)) if copied else MISSING
+    device = existing.device if isinstance(existing, torch.Tensor) else td._device
+    if device is None or value.device == device:
+        return value
+    return value.to(device, non_blocking=True)
+
+
+def moved(source: Mapping, device: torch.device) -> dict:
+    """``source`` with its tensors already sent to ``device`` without blocking."""
+    return {
+        k: v.to(device, non_blocking=True)
+        if isinstance(v, torch.Tensor)
+        else (moved(v, device) if type(v) is dict else v)
+        for k, v in source.items()
+    }
+
+
+def merge_rule(is_leaf):
+    """``merge`` for the write engine: ``True``, or a callable when ``is_leaf`` is given.
+
+    ``is_leaf(type)`` true for the type of a nested value means the value is
+    written whole (replacing the existing container) instead of merged into it.
+    A plain mapping is asked about as a ``TensorDict`` (tensordict converts it first).
+    """
+    if is_leaf is None:
+        return True
+    from ..container import TensorDict
+
+    def merges(value: Any) -> bool:
+        kind = type(value) if is_tensor_collection(value) else TensorDict
+        return not is_leaf(kind)
+
+    return merges
+
+
+def _fits(value: Any, size: torch.Size) -> bool:
+    """Whether ``value`` can stay in a container whose batch size becomes ``size``."""
+    if type(value) is NonTensorData:
+        return True  # takes any batch size
+    if isinstance(value, torch.Tensor):
+        shape = value.shape
+    else:
+        shape = getattr(value, "batch_size", None)
+    return shape is None or tuple(shape[: len(size)]) == tuple(size)
+
+
+def resize_plan(td, source: Any, merges, api: str = "update") -> list:
+    """``(container, new batch size)`` for ``update(update_batch_size=True)``.
+
+    ``td`` takes ``source``'s batch size, and so does every nested container of
+    ``td`` that ``source`` merges into. Raises before anything changes when an
+    entry that the update keeps would not fit its container's new batch size.
+    """
+    if not is_tensor_collection(source):
+        return []
+    node = td._to_tensordict_view() if not getattr(type(td), "_is_tensordict", False) else td
+    size = source.batch_size
+    plan = [(node, size)]
+    incoming = dict(items_of(source, api))
+    for key, value in node._data.items():
+        new = incoming.get(key, MISSING)
+        if new is MISSING:
+            if not _fits(value, size):
+                raise ValueError(
+                    f"TensorDict.{api}(update_batch_size=True): the entry at key {key!r} is "
+                    f"kept and does not fit the new batch size {list(size)}. Nothing was written."
+                )
+            continue
+        merged = (
+            is_tensor_collection(value)
+            and is_tensor_collection(new)
+            and (merges is True or merges(new))
+        )
+        if merged:
+            plan.extend(resize_plan(value, new, merges, api))
+    return plan

@@ -1,0 +1,291 @@
+"""Views of the keys and conversions: ``select``, ``exclude``, ``flatten_keys``, ``to_dict``, ...
+
+A mixin of :class:`~tdfunc._core.ops.TensorOps`, so ``TensorDict`` and every
+``TensorClass`` share it. Results are built with ``self._like`` (the same kind
+of container as ``self``).
+
+Example:
+    >>> import torch
+    >>> from tdfunc import TensorDict
+    >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.ones(())}})
+    >>> list(td.exclude("a").flatten_keys().keys())
+    ['b.c']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..context import write_back
+from ..mixin import ContainerMixin, is_tensor_collection, read_value
+from ..nontensor import NonTensorData
+from ..repr import td_repr
+from .nested import MISSING, key_parts
+from .writes import write_path
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..container import TensorDict
+else:
+    TensorDict = None  # bound by container.py: the class derives from this mixin
+
+_NO_DEFAULT = MISSING
+_Tensor = torch.Tensor
+_read = read_value
+
+
+class KeyViewsMixin(ContainerMixin):
+    """Key selection, key flattening and conversions (``TensorDict`` and ``TensorClass``)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ key views
+    def select(
+        self, *keys, strict: bool = True, inplace: bool = False, as_tensordict: bool = False
+    ) -> Self:
+        """A TensorDict holding only ``keys`` (sharing the tensors).
+
+        ``as_tensordict=True`` on a TensorClass returns a plain TensorDict
+        instead of an instance whose other fields are unset (no effect on a
+        TensorDict, nor with ``inplace=True``).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(()), "d": 0}})
+            >>> list(td.select("a", ("b", "c")).keys(True, True))
+            ['a', ('b', 'c')]
+        """
+        out = self._like({})
+        for key in keys:
+            parts = key_parts(key, "TensorDict.select")
+            value = self._get_nested(parts)
+            if value is _NO_DEFAULT:
+                if strict:
+                    raise self._missing(key, "select")
+                continue
+            node, source = out, self
+            for part in parts[:-1]:
+                source = source._data[part]._to_tensordict_view()
+                if part not in node._data:
+                    node._data[part] = source._like({})
+                node = node._data[part]
+            node._data[parts[-1]] = value._shallow_copy() if type(value) is TensorDict else value
+        if inplace:
+            self._check_writable("select", keys)
+            self._data = out._data
+            return self
+        if as_tensordict and not getattr(type(out), "_is_tensordict", False):
+            return out._to_tensordict_view()._shallow_copy()
+        return out
+
+    def exclude(self, *keys, inplace: bool = False) -> Self:
+        """A TensorDict without ``keys`` (sharing the tensors); missing keys are ignored."""
+        if inplace and keys:
+            self._check_writable("exclude", keys)
+        out = self if inplace else self._shallow_copy()
+        for key in keys:
+            parts = key_parts(key, "TensorDict.exclude")
+            node: Any = out
+            for part in parts[:-1]:
+                node = node._data.get(part)
+                if type(node) is not TensorDict:
+                    node = None
+                    break
+            if node is not None:
+                node._data.pop(parts[-1], None)
+        return out
+
+    def _shallow_copy(self) -> Self:
+        """A copy of the key structure (nested TensorDicts too) sharing the leaves."""
+        return self._like(
+            {k: v._shallow_copy() if type(v) is TensorDict else v for k, v in self._data.items()}
+        )
+
+    def copy(self) -> Self:
+        """A shallow copy: new (nested) TensorDicts holding the same tensors."""
+        return self._shallow_copy()
+
+    __copy__ = copy
+
+    def empty(self, recurse: bool = False) -> Self:
+        """A TensorDict with the same batch size and no keys (no leaves with ``recurse``)."""
+        if not recurse:
+            return self._like({})
+        return self._like(
+            {
+                k: v._to_tensordict_view().empty(True)
+                for k, v in self._data.items()
+                if is_tensor_collection(v)
+            }
+        )
+
+    def flatten_keys(self, separator: str = ".", inplace: bool = False, is_leaf=None) -> Self:
+        """Flatten nested keys into single keys joined by ``separator``.
+
+        ``is_leaf`` (a function of a class) keeps a nested container whose class
+        it accepts as one value instead of flattening it.
+
+        Example:
+            >>> td = TensorDict({"a": {"b": torch.zeros(())}}, [])
+            >>> list(td.flatten_keys(".").keys())
+            ['a.b']
+        """
+        data: dict = {}
+        pairs = self._iter_items((), True, True) if is_leaf is None else _leaf_items(self, is_leaf)
+        for key, value in pairs:
+            name = key if type(key) is str else separator.join(key)
+            if name in data:
+                raise KeyError(
+                    f"{type(self).__name__}.flatten_keys: two keys flatten to {name!r}; choose "
+                    f"another "
+                    f"separator than {separator!r}."
+                )
+            data[name] = value
+        if inplace:
+            self._check_writable("flatten_keys", separator)
+            self._data = data
+            return self
+        out = self._like(data)
+        return write_back(out, self, lambda flat: flat.unflatten_keys(separator))
+
+    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> Self:
+        """Split keys on ``separator`` into nested TensorDicts.
+
+        Example:
+            >>> td = TensorDict({"a.b": torch.zeros(()), "c": torch.zeros(())})
+            >>> list(td.unflatten_keys(".").keys(True, True))
+            [('a', 'b'), 'c']
+        """
+        out = self._like({})
+        leaves: dict = {}  # every leaf path written, to the key it came from
+        branches: set = set()  # every path that holds leaves below it
+        for key, value in self._data.items():
+            parts = tuple(key.split(separator)) if separator in key else (key,)
+            if type(value) is TensorDict:
+                value = value.unflatten_keys(separator)
+                paths = [parts + unravel_key_tuple(k) for k in value.keys(True, True)]
+            else:
+                paths = [parts]
+            for path in paths:
+                clash = leaves.get(path) or next(
+                    (leaves[path[:i]] for i in range(1, len(path)) if path[:i] in leaves), None
+                )
+                if clash is None and path in branches:
+                    clash = next(k for p, k in leaves.items() if p[: len(path)] == path)
+                if clash is not None:
+                    raise KeyError(
+                        f"TensorDict.unflatten_keys: keys {clash!r} and {key!r} both unflatten "
+                        f"to {path!r} (or one inside the other); rename one of them."
+                    )
+            for path in paths:
+                leaves[path] = key
+                branches.update(path[:i] for i in range(1, len(path)))
+            write_path(out, parts, value, False, True, "unflatten_keys", [], [], ())
+        if inplace:
+            self._check_writable("unflatten_keys", separator)
+            self._data = out._data
+            return self
+        return write_back(out, self, lambda nested: nested.flatten_keys(separator))
+
+    # ------------------------------------------------------------------ misc
+    def _to_tensordict_view(self) -> Self:
+        return self
+
+    def to_dict(self, *, retain_none: bool = True, convert_tensors=False) -> dict:
+        """A nested ``dict`` of the values (non-tensor leaves as their Python values).
+
+        Args:
+            retain_none: keep the ``None`` fields of nested tensorclasses.
+            convert_tensors: ``True`` turns tensors into lists, ``"numpy"`` into arrays.
+
+        Example:
+            >>> TensorDict({"a": torch.arange(2)}).to_dict(convert_tensors=True)
+            {'a': [0, 1]}
+        """
+        out = {}
+        for k, v in self._data.items():
+            if is_tensor_collection(v):
+                kwargs = {"convert_tensors": convert_tensors} if convert_tensors else {}
+                out[k] = v.to_dict(retain_none=retain_none, **kwargs)
+            elif isinstance(v, _Tensor) and convert_tensors:
+                out[k] = v.numpy(force=True) if convert_tensors == "numpy" else v.tolist()
+            else:
+                out[k] = _read(v)
+        if retain_none:
+            for name in self._field_names:
+                out.setdefault(name, None)
+        return out
+
+    def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
+        """A copy as a plain ``TensorDict`` (tensors cloned, TensorClasses converted).
+
+        Args:
+            retain_none: unset fields of a TensorClass become non-tensor ``None``
+                entries (the default), or are left out with ``False``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> td.to_tensordict()["a"] is td["a"]
+            False
+        """
+        data = {
+            k: v.to_tensordict(retain_none=retain_none)
+            if is_tensor_collection(v)
+            else (v.clone() if isinstance(v, (_Tensor, NonTensorData)) else v)
+            for k, v in self._data.items()
+        }
+        if retain_none is not False:
+            for name in self._field_names:
+                if name not in data:
+                    data[name] = NonTensorData._make(None, self._batch_size, self._device)
+        return TensorDict._new_unsafe(data, self._batch_size, self._device, self._names)
+
+    def state_dict(
+        self, destination=None, prefix: str = "", keep_vars: bool = False, flatten: bool = True
+    ):
+        """An ``OrderedDict`` of the tensor leaves under dotted keys, like ``nn.Module``'s.
+
+        The structure (batch sizes, devices, names, non-tensor values) is in its
+        ``_metadata`` attribute; ``flatten=False`` nests the levels instead.
+
+        Example:
+            >>> sd = TensorDict({"a": {"b": torch.zeros(2)}}, [2]).state_dict()
+            >>> list(sd), sd._metadata[""]["batch_size"]
+            (['a.b'], [2])
+        """
+        from .state_dict import td_state_dict
+
+        return td_state_dict(self, destination, prefix, keep_vars, flatten)
+
+    def load_state_dict(
+        self,
+        state_dict: Mapping[str, Any],
+        strict: bool = True,
+        assign: bool = False,
+        from_flatten: bool | None = None,
+    ) -> Self:
+        """Load a state dict (flat, nested or legacy) into this TensorDict in place."""
+        from .state_dict import td_load_state_dict
+
+        return td_load_state_dict(self, state_dict, strict, assign, from_flatten)
+
+    def __repr__(self) -> str:
+        return td_repr(self)
+
+
+def unravel_key_tuple(key) -> tuple:
+    """``key`` (a ``str`` or a tuple) as a tuple."""
+    return (key,) if type(key) is str else tuple(key)
+
+
+def _leaf_items(td, is_leaf, prefix: tuple = ()):
+    """``(key path, value)`` below ``td``, stopping at containers ``is_leaf`` accepts."""
+    for key, value in td._data.items():
+        path = prefix + (key,)
+        if is_tensor_collection(value) and not is_leaf(type(value)):
+            yield from _leaf_items(value._to_tensordict_view(), is_leaf, path)
+        else:
+            yield (path if prefix else key), value

@@ -1,0 +1,388 @@
+"""The write engine of TensorDict: validation, conversion and atomic writes.
+
+``set``, ``update``, ``update_``, ``__setitem__`` with keys, ``rename_key_`` and
+the public constructor all go through :func:`write`. A write is atomic: every
+structural change is recorded in an undo log and rolled back when a later entry
+fails; copies into existing tensors (in-place writes) are validated first and
+performed only once every entry has been checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..frozen import FROZEN
+from ..mixin import is_tensor_collection
+from ..nontensor import NonTensorData, NonTensorStack, stack_of_list
+from .fastpath import is_tensor_kind
+from .nested import MISSING, key_parts, unravel_key
+
+_NO_DEFAULT = MISSING
+_SCALARS = (bool, int, float, complex, np.generic)
+_Tensor = torch.Tensor
+
+
+_new = object.__new__
+
+
+def _tensordict():
+    from ..container import TensorDict
+
+    return TensorDict
+
+
+def writable_view(container: Any, api: str, key: Any):
+    """The TensorDict to write into for ``container``; frozen data refuses."""
+    if getattr(type(container), "_tc_frozen", False):
+        raise RuntimeError(
+            f"TensorDict.{api}: cannot write key {key!r}: it is inside a frozen "
+            f"{type(container).__name__}, which refuses every write."
+        )
+    view = container._to_tensordict_view()
+    if view._is_locked == FROZEN:
+        raise RuntimeError(
+            f"TensorDict.{api}: cannot write key {key!r}: it is inside a TensorDict that "
+            f"belongs to a frozen TensorClass, which refuses every write."
+        )
+    return view
+
+
+def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, second: int):
+    """The data of a dict of ``str`` -> tensor / dict, or None when it needs the full path.
+
+    The public constructor's fast path: nested dicts become ``cls`` instances;
+    tensors of any class (``nn.Parameter`` too) are stored as they are.
+    ``first`` and ``second`` are ``size[0]`` and ``size[1]`` (when they exist): the
+    leading-dims test below is ``value.shape[:ndim] == size`` without building a Size.
+    """
+    data = dict(source)
+    for key, value in source.items():
+        kind = type(value)
+        if kind is _Tensor or (kind is not dict and is_tensor_kind[kind]):  # Parameter too
+            if type(key) is not str:
+                return None
+            if ndim:
+                shape = value.shape
+                try:  # a value with fewer dims than the batch raises IndexError
+                    if ndim == 2:
+                        if shape[0] != first or shape[1] != second:
+                            return None
+                    elif ndim == 1:
+                        if shape[0] != first:
+                            return None
+                    elif shape[:ndim] != size:
+                        return None
+                except IndexError:
+                    return None
+        elif kind is dict:
+            if type(key) is not str:
+                return None
+            inner = build_fast(cls, value, size, ndim, first, second)
+            if inner is None:
+                return None
+            node = _new(cls)
+            node._data = inner
+            node._batch_size = size
+            node._device = None
+            node._names = None
+            node._is_locked = False
+            data[key] = node
+        else:
+            return None
+    return data
+
+
+def items_of(other: Any, api: str) -> list:
+    """The ``(key, value)`` pairs of a mapping or a container."""
+    if getattr(type(other), "_is_tensordict", False):
+        return list(other._data.items())
+    if is_tensor_collection(other):
+        return list(other._to_tensordict_view()._data.items())
+    if isinstance(other, Mapping):
+        return list(other.items())
+    raise TypeError(
+        f"TensorDict.{api}: expected a mapping (dict, TensorDict, ...), got {type(other).__name__}."
+    )
+
+
+def rollback(undo: list) -> None:
+    """Undo structural writes: ``undo`` holds ``(dict, key, previous value or MISSING)``."""
+    for data, key, old in reversed(undo):
+        if old is _NO_DEFAULT:
+            data.pop(key, None)
+        else:
+            data[key] = old
+
+
+def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> Any:
+    """Validate one new value against ``batch_size`` and return what is stored."""
+    ndim = len(batch_size)
+    if isinstance(value, _Tensor):
+        if ndim and value.shape[:ndim] != batch_size:
+            raise shape_error(api, key, value.shape, batch_size)
+        if td._device is not None and value.device != td._device:
+            value = value.to(td._device)
+        return value
+    if is_tensor_collection(value):
+        if value.batch_size[:ndim] != batch_size:
+            raise ValueError(
+                f"TensorDict.{api}: the {type(value).__name__} at key {key!r} has batch "
+                f"size {list(value.batch_size)}, which does not start with the batch size "
+                f"{list(batch_size)}."
+            )
+        if td._device is not None and value.device != td._device:
+            value = value.to(td._device)
+        return value
+    if isinstance(value, NonTensorData):
+        if type(value) is NonTensorData:
+            return NonTensorData._make(value.data, batch_size, td._device)
+        if value.batch_size[:ndim] != batch_size:
+            raise shape_error(api, key, value.batch_size, batch_size)
+        return NonTensorStack._make(value.data, value.batch_size, td._device)
+    if isinstance(value, Mapping):
+        sub = _tensordict()._new_unsafe({}, batch_size, td._device)
+        write(sub, items_of(value, api), False, True, api, key_parts(key))
+        return sub
+    if isinstance(value, _SCALARS) or (
+        isinstance(value, np.ndarray) and value.dtype != np.dtype(object)
+    ):
+        tensor = torch.as_tensor(value, device=td._device)
+        if ndim and tensor.shape[:ndim] != batch_size:
+            raise shape_error(api, key, tensor.shape, batch_size, scalar=True)
+        return tensor
+    if isinstance(value, (list, tuple)):
+        try:
+            tensor = torch.as_tensor(value, device=td._device)
+        except (TypeError, ValueError, RuntimeError):
+            pass  # not numbers: kept as a Python value
+        else:
+            if ndim and tensor.shape[:ndim] != batch_size:
+                raise shape_error(api, key, tensor.shape, batch_size)
+            return tensor
+        if ndim and type(value) is list:  # a list of non-numbers per element: a stack
+            stack = stack_of_list(value, batch_size, td._device)
+            if stack is not None:
+                return stack
+    return NonTensorData._make(value, batch_size, td._device)
+
+
+def write(td, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None:
+    """Write ``(key, value)`` pairs atomically.
+
+    ``inplace``: False (replace), True (copy into existing tensors, create the
+    rest) or ``"strict"`` (every key must exist). ``merge``: mappings merge into
+    existing sub-TensorDicts instead of replacing them (``update``); a callable
+    ``merge(value)`` decides per value (``update(is_leaf=...)``).
+    """
+    undo: list = []
+    copies: list = []
+    try:
+        for key, value in items:
+            write_path(
+                td,
+                key_parts(key, f"TensorDict.{api}"),
+                value,
+                inplace,
+                merge,
+                api,
+                undo,
+                copies,
+                prefix,
+            )
+        for target, source, key in copies:
+            check_copy_target(target, source, key, api)
+    except BaseException:
+        rollback(undo)
+        raise
+    done = 0
+    try:
+        for target, source, _ in copies:
+            target.copy_(source)
+            done += 1
+    except BaseException:
+        if done:  # not foreseen by check_copy_target: the earlier copies stay written
+            raise
+        rollback(undo)
+        raise
+
+
+def check_copy_target(target: torch.Tensor, source: Any, key, api: str) -> None:
+    """Raise now what ``target.copy_(source)`` would raise, before any entry is written."""
+    problem = None
+    if torch.is_grad_enabled() and target.requires_grad:
+        base = target._base if target._is_view() else target
+        if base is not None and base.is_leaf:
+            problem = "it is a leaf tensor that requires grad (write under torch.no_grad())"
+    elif target.is_inference() and not torch.is_inference_mode_enabled():
+        problem = "it is an inference tensor (write inside torch.inference_mode())"
+    if problem is None and torch._debug_has_internal_overlap(target) == 1:
+        problem = "several of its elements share memory (an expanded tensor: clone it first)"
+    if problem is not None:
+        raise RuntimeError(
+            f"TensorDict.{api}: cannot write in place into the tensor at key {key!r}: "
+            f"{problem}. Nothing was written."
+        )
+
+
+def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> None:
+    node = td
+    last = len(parts) - 1
+    for depth in range(last):
+        part = parts[depth]
+        inner = node._data.get(part, _NO_DEFAULT)
+        if inner is _NO_DEFAULT:
+            # create the missing sub-TensorDicts, with the batch size of their parent
+            if inplace == "strict":
+                raise td._missing(parts, api, prefix)
+            node._check_writable(api, full_key(prefix, parts))
+            size = node._batch_size
+            leaf = convert(node, full_key(prefix, parts), value, size, api)
+            for name in reversed(parts[depth + 1 :]):
+                leaf = _tensordict()._new_unsafe({name: leaf}, size, node._device)
+            undo.append((node._data, part, _NO_DEFAULT))
+            node._data[part] = leaf
+            return
+        if not getattr(type(inner), "_is_tensordict", False):
+            if not is_tensor_collection(inner):
+                raise KeyError(
+                    f"TensorDict.{api}: cannot write key {full_key(prefix, parts)!r}: "
+                    f"{full_key(prefix, parts[: depth + 1])!r} holds a {type(inner).__name__}, "
+                    f"not a TensorDict."
+                )
+            inner = writable_view(inner, api, full_key(prefix, parts))
+        node = inner
+    key = parts[last]
+    full = full_key(prefix, parts)
+    existing = node._data.get(key, _NO_DEFAULT)
+    if existing is _NO_DEFAULT:
+        if inplace == "strict":
+            raise td._missing(parts, api, prefix)
+        node._check_writable(api, full)
+    elif (
+        inplace
+        or node._is_locked
+        or (merge and is_tensor_collection(existing) and (merge is True or merge(value)))
+    ):
+        if isinstance(existing, _Tensor):
+            if node._is_locked == FROZEN:
+                writable_view(node, api, full)
+            copies.append((existing, inplace_source(existing, value, full, api), full))
+            return
+        if is_tensor_collection(existing):
+            if isinstance(value, Mapping) or is_tensor_collection(value):
+                inner = writable_view(existing, api, full)
+                for sub_key, sub_value in items_of(value, api):
+                    write_path(
+                        inner,
+                        key_parts(sub_key, f"TensorDict.{api}"),
+                        sub_value,
+                        inplace,
+                        merge,
+                        api,
+                        undo,
+                        copies,
+                        prefix + parts,
+                    )
+                return
+            if inplace or node._is_locked:
+                raise TypeError(
+                    f"TensorDict.{api}: cannot write a {type(value).__name__} in place into "
+                    f"the {type(existing).__name__} at key {full!r}; pass a mapping."
+                )
+    new = convert(node, full, value, node._batch_size, api)
+    undo.append((node._data, key, existing))
+    node._data[key] = new
+
+
+def rename_key(td, old_key, new_key, safe: bool = False) -> None:
+    """Rename ``old_key`` to ``new_key`` in ``td`` (atomic); see ``TensorDict.rename_key_``."""
+    old_parts = key_parts(old_key, "TensorDict.rename_key_")
+    new_parts = key_parts(new_key, "TensorDict.rename_key_")
+    value = td._get_leaf(old_parts, "rename_key_")
+    if old_parts == new_parts:
+        return
+    if new_parts[: len(old_parts)] == old_parts:
+        raise ValueError(
+            f"TensorDict.rename_key_: cannot move key {unravel_key(old_key)!r} inside itself "
+            f"({unravel_key(new_key)!r})."
+        )
+    if safe and new_key in td:
+        raise KeyError(f"TensorDict.rename_key_: key {unravel_key(new_key)!r} already exists.")
+    owner = td._get_leaf(old_parts[:-1]) if len(old_parts) > 1 else td
+    owner = writable_view(owner, "rename_key_", unravel_key(old_key))
+    owner._check_writable("rename_key_", unravel_key(old_key))
+    # validate the destination before anything moves
+    node: Any = td
+    for depth, part in enumerate(new_parts[:-1]):
+        inner = node._data.get(part, _NO_DEFAULT)
+        if inner is _NO_DEFAULT:
+            node._check_writable("rename_key_", unravel_key(new_key))
+            break
+        if not is_tensor_collection(inner):
+            raise KeyError(
+                f"TensorDict.rename_key_: cannot write key {unravel_key(new_key)!r}: "
+                f"{new_parts[: depth + 1]!r} holds a {type(inner).__name__}, not a TensorDict."
+            )
+        node = writable_view(inner, "rename_key_", unravel_key(new_key))
+    else:
+        if new_parts[-1] in node._data:
+            node._check_writable("rename_key_", unravel_key(new_key))
+    convert(node, unravel_key(new_key), value, node._batch_size, "rename_key_")
+    undo: list = []
+    try:
+        undo.append((owner._data, old_parts[-1], owner._data.pop(old_parts[-1])))
+        write_path(td, new_parts, value, False, False, "rename_key_", undo, [], ())
+    except BaseException:
+        rollback(undo)
+        raise
+
+
+def full_key(prefix: tuple, parts: tuple):
+    """The key to show in messages: a ``str`` or a flat tuple."""
+    full = prefix + parts
+    return full[0] if len(full) == 1 else full
+
+
+def shape_error(api: str, key, shape, batch_size, scalar: bool = False) -> ValueError:
+    hint = (
+        " Python scalars are stored as 0-dim tensors: expand the value to the batch size "
+        "(torch.full(batch_size, value)) or wrap it in NonTensorData."
+        if scalar
+        else " The leading dims of every value must equal the batch size."
+    )
+    return ValueError(
+        f"TensorDict.{api}: the value at key {key!r} has shape {list(shape)}, which does not "
+        f"start with the batch size {list(batch_size)}.{hint}"
+    )
+
+
+def inplace_source(existing: torch.Tensor, value: Any, key, api: str) -> torch.Tensor:
+    """Check that ``value`` can be copied into ``existing``; return it as a tensor."""
+    if not isinstance(value, _Tensor):
+        if isinstance(value, (Mapping, NonTensorData)) or is_tensor_collection(value):
+            raise TypeError(
+                f"TensorDict.{api}: cannot write a {type(value).__name__} in place into the "
+                f"tensor at key {key!r}."
+            )
+        try:
+            value = torch.as_tensor(value, device=existing.device)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"TensorDict.{api}: cannot write a {type(value).__name__} in place into the "
+                f"tensor at key {key!r}."
+            ) from None
+    if value.shape != existing.shape:
+        try:
+            ok = torch.broadcast_shapes(value.shape, existing.shape) == existing.shape
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"TensorDict.{api}: cannot write a value of shape {list(value.shape)} in place "
+                f"into key {key!r} of shape {list(existing.shape)}."
+            )
+    return value

@@ -1,0 +1,245 @@
+"""Elementwise arithmetic and comparisons, leaf by leaf.
+
+The other operand is a container with the same keys, or anything a tensor
+accepts (a number, a tensor broadcastable against every leaf).
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+import warnings
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..frozen import refuse_frozen
+from ..mixin import ContainerMixin
+from ..nontensor import NonTensorData, eq_mask
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+
+def _is_operand(other: Any) -> bool:
+    """Whether ``other`` is something a leaf-by-leaf operation takes."""
+    return isinstance(
+        other, (torch.Tensor, numbers.Number, np.ndarray, np.generic, torch.SymInt, torch.SymFloat)
+    )
+
+
+def _pairs(self, other: Any, api: str) -> list:
+    """``(key, leaf, other's value)`` for every key; ``other`` is a container or a dict."""
+    if isinstance(other, Mapping) and not getattr(type(other), "_is_tensor_collection", False):
+        other_data = other
+    else:
+        other_data = other._to_tensordict_view()._data
+    if other_data.keys() != self._data.keys():
+        missing = sorted(set(self._data) ^ set(other_data), key=str)
+        raise KeyError(
+            f"{type(self).__name__}.{api}: both operands must have the same keys; these keys are "
+            f"only in one of them: {missing}."
+        )
+    return [(k, v, other_data[k]) for k, v in self._data.items()]
+
+
+def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
+    keyed = getattr(type(other), "_is_tensor_collection", False)
+    if isinstance(other, Mapping) and not keyed:
+        if not compare:
+            raise TypeError(
+                f"TensorDict.{api}: the other operand is a {type(other).__name__}; convert it "
+                f"to a TensorDict first (TensorDict(other, batch_size=...))."
+            )
+        keyed = True  # comparisons pair a dict with the keys, as tensordict does
+    if keyed:
+        pairs = _pairs(self, other, api)
+    elif compare and not _is_operand(other):
+        # tensordict: == gives False, != True, and the orderings False with a warning
+        if api not in ("__eq__", "__ne__"):
+            warnings.warn(
+                f"TensorDict.{api}: comparing with a {type(other).__name__} gives False; "
+                f"compare with a TensorDict, a dict, a tensor or a number.",
+                FutureWarning,
+                stacklevel=3,
+            )
+        return api == "__ne__"
+    else:
+        pairs = [(k, v, other) for k, v in self._data.items()]
+    data: dict[str, Any] = {}
+    for key, value, rhs in pairs:
+        if isinstance(value, NonTensorData):
+            if not compare:
+                data[key] = value
+            elif keyed and api in ("__eq__", "__ne__"):
+                mask = eq_mask(value, rhs)
+                data[key] = mask if api == "__eq__" else ~mask
+            # a comparison with a number or a tensor leaves non-tensor leaves out
+            continue
+        if compare and isinstance(rhs, Mapping) and not hasattr(value, "_to_tensordict_view"):
+            raise TypeError(
+                f"TensorDict.{api}: key {key!r} holds a tensor in one operand and a "
+                f"{type(rhs).__name__} in the other."
+            )
+        data[key] = op(value, rhs)
+    return self._like(data)
+
+
+def _inplace(self, other: Any, method: str):
+    self._check_mutable(method)
+    refuse_frozen(self, method)
+    if getattr(type(other), "_is_tensor_collection", False):
+        other_data = other._to_tensordict_view()._data
+        if other_data.keys() != self._data.keys():
+            missing = sorted(set(self._data) ^ set(other_data))
+            raise KeyError(
+                f"{type(self).__name__}.{method}: "
+                f"both operands must have the same keys; these keys are "
+                f"only in one of them: {missing}."
+            )
+        for key, value in self._data.items():
+            if not isinstance(value, NonTensorData):
+                getattr(value, method)(other_data[key])
+    else:
+        for value in self._data.values():
+            if not isinstance(value, NonTensorData):
+                getattr(value, method)(other)
+    return self
+
+
+class ArithmeticMixin(ContainerMixin):
+    """Operators of ``TensorDict``: ``+ - * / ** == != < <= > >=``, ``all``, ``any``.
+
+    Example:
+        >>> td = TensorDict({"a": torch.ones(2)}, [2])
+        >>> (td * 2 + 1)["a"].tolist()
+        [3.0, 3.0]
+        >>> (td == 1).all()
+        True
+    """
+
+    __slots__ = ()
+
+    def __add__(self, other) -> Self:
+        return _binary(self, other, operator.add, "__add__")
+
+    def __radd__(self, other) -> Self:
+        return _binary(self, other, lambda a, b: b + a, "__radd__")
+
+    def __sub__(self, other) -> Self:
+        return _binary(self, other, operator.sub, "__sub__")
+
+    def __rsub__(self, other) -> Self:
+        return _binary(self, other, lambda a, b: b - a, "__rsub__")
+
+    def __mul__(self, other) -> Self:
+        return _binary(self, other, operator.mul, "__mul__")
+
+    def __rmul__(self, other) -> Self:
+        return _binary(self, other, lambda a, b: b * a, "__rmul__")
+
+    def __truediv__(self, other) -> Self:
+        return _binary(self, other, operator.truediv, "__truediv__")
+
+    def __rtruediv__(self, other) -> Self:
+        return _binary(self, other, lambda a, b: b / a, "__rtruediv__")
+
+    def __pow__(self, other) -> Self:
+        return _binary(self, other, operator.pow, "__pow__")
+
+    def __floordiv__(self, other) -> Self:
+        return _binary(self, other, operator.floordiv, "__floordiv__")
+
+    def __mod__(self, other) -> Self:
+        return _binary(self, other, operator.mod, "__mod__")
+
+    def __and__(self, other) -> Self:
+        return _binary(self, other, operator.and_, "__and__")
+
+    def __or__(self, other) -> Self:
+        return _binary(self, other, operator.or_, "__or__")
+
+    def __xor__(self, other) -> Self:
+        return _binary(self, other, operator.xor, "__xor__")
+
+    def __invert__(self) -> Self:
+        return self._apply_tree(operator.invert, (), None, None, False, check=False)
+
+    def __neg__(self) -> Self:
+        return self._apply_tree(operator.neg, (), None, None, False, check=False)
+
+    def __abs__(self) -> Self:
+        return self._apply_tree(torch.abs, (), None, None, False, check=False)
+
+    def pow(self, exponent) -> Self:
+        return _binary(self, exponent, operator.pow, "pow")
+
+    def __eq__(self, other) -> Self:  # type: ignore[override]
+        if other is None:
+            return False
+        return _binary(self, other, operator.eq, "__eq__", compare=True)
+
+    def __ne__(self, other) -> Self:  # type: ignore[override]
+        if other is None:
+            return True
+        return _binary(self, other, operator.ne, "__ne__", compare=True)
+
+    def __lt__(self, other) -> Self:
+        return _binary(self, other, operator.lt, "__lt__", compare=True)
+
+    def __le__(self, other) -> Self:
+        return _binary(self, other, operator.le, "__le__", compare=True)
+
+    def __gt__(self, other) -> Self:
+        return _binary(self, other, operator.gt, "__gt__", compare=True)
+
+    def __ge__(self, other) -> Self:
+        return _binary(self, other, operator.ge, "__ge__", compare=True)
+
+    # A frozen TensorClass answers NotImplemented, so `p += x` rebinds p to p + x.
+    def __iadd__(self, other) -> Self:
+        return NotImplemented if self._frozen else _inplace(self, other, "add_")
+
+    def __isub__(self, other) -> Self:
+        return NotImplemented if self._frozen else _inplace(self, other, "sub_")
+
+    def __imul__(self, other) -> Self:
+        return NotImplemented if self._frozen else _inplace(self, other, "mul_")
+
+    def __itruediv__(self, other) -> Self:
+        return NotImplemented if self._frozen else _inplace(self, other, "div_")
+
+    def add_(self, other, *, alpha: float | None = None) -> Self:
+        if alpha is not None:
+            other = other * alpha
+        return _inplace(self, other, "add_")
+
+    def sub_(self, other) -> Self:
+        return _inplace(self, other, "sub_")
+
+    def mul_(self, other) -> Self:
+        return _inplace(self, other, "mul_")
+
+    def div_(self, other) -> Self:
+        return _inplace(self, other, "div_")
+
+    def lerp_(self, end, weight: float) -> Self:
+        self._check_mutable("lerp_")
+        if getattr(type(end), "_is_tensor_collection", False):
+            end_data = end._to_tensordict_view()._data
+            for key, value in self._data.items():
+                if not isinstance(value, NonTensorData):
+                    value.lerp_(end_data[key], weight)
+            return self
+        raise TypeError(
+            f"{type(self).__name__}.lerp_: end must be a TensorDict with the same keys."
+        )
+
+    def _tensor_leaves(self):
+        for value in self._data.values():
+            if isinstance(value, torch.Tensor):
+                yield value
+            elif getattr(type(value), "_is_tensor_collection", False):
+                yield from value._to_tensordict_view()._tensor_leaves()

@@ -1,0 +1,195 @@
+"""Autograd on containers: ``backward``, ``grad``, ``data``, ``requires_grad``, ``zero_grad``,
+and ``torch.autograd.grad`` with containers as outputs and inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..apply import rewrap
+from ..mixin import ContainerMixin
+from .leafwise import is_collection, leaf_items, map_leaves, tensor_leaves
+
+_Tensor = torch.Tensor
+
+
+class AutogradMixin(ContainerMixin):
+    """Gradients of the leaves of a container.
+
+    Example:
+        >>> x = torch.ones(2, requires_grad=True)
+        >>> td = TensorDict({"x": x}, [2])
+        >>> (td * 3).sum(reduce=True).backward()
+        >>> td.grad["x"].tolist(), td.requires_grad
+        ([3.0, 3.0], True)
+    """
+
+    __slots__ = ()
+
+    def backward(
+        self,
+        gradient: Any = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+        inputs: Any = None,
+    ) -> None:
+        """Backpropagate from every leaf that requires a gradient, in one autograd call.
+
+        Without ``gradient`` each such leaf must have one element (its gradient is 1):
+        ``td.backward()`` is ``td.sum(reduce=True).backward()`` for scalar leaves.
+        ``gradient`` is a container matching those leaves by key.
+
+        Example:
+            >>> x = torch.ones(3, requires_grad=True)
+            >>> TensorDict({"loss": (x * 2).sum(), "aux": x.sum()}, []).backward()
+            >>> x.grad.tolist()
+            [3.0, 3.0, 3.0]
+        """
+        items = [(k, t) for k, t in leaf_items(self) if t.requires_grad]
+        if not items:
+            raise RuntimeError(
+                "TensorDict.backward: no leaf requires a gradient; nothing to backpropagate."
+            )
+        grads = None
+        if gradient is not None:
+            given = dict(leaf_items(gradient._to_tensordict_view()))
+            missing = [k for k, _ in items if k not in given]
+            if missing:
+                raise KeyError(
+                    f"TensorDict.backward: gradient has no entry for the leaves {missing}; it "
+                    f"must match every leaf that requires a gradient, by key."
+                )
+            grads = [given[k] for k, _ in items]
+        else:
+            wide = [k for k, t in items if t.numel() != 1]
+            if wide:
+                raise RuntimeError(
+                    f"TensorDict.backward: without gradient=, every leaf that requires a "
+                    f"gradient must have one element; {wide} do not. Reduce first "
+                    f"(td.sum(reduce=True).backward()) or pass gradient=<a TensorDict>."
+                )
+        if inputs is not None and is_collection(inputs):
+            inputs = tensor_leaves(inputs._to_tensordict_view())
+        torch.autograd.backward(
+            [t for _, t in items],
+            grads,
+            retain_graph=retain_graph,
+            create_graph=create_graph,
+            inputs=inputs,
+        )
+
+    @property
+    def grad(self):
+        """A container of the ``.grad`` of each leaf (leaves without one are left out), or None.
+
+        Example:
+            >>> x = torch.ones(2, requires_grad=True)
+            >>> (x * 2).sum().backward()
+            >>> TensorDict({"x": x}, [2]).grad["x"].tolist()
+            [2.0, 2.0]
+        """
+        if all(t.grad is None for t in tensor_leaves(self)):
+            return None
+        return _grads(self)
+
+    @property
+    def data(self):
+        """A container of the ``.data`` of each leaf (same storage, no autograd history).
+
+        Example:
+            >>> x = torch.ones(2, requires_grad=True)
+            >>> TensorDict({"x": x * 2}, [2]).data["x"].requires_grad
+            False
+        """
+        return map_leaves(self, lambda t: t.data, None, True, None)
+
+    @property
+    def requires_grad(self) -> bool:
+        """True when some tensor leaf requires a gradient.
+
+        Example:
+            >>> TensorDict({"x": torch.ones(2, requires_grad=True)}, [2]).requires_grad
+            True
+        """
+        return any(t.requires_grad for t in tensor_leaves(self))
+
+    def zero_grad(self, set_to_none: bool = True):
+        """Clear the ``.grad`` of every leaf (``None``, or zeros with ``set_to_none=False``).
+
+        Example:
+            >>> x = torch.ones(2, requires_grad=True)
+            >>> (x * 2).sum().backward()
+            >>> _ = TensorDict({"x": x}, [2]).zero_grad()
+            >>> x.grad is None
+            True
+        """
+        for leaf in tensor_leaves(self):
+            if leaf.grad is None:
+                continue
+            if set_to_none:
+                leaf.grad = None
+            else:
+                leaf.grad.zero_()
+        return self
+
+
+def _grads(self: Any) -> Any:
+    data: dict[str, Any] = {}
+    for key, value in self._data.items():
+        if isinstance(value, _Tensor):
+            if value.grad is not None:
+                data[key] = value.grad
+        elif is_collection(value):
+            data[key] = rewrap(value, _grads(value._to_tensordict_view()))
+    return self._like(data)
+
+
+def _flat(items: Any) -> tuple[list, list]:
+    """The tensors of ``items`` (a tensor, a container or a sequence of them) and per-item
+    spans (``(container or None, count)``)."""
+    if isinstance(items, _Tensor) or is_collection(items):
+        items = (items,)
+    tensors: list = []
+    spans: list = []
+    for item in items:
+        if is_collection(item):
+            leaves = tensor_leaves(item._to_tensordict_view())
+            spans.append((item, len(leaves)))
+            tensors.extend(leaves)
+        else:
+            spans.append((None, 1))
+            tensors.append(item)
+    return tensors, spans
+
+
+def autograd_grad(outputs: Any, inputs: Any, grad_outputs: Any = None, **kwargs: Any) -> Any:
+    """``torch.autograd.grad`` where outputs, inputs and grad_outputs may be containers.
+
+    The gradient with respect to a container input is a container of the same class and
+    structure. Returns a tuple, one entry per input, like torch.
+
+    Example:
+        >>> x = TensorDict({"w": torch.ones(2, requires_grad=True)}, [2])
+        >>> (g,) = torch.autograd.grad((x * x).sum(reduce=True), x)
+        >>> g["w"].tolist()
+        [2.0, 2.0]
+    """
+    out_tensors, _ = _flat(outputs)
+    in_tensors, spans = _flat(inputs)
+    grad_tensors = None
+    if grad_outputs is not None:
+        grad_tensors, _ = _flat(grad_outputs)
+    grads = torch.autograd.grad(out_tensors, in_tensors, grad_tensors, **kwargs)
+    results: list = []
+    position = 0
+    for container, count in spans:
+        chunk = grads[position : position + count]
+        position += count
+        if container is None:
+            results.append(chunk[0])
+        else:
+            values = iter(chunk)
+            results.append(map_leaves(container, lambda t, it=values: next(it), None, True, None))
+    return tuple(results)

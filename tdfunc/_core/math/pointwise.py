@@ -1,0 +1,412 @@
+"""Element-wise math and predicates, leaf by leaf, with their ``_`` in-place forms.
+
+Out-of-place methods return a new container of the same class (batch size and names
+kept); in-place methods write into every tensor leaf and return ``self``. In-place
+writes are allowed on a locked TensorDict (they change no key) and refused on a
+frozen TensorClass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..mixin import ContainerMixin
+from .leafwise import (
+    inplace_leaves,
+    is_collection,
+    map_leaves,
+    map_pairs,
+    others_data,
+    refuse_frozen,
+)
+
+UNARY = [
+    "abs",
+    "acos",
+    "asin",
+    "atan",
+    "ceil",
+    "cos",
+    "cosh",
+    "erf",
+    "erfc",
+    "erfinv",
+    "exp",
+    "expm1",
+    "floor",
+    "frac",
+    "lgamma",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "neg",
+    "reciprocal",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "sin",
+    "sinh",
+    "sqrt",
+    "tan",
+    "tanh",
+    "trunc",
+]
+PREDICATES = ("isnan", "isfinite", "isinf", "isposinf", "isneginf", "isreal")
+
+
+def _unary(name: str) -> Callable:
+    method = getattr(torch.Tensor, name)
+
+    def op(self):
+        return map_leaves(self, method, None, True, None)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (
+        f"``torch.{name}`` of every tensor leaf (a new container).\n\n"
+        f"        Example:\n"
+        f"            >>> x = torch.tensor([0.5, 0.25])\n"
+        f'            >>> (TensorDict({{"a": x}}, [2]).{name}()["a"] == torch.{name}(x)).all()\n'
+        f"            tensor(True)\n"
+    )
+    return op
+
+
+def _unary_(name: str) -> Callable:
+    method = getattr(torch.Tensor, name + "_")
+
+    def op(self):
+        for leaf in inplace_leaves(self, name + "_"):
+            method(leaf)
+        return self
+
+    op.__name__ = op.__qualname__ = name + "_"
+    op.__doc__ = (
+        f"``{name}`` of every tensor leaf, in place; returns self.\n\n"
+        f"        Example:\n"
+        f"            >>> x = torch.tensor([0.5, 0.25])\n"
+        f'            >>> td = TensorDict({{"a": x.clone()}}, [2]).{name}_()\n'
+        f'            >>> (td["a"] == torch.{name}(x)).all()\n'
+        f"            tensor(True)\n"
+    )
+    return op
+
+
+def _predicate(name: str) -> Callable:
+    function = getattr(torch, name)
+
+    def op(self):
+        return map_leaves(self, function, None, True, None)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (
+        f"``torch.{name}`` of every tensor leaf: a container of boolean tensors.\n\n"
+        f"        Example:\n"
+        f'            >>> x = torch.tensor([1.0, float("nan"), float("inf"), -float("inf")])\n'
+        f'            >>> (TensorDict({{"a": x}}, [4]).{name}()["a"] == torch.{name}(x)).all()\n'
+        f"            tensor(True)\n"
+    )
+    return op
+
+
+def _binary(name: str, function: Callable) -> Callable:
+    def op(self, other):
+        return map_pairs(self, other, function, name)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (
+        f"``torch.{name}`` of every tensor leaf with ``other`` (a container with the same "
+        f"keys, a tensor or a number).\n\n"
+        f"        Example:\n"
+        f'            >>> td = TensorDict({{"a": torch.tensor([1.0, 4.0])}}, [2])\n'
+        f'            >>> td.{name}(torch.tensor([2.0, 3.0]))["a"].tolist() == '
+        f"torch.{name}(td['a'], torch.tensor([2.0, 3.0])).tolist()\n"
+        f"            True\n"
+    )
+    return op
+
+
+def _binary_(name: str) -> Callable:
+    method = getattr(torch.Tensor, name + "_", None)
+    if method is None:  # maximum_, minimum_: no in-place form in torch
+        function = getattr(torch, name)
+
+        def method(leaf, other):
+            return leaf.copy_(function(leaf, other))
+
+    def op(self, other):
+        _inplace_pairs(self, other, method, name + "_")
+        return self
+
+    op.__name__ = op.__qualname__ = name + "_"
+    op.__doc__ = (
+        f"``{name}`` of every tensor leaf with ``other``, in place; returns self.\n\n"
+        f"        Example:\n"
+        f'            >>> td = TensorDict({{"a": torch.tensor([1.0, 4.0])}}, [2])\n'
+        f'            >>> td.{name}_(torch.tensor([2.0, 3.0]))["a"].tolist() == '
+        f"torch.{name}(torch.tensor([1.0, 4.0]), torch.tensor([2.0, 3.0])).tolist()\n"
+        f"            True\n"
+    )
+    return op
+
+
+def _inplace_pairs(self: Any, other: Any, method: Callable, api: str, *args: Any) -> None:
+    refuse_frozen(self, api)
+    _pairs(self, other, method, api, args)
+
+
+def _pairs(view: Any, other: Any, method: Callable, api: str, args: tuple) -> None:
+    data = others_data(other, view, api)
+    for key, value in view._data.items():
+        rhs = other if data is None else data[key]
+        if isinstance(value, torch.Tensor):
+            method(value, rhs, *args)
+        elif is_collection(value):
+            _pairs(value._to_tensordict_view(), rhs, method, api, args)
+
+
+def _add_scaled(leaf: torch.Tensor, other: Any, value: float) -> torch.Tensor:
+    return leaf.add_(other, alpha=value)
+
+
+class PointwiseMixin(ContainerMixin):
+    """Element-wise math of a container: ``abs``, ``exp``, ``clamp``, ``isnan``, ...
+
+    Example:
+        >>> td = TensorDict({"a": torch.tensor([-1.0, 4.0])}, [2])
+        >>> td.abs().sqrt()["a"].tolist(), td.clamp_min(0.0)["a"].tolist()
+        ([1.0, 2.0], [0.0, 4.0])
+    """
+
+    __slots__ = ()
+
+    abs = _unary("abs")
+    acos = _unary("acos")
+    asin = _unary("asin")
+    atan = _unary("atan")
+    ceil = _unary("ceil")
+    cos = _unary("cos")
+    cosh = _unary("cosh")
+    erf = _unary("erf")
+    erfc = _unary("erfc")
+    erfinv = _unary("erfinv")
+    exp = _unary("exp")
+    expm1 = _unary("expm1")
+    floor = _unary("floor")
+    frac = _unary("frac")
+    lgamma = _unary("lgamma")
+    log = _unary("log")
+    log10 = _unary("log10")
+    log1p = _unary("log1p")
+    log2 = _unary("log2")
+    neg = _unary("neg")
+    reciprocal = _unary("reciprocal")
+    round = _unary("round")
+    rsqrt = _unary("rsqrt")
+    sigmoid = _unary("sigmoid")
+    sign = _unary("sign")
+    sin = _unary("sin")
+    sinh = _unary("sinh")
+    sqrt = _unary("sqrt")
+    tan = _unary("tan")
+    tanh = _unary("tanh")
+    trunc = _unary("trunc")
+
+    abs_ = _unary_("abs")
+    acos_ = _unary_("acos")
+    asin_ = _unary_("asin")
+    atan_ = _unary_("atan")
+    ceil_ = _unary_("ceil")
+    cos_ = _unary_("cos")
+    cosh_ = _unary_("cosh")
+    erf_ = _unary_("erf")
+    erfc_ = _unary_("erfc")
+    erfinv_ = _unary_("erfinv")
+    exp_ = _unary_("exp")
+    expm1_ = _unary_("expm1")
+    floor_ = _unary_("floor")
+    frac_ = _unary_("frac")
+    lgamma_ = _unary_("lgamma")
+    log_ = _unary_("log")
+    log10_ = _unary_("log10")
+    log1p_ = _unary_("log1p")
+    log2_ = _unary_("log2")
+    neg_ = _unary_("neg")
+    reciprocal_ = _unary_("reciprocal")
+    round_ = _unary_("round")
+    rsqrt_ = _unary_("rsqrt")
+    sigmoid_ = _unary_("sigmoid")
+    sign_ = _unary_("sign")
+    sin_ = _unary_("sin")
+    sinh_ = _unary_("sinh")
+    sqrt_ = _unary_("sqrt")
+    tan_ = _unary_("tan")
+    tanh_ = _unary_("tanh")
+    trunc_ = _unary_("trunc")
+
+    isnan = _predicate("isnan")
+    isfinite = _predicate("isfinite")
+    isinf = _predicate("isinf")
+    isposinf = _predicate("isposinf")
+    isneginf = _predicate("isneginf")
+    isreal = _predicate("isreal")
+
+    maximum = _binary("maximum", torch.maximum)
+    minimum = _binary("minimum", torch.minimum)
+    maximum_ = _binary_("maximum")
+    minimum_ = _binary_("minimum")
+    pow_ = _binary_("pow")
+
+    def clamp(self, min: Any = None, max: Any = None):
+        """Clamp every tensor leaf to ``[min, max]`` (tensors or numbers).
+
+        Example:
+            >>> TensorDict({"a": torch.tensor([-2.0, 0.5, 3.0])}, [3]).clamp(-1, 1)["a"]
+            tensor([-1.0000,  0.5000,  1.0000])
+        """
+        return map_leaves(self, lambda t: torch.clamp(t, min, max), None, True, None)
+
+    def clamp_(self, min: Any = None, max: Any = None):
+        """Clamp every tensor leaf to ``[min, max]`` in place; returns self.
+
+        Example:
+            >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_(max=1.0)["a"]
+            tensor([-2.,  1.])
+        """
+        for leaf in inplace_leaves(self, "clamp_"):
+            leaf.clamp_(min, max)
+        return self
+
+    def clamp_min(self, min: Any):
+        """Clamp every tensor leaf from below (``min`` a number, tensor or container).
+
+        Example:
+            >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_min(0.0)["a"]
+            tensor([0., 3.])
+        """
+        return map_pairs(self, min, torch.clamp_min, "clamp_min")
+
+    def clamp_max(self, max: Any):
+        """Clamp every tensor leaf from above (``max`` a number, tensor or container).
+
+        Example:
+            >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_max(0.0)["a"]
+            tensor([-2.,  0.])
+        """
+        return map_pairs(self, max, torch.clamp_max, "clamp_max")
+
+    def clamp_min_(self, min: Any):
+        """:meth:`clamp_min` in place; returns self.
+
+        Example:
+            >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_min_(0.0)["a"]
+            tensor([0., 3.])
+        """
+        _inplace_pairs(self, min, torch.Tensor.clamp_min_, "clamp_min_")
+        return self
+
+    def clamp_max_(self, max: Any):
+        """:meth:`clamp_max` in place; returns self.
+
+        Example:
+            >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_max_(0.0)["a"]
+            tensor([-2.,  0.])
+        """
+        _inplace_pairs(self, max, torch.Tensor.clamp_max_, "clamp_max_")
+        return self
+
+    def lerp(self, end: Any, weight: Any):
+        """``torch.lerp`` of every leaf towards ``end`` (a container with the same keys).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> td.lerp(td + 4, 0.25)["a"].tolist()
+            [1.0, 1.0]
+        """
+        return map_pairs(self, end, lambda a, b: torch.lerp(a, b, weight), "lerp")
+
+    def addcmul(self, tensor1: Any, tensor2: Any, *, value: float = 1):
+        """``self + value * tensor1 * tensor2``, leaf by leaf.
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(2)}, [2])
+            >>> td.addcmul(td * 2, td * 3, value=0.5)["a"].tolist()
+            [4.0, 4.0]
+        """
+        return self + (tensor1 * tensor2) * value
+
+    def addcdiv(self, tensor1: Any, tensor2: Any, *, value: float = 1):
+        """``self + value * tensor1 / tensor2``, leaf by leaf.
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(2)}, [2])
+            >>> td.addcdiv(td * 2, td * 4, value=2)["a"].tolist()
+            [2.0, 2.0]
+        """
+        return self + (tensor1 / tensor2) * value
+
+    def addcmul_(self, tensor1: Any, tensor2: Any, *, value: float = 1):
+        """:meth:`addcmul` in place; returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(2)}, [2])
+            >>> td.addcmul_(torch.full((2,), 2.0), torch.full((2,), 3.0))["a"].tolist()
+            [7.0, 7.0]
+        """
+        _inplace_pairs(self, tensor1 * tensor2, _add_scaled, "addcmul_", value)
+        return self
+
+    def addcdiv_(self, tensor1: Any, tensor2: Any, *, value: float = 1):
+        """:meth:`addcdiv` in place; returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(2)}, [2])
+            >>> td.addcdiv_(torch.full((2,), 2.0), torch.full((2,), 4.0))["a"].tolist()
+            [1.5, 1.5]
+        """
+        _inplace_pairs(self, tensor1 / tensor2, _add_scaled, "addcdiv_", value)
+        return self
+
+    def mul(self, other: Any):
+        """``self * other``, leaf by leaf.
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2)}, [2]).mul(3)["a"].tolist()
+            [3.0, 3.0]
+        """
+        return map_pairs(self, other, torch.mul, "mul")
+
+    def add(self, other: Any, *, alpha: float | None = None):
+        """``self + alpha * other``, leaf by leaf.
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2)}, [2]).add(3, alpha=2)["a"].tolist()
+            [7.0, 7.0]
+        """
+        if alpha is None:
+            return map_pairs(self, other, torch.add, "add")
+        return map_pairs(self, other, lambda a, b: torch.add(a, b, alpha=alpha), "add")
+
+    def sub(self, other: Any, *, alpha: float | None = None):
+        """``self - alpha * other``, leaf by leaf.
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2)}, [2]).sub(3)["a"].tolist()
+            [-2.0, -2.0]
+        """
+        if alpha is None:
+            return map_pairs(self, other, torch.sub, "sub")
+        return map_pairs(self, other, lambda a, b: torch.sub(a, b, alpha=alpha), "sub")
+
+    def div(self, other: Any):
+        """``self / other``, leaf by leaf.
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2)}, [2]).div(4)["a"].tolist()
+            [0.25, 0.25]
+        """
+        return map_pairs(self, other, torch.div, "div")

@@ -1,0 +1,34 @@
+"""``TensorLikeMixin``: the tensor-like surface of a container, in one base class.
+
+It gathers the reductions, pointwise math, extra shape and index ops, constructors
+and conversions, autograd helpers and consolidation. Each piece reads the container
+only through the attributes declared in ``mixin.py``, so TensorDict and every
+TensorClass share one implementation.
+
+Example:
+    >>> td = TensorDict({"a": torch.tensor([1.0, -4.0])}, [2])
+    >>> td.abs().sqrt().sum(reduce=True), td.isnan().any()
+    (tensor(3.), False)
+"""
+
+from __future__ import annotations
+
+from ..convert.consolidate import ConsolidateMixin
+from ..convert.constructors import ConstructorsMixin
+from ..shape.index_ops import IndexOpsMixin
+from .autograd import AutogradMixin
+from .pointwise import PointwiseMixin
+from .reductions import ReductionsMixin
+
+
+class TensorLikeMixin(
+    ReductionsMixin,
+    PointwiseMixin,
+    IndexOpsMixin,
+    ConstructorsMixin,
+    AutogradMixin,
+    ConsolidateMixin,
+):
+    """Reductions, pointwise math, index ops, constructors, autograd and consolidation."""
+
+    __slots__ = ()

@@ -1,0 +1,11 @@
+"""Shape and indexing: what containers do to their batch dims.
+
+- ``sizes.py``: batch-size arithmetic shared by every container;
+- ``batch.py``: ``BatchMixin`` (``batch_size``, ``shape``, ``names``, ``len``, iteration);
+- ``shape_ops.py``: ``ShapeOpsMixin`` (indexing, ``reshape``, ``permute``, ``unbind``, ...);
+- ``indexing.py``: advanced indexing, the index computed once for every leaf;
+- ``index_ops.py``: gather, where, masks, flips, tiles, pads;
+- ``combine.py``: ``tdfunc.cat``, ``stack``, ``pad``, ``pad_sequence``, ``merge_tensordicts``.
+
+May import: ``tdfunc._core`` only.
+"""

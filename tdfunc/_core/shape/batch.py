@@ -1,0 +1,119 @@
+"""Batch dims of a container: ``batch_size``, ``shape``, ``names``, ``len``, iteration.
+
+A mixin of :class:`~tdfunc._core.ops.TensorOps`, so ``TensorDict`` and every
+``TensorClass`` share it (see :mod:`tdfunc._core.mixin` for the state it reads).
+
+Example:
+    >>> import torch
+    >>> from tdfunc import TensorDict
+    >>> td = TensorDict({"a": torch.zeros(3, 4)}, [3], names=["batch"])
+    >>> td.shape, td.names, len(td)
+    (torch.Size([3]), ['batch'], 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..mixin import ContainerMixin
+from ..nontensor import NonTensorData, NonTensorStack
+from .sizes import as_size, checked_names
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+
+class BatchMixin(ContainerMixin):
+    """The batch dims of a container (methods of ``TensorDict`` and ``TensorClass``)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ shape
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value) -> None:
+        size = as_size(value, f"{type(self).__name__}.batch_size")
+        ndim = len(size)
+        for key, item in self._data.items():
+            if isinstance(item, NonTensorData):
+                continue
+            if item.shape[:ndim] != size:
+                raise ValueError(
+                    f"{type(self).__name__}.batch_size: cannot set batch size {list(size)}: "
+                    f"the value at "
+                    f"key {key!r} has shape {list(item.shape)}."
+                )
+        for key, item in self._data.items():
+            if type(item) is NonTensorData:
+                self._data[key] = NonTensorData._make(item.data, size, item.device)
+            elif isinstance(item, NonTensorStack) and item.batch_size[:ndim] != size:
+                raise ValueError(
+                    f"{type(self).__name__}.batch_size: cannot set batch size {list(size)}: the "
+                    f"non-tensor stack at key {key!r} has batch size {list(item.batch_size)}."
+                )
+        if self._names is not None and len(size) != len(self._names):
+            self._names = None
+        self._batch_size = size
+
+    @property
+    def shape(self) -> torch.Size:
+        return self._batch_size
+
+    @property
+    def batch_dims(self) -> int:
+        return len(self._batch_size)
+
+    ndim = batch_dims
+
+    def dim(self) -> int:
+        return len(self._batch_size)
+
+    def numel(self) -> int:
+        return self._batch_size.numel()
+
+    def size(self, dim: int | None = None):
+        return self._batch_size if dim is None else self._batch_size[dim]
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._device
+
+    @property
+    def names(self) -> list:
+        """Names of the batch dims (``None`` for an unnamed dim), one per batch dim."""
+        if self._names is None:
+            return [None] * len(self._batch_size)
+        return list(self._names)
+
+    @names.setter
+    def names(self, value) -> None:
+        self._names = checked_names(value, self._batch_size, f"{type(self).__name__}.names")
+
+    def refine_names(self, *names) -> Self:
+        """Set the names of the batch dims in place (``...`` is not supported); returns self."""
+        self.names = names[0] if len(names) == 1 and isinstance(names[0], (list, tuple)) else names
+        return self
+
+    def __len__(self) -> int:
+        return self._batch_size[0] if self._batch_size else 0
+
+    def __iter__(self) -> Iterator[Self]:
+        if not self._batch_size:
+            name = type(self).__name__
+            raise TypeError(
+                f"{name}: iteration over a {name} with batch_size=[] is not "
+                "possible; iterate over td.keys() or td.items() instead."
+            )
+        return iter(self.unbind(0))  # type: ignore[attr-defined]
+
+    def __bool__(self) -> bool:
+        name = type(self).__name__
+        raise RuntimeError(
+            f"{name}: the truth value of a {name} is ambiguous; use .all() or .any()."
+        )

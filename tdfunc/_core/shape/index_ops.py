@@ -1,0 +1,501 @@
+"""More indexing and shape ops over the batch dims: gather, where, masks, flips, tiles, pads.
+
+Every op acts on the batch dims of each leaf (the feature dims follow along) and
+gives the result the batch size and names torch would give a tensor of the batch
+shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..apply import rewrap
+from ..math.leafwise import inplace_leaves, is_collection, keep_names, map_leaves, no_names
+from ..math.reductions import batch_dims
+from ..mixin import ContainerMixin
+from .sizes import normalize_dim
+
+_Tensor = torch.Tensor
+
+
+def _align(mask: _Tensor, leaf: _Tensor) -> _Tensor:
+    """``mask`` (over the leading dims) viewed with trailing size-1 dims to match ``leaf``."""
+    extra = leaf.dim() - mask.dim()
+    return mask.reshape(mask.shape + (1,) * extra) if extra > 0 else mask
+
+
+def _check_mask(self: Any, mask: Any, api: str) -> _Tensor:
+    if not isinstance(mask, _Tensor):
+        raise TypeError(f"TensorDict.{api}: mask must be a tensor, got {type(mask).__name__}.")
+    size = self._batch_size
+    if mask.shape != size[: mask.dim()]:
+        raise ValueError(
+            f"TensorDict.{api}: the mask has shape {list(mask.shape)}, which is not a leading "
+            f"part of the batch size {list(size)}."
+        )
+    return mask
+
+
+def _meta(size: torch.Size) -> _Tensor:
+    return torch.empty(size, device="meta")
+
+
+def _permuted(names: tuple | None, order: Sequence[int]) -> tuple | None:
+    return None if names is None else tuple(names[d] for d in order)
+
+
+class IndexOpsMixin(ContainerMixin):
+    """``gather``, ``where``, ``masked_fill``, ``flip``, ``roll``, ``tile``, ``pad``, ...
+
+    Example:
+        >>> td = TensorDict({"a": torch.arange(3.0)}, [3])
+        >>> td.flip(0)["a"].tolist(), td.roll(1, 0)["a"].tolist()
+        ([2.0, 1.0, 0.0], [2.0, 0.0, 1.0])
+    """
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ selection
+    def gather(self, dim: int, index: _Tensor, out: Any = None):
+        """``torch.gather`` along batch dim ``dim``; ``index`` has batch dims only.
+
+        Example:
+            >>> td = TensorDict({"a": torch.arange(6.0).reshape(2, 3, 1)}, [2, 3])
+            >>> td.gather(1, torch.tensor([[2], [0]]))["a"].squeeze(-1).tolist()
+            [[2.0], [3.0]]
+        """
+        ndim = len(self._batch_size)
+        (d,) = batch_dims(self, dim, "gather")
+        if index.dim() != ndim:
+            raise ValueError(
+                f"TensorDict.gather: index must have as many dims as the batch size "
+                f"{list(self._batch_size)}, got shape {list(index.shape)}."
+            )
+
+        def gather(leaf: _Tensor) -> _Tensor:
+            extra = leaf.shape[ndim:]
+            full = index.reshape(index.shape + (1,) * len(extra)).expand(index.shape + extra)
+            return torch.gather(leaf, d, full)
+
+        result = map_leaves(self, gather, index.shape, True, keep_names)
+        if out is not None:
+            out.update_(result)
+            return out
+        return result
+
+    def where(self, condition: _Tensor, other: Any, *, out: Any = None, pad: Any = None):
+        """``torch.where(condition, self, other)`` leaf by leaf (``condition`` over batch dims).
+
+        ``other`` is a container (paired key by key), a tensor or a number. With
+        ``pad``, a key present in only one of ``self`` and ``other`` is kept, with
+        ``pad`` standing in for the missing side.
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(3, 2)}, [3])
+            >>> td.where(torch.tensor([True, False, True]), 0.0)["a"][:, 0].tolist()
+            [1.0, 0.0, 1.0]
+        """
+        condition = _check_mask(self, condition, "where")
+        result = _where(self, condition, other, pad)
+        if out is not None:
+            out.update_(result)
+            return out
+        return result
+
+    def masked_fill(self, mask: _Tensor, value: Any):
+        """A copy with ``value`` written where ``mask`` (over the batch dims) is true.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3, 2)}, [3])
+            >>> td.masked_fill(torch.tensor([True, False, False]), 1.0)["a"][:, 0].tolist()
+            [1.0, 0.0, 0.0]
+        """
+        mask = _check_mask(self, mask, "masked_fill")
+        return map_leaves(self, lambda t: t.masked_fill(_align(mask, t), value), None, True, None)
+
+    def masked_fill_(self, mask: _Tensor, value: Any):
+        """Write ``value`` where ``mask`` is true, in place; returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> td.masked_fill_(torch.tensor([False, True]), 5.0)["a"].tolist()
+            [0.0, 5.0]
+        """
+        mask = _check_mask(self, mask, "masked_fill_")
+        for leaf in inplace_leaves(self, "masked_fill_"):
+            leaf.masked_fill_(_align(mask, leaf), value)
+        return self
+
+    def masked_select(self, mask: _Tensor):
+        """The elements where ``mask`` (over the leading batch dims) is true, in one batch dim.
+
+        Example:
+            >>> td = TensorDict({"a": torch.arange(3.0)}, [3])
+            >>> td.masked_select(torch.tensor([True, False, True]))["a"].tolist()
+            [0.0, 2.0]
+        """
+        mask = _check_mask(self, mask, "masked_select")
+        size = self._batch_size
+        new_size = torch.Size([int(mask.sum())]) + size[mask.dim() :]
+        return map_leaves(self, lambda t: t[mask], new_size, True, no_names)
+
+    # ------------------------------------------------------------------ reordering
+    def movedim(self, source: Any, destination: Any):
+        """Move batch dims ``source`` to ``destination`` (like ``torch.movedim``).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2, 3, 4, 5)}, [2, 3, 4])
+            >>> td.movedim(0, 2)["a"].shape
+            torch.Size([3, 4, 2, 5])
+        """
+        ndim = len(self._batch_size)
+        api = "TensorDict.movedim"
+        sources = [source] if isinstance(source, int) else list(source)
+        targets = [destination] if isinstance(destination, int) else list(destination)
+        if len(sources) != len(targets):
+            raise ValueError(f"{api}: source and destination must have the same length.")
+        sources = [normalize_dim(d, ndim, api) for d in sources]
+        targets = [normalize_dim(d, ndim, api) for d in targets]
+        order: list = [None] * ndim
+        for src, dst in zip(sources, targets):
+            order[dst] = src
+        rest = iter(d for d in range(ndim) if d not in sources)
+        order = [next(rest) if d is None else d for d in order]
+        return self.permute(*order) if ndim else self._like(dict(self._data))
+
+    moveaxis = movedim
+
+    def swapaxes(self, axis0: int, axis1: int):
+        """Swap two batch dims (``transpose``).
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(2, 3)}, [2, 3]).swapaxes(0, 1).batch_size
+            torch.Size([3, 2])
+        """
+        return self.transpose(axis0, axis1)
+
+    swapdims = swapaxes
+
+    def narrow(self, dim: int, start: int, length: int):
+        """The slice ``start:start + length`` of batch dim ``dim`` (a view).
+
+        Example:
+            >>> TensorDict({"a": torch.arange(5.0)}, [5]).narrow(0, 1, 2)["a"].tolist()
+            [1.0, 2.0]
+        """
+        (d,) = batch_dims(self, dim, "narrow")
+        size = list(self._batch_size)
+        size[d] = length
+        return map_leaves(
+            self, lambda t: t.narrow(d, start, length), torch.Size(size), True, keep_names
+        )
+
+    def flip(self, *dims):
+        """Reverse the order along batch ``dims``.
+
+        Example:
+            >>> TensorDict({"a": torch.arange(3.0)}, [3]).flip(0)["a"].tolist()
+            [2.0, 1.0, 0.0]
+        """
+        if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+            dims = tuple(dims[0])
+        flipped = batch_dims(self, dims, "flip")
+        return map_leaves(self, lambda t: t.flip(flipped), None, True, None, moves=True)
+
+    def fliplr(self):
+        """Reverse batch dim 1 (needs at least 2 batch dims).
+
+        Example:
+            >>> TensorDict({"a": torch.arange(4.0).reshape(2, 2)}, [2, 2]).fliplr()["a"].tolist()
+            [[1.0, 0.0], [3.0, 2.0]]
+        """
+        if len(self._batch_size) < 2:
+            raise ValueError("TensorDict.fliplr: needs at least 2 batch dims.")
+        return self.flip(1)
+
+    def flipud(self):
+        """Reverse batch dim 0 (needs at least 1 batch dim).
+
+        Example:
+            >>> TensorDict({"a": torch.arange(2.0)}, [2]).flipud()["a"].tolist()
+            [1.0, 0.0]
+        """
+        if not self._batch_size:
+            raise ValueError("TensorDict.flipud: needs at least 1 batch dim.")
+        return self.flip(0)
+
+    def roll(self, shifts: Any, dims: Any):
+        """Roll the elements along batch ``dims`` by ``shifts`` (like ``torch.roll``).
+
+        Example:
+            >>> TensorDict({"a": torch.arange(3.0)}, [3]).roll(1, 0)["a"].tolist()
+            [2.0, 0.0, 1.0]
+        """
+        ndim = len(self._batch_size)
+        if isinstance(dims, int):
+            dims = normalize_dim(dims, ndim, "TensorDict.roll")
+        else:
+            dims = tuple(normalize_dim(d, ndim, "TensorDict.roll") for d in dims)
+        return map_leaves(self, lambda t: t.roll(shifts, dims), None, True, None, moves=True)
+
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)):
+        """Rotate by 90 degrees ``k`` times in the plane of batch ``dims``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.arange(4.0).reshape(2, 2)}, [2, 2])
+            >>> td.rot90()["a"].tolist()
+            [[1.0, 3.0], [0.0, 2.0]]
+        """
+        ndim = len(self._batch_size)
+        d0, d1 = (normalize_dim(d, ndim, "TensorDict.rot90") for d in dims)
+        new_size = torch.rot90(_meta(self._batch_size), k, (d0, d1)).shape
+        names = keep_names
+        if k % 2:
+
+            def names(level):
+                if level is None:
+                    return None
+                swapped = list(level)
+                swapped[d0], swapped[d1] = swapped[d1], swapped[d0]
+                return tuple(swapped)
+
+        return map_leaves(
+            self, lambda t: torch.rot90(t, k, (d0, d1)), new_size, True, names, moves=True
+        )
+
+    # ------------------------------------------------------------------ growing
+    def _reps(self, reps: tuple, api: str) -> tuple:
+        if len(reps) == 1 and isinstance(reps[0], (list, tuple, torch.Size)):
+            reps = tuple(reps[0])
+        ndim = len(self._batch_size)
+        if api == "repeat" and len(reps) < ndim:
+            raise ValueError(
+                f"TensorDict.repeat: expected at least {ndim} repeats for batch size "
+                f"{list(self._batch_size)}, got {list(reps)}."
+            )
+        return (1,) * (ndim - len(reps)) + tuple(reps)
+
+    def _tile(self, reps: tuple, api: str):
+        ndim = len(self._batch_size)
+        new_size = _meta(self._batch_size).repeat(reps).shape
+        offset = len(reps) - ndim
+
+        def names(level):
+            return None if level is None else (None,) * offset + level
+
+        return map_leaves(
+            self, lambda t: t.repeat(reps + (1,) * (t.dim() - ndim)), new_size, True, names
+        )
+
+    def tile(self, *reps):
+        """Repeat the batch dims ``reps`` times (``torch.tile`` on the batch shape).
+
+        Example:
+            >>> TensorDict({"a": torch.arange(2.0)}, [2]).tile(2)["a"].tolist()
+            [0.0, 1.0, 0.0, 1.0]
+        """
+        return self._tile(self._reps(reps, "tile"), "tile")
+
+    def repeat(self, *repeats):
+        """Repeat the batch dims (``Tensor.repeat`` on the batch shape).
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(2, 3)}, [2]).repeat(2, 2)["a"].shape
+            torch.Size([2, 4, 3])
+        """
+        return self._tile(self._reps(repeats, "repeat"), "repeat")
+
+    def repeat_interleave(self, repeats: Any, dim: int | None = None, *, output_size=None):
+        """Repeat each element of batch dim ``dim`` ``repeats`` times.
+
+        Example:
+            >>> td = TensorDict({"a": torch.arange(2.0)}, [2])
+            >>> td.repeat_interleave(2, 0)["a"].tolist()
+            [0.0, 0.0, 1.0, 1.0]
+        """
+        ndim = len(self._batch_size)
+        if dim is None:
+            if ndim != 1:
+                raise ValueError(
+                    "TensorDict.repeat_interleave: pass dim= (which batch dim to repeat) for a "
+                    f"batch size of {ndim} dims."
+                )
+            dim = 0
+        (d,) = batch_dims(self, dim, "repeat_interleave")
+        size = list(self._batch_size)
+        if isinstance(repeats, _Tensor) and repeats.numel() > 1:
+            size[d] = int(repeats.sum())
+        else:
+            size[d] = size[d] * int(repeats)
+
+        def op(t: _Tensor) -> _Tensor:
+            return t.repeat_interleave(repeats, d, output_size=output_size)
+
+        return map_leaves(self, op, torch.Size(size), True, keep_names)
+
+    def broadcast_to(self, shape: Any):
+        """Broadcast the batch dims to ``shape`` (``expand``).
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(1, 3)}, [1]).broadcast_to([4])["a"].shape
+            torch.Size([4, 3])
+        """
+        return self.expand(shape)
+
+    def _atleast(self, n: int, function: Any):
+        ndim = len(self._batch_size)
+        if ndim >= n:
+            return self._like(dict(self._data))
+        new_size = function(_meta(self._batch_size)).shape
+        return map_leaves(
+            self, lambda t: t.reshape(new_size + t.shape[ndim:]), new_size, True, no_names
+        )
+
+    def atleast_1d(self):
+        """A view with at least 1 batch dim (``torch.atleast_1d`` on the batch shape).
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(3)}, []).atleast_1d()["a"].shape
+            torch.Size([1, 3])
+        """
+        return self._atleast(1, torch.atleast_1d)
+
+    def atleast_2d(self):
+        """A view with at least 2 batch dims (``torch.atleast_2d`` on the batch shape).
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(2, 3)}, [2]).atleast_2d().batch_size
+            torch.Size([1, 2])
+        """
+        return self._atleast(2, torch.atleast_2d)
+
+    def atleast_3d(self):
+        """A view with at least 3 batch dims (``torch.atleast_3d`` on the batch shape).
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(2, 3)}, [2]).atleast_3d().batch_size
+            torch.Size([1, 2, 1])
+        """
+        return self._atleast(3, torch.atleast_3d)
+
+    def pad(self, pad_size: Sequence[int], value: float = 0.0):
+        """Pad the batch dims with ``value``: ``(dim0_left, dim0_right, dim1_left, ...)``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(3, 4, 1)}, [3, 4])
+            >>> td.pad([0, 1, 0, 2]).batch_size
+            torch.Size([4, 6])
+        """
+        ndim = len(self._batch_size)
+        pad_size = list(pad_size)
+        if len(pad_size) % 2 or len(pad_size) > 2 * ndim:
+            raise ValueError(
+                f"TensorDict.pad: pad_size must have an even length of at most {2 * ndim} "
+                f"(two per batch dim), got {pad_size}."
+            )
+        pairs = [tuple(pad_size[i : i + 2]) for i in range(0, len(pad_size), 2)]
+        size = list(self._batch_size)
+        for d, (left, right) in enumerate(pairs):
+            size[d] += left + right
+
+        def op(t: _Tensor) -> _Tensor:
+            flat: list[int] = []
+            for d in reversed(range(t.dim())):
+                flat.extend(pairs[d] if d < len(pairs) else (0, 0))
+            return F.pad(t, flat, value=value)
+
+        return map_leaves(self, op, torch.Size(size), True, keep_names)
+
+    # ------------------------------------------------------------------ splitting
+    def tensor_split(self, indices_or_sections: Any, dim: int = 0):
+        """Split along batch dim ``dim`` like ``torch.tensor_split`` (views).
+
+        Example:
+            >>> parts = TensorDict({"a": torch.arange(5.0)}, [5]).tensor_split(2)
+            >>> [p["a"].tolist() for p in parts]
+            [[0.0, 1.0, 2.0], [3.0, 4.0]]
+        """
+        (d,) = batch_dims(self, dim, "tensor_split")
+        metas = torch.tensor_split(_meta(self._batch_size), indices_or_sections, d)
+        count = len(metas)
+        return tuple(
+            map_leaves(
+                self,
+                lambda t, i=i: torch.tensor_split(t, indices_or_sections, d)[i],
+                meta.shape,
+                True,
+                keep_names,
+            )
+            for i, meta in enumerate(metas[:count])
+        )
+
+    def split_keys(self, *key_sets, inplace: bool = False, default_key: Any = None, strict=True):
+        """Split by keys: one container per key set, then one with the keys left over.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": torch.zeros(()), "c": torch.zeros(())})
+            >>> [sorted(part.keys()) for part in td.split_keys(["a"], ["b"])]
+            [['a'], ['b'], ['c']]
+        """
+        parts = []
+        used: list = []
+        for keys in key_sets:
+            keys = [keys] if isinstance(keys, str) else list(keys)
+            parts.append(self.select(*keys, strict=strict))
+            used.extend(keys)
+        rest = self.exclude(*used, inplace=inplace)
+        if default_key is not None:
+            rest = rest.select(default_key, strict=False)
+        return (*parts, rest)
+
+
+def _where(self: Any, condition: _Tensor, other: Any, pad: Any) -> Any:
+    if not is_collection(other):
+        return map_leaves(
+            self, lambda t: torch.where(_align(condition, t), t, other), None, True, None
+        )
+    other_data = other._to_tensordict_view()._data
+    if pad is None and other_data.keys() != self._data.keys():
+        diff = sorted(set(self._data) ^ set(other_data))
+        raise KeyError(
+            f"TensorDict.where: both containers must have the same keys; these keys are only in "
+            f"one of them: {diff}. Pass pad=<value> to fill the missing side."
+        )
+    out: dict[str, Any] = {}
+    for key, value in self._data.items():
+        rhs = other_data.get(key, _MISSING)
+        if isinstance(value, _Tensor):
+            if rhs is _MISSING:
+                out[key] = torch.where(_align(condition, value), value, pad)
+            else:
+                out[key] = torch.where(_align(condition, value), value, rhs)
+        elif is_collection(value):
+            view = value._to_tensordict_view()
+            if rhs is _MISSING:
+                sub = map_leaves(
+                    view, lambda t: torch.where(_align(condition, t), t, pad), None, True, None
+                )
+            else:
+                sub = _where(view, condition, rhs, pad)
+            out[key] = rewrap(value, sub)
+        else:
+            out[key] = value
+    for key, rhs in other_data.items():
+        if key in self._data:
+            continue
+        if isinstance(rhs, _Tensor):
+            out[key] = torch.where(_align(condition, rhs), pad, rhs)
+        elif is_collection(rhs):
+            view = rhs._to_tensordict_view()
+            sub = map_leaves(
+                view, lambda t: torch.where(_align(condition, t), pad, t), None, True, None
+            )
+            out[key] = rewrap(rhs, sub)
+    return self._like(out)
+
+
+_MISSING = object()

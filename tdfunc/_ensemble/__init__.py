@@ -1,0 +1,12 @@
+"""``Ensemble`` and its batched engine: N members of one architecture run as batched kernels.
+
+- ``registry.py``: ``register_batched`` and the per-type registry;
+- ``layers.py``: the built-in layers (Linear, convolutions, norms, dropout...);
+- ``plan.py``: walks a template module and builds its batched forward;
+- ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``.
+"""
+
+from .plan import Report as Report
+from .plan import build_plan as build_plan
+from .registry import Context as Context
+from .registry import register_batched as register_batched

@@ -1,0 +1,342 @@
+"""Parameters in and out of ``nn.Module``: ``from_module``, ``from_modules``, ``to_module``.
+
+``to_module`` sits on the hot path of every ensemble and meta-learning step, so
+it runs a *swap plan* (:mod:`tdfunc._modules.swap_plan`) built once per
+(module, key structure) and cached here, weakly keyed on the module; what it
+returns is :class:`~tdfunc._modules.swap_handle.ModuleSwap`. No
+``nn.Parameter`` is constructed on that path (it would break
+``torch.compile`` of ``vmap(grad(...))``). While ``torch.compile`` traces,
+plans are built afresh and interpreted instead: ``exec`` and the module-keyed
+cache are not traceable, and a compiled graph runs none of this Python anyway.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from torch._C import _functorch
+
+from .swap_plan import Mismatch, SwapPlan, build_plan
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from .swap_handle import ModuleSwap
+
+_is_compiling = torch.compiler.is_dynamo_compiling  # only dynamo cannot run this code
+_MAX_PLANS = 4  # a module rarely sees more than one or two key structures
+
+# Plans per module, weakly keyed: id(module) -> (weak reference, [plans, most
+# recent first]). A plain dict probed by id is several times cheaper than a
+# WeakKeyDictionary lookup; the weak reference's callback drops the entry.
+_PLANS: dict[int, tuple[weakref.ref, list]] = {}
+
+
+# ------------------------------------------------------------------ the cache
+def _plans_of(module: nn.Module, cache: dict) -> list:
+    entry = cache.get(id(module))
+    if entry is not None and entry[0]() is module:
+        return entry[1]
+    key = id(module)
+    plans: list = []
+
+    def forget(_ref: weakref.ref, key: int = key) -> None:
+        cache.pop(key, None)
+
+    cache[key] = (weakref.ref(module, forget), plans)
+    return plans
+
+
+_MISMATCH = (Mismatch, KeyError, AttributeError, TypeError, IndexError)
+_UNTIED: dict[int, tuple[weakref.ref, list]] = {}  # plans with tie=False (functional_call)
+
+
+def load_through_state_dict(td, module: nn.Module):
+    """``td.to_module(module, use_state_dict=True)``: ``load_state_dict``, old values back."""
+    if _functorch.peek_interpreter_stack() is not None or _is_compiling():
+        raise RuntimeError(
+            "to_module(use_state_dict=True) cannot run inside vmap, grad or torch.compile: "
+            "load_state_dict copies into the module's tensors for good. Use "
+            "`with params.to_module(module):` there."
+        )
+    from .._core.container import TensorDict
+
+    if not getattr(type(td), "_is_tensordict", False):
+        td = td.to_tensordict()
+    entries = dict(td.flatten_keys(".").items())
+    before = module.state_dict(keep_vars=False)
+    missing = [key for key in entries if key not in before]
+    if missing:
+        raise KeyError(
+            f"to_module(use_state_dict=True): {missing} are not in the module's state dict "
+            f"(its keys: {sorted(before)}). Nothing was loaded."
+        )
+    old = {key: before[key].clone() for key in entries}
+    result = module.load_state_dict(entries, strict=False)
+    if result.unexpected_keys:
+        raise KeyError(f"to_module(use_state_dict=True): unexpected keys {result.unexpected_keys}.")
+    return TensorDict(old, []).unflatten_keys(".")
+
+
+def swap_in(td, module: nn.Module) -> ModuleSwap:
+    """Swap ``td``'s tensors into ``module``: a cached plan that fits, or a new one."""
+    # TensorDict slot; TensorClass property (its TensorDict's dict)
+    return swap_mapping(td._data, module)
+
+
+def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = True):
+    """Swap the values of ``data`` (a container's ``_data``, or a dict) into ``module``."""
+    if _is_compiling():
+        plan = build_plan(data, module, api, tie)
+        plan.restore = plan.restore_interpreted
+        return TracedSwap(plan, plan.swap_interpreted(data))
+    cache = _PLANS if tie else _UNTIED
+    entry = cache.get(id(module))
+    if entry is not None and entry[0]() is module:
+        plans = entry[1]
+        try:
+            return plans[0].swap(data)  # the most recent plan nearly always fits
+        except _MISMATCH:
+            pass
+        for position in range(1, len(plans)):
+            plan = plans[position]
+            try:
+                handle = plan.swap(data)
+            except _MISMATCH:
+                continue
+            plans.insert(0, plans.pop(position))
+            return handle
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"{api}: expected an nn.Module, got {type(module).__name__}.")
+    if not hasattr(data, "items"):
+        raise TypeError(
+            f"{api}: expected a TensorDict, a TensorClass or a dict of tensors, got "
+            f"{type(data).__name__}."
+        )
+    from .swap_handle import ModuleSwap  # imports TensorDict, which imports this module
+
+    plan = build_plan(data, module, api, tie)
+    plan.compile(ModuleSwap)
+    handle = plan.swap(data)  # a fresh plan fits: anything raised here is a real error
+    plans = _plans_of(module, cache)
+    # plans with the same key structure as the new one are stale (the module changed)
+    plans[:] = [plan] + [old for old in plans if not old.same_structure(plan)]
+    del plans[_MAX_PLANS:]
+    return handle
+
+
+# ------------------------------------------------------------------ loading for good
+def commit_swap(plan: SwapPlan, olds) -> None:
+    """Keep the swapped values for good: plain tensors in ``Parameter`` slots become
+    ``Parameter``s (sharing storage; tied slots stay one object)."""
+    made: dict[int, nn.Parameter] = {}
+    for (owner, name), old in zip(plan.slots, olds):
+        value = owner.get(name)
+        if not isinstance(old, nn.Parameter) or isinstance(value, nn.Parameter):
+            continue
+        if not isinstance(value, torch.Tensor) or _functorch.is_functorch_wrapped_tensor(value):
+            continue
+        param = made.get(id(value))
+        if param is None:
+            param = made[id(value)] = _as_parameter(value, old.requires_grad)
+        owner[name] = param
+
+
+def _as_parameter(value: torch.Tensor, requires_grad: bool) -> nn.Parameter:
+    """A ``Parameter`` sharing ``value``'s storage.
+
+    A tensor subclass whose ``detach`` gives a plain tensor (a memory-mapped
+    tensor loaded from disk) cannot be a ``Parameter`` itself: its storage is
+    wrapped in a plain one.
+    """
+    if type(value) is not torch.Tensor:
+        try:
+            return nn.Parameter(value, requires_grad=requires_grad)
+        except RuntimeError:
+            value = value.as_subclass(torch.Tensor)
+    return nn.Parameter(value, requires_grad=requires_grad)
+
+
+class SwapState:
+    """What every swap handle does with its ``(plan, old objects, state)``.
+
+    ``_state``: 0 swapped, 1 inside ``with``, 2 restored, 3 committed for good.
+    Shared by :class:`TracedSwap` and ``ModuleSwap`` (whose compiled plans also
+    give it a straight-line ``__exit__``).
+    """
+
+    __slots__ = ()
+    _plan: SwapPlan
+    _olds: Any
+    _state: int
+
+    def __enter__(self) -> Any:
+        self._state = 1
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._state = 2
+        self._plan.restore(self._olds)
+
+    def restore(self) -> None:
+        """Put back the objects the module held before the swap (also after a commit)."""
+        if self._state != 2:
+            self._state = 2
+            self._plan.restore(self._olds)
+
+    def commit(self) -> None:
+        """Keep the swapped values for good: plain tensors in ``Parameter`` slots
+        become ``Parameter``s (sharing storage; tied slots stay one object)."""
+        if self._state < 2:
+            self._state = 3
+            commit_swap(self._plan, self._olds)
+
+
+class TracedSwap(SwapState):
+    """The handle of a swap made while dynamo traces (an interpreted plan).
+
+    Inside a compiled function only the context-manager form is meaningful; the
+    handle is not a TensorDict (dynamo traces this small class cheaply).
+    """
+
+    __slots__ = ("_olds", "_plan", "_state")
+
+    def __init__(self, plan: SwapPlan, olds: list) -> None:
+        self._plan = plan
+        self._olds = olds
+        self._state = 0
+
+
+# ------------------------------------------------------------------ from_module
+def collect_module(module: nn.Module, td_cls) -> Any:
+    """The parameters and buffers of ``module`` as nested containers (tied ones once).
+
+    A submodule that holds no tensor of its own (an activation, or one whose
+    tensors were all collected under an earlier name) gets no entry, as in
+    ``tensordict``: an empty level would only cost every transform a node.
+    """
+    return _collect(module, td_cls, set(), set())
+
+
+def _collect(module: nn.Module, td_cls, seen: set, visited: set):
+    visited.add(id(module))
+    data: dict = {}
+    for owner in (module._parameters, module._buffers):
+        for name, value in owner.items():
+            if value is None or id(value) in seen:
+                continue
+            seen.add(id(value))
+            data[name] = value
+    for name, child in module._modules.items():
+        if child is None or id(child) in visited:
+            continue
+        inner = _collect(child, td_cls, seen, visited)
+        if inner._data:
+            data[name] = inner
+    return td_cls._new_unsafe(data, torch.Size(), None)
+
+
+class ModuleSwapMixin:
+    """``from_module``, ``from_modules`` and ``to_module`` (methods of ``TensorDict``)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_module(
+        cls, module: nn.Module, as_module: bool = False, lock: bool = False, use_state_dict=False
+    ) -> Self:
+        """The parameters and buffers of ``module``, nested by submodule (batch ``[]``).
+
+        The leaves are the module's own ``Parameter`` and buffer objects; a tensor
+        reachable twice (tied weights, a submodule under two names) appears once,
+        under the first name ``module.named_parameters()`` gives it.
+
+        Example:
+            >>> model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 4))
+            >>> params = TensorDict.from_module(model)
+            >>> params["0", "weight"].shape
+            torch.Size([4, 3])
+        """
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"from_module: expected an nn.Module, got {type(module).__name__}.")
+        if as_module:
+            raise NotImplementedError(
+                "from_module: as_module=True (TensorDictParams) is not part of tdfunc; wrap the "
+                "result in an nn.Module, or use tdfunc.Ensemble."
+            )
+        if use_state_dict:  # through state_dict(): its hooks apply, as in tensordict
+            state = module.state_dict(keep_vars=True)
+            out = cls({tuple(name.split(".")): value for name, value in state.items()}, [])
+        else:
+            out = collect_module(module, cls)
+        return out.lock_() if lock else out
+
+    @classmethod
+    def from_modules(cls, *modules: nn.Module, lock: bool = True) -> Self:
+        """The parameters of several identical modules, stacked along a new dim (``[N]``).
+
+        The stacked leaves are new leaf tensors (they require grad when the
+        originals did), ready to be trained as an ensemble. The result is
+        locked (no keys added or removed; values can be written in place), as
+        in tensordict; ``lock=False`` gives an unlocked one.
+
+        Example:
+            >>> models = [nn.Linear(3, 4) for _ in range(5)]
+            >>> params = TensorDict.from_modules(*models)
+            >>> params["weight"].shape, params.is_locked
+            (torch.Size([5, 4, 3]), True)
+        """
+        if not modules:
+            raise ValueError("from_modules: expected at least one module.")
+        first = type(modules[0])
+        for position, module in enumerate(modules):
+            if type(module) is not first:
+                raise TypeError(
+                    f"from_modules: expected all models to be of the same class; model 0 is "
+                    f"{first.__name__} and model {position} is {type(module).__name__}."
+                )
+        members = [cls.from_module(m) for m in modules]
+        with torch.no_grad():
+            stacked: Any = torch.stack(members)
+        for key in members[0].keys(True, True):
+            original = members[0]._get_leaf(key)
+            if isinstance(original, torch.Tensor):
+                stacked._get_leaf(key).requires_grad_(original.requires_grad)
+        return stacked.lock_() if lock else stacked
+
+    def to_module(self, module: nn.Module, *, use_state_dict: bool = False) -> ModuleSwap:
+        """Put this TensorDict's tensors into ``module``'s parameter and buffer slots.
+
+        Returns the values the module held before, as a TensorDict with the
+        same keys (built only if it is read) that is also a context manager:
+        as ``with params.to_module(module):`` the swap lasts for the block and
+        is undone exactly on exit (also on exception). Called on its own it
+        loads the values for good; ``old.to_module(module)`` puts the previous
+        ones back. Keys must name parameters, buffers or submodules of
+        ``module``; the module's other entries are left alone. Works inside
+        ``vmap``, ``grad`` and ``torch.compile`` in the ``with`` form (a load
+        for good cannot outlive a transform: see :class:`ModuleSwap`).
+
+        Example:
+            >>> model = nn.Linear(3, 4)
+            >>> params = TensorDict.from_module(model).apply(torch.zeros_like)
+            >>> with params.to_module(model):
+            ...     model(torch.ones(1, 3)).abs().sum().item()
+            0.0
+            >>> old = params.to_module(model)
+            >>> old["weight"].abs().sum().item() > 0, model.weight.abs().sum().item()
+            (True, 0.0)
+
+        With ``use_state_dict=True`` the values are loaded for good through
+        ``module.load_state_dict`` (``strict=False``: only these keys; the
+        module's state-dict hooks run, values are copied into the existing
+        tensors) and the previous values are returned as a TensorDict of
+        copies. This form cannot be undone by ``with`` and raises inside
+        ``vmap``/``grad``.
+        """
+        if use_state_dict:
+            return load_through_state_dict(self, module)
+        return swap_in(self, module)

@@ -1,0 +1,161 @@
+"""What ``td.to_module(module)`` returns: the module's previous values, as a TensorDict
+that is also the context manager putting them back.
+
+As in tensordict, ``old = new.to_module(model)`` loads ``new`` and ``old`` holds
+what the module held before: index it, compare it, ``old.to_module(model)`` puts
+it back, and ``with new.to_module(model):`` restores it on exit. The ``with``
+form is the hot path of every ensemble step, so the swap only records the old
+objects (a tuple, in the order of the plan's slots); the TensorDict of old
+values is built the first time it is read (``_data`` is a property here).
+
+Without ``with`` the load is for good: when the handle is dropped (or shown at
+a prompt, or :meth:`ModuleSwap.commit` is called), plain tensors put in
+``Parameter`` slots become ``Parameter``s sharing their storage, so the module
+is a normal module again. Inside ``vmap``/``grad`` that cannot be honoured:
+the values are tied to the transform. A handle dropped while its module holds
+such values undoes the swap and makes the module's next forward raise an
+error that says to use ``with`` (an exception cannot leave ``__del__``).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch._C import _functorch
+
+from .._core.class_names import register_class
+from .._core.container import TensorDict
+from .._pytree.node import register as _register_pytree
+from .module_swap import SwapState
+from .swap_plan import SwapPlan
+
+_DATA = TensorDict.__dict__["_data"]  # the slot descriptor the property below stands for
+_wrapped = _functorch.is_functorch_wrapped_tensor
+_new_plain = TensorDict._new_unsafe
+_EMPTY = torch.Size()
+
+# id(module) -> the forward pre-hook handle of a pending error (one per module)
+_TRAPS: dict[int, Any] = {}
+
+
+def _nested(data: dict) -> TensorDict:
+    return _new_plain(data, _EMPTY, None, None)
+
+
+class ModuleSwap(SwapState, TensorDict):
+    """The values a module held before ``td.to_module(module)``; restores them on exit.
+
+    A ``TensorDict`` (batch size ``[]``, the keys of the TensorDict that was
+    loaded) and a context manager: leaving the ``with`` block (also on an
+    exception) puts exactly the previous objects back, the same ``Parameter``
+    instances and ties. Results of its methods are plain TensorDicts.
+
+    Example:
+        >>> model = nn.Linear(2, 2)
+        >>> zeros = TensorDict.from_module(model).apply(torch.zeros_like)
+        >>> with zeros.to_module(model):
+        ...     model.weight.abs().sum().item()
+        0.0
+        >>> model.weight.abs().sum().item() > 0
+        True
+        >>> old = zeros.to_module(model)  # without `with`: loaded for good
+        >>> model.weight.abs().sum().item()
+        0.0
+        >>> _ = old.to_module(model)  # the previous values, put back
+        >>> model.weight.abs().sum().item() > 0
+        True
+    """
+
+    # _state: 0 swapped, 1 inside a with block, 2 restored, 3 committed (loaded for good)
+    __slots__ = ("_olds", "_plan", "_state")
+    _olds: tuple
+    _plan: SwapPlan
+    _state: int
+
+    @property  # type: ignore[override]
+    def _data(self) -> dict:
+        try:
+            return _DATA.__get__(self, ModuleSwap)
+        except AttributeError:  # not read yet: build it from the old objects
+            data = self._plan.old_data(self._olds, _nested)
+            _DATA.__set__(self, data)
+            return data
+
+    @_data.setter
+    def _data(self, value: dict) -> None:
+        _DATA.__set__(self, value)
+
+    # results are plain TensorDicts: only the handle itself restores the module
+    @classmethod
+    def _new_unsafe(cls, data: dict, batch_size: torch.Size, device=None, names=None):
+        return _new_plain(data, batch_size, device, names)
+
+    _from_pytree = _new_unsafe
+
+    def _like(self, data: dict, batch_size: torch.Size | None = None, names: Any = ...):
+        return _new_plain(
+            data,
+            self._batch_size if batch_size is None else batch_size,
+            self._device,
+            self._names if names is ... else names,
+        )
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        return (_new_plain, (self._data, self._batch_size, self._device, self._names))
+
+    def _release(self) -> None:
+        """The handle of a load without ``with`` goes away: keep the values for good,
+        unless they are tied to a transform (then undo it and report at the next forward)."""
+        plan = self._plan
+        if any(_wrapped(owner.get(name)) for owner, name in plan.slots):  # type: ignore[arg-type]
+            self.restore()
+            _trap(plan)
+        else:
+            self.commit()
+
+    def __del__(self) -> None:
+        try:
+            state = self._state
+        except AttributeError:  # a handle whose swap raised before it was filled in
+            return
+        if state == 0:
+            self._release()
+
+    def __repr__(self) -> str:
+        # A handle shown at a prompt (REPL `_`, IPython `Out`) stays referenced:
+        # showing it is the moment the user sees the load as done.
+        if self._state == 0:
+            self._release()
+        return super().__repr__()
+
+
+# a TensorDict everywhere: transforms flatten it (and rebuild plain TensorDicts), and a
+# checkpoint or state_dict written from it loads (as a plain TensorDict)
+_register_pytree(ModuleSwap)
+register_class(ModuleSwap)
+
+
+def _trap(plan: SwapPlan) -> None:
+    """Make the module's next forward raise: a load without ``with`` was undone."""
+    module = plan.module() if plan.module is not None else None
+    if module is None or id(module) in _TRAPS:
+        return
+    key = id(module)
+    name = type(module).__name__
+
+    def refuse(_module: Any, _args: Any) -> None:
+        hook = _TRAPS.pop(key, None)
+        if hook is not None:
+            hook.remove()
+        raise RuntimeError(
+            f"to_module: params.to_module({name}) was called without `with` inside a "
+            f"torch.func transform (vmap, grad, jacrev, ...). Values that depend on the "
+            f"transform cannot stay in the module after it, so the load was undone and "
+            f"this forward would have used the module's own parameters. Use "
+            f"`with params.to_module(module): ...` inside the transformed function."
+        )
+
+    _TRAPS[key] = module.register_forward_pre_hook(refuse)
+    weakref.finalize(module, _TRAPS.pop, key, None)

@@ -1,0 +1,8 @@
+"""Containers as native pytree nodes (``torch.utils._pytree`` and optree).
+
+- ``node.py``: flatten and registration, the structure-only treespec context;
+- ``rebuild.py``: unflatten, with the batch size inferred from the leaves;
+- ``dims.py``: ``dims_like``, per-key ``in_dims`` / ``out_dims`` for ``vmap``.
+
+May import: ``tdfunc._core``.
+"""

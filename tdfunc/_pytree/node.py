@@ -1,0 +1,386 @@
+"""Containers as native pytree nodes, for ``torch.utils._pytree`` and optree.
+
+``torch.func`` and ``torch.compile`` flatten a container into its tensor
+leaves, transform them, and unflatten. Transforms change leaf shapes in
+between (vmap removes and re-adds the mapped dim, jacobians add dims), so the
+batch size is not stored: it is inferred on unflatten from the leaves, using
+the feature shapes recorded at flatten time. The spec context compares by
+structure only (class, keys, non-tensor values) so that the same container
+inside and outside a transform has equal specs.
+
+One node per tree: for ``torch.utils._pytree`` a container flattens straight
+to the leaves of all its nested containers, and its context describes the
+nested levels. ``vmap`` walks the tree of its arguments four times per call
+(flatten, rebuild and re-flatten its ``in_dims`` tree, unflatten), so every
+nested container as a node of its own would cost four trips through torch's
+Python pytree code. Key paths still name every level
+(``tree_flatten_with_path`` gives ``['params']['weight']``: it walks
+``flatten_with_keys``, which returns the nested containers as children), and
+optree sees one node per container. What differs from nested nodes: an
+``is_leaf`` given to ``torch.utils._pytree`` functions is called on the root
+container and on the leaves, never on a nested container.
+
+The batch size is inferred level by level on unflatten
+(:mod:`tdfunc._pytree.rebuild` has the rules).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import optree
+import torch
+import torch.utils._pytree as torch_pytree
+from torch._C import _functorch
+
+from .._core.class_names import ALIASES, class_name, lookup_class
+from .._core.mixin import is_tensor_collection as _collection
+from .._core.nontensor import NonTensorData, NonTensorStack
+from .rebuild import unflatten
+
+NAMESPACE = "tdfunc"
+_dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
+_current_level = _functorch.maybe_current_level
+_Tensor = torch.Tensor
+_NON_TENSOR_KINDS = {"data": NonTensorData, "stack": NonTensorStack}
+_new = object.__new__
+_NOTHING: tuple = ()
+_UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
+
+
+class Context:
+    """What unflatten needs besides the children. Equality ignores every shape.
+
+    One per container level: ``nested`` holds the contexts of the nested
+    containers that were flattened into this node. Never mutated after
+    construction: transforms compare, hash and reuse it.
+    """
+
+    __slots__ = (
+        "batch_size",
+        "cls",
+        "device",
+        "feature_shapes",
+        "keys",
+        "level",
+        "names",
+        "nested",
+        "non_tensor",
+        "shapes",
+        "tensor_children",
+        "width",
+    )
+
+    def __init__(
+        self,
+        cls: Any,
+        keys: tuple,
+        non_tensor: tuple,
+        batch_size: torch.Size,
+        feature_shapes: tuple,
+        tensor_children: tuple,
+        device: torch.device | None,
+        names: tuple | None,
+        level: int | None = None,
+        nested: tuple | None = None,
+        width: int | None = None,
+        shapes: tuple | None = None,
+    ) -> None:
+        self.cls = cls
+        self.keys = keys  # keys of the tensor and container entries, in order
+        self.non_tensor = non_tensor  # ((key, python value, leaf class), ...), not children
+        self.batch_size = batch_size  # as recorded at flatten time
+        self.feature_shapes = feature_shapes  # per key: shape after the batch dims
+        self.tensor_children = tensor_children  # per key: True for a tensor
+        self.device = device
+        self.names = names
+        self.level = level  # functorch level at flatten time (None outside transforms)
+        # per key: the Context of a nested container flattened into this node, or
+        # None for a child of its own; None for all when no container was inlined
+        self.nested = nested
+        self.width = len(keys) if width is None else width  # children under this level
+        if shapes is None:
+            shapes = tuple(None if f is None else batch_size + f for f in feature_shapes)
+        self.shapes = shapes  # per key: the whole shape (batch size for a container)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is Context
+            and self.cls is other.cls
+            and self.keys == other.keys
+            and (
+                self.non_tensor is other.non_tensor
+                or _same_non_tensor(self.non_tensor, other.non_tensor)
+            )
+            and self.nested == other.nested
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.cls, self.keys, tuple(entry[0] for entry in self.non_tensor)))
+
+    def __repr__(self) -> str:
+        return (
+            f"Context({self.cls.__name__}, keys={list(self.keys)}, "
+            f"batch_size={list(self.batch_size)})"
+        )
+
+
+def _same_non_tensor(left: tuple, right: tuple) -> bool:
+    if len(left) != len(right):
+        return False
+    for (left_key, left_value, left_cls), (right_key, right_value, right_cls) in zip(left, right):
+        if left_key != right_key or left_cls is not right_cls:
+            return False
+        if left_value is right_value:
+            continue
+        try:
+            if not bool(left_value == right_value):
+                return False
+        except Exception:  # values whose == is not a bool (arrays, tensors, ...)
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- flatten
+def _level() -> int | None:
+    return None if _dynamo_compiling() else _current_level()
+
+
+def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
+    """Append the leaves of ``view`` and of its nested containers to ``out``."""
+    data = view._data
+    values = data.values()
+    if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
+        out.extend(values)
+        context = _new(Context)
+        context.cls = cls
+        context.keys = tuple(data)
+        context.non_tensor = _NOTHING
+        context.batch_size = view._batch_size
+        context.shapes = context.feature_shapes = (None,) * len(data)
+        context.tensor_children = (False,) * len(data)
+        context.device = view._device
+        context.names = view._names
+        context.level = level
+        context.nested = None
+        context.width = len(data)
+        return context
+    batch_size = view._batch_size
+    ndim = len(batch_size)
+    start = len(out)
+    keys = []
+    shapes: list[torch.Size | None] = []
+    features: list[torch.Size | None] = []
+    kinds = []
+    nested: list[Context | None] | None = None
+    non_tensor: list | None = None
+    for key, value in data.items():
+        if isinstance(value, _Tensor):
+            out.append(value)
+            keys.append(key)
+            shape = value.shape
+            shapes.append(shape)
+            features.append(shape[ndim:] if ndim else shape)
+            kinds.append(True)
+            if nested is not None:
+                nested.append(None)
+            continue
+        kind = type(value)
+        if kind not in _UNSHAPED:
+            if getattr(kind, "_is_tensor_collection", False):
+                if not getattr(kind, "_is_tensordict", False):
+                    value = value._to_tensordict_view()
+                if nested is None:
+                    nested = [None] * len(keys)
+                nested.append(_inline(value, kind, out, level))
+                keys.append(key)
+                shape = value._batch_size
+                shapes.append(shape)
+                features.append(shape[ndim:] if ndim else shape)
+                kinds.append(False)
+                continue
+            if isinstance(value, NonTensorData):
+                if non_tensor is None:
+                    non_tensor = []
+                non_tensor.append((key, value.data, kind))
+                continue
+        # an int or None of an in_dims tree, or any object held by a transform
+        out.append(value)
+        keys.append(key)
+        shapes.append(None)
+        features.append(None)
+        kinds.append(False)
+        if nested is not None:
+            nested.append(None)
+    context = _new(Context)
+    context.cls = cls
+    context.keys = tuple(keys)
+    context.non_tensor = _NOTHING if non_tensor is None else tuple(non_tensor)
+    context.batch_size = batch_size
+    context.shapes = tuple(shapes)
+    context.feature_shapes = tuple(features)
+    context.tensor_children = tuple(kinds)
+    context.device = view._device
+    context.names = view._names
+    context.level = level
+    context.nested = None if nested is None else tuple(nested)
+    context.width = len(out) - start
+    return context
+
+
+def flatten(container) -> tuple[list, Context]:
+    """The leaves (tensors, in key order, nested containers included) and the context."""
+    leaves: list = []
+    context = _inline(container._to_tensordict_view(), type(container), leaves, _level())
+    return leaves, context
+
+
+def _flatten_tensordict(container) -> tuple[list, Context]:
+    """:func:`flatten` for TensorDict classes (the container is its own view)."""
+    leaves: list = []
+    level = None if _dynamo_compiling() else _current_level()
+    return leaves, _inline(container, type(container), leaves, level)
+
+
+def flatten_shallow(container) -> tuple[list, Context]:
+    """Children of one level: tensors and nested containers (for key paths and optree)."""
+    view = container._to_tensordict_view()
+    batch_size = view._batch_size
+    ndim = len(batch_size)
+    keys = []
+    children = []
+    shapes: list[torch.Size | None] = []
+    kinds = []
+    non_tensor = []
+    for key, value in view._data.items():
+        if isinstance(value, _Tensor):
+            keys.append(key)
+            children.append(value)
+            shapes.append(value.shape)
+            kinds.append(True)
+        elif isinstance(value, NonTensorData):
+            non_tensor.append((key, value.data, type(value)))
+        else:
+            keys.append(key)
+            children.append(value)
+            shapes.append(value.batch_size if _collection(value) else None)
+            kinds.append(False)
+    context = Context(
+        type(container),
+        tuple(keys),
+        tuple(non_tensor),
+        batch_size,
+        tuple(None if shape is None else shape[ndim:] for shape in shapes),
+        tuple(kinds),
+        view._device,
+        view._names,
+        _level(),
+        shapes=tuple(shapes),
+    )
+    return children, context
+
+
+def flatten_with_keys(container):
+    """:func:`flatten_shallow`, each child paired with its ``MappingKey`` (for key paths)."""
+    children, context = flatten_shallow(container)
+    return [(torch_pytree.MappingKey(k), c) for k, c in zip(context.keys, children)], context
+
+
+# ---------------------------------------------------------------- serialisation
+def _dumpable(context: Context) -> dict:
+    non_tensor = []
+    for key, value, kind in context.non_tensor:
+        try:
+            json.dumps(value)
+        except TypeError:
+            raise TypeError(
+                f"treespec_dumps: the non-tensor value at key {key!r} of a "
+                f"{context.cls.__name__} is a {type(value).__name__}, which cannot be written "
+                f"to JSON; only JSON values (str, int, float, bool, None, lists and dicts of "
+                f"them) can be serialised in a treespec."
+            ) from None
+        non_tensor.append([key, value, "stack" if kind is NonTensorStack else "data"])
+    return {
+        "class": class_name(context.cls),
+        "keys": list(context.keys),
+        "non_tensor": non_tensor,
+        "batch_size": list(context.batch_size),
+        "feature_shapes": [None if s is None else list(s) for s in context.feature_shapes],
+        "tensor_children": list(context.tensor_children),
+        "device": None if context.device is None else str(context.device),
+        "names": None if context.names is None else list(context.names),
+        "nested": None
+        if context.nested is None
+        else [None if inner is None else _dumpable(inner) for inner in context.nested],
+        "width": context.width,
+    }
+
+
+def to_dumpable_context(context: Context) -> str:
+    """The context as JSON, for ``treespec_dumps`` and ``torch.export``."""
+    return json.dumps(_dumpable(context))
+
+
+def _loaded(raw: dict, cls: type) -> Context:
+    nested = raw.get("nested")
+    return Context(
+        cls,
+        tuple(raw["keys"]),
+        tuple((k, v, _NON_TENSOR_KINDS[kind]) for k, v, kind in raw["non_tensor"]),
+        torch.Size(raw["batch_size"]),
+        tuple(None if s is None else torch.Size(s) for s in raw["feature_shapes"]),
+        tuple(raw["tensor_children"]),
+        None if raw["device"] is None else torch.device(raw["device"]),
+        None if raw["names"] is None else tuple(raw["names"]),
+        None,
+        None
+        if nested is None
+        else tuple(
+            None if inner is None else _loaded(inner, lookup_class(inner["class"]))
+            for inner in nested
+        ),
+        raw.get("width"),
+    )
+
+
+def _context_loader(cls: type):
+    def from_dumpable_context(dumped: str) -> Context:
+        return _loaded(json.loads(dumped), cls)
+
+    return from_dumpable_context
+
+
+# ---------------------------------------------------------------- registration
+def _optree_flatten(container):
+    """optree's form: (children, context, entries), one node per container level."""
+    children, context = flatten_shallow(container)
+    return children, context, context.keys
+
+
+def _optree_unflatten(context: Context, children):
+    return unflatten(children, context)
+
+
+def register(cls: type) -> None:
+    """Register ``cls`` (TensorDict or a TensorClass subclass) with both pytree libraries."""
+    torch_pytree.register_pytree_node(
+        cls,
+        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten,
+        unflatten,
+        serialized_type_name=class_name(cls),
+        to_dumpable_context=to_dumpable_context,
+        from_dumpable_context=_context_loader(cls),
+        flatten_with_keys_fn=flatten_with_keys,
+    )
+    # treespecs written by earlier versions name private module paths: load them too
+    # (an entry in torch's name table for our own class, not a change to torch's code)
+    for old, new in ALIASES.items():
+        if new == class_name(cls):
+            torch_pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE.setdefault(old, cls)
+    optree.register_pytree_node(
+        cls,
+        _optree_flatten,
+        _optree_unflatten,  # type: ignore[arg-type]
+        namespace=NAMESPACE,
+    )

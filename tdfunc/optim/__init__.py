@@ -1,0 +1,47 @@
+"""Optimizers for pytrees and stacked ensembles: functional and ``torch.optim``-style.
+
+Functional (optax's contract; pure, differentiable, vmappable, compilable)::
+
+    opt = tdfunc.optim.adam(lr=1e-3)
+    state = opt.init(params)
+    updates, state = opt.update(grads, state, params)
+    params = tdfunc.optim.apply_updates(params, updates)
+
+Stateful (``torch.optim.Optimizer`` subclasses): :class:`SGD`, :class:`Adam`,
+:class:`AdamW` for stacked parameters, with per-member hyperparameters.
+
+Example:
+    >>> import torch
+    >>> from tdfunc import TensorDict
+    >>> params = TensorDict({"w": torch.zeros(4, 3)}, batch_size=[4])
+    >>> opt = adam(lr=torch.tensor([0.1, 0.2, 0.3, 0.4]))
+    >>> state = opt.init(params)
+    >>> grads = params.apply(torch.ones_like)
+    >>> updates, state = opt.update(grads, state, params)
+    >>> apply_updates(params, updates)["w"][:, 0]
+    tensor([-0.1000, -0.2000, -0.3000, -0.4000])
+"""
+
+from ._stateful import SGD as SGD
+from ._stateful import Adam as Adam
+from ._stateful import AdamW as AdamW
+from ._stateful import PerMember as PerMember
+from ._transform import GradientTransformation as GradientTransformation
+from ._transform import adam as adam
+from ._transform import adamw as adamw
+from ._transform import apply_updates as apply_updates
+from ._transform import rmsprop as rmsprop
+from ._transform import sgd as sgd
+
+__all__ = [
+    "SGD",
+    "Adam",
+    "AdamW",
+    "GradientTransformation",
+    "PerMember",
+    "adam",
+    "adamw",
+    "apply_updates",
+    "rmsprop",
+    "sgd",
+]

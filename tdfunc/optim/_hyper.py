@@ -1,0 +1,198 @@
+"""Hyperparameters: Python numbers, per-member tensors, or per-leaf pytrees.
+
+A hyperparameter is kept in one of three forms until the last moment:
+
+- a Python ``float``: the update uses it as a scalar, exactly like ``torch.optim``;
+- a tensor whose shape is a prefix of every leaf's shape (usually ``[N]``, one
+  value per member of a stacked ensemble, or ``[]``): derived quantities
+  (``1 - beta1``, ``lr / bias_correction``) are computed on this small tensor
+  once per step, then viewed as ``[N, 1, ...]`` per leaf rank (:func:`expand`);
+- :class:`Leaves`, one tensor per leaf (a pytree of learning rates shaped like the
+  parameters, as in Meta-SGD): derived quantities are computed per leaf.
+
+Scalar quantities derived from the step count (bias corrections) are computed in
+``float64`` and rounded to the leaves' dtype once, as ``torch.optim`` computes
+them in Python floats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Union
+
+import torch
+
+_is_compiling = torch.compiler.is_compiling
+_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+class Leaves:
+    """One value per leaf (a learning-rate pytree flattened like the parameters)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: list) -> None:
+        self.values = values
+
+
+Hyper = Union[float, torch.Tensor, Leaves]  # noqa: UP007 (a runtime alias on 3.10)
+
+
+def lead(tensor: torch.Tensor, rank: int) -> torch.Tensor:
+    """View ``tensor`` with trailing size-1 dims up to ``rank`` (leading dims align)."""
+    missing = rank - tensor.dim()
+    if missing <= 0:
+        return tensor
+    return tensor.reshape(tensor.shape + (1,) * missing)
+
+
+def _binary(fn: Callable, left: Hyper, right: Hyper) -> Hyper:
+    if isinstance(left, Leaves) or isinstance(right, Leaves):
+        count = len(left.values) if isinstance(left, Leaves) else len(right.values)  # type: ignore[union-attr]
+        lefts = left.values if isinstance(left, Leaves) else [left] * count
+        rights = right.values if isinstance(right, Leaves) else [right] * count
+        return Leaves([_binary(fn, a, b) for a, b in zip(lefts, rights)])
+    if isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor):
+        rank = max(left.dim(), right.dim())
+        return fn(lead(left, rank), lead(right, rank))
+    return fn(left, right)
+
+
+def mul(left: Hyper, right: Hyper) -> Hyper:
+    return _binary(lambda a, b: a * b, left, right)
+
+
+def div(left: Hyper, right: Hyper) -> Hyper:
+    return _binary(lambda a, b: a / b, left, right)
+
+
+def rsub(value: float, hyper: Hyper) -> Hyper:
+    """``value - hyper``."""
+    return _binary(lambda a, b: a - b, value, hyper)
+
+
+def neg(hyper: Hyper) -> Hyper:
+    return _binary(lambda a, b: a * b, -1.0, hyper)
+
+
+def wide(hyper: Hyper) -> Hyper:
+    """``hyper`` in float64 for step-count arithmetic (Python floats already are)."""
+    if isinstance(hyper, torch.Tensor):
+        return hyper.to(torch.float64)
+    if isinstance(hyper, Leaves):
+        return Leaves([wide(value) for value in hyper.values])
+    return hyper
+
+
+def power(base: Hyper, step: float | torch.Tensor) -> Hyper:
+    """``base ** step`` (``step`` a Python number or a float64 tensor)."""
+    if isinstance(base, float) and not isinstance(step, torch.Tensor):
+        return base**step
+    return _binary(lambda a, b: a**b, wide(base), step)
+
+
+def sqrt(hyper: Hyper) -> Hyper:
+    if isinstance(hyper, float):
+        return hyper**0.5
+    if isinstance(hyper, Leaves):
+        return Leaves([sqrt(value) for value in hyper.values])
+    return hyper.sqrt()
+
+
+def is_zero(hyper: Hyper) -> bool:
+    """True only for the Python number 0 (a tensor is never skipped: it may be learned)."""
+    return not isinstance(hyper, (torch.Tensor, Leaves)) and hyper == 0
+
+
+def expand(hyper: Hyper, leaves: list) -> float | list:
+    """``hyper`` per leaf: a float stays a float; tensors are viewed ``[N, 1, ...]``.
+
+    Views are shared between leaves of the same rank and dtype.
+    """
+    if isinstance(hyper, (int, float)):
+        return float(hyper)
+    if isinstance(hyper, Leaves):
+        return [
+            value.to(leaf.dtype) if isinstance(value, torch.Tensor) else value
+            for value, leaf in zip(hyper.values, leaves)
+        ]
+    views: dict = {}
+    out = []
+    for leaf in leaves:
+        key = (leaf.dim(), leaf.dtype)
+        view = views.get(key)
+        if view is None:
+            view = views[key] = lead(hyper.to(leaf.dtype), leaf.dim())
+        out.append(view)
+    return out
+
+
+# ------------------------------------------------------------------ validation
+def check_number(
+    api: str,
+    name: str,
+    value: Any,
+    low: float = 0.0,
+    high: float | None = None,
+    high_open: bool = False,
+) -> None:
+    """``low <= value`` (and ``value < high`` or ``<= high``) for numbers and concrete tensors."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
+        raise TypeError(f"{api}: {name} must be a float or a tensor, got {type(value).__name__}.")
+    if isinstance(value, torch.Tensor):
+        if not value.is_floating_point():
+            raise TypeError(
+                f"{api}: a tensor {name} must have a floating dtype, got {value.dtype}; "
+                f"e.g. torch.tensor([0.1, 0.01])."
+            )
+        if _is_compiling() or _wrapped(value) or value.device.type == "meta":
+            return  # values unknown here (inside a transform): checked by the caller's tests
+        values = value.detach()
+        bad = bool((values < low).any()) or bool(torch.isnan(values).any())
+        if high is not None:
+            bad = bad or bool((values >= high).any() if high_open else (values > high).any())
+    else:
+        bad = math.isnan(value) or value < low
+        if high is not None:
+            bad = bad or (value >= high if high_open else value > high)
+    if bad:
+        upper = "" if high is None else f" and {'<' if high_open else '<='} {high}"
+        raise ValueError(f"{api}: {name} must be >= {low}{upper}, got {_show(value)}.")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor({value.detach().tolist()})"
+    return repr(value)
+
+
+def check_leading(api: str, name: str, hyper: Hyper, leaves: list, paths: Callable) -> None:
+    """A tensor hyperparameter's shape must be a prefix of every leaf's shape."""
+    if isinstance(hyper, torch.Tensor):
+        prefix = hyper.shape
+        width = len(prefix)
+        for index, leaf in enumerate(leaves):
+            if leaf.shape[:width] != prefix:
+                raise ValueError(
+                    f"{api}: {name} has shape {list(prefix)}, but the leaf {paths(index)} has "
+                    f"shape {list(leaf.shape)}: a tensor hyperparameter holds one value per "
+                    f"member and must match the leading dims of every parameter (here "
+                    f"{list(leaf.shape[:width]) if leaf.dim() >= width else 'fewer dims'})."
+                )
+    elif isinstance(hyper, Leaves):
+        if len(hyper.values) != len(leaves):
+            raise ValueError(
+                f"{api}: {name} is a pytree with {len(hyper.values)} leaves but the parameters "
+                f"have {len(leaves)}; give it the parameters' structure."
+            )
+        for index, (value, leaf) in enumerate(zip(hyper.values, leaves)):
+            if isinstance(value, torch.Tensor):
+                try:
+                    torch.broadcast_shapes(value.shape, leaf.shape)
+                except RuntimeError:
+                    raise ValueError(
+                        f"{api}: the {name} leaf at {paths(index)} has shape {list(value.shape)}, "
+                        f"which does not broadcast against the parameter's shape "
+                        f"{list(leaf.shape)}."
+                    ) from None

@@ -1,0 +1,135 @@
+"""The update rules, written once for every backend (:mod:`tdfunc.optim._kernels`).
+
+Each rule takes flat lists of leaves (parameters, gradients, state) and the
+hyperparameters (:mod:`tdfunc.optim._hyper`), and returns the parameter updates
+(``None`` where the backend updated the parameters in place) and the new state
+lists. ``step`` is the step count *after* this update: a Python number (the
+stateful optimizers) or a float64 tensor (the functional API, where it lives in
+the state so that ``vmap`` and ``torch.compile`` see no Python value change).
+
+The formulas follow ``torch.optim``'s (the single-tensor implementations):
+the same operations in the same order, so that scalar hyperparameters give the
+same numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _hyper as H
+
+
+def adam(
+    K,
+    params,
+    grads,
+    exp_avg,
+    exp_avg_sq,
+    step,
+    *,
+    lr,
+    beta1,
+    beta2,
+    eps,
+    weight_decay,
+    decoupled,
+    eps_root=0.0,
+):
+    """Adam (``decoupled=False``: L2 penalty added to the gradient) or AdamW."""
+    leaves = grads
+
+    def per_leaf(hyper):
+        return H.expand(hyper, leaves)
+
+    decay = None
+    if not H.is_zero(weight_decay):
+        if decoupled:
+            decay = per_leaf(H.mul(H.wide(lr), weight_decay))
+        else:
+            grads = K.add(grads, params, per_leaf(weight_decay))
+    exp_avg = K.lerp_(exp_avg, grads, per_leaf(H.rsub(1.0, beta1)))
+    exp_avg_sq = K.addcmul_tmp(
+        K.mul_(exp_avg_sq, per_leaf(beta2)), grads, grads, per_leaf(H.rsub(1.0, beta2))
+    )
+    correction1 = H.rsub(1.0, H.power(beta1, step))
+    correction2 = H.rsub(1.0, H.power(beta2, step))
+    step_size = H.div(H.wide(lr), correction1)
+    # eps_root (optax's name) keeps sqrt differentiable where the second moment is 0
+    second = exp_avg_sq if H.is_zero(eps_root) else K.shift(exp_avg_sq, per_leaf(eps_root))
+    denom = K.shift_tmp(K.div_tmp(K.sqrt(second), per_leaf(H.sqrt(correction2))), per_leaf(eps))
+    updates = K.descend(params, exp_avg, denom, per_leaf(H.neg(step_size)), decay)
+    return updates, exp_avg, exp_avg_sq
+
+
+def sgd(
+    K, params, grads, momentum_buffer, step, *, lr, momentum, dampening, nesterov, weight_decay
+):
+    """SGD with optional (Nesterov) momentum, dampening and L2 weight decay.
+
+    The momentum buffer starts at zero: ``0 * momentum + grad`` is exactly the
+    ``grad.clone()`` that ``torch.optim.SGD`` starts from; with dampening the
+    first step's gradient is not damped (a weight of 1 instead of ``1 - dampening``).
+    """
+    leaves = grads
+
+    def per_leaf(hyper):
+        return H.expand(hyper, leaves)
+
+    if not H.is_zero(weight_decay):
+        grads = K.add(grads, params, per_leaf(weight_decay))
+    if momentum_buffer is not None:
+        if H.is_zero(dampening):
+            weight: H.Hyper = 1.0
+        elif isinstance(step, torch.Tensor):
+            weight = torch.where(step == 1, 1.0, 1.0 - dampening)
+        else:
+            weight = 1.0 if step == 1 else 1.0 - dampening
+        if isinstance(momentum, torch.Tensor) and not H.is_zero(dampening):
+            # a member without momentum takes plain gradient steps (no dampening), as in torch
+            weight = H._binary(lambda w, m: torch.where(m == 0, 1.0, w), weight, momentum)
+        momentum_buffer = K.add_tmp(
+            K.mul_(momentum_buffer, per_leaf(momentum)), grads, per_leaf(weight)
+        )
+        grads = K.add(grads, momentum_buffer, per_leaf(momentum)) if nesterov else momentum_buffer
+    updates = K.descend_add(params, grads, per_leaf(H.neg(H.wide(lr))))
+    return updates, momentum_buffer
+
+
+def rmsprop(
+    K,
+    params,
+    grads,
+    square_avg,
+    grad_avg,
+    momentum_buffer,
+    *,
+    lr,
+    alpha,
+    eps,
+    weight_decay,
+    momentum,
+):
+    """RMSprop; ``grad_avg`` is ``None`` unless centered, ``momentum_buffer`` unless momentum."""
+    leaves = grads
+
+    def per_leaf(hyper):
+        return H.expand(hyper, leaves)
+
+    if not H.is_zero(weight_decay):
+        grads = K.add(grads, params, per_leaf(weight_decay))
+    square_avg = K.addcmul_tmp(
+        K.mul_(square_avg, per_leaf(alpha)), grads, grads, per_leaf(H.rsub(1.0, alpha))
+    )
+    if grad_avg is not None:
+        grad_avg = K.lerp_(grad_avg, grads, per_leaf(H.rsub(1.0, alpha)))
+        avg = K.sqrt(K.addcmul(square_avg, grad_avg, grad_avg, -1.0))
+    else:
+        avg = K.sqrt(square_avg)
+    avg = K.shift_tmp(avg, per_leaf(eps))
+    neg_lr = per_leaf(H.neg(H.wide(lr)))
+    if momentum_buffer is not None:
+        momentum_buffer = K.addcdiv_tmp(K.mul_(momentum_buffer, per_leaf(momentum)), grads, avg)
+        updates = K.descend_add(params, momentum_buffer, neg_lr)
+    else:
+        updates = K.descend(params, grads, avg, neg_lr, None)
+    return updates, square_avg, grad_avg, momentum_buffer

@@ -1,0 +1,329 @@
+"""``torch.optim.Optimizer`` subclasses for stacked parameters, per-member hyperparameters.
+
+Thin shells over the update rules of :mod:`tdfunc.optim._rules`, run with the
+in-place foreach backend: one kernel per leaf updates all members. A
+hyperparameter may be a float or a tensor of shape ``[N]`` (one value per
+member; ``N`` the leading dim of every parameter of the group).
+
+Learning-rate schedulers scale ``group["lr"]``. For a per-member tensor, the
+schedulers of ``torch.optim.lr_scheduler`` write the new values with
+``group["lr"].fill_(new)``, which a plain tensor refuses for more than one
+value; so the optimizer stores tensor hyperparameters as :class:`PerMember`,
+a tensor whose ``fill_`` also takes a same-shaped tensor (and copies it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import _hyper as H
+from . import _kernels, _rules
+
+
+class PerMember(torch.Tensor):
+    """A plain tensor whose ``fill_`` also accepts a tensor of the same shape.
+
+    Operations on it return plain tensors; ``state_dict()`` stores plain tensors.
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def fill_(self, value):  # type: ignore[override]
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            with torch.no_grad():
+                return self.copy_(value)
+        return super().fill_(value)
+
+
+def _per_member(value: torch.Tensor) -> PerMember:
+    return torch.Tensor._make_subclass(PerMember, value.detach().clone())
+
+
+class _Stacked(torch.optim.Optimizer):
+    """The shared machinery: hyperparameter checks and ``PerMember`` storage."""
+
+    _tensor_names: tuple[str, ...] = ()
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        api = type(self).__name__
+        for name in self._tensor_names:
+            value = group[name]
+            if isinstance(value, (tuple, list)):
+                group[name] = tuple(
+                    self._stored(api, f"{name}[{i}]", v, group) for i, v in enumerate(value)
+                )
+            else:
+                group[name] = self._stored(api, name, value, group)
+
+    @staticmethod
+    def _stored(api: str, name: str, value: Any, group: dict) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value.dim() > 1:
+            raise ValueError(
+                f"{api}: a tensor {name} must have shape [N] (one value per member) or [], "
+                f"got shape {list(value.shape)}."
+            )
+        for param in group["params"]:
+            if value.dim() == 1 and (param.dim() == 0 or param.shape[0] != value.shape[0]):
+                raise ValueError(
+                    f"{api}: {name} has {value.shape[0]} values, but a parameter of the group "
+                    f"has shape {list(param.shape)}: a per-member {name} needs one value per "
+                    f"member along dim 0 of every parameter."
+                )
+        # each group its own copy: a scheduler writes into it in place
+        return _per_member(value)
+
+    def state_dict(self) -> dict[str, Any]:
+        packed = super().state_dict()
+        for group in packed["param_groups"]:
+            for name in self._tensor_names:
+                group[name] = _plain(group[name])
+        return packed
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            for name in self._tensor_names:
+                value = group[name]
+                if isinstance(value, tuple):
+                    group[name] = tuple(_rewrap(v) for v in value)
+                else:
+                    group[name] = _rewrap(value)
+
+    def _gather(self, group: dict, names: tuple[str, ...], fresh) -> dict:
+        """Parameters with gradients, bucketed by their step count, with their state."""
+        buckets: dict = {}
+        api = type(self).__name__
+        for param in group["params"]:
+            if param.grad is None:
+                continue
+            if param.grad.is_sparse:
+                raise RuntimeError(f"{api}: sparse gradients are not supported.")
+            state = self.state[param]
+            if not state:
+                state.update(fresh(param))
+            key = float(state["step"]) if "step" in state else not state.get("_started", True)
+            bucket = buckets.setdefault(key, {"params": [], "grads": [], "state": []})
+            bucket["params"].append(param)
+            bucket["grads"].append(param.grad)
+            bucket["state"].append(state)
+        return buckets
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return value.as_subclass(torch.Tensor).detach().clone()
+    return value
+
+
+def _rewrap(value: Any) -> Any:
+    return _per_member(value) if isinstance(value, torch.Tensor) else value
+
+
+def _number(value: Any) -> Any:
+    return float(value) if isinstance(value, (int, float)) else value
+
+
+class Adam(_Stacked):
+    """Adam for stacked parameters; ``lr``, ``betas`` and ``weight_decay`` may be per member.
+
+    With float hyperparameters every member follows ``torch.optim.Adam``
+    exactly; a tensor ``lr`` of shape ``[N]`` gives member ``i`` the learning
+    rate ``lr[i]`` (as do ``betas`` and ``weight_decay``). One in-place foreach
+    kernel per leaf updates all members.
+
+    Args:
+        params: the stacked parameters (e.g. ``ensemble.parameters()``) or param groups.
+        lr: as in ``torch.optim.Adam``; a float or an ``[N]`` tensor.
+        betas: as in ``torch.optim.Adam``; floats or ``[N]`` tensors.
+        eps: as in ``torch.optim.Adam``.
+        weight_decay: as in ``torch.optim.Adam``; a float or an ``[N]`` tensor.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdfunc import Ensemble
+        >>> ensemble = Ensemble(nn.Linear(2, 1), num_members=3)
+        >>> opt = Adam(ensemble.parameters(), lr=torch.tensor([1e-3, 1e-2, 1e-1]))
+        >>> ensemble(torch.randn(5, 2)).sum().backward()
+        >>> opt.step()
+        >>> opt.zero_grad()
+    """
+
+    _tensor_names = ("lr", "betas", "weight_decay")
+    _decoupled = False
+
+    def __init__(
+        self,
+        params,
+        lr: Any = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: Any = 0.0,
+    ) -> None:
+        api = type(self).__name__
+        H.check_number(api, "lr", lr)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"{api}: betas must be a pair (beta1, beta2), got {betas!r}.")
+        for index, beta in enumerate(betas):
+            H.check_number(api, f"betas[{index}]", beta, 0.0, 1.0, high_open=True)
+        H.check_number(api, "eps", eps)
+        H.check_number(api, "weight_decay", weight_decay)
+        defaults = {
+            "lr": _number(lr),
+            "betas": tuple(_number(b) for b in betas),
+            "eps": float(eps),
+            "weight_decay": _number(weight_decay),
+        }
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        """One Adam step for every parameter with a gradient; returns ``closure()`` if given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+
+        def fresh(param):
+            return {
+                "step": torch.tensor(0.0),
+                "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+            }
+
+        for group in self.param_groups:
+            for bucket in self._gather(group, (), fresh).values():
+                states = bucket["state"]
+                steps = [state["step"] for state in states]
+                torch._foreach_add_(steps, 1.0)
+                beta1, beta2 = group["betas"]
+                _rules.adam(
+                    _kernels.INPLACE,
+                    bucket["params"],
+                    bucket["grads"],
+                    [state["exp_avg"] for state in states],
+                    [state["exp_avg_sq"] for state in states],
+                    float(steps[0]),
+                    lr=group["lr"],
+                    beta1=beta1,
+                    beta2=beta2,
+                    eps=group["eps"],
+                    weight_decay=group["weight_decay"],
+                    decoupled=self._decoupled,
+                )
+        return loss
+
+
+class AdamW(Adam):
+    """AdamW (decoupled weight decay) for stacked parameters; see :class:`Adam`.
+
+    Example:
+        >>> import torch
+        >>> p = torch.nn.Parameter(torch.ones(2, 3))
+        >>> opt = AdamW([p], lr=0.1, weight_decay=torch.tensor([0.0, 1.0]))
+        >>> p.grad = torch.zeros(2, 3)
+        >>> opt.step()
+        >>> p[:, 0]
+        tensor([1.0000, 0.9000], grad_fn=<SelectBackward0>)
+    """
+
+    _decoupled = True
+
+    def __init__(
+        self,
+        params,
+        lr: Any = 1e-3,
+        betas: tuple = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: Any = 1e-2,
+    ) -> None:
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+class SGD(_Stacked):
+    """SGD (optional Nesterov momentum, dampening, weight decay) for stacked parameters.
+
+    ``lr``, ``momentum`` and ``weight_decay`` may be per-member ``[N]`` tensors;
+    with floats every member follows ``torch.optim.SGD`` exactly.
+
+    Example:
+        >>> import torch
+        >>> p = torch.nn.Parameter(torch.zeros(2, 3))
+        >>> opt = SGD([p], lr=torch.tensor([0.1, 1.0]), momentum=0.9)
+        >>> p.grad = torch.ones(2, 3)
+        >>> opt.step()
+        >>> p[:, 0]
+        tensor([-0.1000, -1.0000], grad_fn=<SelectBackward0>)
+    """
+
+    _tensor_names = ("lr", "momentum", "weight_decay")
+
+    def __init__(
+        self,
+        params,
+        lr: Any = 1e-3,
+        momentum: Any = 0.0,
+        dampening: float = 0.0,
+        weight_decay: Any = 0.0,
+        nesterov: bool = False,
+    ) -> None:
+        api = type(self).__name__
+        H.check_number(api, "lr", lr)
+        H.check_number(api, "momentum", momentum)
+        H.check_number(api, "weight_decay", weight_decay)
+        if isinstance(dampening, torch.Tensor):
+            raise TypeError(f"{api}: dampening must be a float, got a tensor.")
+        H.check_number(api, "dampening", dampening)
+        if nesterov and (H.is_zero(_number(momentum)) or dampening != 0):
+            raise ValueError(f"{api}: nesterov=True needs momentum > 0 and dampening == 0.")
+        defaults = {
+            "lr": _number(lr),
+            "momentum": _number(momentum),
+            "dampening": float(dampening),
+            "weight_decay": _number(weight_decay),
+            "nesterov": bool(nesterov),
+        }
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        """One SGD step for every parameter with a gradient; returns ``closure()`` if given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            with_momentum = not H.is_zero(group["momentum"])
+
+            def fresh(param, with_momentum=with_momentum):
+                if not with_momentum:
+                    return {"_started": True}
+                # zero, marked unstarted: the rule's first step makes it the gradient
+                return {"momentum_buffer": torch.zeros_like(param), "_started": False}
+
+            for unstarted, bucket in self._gather(group, (), fresh).items():
+                states = bucket["state"]
+                buffers = [state["momentum_buffer"] for state in states] if with_momentum else None
+                _rules.sgd(
+                    _kernels.INPLACE,
+                    bucket["params"],
+                    bucket["grads"],
+                    buffers,
+                    1 if unstarted else 2,
+                    lr=group["lr"],
+                    momentum=group["momentum"],
+                    dampening=group["dampening"],
+                    nesterov=group["nesterov"],
+                    weight_decay=group["weight_decay"],
+                )
+                for state in states:
+                    state["_started"] = True
+        return loss

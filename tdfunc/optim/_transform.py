@@ -1,0 +1,457 @@
+"""Functional optimizers in the optax contract: ``init``, ``update``, ``apply_updates``.
+
+``update`` reads every pytree once (one flatten each for the gradients, the
+state and the parameters), runs the update rule on the flat lists of leaves and
+builds the results once (one unflatten each for the updates and the state).
+The state is a pytree of the same kind as the parameters: a
+:class:`~tdfunc.TensorDict` with the parameters' batch size when they are a
+tensor collection (so it saves, loads, indexes and stacks like them), a dict
+otherwise. It holds ``step`` (shaped like the batch: every member counts its
+own steps) and one subtree per moment, shaped like the parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch._C import _functorch
+
+import tdfunc
+
+from . import _hyper as H
+from . import _kernels, _rules
+
+_is_compiling = torch.compiler.is_compiling
+
+
+def _flatten(tree: Any) -> tuple[list, Any]:
+    return pytree.tree_flatten(tree)
+
+
+def _transformed() -> bool:
+    """True under ``torch.compile`` or a ``torch.func`` transform (vmap, grad, ...)."""
+    return _is_compiling() or _functorch.maybe_current_level() is not None
+
+
+def _backend(*groups) -> Any:
+    if _transformed():
+        return _kernels.TENSORWISE
+    if torch.is_grad_enabled():
+        for group in groups:
+            for value in group:
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    return _kernels.TENSORWISE
+    return _kernels.FOREACH
+
+
+def _paths(tree: Any) -> Callable[[int], str]:
+    def path(index: int) -> str:
+        entries, _ = pytree.tree_flatten_with_path(tree)
+        return repr(pytree.keystr(entries[index][0]))
+
+    return path
+
+
+def apply_updates(params: Any, updates: Any) -> Any:
+    """``params + updates`` leaf by leaf, as a new pytree (nothing is modified).
+
+    Example:
+        >>> from tdfunc import TensorDict
+        >>> params = TensorDict({"w": torch.ones(2)})
+        >>> apply_updates(params, TensorDict({"w": torch.full((2,), -0.5)}))["w"]
+        tensor([0.5000, 0.5000])
+    """
+    leaves, spec = _flatten(params)
+    update_leaves, update_spec = _flatten(updates)
+    if len(update_leaves) != len(leaves):
+        raise ValueError(
+            f"apply_updates: updates has {len(update_leaves)} leaves but params has "
+            f"{len(leaves)}; pass the updates returned by opt.update(grads, state, params). "
+            f"Structures: params {spec}, updates {update_spec}."
+        )
+    if _backend(leaves, update_leaves) is _kernels.FOREACH:
+        new = torch._foreach_add(leaves, update_leaves)
+    else:
+        new = [p + u for p, u in zip(leaves, update_leaves)]
+    return pytree.tree_unflatten(new, spec)
+
+
+class GradientTransformation:
+    """A functional optimizer: ``init(params) -> state``, ``update(grads, state, params)``.
+
+    Built by :func:`adam`, :func:`adamw`, :func:`sgd` and :func:`rmsprop`. Nothing
+    passed in is modified; ``update`` returns the parameter *updates* (add them
+    with :func:`apply_updates`) and the new state. Works under ``torch.func``
+    transforms (``grad`` through the update, ``vmap`` over tasks) and
+    ``torch.compile``.
+    """
+
+    def __init__(self, name: str, moments: tuple[str, ...], hypers: dict, rule: Callable) -> None:
+        self._name = name
+        self._moments = moments
+        self.hyperparameters = hypers
+        self._rule = rule
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={_brief(v)}" for k, v in self.hyperparameters.items())
+        return f"tdfunc.optim.{self._name}({shown})"
+
+    def init(self, params: Any) -> Any:
+        """The initial state for ``params``: step 0 and zero moments shaped like the leaves.
+
+        Example:
+            >>> from tdfunc import TensorDict
+            >>> opt = adam(lr=0.1)
+            >>> state = opt.init(TensorDict({"w": torch.ones(4, 2)}, batch_size=[4]))
+            >>> sorted(state.keys()), state["step"].shape
+            (['exp_avg', 'exp_avg_sq', 'step'], torch.Size([4]))
+        """
+        leaves, spec = _flatten(params)
+        api = f"tdfunc.optim.{self._name}(...).init"
+        for index, leaf in enumerate(leaves):
+            if not isinstance(leaf, torch.Tensor):
+                raise TypeError(
+                    f"{api}: every leaf of params must be a tensor; the leaf at "
+                    f"{_paths(params)(index)} is a {type(leaf).__name__}."
+                )
+        if tdfunc.is_tensor_collection(params):
+            batch_size = params.batch_size
+            device = params.device
+        else:
+            batch_size = torch.Size([])
+            device = leaves[0].device if leaves else None
+        step = torch.zeros(batch_size, dtype=torch.float32, device=device)
+        moments = {
+            name: pytree.tree_unflatten([torch.zeros_like(leaf) for leaf in leaves], spec)
+            for name in self._moments
+        }
+        if tdfunc.is_tensor_collection(params):
+            return tdfunc.TensorDict({"step": step, **moments}, batch_size=batch_size)
+        return {"step": step, **moments}
+
+    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        """The updates for ``grads`` and the new state; ``params`` is needed for weight decay.
+
+        Example:
+            >>> from tdfunc import TensorDict
+            >>> params = TensorDict({"w": torch.ones(2)})
+            >>> opt = sgd(lr=0.5)
+            >>> state = opt.init(params)
+            >>> updates, state = opt.update(TensorDict({"w": torch.ones(2)}), state, params)
+            >>> apply_updates(params, updates)["w"]
+            tensor([0.5000, 0.5000])
+        """
+        api = f"tdfunc.optim.{self._name}(...).update"
+        grad_leaves, grad_spec = _flatten(grads)
+        count = len(grad_leaves)
+        step, moments = self._read_state(api, state, count)
+        if params is None:
+            if self._needs_params():
+                raise ValueError(
+                    f"{api}: weight decay needs the parameters: call "
+                    f"opt.update(grads, state, params)."
+                )
+            param_leaves = grad_leaves
+        else:
+            param_leaves, param_spec = _flatten(params)
+            if param_spec != grad_spec:
+                raise ValueError(
+                    f"{api}: grads and params must have the same structure; got grads "
+                    f"{grad_spec} and params {param_spec}."
+                )
+        hypers = self._resolve(api, grad_leaves, grads)
+        tensor_hypers = [v for v in hypers.values() if isinstance(v, torch.Tensor)]
+        for value in hypers.values():
+            if isinstance(value, H.Leaves):
+                tensor_hypers += [v for v in value.values if isinstance(v, torch.Tensor)]
+        backend = _backend(grad_leaves, param_leaves, [step], *moments, tensor_hypers)
+        step = step + 1
+        updates, new_moments = self._rule(
+            backend, param_leaves, grad_leaves, moments, step.to(torch.float64), hypers
+        )
+        new_state = {"step": step}
+        for name, moment in zip(self._moments, new_moments):
+            new_state[name] = pytree.tree_unflatten(moment, grad_spec)
+        if tdfunc.is_tensor_collection(state):
+            new_state = tdfunc.TensorDict(new_state, batch_size=state.batch_size)
+        return pytree.tree_unflatten(updates, grad_spec), new_state
+
+    def _read_state(self, api: str, state: Any, count: int) -> tuple:
+        """The step count and the moments' flat leaves, checked against ``count`` leaves.
+
+        One flatten of the whole state; the top-level keys say where each part
+        sits among the leaves (a saved and reloaded state may order them differently).
+        """
+        names = ("step", *self._moments)
+        keys = list(state.keys()) if hasattr(state, "keys") else None
+        if keys is None or sorted(keys) != sorted(names):
+            found = sorted(keys) if keys is not None else type(state).__name__
+            raise ValueError(
+                f"{api}: the state must hold {list(names)}, got {found}. Make it with "
+                f"opt.init(params) of this optimizer."
+            )
+        leaves = _flatten(state)[0]
+        if len(leaves) != 1 + count * len(self._moments):
+            for name in self._moments:
+                found = len(_flatten(state[name])[0])
+                if found != count:
+                    raise ValueError(
+                        f"{api}: state[{name!r}] has {found} leaves but grads has {count}; "
+                        f"make the state with opt.init(params) for these parameters."
+                    )
+            raise ValueError(f"{api}: state['step'] must be one tensor.")
+        parts: dict = {}
+        position = 0
+        for key in keys:
+            width = 1 if key == "step" else count
+            parts[key] = leaves[position : position + width]
+            position += width
+        return parts["step"][0], [parts[name] for name in self._moments]
+
+    def _needs_params(self) -> bool:
+        decay = self.hyperparameters.get("weight_decay", 0.0)
+        return not H.is_zero(decay)
+
+    def _resolve(self, api: str, leaves: list, grads: Any) -> dict:
+        """The hyperparameters for this step; tensors checked against the leaves."""
+        resolved = {}
+        paths = _paths(grads)
+        for name, value in self.hyperparameters.items():
+            if not isinstance(value, (float, int, bool, torch.Tensor)) and value is not None:
+                value = H.Leaves(_flatten(value)[0])
+            H.check_leading(api, name, value, leaves, paths)
+            resolved[name] = value
+        return resolved
+
+
+def _brief(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor(shape={list(value.shape)})"
+    if isinstance(value, (float, int, bool)) or value is None:
+        return repr(value)
+    return type(value).__name__
+
+
+def _hyper(
+    api: str,
+    name: str,
+    value: Any,
+    low: float = 0.0,
+    high: float | None = None,
+    high_open: bool = False,
+    tree: bool = False,
+) -> Any:
+    """Check a hyperparameter; ints become floats; a pytree is allowed where ``tree``."""
+    if tree and not isinstance(value, (int, float, torch.Tensor)):
+        leaves, _ = _flatten(value)
+        if len(leaves) == 1 and leaves[0] is value:  # not a container
+            raise TypeError(
+                f"{api}: {name} must be a float, a tensor, or a pytree of tensors shaped like "
+                f"the parameters; got {type(value).__name__}."
+            )
+        if not leaves:
+            raise ValueError(f"{api}: {name} is an empty pytree.")
+        for leaf in leaves:
+            H.check_number(api, f"every leaf of {name}", leaf, low, high, high_open)
+        return value
+    H.check_number(api, name, value, low, high, high_open)
+    return value if isinstance(value, torch.Tensor) else float(value)
+
+
+# ------------------------------------------------------------------ optimizers
+def adam(
+    lr: Any = 1e-3,
+    betas: tuple = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: Any = 0.0,
+    *,
+    eps_root: float = 0.0,
+) -> GradientTransformation:
+    """Adam, as ``torch.optim.Adam`` computes it (L2 weight decay added to the gradient).
+
+    Every hyperparameter may be a float, or a tensor whose shape is a prefix of
+    every parameter's shape: ``lr=torch.tensor([...])`` with one value per
+    member of parameters stacked along dim 0. ``lr`` may also be a pytree shaped
+    like the parameters (per-parameter learning rates). ``eps_root`` is added
+    under the square root: set it (e.g. ``1e-16``) when differentiating through
+    steps where a gradient entry can be exactly zero, where ``sqrt`` has no
+    derivative.
+
+    Example:
+        >>> from tdfunc import TensorDict
+        >>> params = TensorDict({"w": torch.ones(3, 2)}, batch_size=[3])
+        >>> opt = adam(lr=torch.tensor([0.1, 0.01, 0.0]))
+        >>> state = opt.init(params)
+        >>> updates, state = opt.update(params.apply(torch.ones_like), state, params)
+        >>> apply_updates(params, updates)["w"][:, 0]
+        tensor([0.9000, 0.9900, 1.0000])
+    """
+    return _adam("adam", lr, betas, eps, weight_decay, eps_root, decoupled=False)
+
+
+def adamw(
+    lr: Any = 1e-3,
+    betas: tuple = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: Any = 1e-2,
+    *,
+    eps_root: float = 0.0,
+) -> GradientTransformation:
+    """AdamW: Adam with decoupled weight decay, as ``torch.optim.AdamW``.
+
+    Hyperparameters as in :func:`adam`.
+
+    Example:
+        >>> from tdfunc import TensorDict
+        >>> params = TensorDict({"w": torch.ones(2)})
+        >>> opt = adamw(lr=0.1, weight_decay=0.5)
+        >>> updates, _ = opt.update(params.apply(torch.zeros_like), opt.init(params), params)
+        >>> apply_updates(params, updates)["w"]
+        tensor([0.9500, 0.9500])
+    """
+    return _adam("adamw", lr, betas, eps, weight_decay, eps_root, decoupled=True)
+
+
+def _adam(name, lr, betas, eps, weight_decay, eps_root, decoupled) -> GradientTransformation:
+    api = f"tdfunc.optim.{name}"
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise TypeError(f"{api}: betas must be a pair (beta1, beta2), got {betas!r}.")
+    hypers = {
+        "lr": _hyper(api, "lr", lr, tree=True),
+        "beta1": _hyper(api, "betas[0]", betas[0], 0.0, 1.0, high_open=True),
+        "beta2": _hyper(api, "betas[1]", betas[1], 0.0, 1.0, high_open=True),
+        "eps": _hyper(api, "eps", eps),
+        "weight_decay": _hyper(api, "weight_decay", weight_decay),
+        "eps_root": _hyper(api, "eps_root", eps_root),
+    }
+
+    def rule(K, params, grads, moments, step, h):
+        updates, exp_avg, exp_avg_sq = _rules.adam(
+            K,
+            params,
+            grads,
+            moments[0],
+            moments[1],
+            step,
+            lr=h["lr"],
+            beta1=h["beta1"],
+            beta2=h["beta2"],
+            eps=h["eps"],
+            weight_decay=h["weight_decay"],
+            decoupled=decoupled,
+            eps_root=h["eps_root"],
+        )
+        return updates, (exp_avg, exp_avg_sq)
+
+    return GradientTransformation(name, ("exp_avg", "exp_avg_sq"), hypers, rule)
+
+
+def sgd(
+    lr: Any = 1e-3,
+    momentum: Any = 0.0,
+    nesterov: bool = False,
+    weight_decay: Any = 0.0,
+    dampening: float = 0.0,
+) -> GradientTransformation:
+    """SGD with optional (Nesterov) momentum and L2 weight decay, as ``torch.optim.SGD``.
+
+    ``lr``, ``momentum`` and ``weight_decay`` may be per-member tensors (see
+    :func:`adam`); ``lr`` may be a pytree shaped like the parameters (Meta-SGD).
+
+    Example:
+        >>> params = {"w": torch.ones(2)}
+        >>> opt = sgd(lr={"w": torch.tensor([0.1, 0.5])})
+        >>> updates, _ = opt.update({"w": torch.ones(2)}, opt.init(params), params)
+        >>> apply_updates(params, updates)["w"]
+        tensor([0.9000, 0.5000])
+    """
+    api = "tdfunc.optim.sgd"
+    hypers = {
+        "lr": _hyper(api, "lr", lr, tree=True),
+        "momentum": _hyper(api, "momentum", momentum),
+        "weight_decay": _hyper(api, "weight_decay", weight_decay),
+        "dampening": _hyper(api, "dampening", dampening),
+    }
+    if isinstance(hypers["dampening"], torch.Tensor):
+        raise TypeError(f"{api}: dampening must be a float, got a tensor.")
+    if nesterov and (H.is_zero(hypers["momentum"]) or not H.is_zero(hypers["dampening"])):
+        raise ValueError(f"{api}: nesterov=True needs momentum > 0 and dampening == 0.")
+    with_momentum = not H.is_zero(hypers["momentum"])
+
+    def rule(K, params, grads, moments, step, h):
+        updates, buffer = _rules.sgd(
+            K,
+            params,
+            grads,
+            moments[0] if with_momentum else None,
+            step,
+            lr=h["lr"],
+            momentum=h["momentum"],
+            dampening=h["dampening"],
+            nesterov=nesterov,
+            weight_decay=h["weight_decay"],
+        )
+        return updates, ((buffer,) if with_momentum else ())
+
+    return GradientTransformation(
+        "sgd", ("momentum_buffer",) if with_momentum else (), hypers, rule
+    )
+
+
+def rmsprop(
+    lr: Any = 1e-2,
+    alpha: Any = 0.99,
+    eps: float = 1e-8,
+    weight_decay: Any = 0.0,
+    momentum: Any = 0.0,
+    centered: bool = False,
+) -> GradientTransformation:
+    """RMSprop, as ``torch.optim.RMSprop``; hyperparameters as in :func:`adam`.
+
+    Example:
+        >>> params = {"w": torch.ones(2)}
+        >>> opt = rmsprop(lr=0.01)
+        >>> updates, state = opt.update({"w": torch.ones(2)}, opt.init(params), params)
+        >>> sorted(state)
+        ['square_avg', 'step']
+    """
+    api = "tdfunc.optim.rmsprop"
+    hypers = {
+        "lr": _hyper(api, "lr", lr, tree=True),
+        "alpha": _hyper(api, "alpha", alpha, 0.0, 1.0),
+        "eps": _hyper(api, "eps", eps),
+        "weight_decay": _hyper(api, "weight_decay", weight_decay),
+        "momentum": _hyper(api, "momentum", momentum),
+    }
+    with_momentum = not H.is_zero(hypers["momentum"])
+    moments = (
+        ("square_avg",)
+        + (("grad_avg",) if centered else ())
+        + (("momentum_buffer",) if with_momentum else ())
+    )
+
+    def rule(K, params, grads, state, step, h):
+        grad_avg = state[1] if centered else None
+        buffer = state[-1] if with_momentum else None
+        updates, square_avg, grad_avg, buffer = _rules.rmsprop(
+            K,
+            params,
+            grads,
+            state[0],
+            grad_avg,
+            buffer,
+            lr=h["lr"],
+            alpha=h["alpha"],
+            eps=h["eps"],
+            weight_decay=h["weight_decay"],
+            momentum=h["momentum"],
+        )
+        new = (
+            (square_avg,) + ((grad_avg,) if centered else ()) + ((buffer,) if with_momentum else ())
+        )
+        return updates, new
+
+    return GradientTransformation("rmsprop", moments, hypers, rule)

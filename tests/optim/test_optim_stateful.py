@@ -1,0 +1,235 @@
+"""tdfunc.optim.SGD / Adam / AdamW over an Ensemble against torch.optim run per member."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+from torch import nn
+
+from tdfunc import Ensemble, TensorDict, optim
+
+N = 4
+LRS = torch.tensor([1e-3, 1e-2, 3e-2, 1e-1])
+
+
+def make_models(seed: int = 0) -> list[nn.Module]:
+    torch.manual_seed(seed)
+    return [nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2)) for _ in range(N)]
+
+
+def member_value(value, index: int) -> float:
+    return float(value[index]) if isinstance(value, torch.Tensor) else value
+
+
+def member_kwargs(kwargs: dict, index: int) -> dict:
+    out = {}
+    for key, value in kwargs.items():
+        if isinstance(value, tuple):
+            out[key] = tuple(member_value(v, index) for v in value)
+        else:
+            out[key] = member_value(value, index)
+    return out
+
+
+def train_both(ours, theirs, kwargs: dict, steps: int = 5):
+    """Run ``ours`` over an Ensemble and ``theirs`` over N modules; return both."""
+    models = make_models()
+    ensemble = Ensemble(*copy.deepcopy(models))
+    opt = ours(ensemble.parameters(), **kwargs)
+    references = [theirs(m.parameters(), **member_kwargs(kwargs, i)) for i, m in enumerate(models)]
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x = torch.randn(6, 3, generator=generator)
+        opt.zero_grad()
+        ensemble(x).pow(2).sum().backward()
+        opt.step()
+        for model, reference in zip(models, references):
+            reference.zero_grad()
+            model(x).pow(2).sum().backward()
+            reference.step()
+    return ensemble, opt, models, references
+
+
+def assert_same(ensemble, opt, models, references, state_keys):
+    expected = TensorDict.from_modules(*models)
+    torch.testing.assert_close(ensemble.params.detach(), expected.detach())
+    for stacked, *members in zip(
+        ensemble.parameters(), *[m.parameters() for m in models], strict=True
+    ):
+        for key in state_keys:
+            ours = opt.state[stacked][key]
+            theirs = torch.stack([ref.state[p][key] for ref, p in zip(references, members)])
+            if key == "step":
+                assert float(ours) == float(theirs[0])
+            else:
+                torch.testing.assert_close(ours, theirs)
+
+
+CASES = [
+    (optim.SGD, torch.optim.SGD, {"lr": 0.05}, ()),
+    (optim.SGD, torch.optim.SGD, {"lr": LRS}, ()),
+    (optim.SGD, torch.optim.SGD, {"lr": LRS, "momentum": 0.9}, ("momentum_buffer",)),
+    (
+        optim.SGD,
+        torch.optim.SGD,
+        {"lr": LRS, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
+        ("momentum_buffer",),
+    ),
+    (
+        optim.SGD,
+        torch.optim.SGD,
+        {"lr": 0.05, "momentum": torch.tensor([0.0, 0.5, 0.9, 0.99]), "dampening": 0.3},
+        (),  # member 0 takes plain steps: torch keeps no buffer for it
+    ),
+    (
+        optim.SGD,
+        torch.optim.SGD,
+        {"lr": LRS, "momentum": torch.tensor([0.1, 0.5, 0.9, 0.99]), "dampening": 0.3},
+        ("momentum_buffer",),
+    ),
+    (optim.Adam, torch.optim.Adam, {"lr": 0.01}, ("step", "exp_avg", "exp_avg_sq")),
+    (
+        optim.Adam,
+        torch.optim.Adam,
+        {"lr": LRS, "weight_decay": 0.1},
+        ("step", "exp_avg", "exp_avg_sq"),
+    ),
+    (
+        optim.Adam,
+        torch.optim.Adam,
+        {
+            "lr": LRS,
+            "betas": (torch.tensor([0.8, 0.85, 0.9, 0.95]), torch.tensor([0.9, 0.99, 0.999, 0.5])),
+            "weight_decay": torch.tensor([0.0, 0.1, 0.2, 0.3]),
+        },
+        ("step", "exp_avg", "exp_avg_sq"),
+    ),
+    (optim.AdamW, torch.optim.AdamW, {"lr": 0.01}, ("step", "exp_avg", "exp_avg_sq")),
+    (
+        optim.AdamW,
+        torch.optim.AdamW,
+        {"lr": LRS, "weight_decay": torch.tensor([0.0, 0.01, 0.1, 1.0]), "eps": 1e-6},
+        ("step", "exp_avg", "exp_avg_sq"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("ours", "theirs", "kwargs", "state_keys"), CASES)
+def test_matches_torch_optim_per_member(ours, theirs, kwargs, state_keys):
+    assert_same(*train_both(ours, theirs, kwargs), state_keys)
+
+
+def test_is_a_torch_optimizer_with_hooks():
+    ensemble = Ensemble(*make_models())
+    opt = optim.Adam(ensemble.parameters(), lr=LRS)
+    assert isinstance(opt, torch.optim.Optimizer)
+    calls = []
+    opt.register_step_post_hook(lambda *args: calls.append(1))
+    ensemble(torch.randn(2, 3)).sum().backward()
+    loss = opt.step(lambda: torch.tensor(3.0))
+    assert float(loss) == 3.0 and calls == [1]
+
+
+def test_parameters_without_grad_are_skipped():
+    p, q = nn.Parameter(torch.ones(2, 3)), nn.Parameter(torch.ones(2, 3))
+    opt = optim.Adam([p, q], lr=torch.tensor([0.1, 0.2]))
+    p.grad = torch.ones(2, 3)
+    opt.step()
+    assert torch.equal(q.detach(), torch.ones(2, 3)) and q not in opt.state
+    torch.testing.assert_close(p.detach()[:, 0], torch.tensor([0.9, 0.8]))
+
+
+@pytest.mark.parametrize("cls", [optim.SGD, optim.Adam, optim.AdamW])
+def test_state_dict_round_trip(cls):
+    kwargs = {"lr": LRS.clone()} if cls is not optim.SGD else {"lr": LRS, "momentum": 0.9}
+    ensemble, opt, *_ = train_both(cls, getattr(torch.optim, cls.__name__), kwargs, steps=2)
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+    twin = copy.deepcopy(ensemble)
+    twin_opt = cls(twin.parameters(), **kwargs)
+    twin_opt.load_state_dict(saved)
+    assert isinstance(twin_opt.param_groups[0]["lr"], optim.PerMember)
+    x = torch.randn(5, 3)
+    for model, o in ((ensemble, opt), (twin, twin_opt)):
+        o.zero_grad()
+        model(x).sum().backward()
+        o.step()
+    torch.testing.assert_close(twin.params.detach(), ensemble.params.detach(), rtol=0, atol=0)
+
+
+def test_step_lr_scales_per_member_lr():
+    ensemble = Ensemble(*make_models())
+    opt = optim.Adam(ensemble.parameters(), lr=LRS)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    for _ in range(3):
+        ensemble(torch.randn(2, 3)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        scheduler.step()
+    torch.testing.assert_close(opt.param_groups[0]["lr"].as_subclass(torch.Tensor), LRS / 8)
+    torch.testing.assert_close(scheduler.get_last_lr()[0], LRS / 8)
+
+
+def test_lambda_lr_matches_torch_per_member():
+    """A scheduled per-member lr gives what N schedulers over N optimizers give."""
+    models = make_models()
+    ensemble = Ensemble(*copy.deepcopy(models))
+    opt = optim.SGD(ensemble.parameters(), lr=LRS, momentum=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1.0 / (1 + epoch))
+    references = [torch.optim.SGD(m.parameters(), lr=float(LRS[i]), momentum=0.5)
+                  for i, m in enumerate(models)]  # fmt: skip
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(o, lambda e: 1.0 / (1 + e)) for o in references]
+    for _ in range(4):
+        x = torch.randn(3, 3)
+        opt.zero_grad()
+        ensemble(x).sum().backward()
+        opt.step()
+        scheduler.step()
+        for model, o, s in zip(models, references, schedulers):
+            o.zero_grad()
+            model(x).sum().backward()
+            o.step()
+            s.step()
+    torch.testing.assert_close(ensemble.params.detach(), TensorDict.from_modules(*models).detach())
+
+
+def test_param_groups_do_not_share_a_scheduled_lr():
+    p, q = nn.Parameter(torch.zeros(4, 2)), nn.Parameter(torch.zeros(4))
+    opt = optim.SGD([{"params": [p]}, {"params": [q]}], lr=LRS)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.1)
+    p.grad, q.grad = torch.ones(4, 2), torch.ones(4)
+    opt.step()
+    scheduler.step()
+    for group in opt.param_groups:
+        torch.testing.assert_close(group["lr"].as_subclass(torch.Tensor), LRS * 0.1)
+
+
+# ------------------------------------------------------------------ bad input
+def test_lr_length_must_match_leading_dim():
+    ensemble = Ensemble(*make_models())
+    with pytest.raises(ValueError, match=r"Adam: lr has 3 values, but a parameter of the group"):
+        optim.Adam(ensemble.parameters(), lr=torch.tensor([0.1, 0.2, 0.3]))
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "error", "message"),
+    [
+        (optim.Adam, {"lr": -0.1}, ValueError, r"Adam: lr must be >= 0.0, got -0.1"),
+        (optim.Adam, {"lr": torch.tensor([0.1, -1.0, 0.1, 0.1])}, ValueError, "lr must be >= 0"),
+        (optim.Adam, {"betas": (0.9, 1.0)}, ValueError, r"betas\[1\] must be >= 0.0 and < 1.0"),
+        (optim.Adam, {"betas": 0.9}, TypeError, "betas must be a pair"),
+        (optim.AdamW, {"lr": "fast"}, TypeError, "lr must be a float or a tensor"),
+        (optim.SGD, {"lr": 0.1, "nesterov": True}, ValueError, "nesterov=True needs momentum"),
+        (optim.SGD, {"lr": torch.tensor([1, 2, 3, 4])}, TypeError, "floating dtype"),
+        (optim.SGD, {"lr": torch.ones(4, 1)}, ValueError, r"shape \[N\]"),
+    ],
+)
+def test_bad_hyperparameters(cls, kwargs, error, message):
+    ensemble = Ensemble(*make_models())
+    with pytest.raises(error, match=message):
+        cls(ensemble.parameters(), **kwargs)
