@@ -67,12 +67,15 @@ def member_index(index: Any, num_members: int, api: str) -> tuple[Any, int, bool
         )
     if tensor.numel() == 0:
         raise IndexError(f"{api}: the index selects no member.")
-    if bool(((tensor < -num_members) | (tensor >= num_members)).any()):
+    low, high = (int(v) for v in torch.aminmax(tensor))  # one pass: a selection per step is common
+    if low < -num_members or high >= num_members:
         raise IndexError(
             f"{api}: member indices {tensor.tolist()} out of range for an ensemble of "
             f"{num_members} members."
         )
-    return tensor.long() % num_members, tensor.numel(), False
+    if tensor.dtype != torch.long:
+        tensor = tensor.long()
+    return (tensor if low >= 0 else tensor % num_members), tensor.numel(), False
 
 
 class EnsembleMembers:
