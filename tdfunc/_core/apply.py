@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .frozen import refuse_frozen
+from .keys.writes import inplace_source
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData
@@ -222,7 +223,7 @@ class ApplyMixin(ContainerMixin):
             if isinstance(value, _Tensor):
                 result = fn(value, *other_values)
                 if result is not None and result is not value:
-                    value.copy_(result)
+                    value.copy_(inplace_source(value, result, key, "apply_", self._batch_size))
             elif _collection(value):
                 view = value._to_tensordict_view()
                 view._apply_inplace(fn, _views(other_values, key, "apply_") if others else ())

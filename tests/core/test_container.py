@@ -226,12 +226,16 @@ def test_set_inplace_flag():
     assert td["b"].tolist() == [1.0, 1.0]
 
 
-def test_set_inplace_broadcasts_and_casts():
+def test_set_inplace_casts_and_checks_the_batch_size_as_set_does():
     td = TensorDict({"a": torch.zeros(2, 3, dtype=torch.int64)}, [2])
-    td.set_("a", torch.tensor([1.0, 2.0, 3.0]))
+    td.set_("a", torch.tensor([[1.0, 2.0, 3.0]]).expand(2, 3))
     assert td["a"].dtype == torch.int64
     assert td["a"].tolist() == [[1, 2, 3], [1, 2, 3]]
-    td.set_("a", 5)
+    td.set_("a", torch.full((2, 1), 5))  # feature dims broadcast, as copy_ does
+    assert (td["a"] == 5).all()
+    for value in (torch.tensor([1.0, 2.0, 3.0]), 5):  # never into the batch dims
+        with pytest.raises(ValueError, match="does not start with the batch size"):
+            td.set_("a", value)
     assert (td["a"] == 5).all()
 
 

@@ -7,7 +7,9 @@ removed.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 from typing import Any
 
 import torch
@@ -27,6 +29,41 @@ def _layout(leaves: list) -> tuple[list[int], int]:
         offsets.append(total)
         total += leaf.numel() * leaf.element_size()
     return offsets, total
+
+
+def _file_storage(filename, nbytes: int, existsok: bool) -> torch.Tensor:
+    """A new file of ``nbytes`` (sparse), mapped shared, as a uint8 tensor.
+
+    Created under a fresh name and renamed into place, as every writer of tdfunc
+    does: an existing file is refused unless ``existsok``, and is then replaced,
+    never written through (its other readers keep their data).
+    """
+    final = os.path.abspath(os.fspath(filename))
+    if os.path.isdir(final):
+        raise IsADirectoryError(
+            f"TensorDict.consolidate: filename {final} is a directory; pass the path of a file."
+        )
+    if os.path.lexists(final) and not existsok:
+        raise FileExistsError(
+            f"TensorDict.consolidate: {final} already exists; pass existsok=True to replace it."
+        )
+    directory = os.path.dirname(final)
+    os.makedirs(directory, exist_ok=True)
+    work = os.path.join(directory, f".{secrets.token_hex(8)}.tmp")
+    fd = os.open(work, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        try:
+            os.ftruncate(fd, nbytes)
+        finally:
+            os.close(fd)
+        os.replace(work, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(work)
+        raise
+    if not nbytes:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.from_file(final, shared=True, size=nbytes, dtype=torch.uint8)
 
 
 class ConsolidateMixin(ContainerMixin):
@@ -51,10 +88,13 @@ class ConsolidateMixin(ContainerMixin):
         inplace: bool = False,
         share_memory: bool = False,
         pin_memory: bool = False,
+        existsok: bool = False,
     ):
         """A locked copy whose tensor leaves are views of one storage (already: ``self``).
 
-        ``filename`` backs the storage with a file (memory-mapped, shared);
+        ``filename`` backs the storage with a new file (memory-mapped, shared); an
+        existing file is a ``FileExistsError`` unless ``existsok=True``, which
+        replaces it (mappings of the old file keep their content).
         ``share_memory`` puts it in shared memory; ``device`` places it there.
         With ``inplace=True`` this container's leaves are replaced by the views.
 
@@ -73,9 +113,7 @@ class ConsolidateMixin(ContainerMixin):
             else (leaves[0].device if leaves else torch.device("cpu"))
         )
         if filename is not None:
-            storage = torch.from_file(
-                os.fspath(filename), shared=True, size=total, dtype=torch.uint8
-            )
+            storage = _file_storage(filename, total, existsok)
         else:
             storage = torch.empty(total, dtype=torch.uint8, device=target)
             if share_memory:

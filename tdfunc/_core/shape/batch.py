@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..context import check_parent_batch
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, NonTensorStack
 from .sizes import as_size, checked_names
@@ -38,6 +39,7 @@ class BatchMixin(ContainerMixin):
 
     @batch_size.setter
     def batch_size(self, value) -> None:
+        self._check_mutable("batch_size")
         size = as_size(value, f"{type(self).__name__}.batch_size")
         ndim = len(size)
         for key, item in self._data.items():
@@ -57,6 +59,7 @@ class BatchMixin(ContainerMixin):
                     f"{type(self).__name__}.batch_size: cannot set batch size {list(size)}: the "
                     f"non-tensor stack at key {key!r} has batch size {list(item.batch_size)}."
                 )
+        check_parent_batch(self, size, f"{type(self).__name__}.batch_size")
         if self._names is not None and len(size) != len(self._names):
             self._names = None
         self._batch_size = size
@@ -93,6 +96,7 @@ class BatchMixin(ContainerMixin):
 
     @names.setter
     def names(self, value) -> None:
+        self._check_mutable("names")
         self._names = checked_names(value, self._batch_size, f"{type(self).__name__}.names")
 
     def refine_names(self, *names) -> Self:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..apply import rewrap
-from ..context import write_back
+from ..context import check_parent_batch, write_back
 from ..frozen import FROZEN, refuse_frozen
 from ..keys.fastpath import is_tensor_kind, node_kind
 from ..keys.nested import unravel_key
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 def _become(self: Any, out: Any, api: str) -> Any:
     """``inplace=True``: ``self`` takes the leaves and batch size of ``out``."""
     self._check_writable(api, list(self._data))
+    check_parent_batch(self, out._batch_size, f"TensorDict.{api}")
     self._data = out._data
     self._batch_size = out._batch_size
     self._names = out._names
