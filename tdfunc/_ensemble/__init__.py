@@ -6,7 +6,9 @@
 - ``registry.py``: ``register_batched`` and the per-type registry;
 - ``layers.py``: the built-in layers (Linear, convolutions, norms, dropout...);
 - ``plan.py``: walks a template module and builds its batched forward;
-- ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``.
+- ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``;
+- ``checks.py``: members must be structurally equal; ``verify.py``: registered
+  functions are checked on first use; ``cache.py``: derived leaves kept between calls.
 """
 
 from .plan import Report as Report

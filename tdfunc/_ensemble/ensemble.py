@@ -29,7 +29,6 @@ objects.
 from __future__ import annotations
 
 import copy
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,11 +39,14 @@ from torch.nn.modules import module as _module
 from .._core.container import TensorDict
 from . import Context, build_plan
 from . import members as _members
+from .cache import DerivedCache
+from .checks import check_members
 from .layout import (
     _fresh_copies,
     _leaf_names,
     _leaves_of,
     _named_slots,
+    _Pinned,
     _rebuild,
     _register,
     _slot_index,
@@ -164,16 +166,18 @@ class Ensemble(nn.Module):
                 "Ensemble: expected at least one model, e.g. Ensemble(m1, m2) or "
                 "Ensemble(model, num_members=8)."
             )
+        check_members(models)
         stacked = TensorDict.from_modules(*models)
         shared_names = _members.check_shared(shared, stacked)
         template = copy.deepcopy(models[0])
-        self.stacked, self._layout = _register(stacked, template, (), shared_names)
+        self.stacked, layout = _register(stacked, template, (), shared_names)
+        self._layout = _Pinned(layout)
         if not self._layout:
             raise ValueError(
                 f"Ensemble: the model ({type(template).__name__}) has no parameters or "
                 f"buffers, so its members would all be the same."
             )
-        self._slots = tuple(_slots(self._layout))
+        self._slots = _Pinned(_slots(self._layout))
         self._shared_names = shared_names
         self._shared = tuple(
             position
@@ -190,7 +194,7 @@ class Ensemble(nn.Module):
         self.in_dims = in_dims
         self.randomness = randomness
         self.chunk_size = chunk_size
-        self._derived: dict = {}
+        self._derived = DerivedCache()
         self._plan_for_mode()
 
     # ------------------------------------------------------------- configuration
@@ -448,22 +452,12 @@ class Ensemble(nn.Module):
         return torch.utils._pytree.tree_map(lambda *xs: torch.cat(xs), *outputs)
 
     def _extended(self, leaves: tuple) -> tuple:
-        # The derived leaves (views such as weight.mT) are kept while the
-        # parameters are the same objects, per grad / inference mode (a view made
-        # under no_grad carries no graph). Under torch.compile they are recomputed.
-        # Shared tensors are expanded to the member dim here, and cached likewise.
-        context = self._context
-        if not context.derivations and not self._shared:
-            return leaves
-        if _is_compiling():
-            return context.extend(self._with_shared(leaves))
-        key = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
-        cached = self._derived.get(key)
-        if cached is not None and all(map(operator.is_, cached[0], leaves)):
-            return cached[1]
-        extended = context.extend(self._with_shared(leaves))
-        self._derived[key] = (leaves, extended)
-        return extended
+        # The derived leaves (views such as weight.mT) are kept while nothing
+        # they depend on changed (cache.py has the rules); shared tensors are
+        # expanded to the member dim first, and cached with them.
+        return self._derived.extend(
+            self._context, leaves, self._with_shared if self._shared else None
+        )
 
     def _apply(self, fn, recurse: bool = True):
         # .to() / .double() may swap a parameter's data in place of the object.
@@ -593,7 +587,7 @@ class Ensemble(nn.Module):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        state["_derived"] = {}
+        state["_derived"] = DerivedCache()
         for name in ("_plans", "_batched", "_report"):  # closures over the template
             state.pop(name, None)
         return state

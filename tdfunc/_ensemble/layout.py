@@ -23,6 +23,19 @@ from .._core.container import TensorDict
 _SCALAR = torch.Size([])
 
 
+class _Pinned(tuple):
+    """A tuple that pytree functions treat as a leaf (a class they do not know).
+
+    The layout and the slots hold the ``_parameters`` and ``_buffers`` dicts of
+    the ``stacked`` modules. Tools that snapshot a module's attributes with
+    ``tree_map`` and write the snapshot back (``torch.export`` does, around
+    its trace) would copy plain tuples and dicts, and the ensemble would then
+    read the tensors of the trace instead of its own.
+    """
+
+    __slots__ = ()
+
+
 class _Stacked(nn.Module):
     """One level of stacked parameters, named like the template's module at that level.
 

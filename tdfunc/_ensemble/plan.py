@@ -76,11 +76,24 @@ class Planner:
                     slots[name] = self.slot_index[(id(module), name)]
         return slots
 
+    def subtree_slots(self, module: nn.Module) -> dict:
+        """``own_slots`` plus the submodules' tensors, by dotted name."""
+        slots = {}
+        for prefix, sub in module.named_modules(remove_duplicate=False):
+            for owner in (sub._parameters, sub._buffers):
+                for name, value in owner.items():
+                    if value is not None:
+                        key = f"{prefix}.{name}" if prefix else name
+                        slots[key] = self.slot_index[(id(sub), name)]
+        return slots
+
     def module_step(self, module: nn.Module, path: str) -> Callable:
         """The step for ``module`` at ``path`` (``""`` for the template itself)."""
         planner = planner_for(module)
         if planner is not None:
-            step = planner(module, self.own_slots(module), self.context)
+            subtree = getattr(planner, "subtree", False)  # register_batched's planners
+            slots = self.subtree_slots(module) if subtree else self.own_slots(module)
+            step = planner(module, slots, self.context)
             if step is not None:
                 self.report.batched.append(path or type(module).__name__)
                 return step
