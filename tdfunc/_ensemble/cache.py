@@ -89,7 +89,7 @@ class DerivedCache:
             and entry[1] == grads
             and entry[2] == pointers
             and all(map(operator.is_, entry[0], leaves))
-            and all([leaves[i]._version == version for i, version in entry[3]])
+            and (not entry[3] or all([leaves[i]._version == v for i, v in entry[3]]))
         ):
             return entry[4]
         extended = context.extend(leaves if prepare is None else prepare(leaves))

@@ -356,7 +356,11 @@ class Ensemble(nn.Module):
                 and isinstance(args[0], torch.Tensor)
             ):
                 x = args[0]
-                leaves = self._extended(tuple([owner[key] for owner, key in self._slots]))
+                leaves = self._derived.extend(  # self._extended, one frame less
+                    self._context,
+                    tuple([owner[key] for owner, key in self._slots]),
+                    self._with_shared if self._shared else None,
+                )
                 return batched(leaves, x.expand(self._num_members, *x.shape))
             return self.forward(*args, **kwargs)
         return super().__call__(*args, **kwargs)
