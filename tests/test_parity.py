@@ -375,6 +375,7 @@ CASES: dict[str, tuple[Callable, str]] = {
         "sample",
     ),
     "update_": (lambda o: o.update_({"obs": torch.ones(4, 3, 2)}), "sample"),
+    "copy_": (lambda o: o.copy_(o.clone() * 0), "sample"),
     "values": (lambda o: list(o.values(True, True)), "sample"),
     "view": (lambda o: o.view(12), "sample"),
 }

@@ -448,6 +448,24 @@ class AccessMixin(ContainerMixin):
         self._write(items, "strict", True, "update_")
         return self
 
+    def copy_(self, other: Mapping, non_blocking: bool = False) -> Self:
+        """Copy the values of ``other`` into this container's tensors, in place.
+
+        The in-place counterpart of ``clone``: every entry of ``other`` must
+        already exist here with the same shape; the tensors stay the same objects
+        (a hard target-network update keeps the target's parameters registered).
+        ``non_blocking`` is accepted for compatibility; copies are synchronous.
+
+        Example:
+            >>> target = TensorDict({"w": torch.zeros(2)}, batch_size=[])
+            >>> w = target["w"]
+            >>> _ = target.copy_(TensorDict({"w": torch.ones(2)}, batch_size=[]))
+            >>> target["w"] is w, w.tolist()
+            (True, [1.0, 1.0])
+        """
+        self._write(items_of(other, "copy_"), "strict", True, "copy_")
+        return self
+
     def setdefault(self, key, default: Any) -> Any:
         """The value at ``key``; if missing, write ``default`` there first."""
         if key not in self:
