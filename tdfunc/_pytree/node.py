@@ -51,7 +51,7 @@ _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims t
 _ALL_TENSORS: dict[int, tuple] = {}  # width -> (True,) * width, shared by every context
 
 
-class Context:
+class NodeContext:
     """What unflatten needs besides the children. Equality ignores every shape.
 
     One per container level: ``nested`` holds the contexts of the nested
@@ -98,7 +98,7 @@ class Context:
         self.device = device
         self.names = names
         self.level = level  # functorch level at flatten time (None outside transforms)
-        # per key: the Context of a nested container flattened into this node, or
+        # per key: the NodeContext of a nested container flattened into this node, or
         # None for a child of its own; None for all when no container was inlined
         self.nested = nested
         self.width = len(keys) if width is None else width  # children under this level
@@ -108,7 +108,7 @@ class Context:
 
     def __eq__(self, other: object) -> bool:
         return (
-            type(other) is Context
+            type(other) is NodeContext
             and self.cls is other.cls
             and self.keys == other.keys
             and (
@@ -123,7 +123,7 @@ class Context:
 
     def __repr__(self) -> str:
         return (
-            f"Context({self.cls.__name__}, keys={list(self.keys)}, "
+            f"NodeContext({self.cls.__name__}, keys={list(self.keys)}, "
             f"batch_size={list(self.batch_size)})"
         )
 
@@ -149,13 +149,13 @@ def _level() -> int | None:
     return None if _dynamo_compiling() else _current_level()
 
 
-def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
+def _inline(view: Any, cls: type, out: list, level: int | None) -> NodeContext:
     """Append the leaves of ``view`` and of its nested containers to ``out``."""
     data = view._data
     values = data.values()
     if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
         out.extend(values)
-        context = _new(Context)
+        context = _new(NodeContext)
         context.cls = cls
         context.keys = tuple(data)
         context.non_tensor = _NOTHING
@@ -180,7 +180,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
             kinds = (
                 _ALL_TENSORS.setdefault(width, (True,) * width) if width < 4096 else (True,) * width
             )
-        context = _new(Context)
+        context = _new(NodeContext)
         context.cls = cls
         context.keys = tuple(data)
         context.non_tensor = _NOTHING
@@ -199,7 +199,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
     shapes: list[torch.Size | None] = []
     features: list[torch.Size | None] = []
     kinds = []
-    nested: list[Context | None] | None = None
+    nested: list[NodeContext | None] | None = None
     non_tensor: list | None = None
     for key, value in data.items():
         if isinstance(value, _Tensor):
@@ -239,7 +239,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
         kinds.append(False)
         if nested is not None:
             nested.append(None)
-    context = _new(Context)
+    context = _new(NodeContext)
     context.cls = cls
     context.keys = tuple(keys)
     context.non_tensor = _NOTHING if non_tensor is None else tuple(non_tensor)
@@ -255,7 +255,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
     return context
 
 
-def flatten(container) -> tuple[list, Context]:
+def flatten_node(container) -> tuple[list, NodeContext]:
     """The leaves (tensors, in key order, nested containers included) and the context."""
     leaves: list = []
     context = _inline(container._to_tensordict_view(), type(container), leaves, _level())
@@ -264,8 +264,8 @@ def flatten(container) -> tuple[list, Context]:
     return leaves, context
 
 
-def _flatten_tensordict(container) -> tuple[list, Context]:
-    """:func:`flatten` for TensorDict classes (the container is its own view)."""
+def _flatten_tensordict(container) -> tuple[list, NodeContext]:
+    """:func:`flatten_node` for TensorDict classes (the container is its own view)."""
     leaves: list = []
     level = None if _dynamo_compiling() else _current_level()
     context = _inline(container, type(container), leaves, level)
@@ -274,7 +274,7 @@ def _flatten_tensordict(container) -> tuple[list, Context]:
     return leaves, context
 
 
-def flatten_shallow(container) -> tuple[list, Context]:
+def flatten_shallow(container) -> tuple[list, NodeContext]:
     """Children of one level: tensors and nested containers (for key paths and optree)."""
     view = container._to_tensordict_view()
     batch_size = view._batch_size
@@ -297,7 +297,7 @@ def flatten_shallow(container) -> tuple[list, Context]:
             children.append(value)
             shapes.append(value.batch_size if _collection(value) else None)
             kinds.append(False)
-    context = Context(
+    context = NodeContext(
         type(container),
         tuple(keys),
         tuple(non_tensor),
@@ -321,7 +321,7 @@ def flatten_with_keys(container):
 
 
 # ---------------------------------------------------------------- serialisation
-def _dumpable(context: Context) -> dict:
+def _dumpable(context: NodeContext) -> dict:
     non_tensor = []
     for key, value, kind in context.non_tensor:
         try:
@@ -350,14 +350,14 @@ def _dumpable(context: Context) -> dict:
     }
 
 
-def to_dumpable_context(context: Context) -> str:
+def to_dumpable_context(context: NodeContext) -> str:
     """The context as JSON, for ``treespec_dumps`` and ``torch.export``."""
     return json.dumps(_dumpable(context))
 
 
-def _loaded(raw: dict, cls: type) -> Context:
+def _loaded(raw: dict, cls: type) -> NodeContext:
     nested = raw.get("nested")
-    return Context(
+    return NodeContext(
         cls,
         tuple(raw["keys"]),
         tuple((k, v, _NON_TENSOR_KINDS[kind]) for k, v, kind in raw["non_tensor"]),
@@ -378,7 +378,7 @@ def _loaded(raw: dict, cls: type) -> Context:
 
 
 def _context_loader(cls: type):
-    def from_dumpable_context(dumped: str) -> Context:
+    def from_dumpable_context(dumped: str) -> NodeContext:
         return _loaded(json.loads(dumped), cls)
 
     return from_dumpable_context
@@ -391,7 +391,7 @@ def _optree_flatten(container):
     return children, context, context.keys
 
 
-def _optree_unflatten(context: Context, children):
+def _optree_unflatten(context: NodeContext, children):
     return unflatten(children, context)
 
 
@@ -399,7 +399,7 @@ def register(cls: type) -> None:
     """Register ``cls`` (TensorDict or a TensorClass subclass) with both pytree libraries."""
     torch_pytree.register_pytree_node(
         cls,
-        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten,
+        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten_node,
         unflatten,
         serialized_type_name=class_name(cls),
         to_dumpable_context=to_dumpable_context,

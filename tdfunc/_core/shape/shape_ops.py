@@ -15,7 +15,7 @@ import torch
 from ..apply import rewrap
 from ..context import check_parent_batch
 from ..context import write_back as _write_back
-from ..frozen import FROZEN, refuse_frozen
+from ..frozen import FROZEN, refuse_frozen_inside
 from ..keys.fastpath import is_tensor_kind, node_kind
 from ..keys.nested import unravel_key
 from ..keys.writes import check_copy_target, writable_view
@@ -130,7 +130,7 @@ class ShapeOpsMixin(ContainerMixin):
             leaf_index = prepare(leaf_index, self._batch_size)[0]
             target = index_batch_size(self._batch_size, leaf_index)
         if self._is_locked == FROZEN:  # frozen levels below refuse in writable_view, planning
-            refuse_frozen(self, "__setitem__")
+            refuse_frozen_inside(self, "__setitem__")
         fields = getattr(type(self), "_tc_field_names", None)
         if (
             fields is not None
@@ -157,9 +157,7 @@ class ShapeOpsMixin(ContainerMixin):
         """
         ndim = len(self._batch_size)
         if isinstance(value, Mapping) and not _collection(value):
-            from ..container import TensorDict
-
-            value = TensorDict(value, batch_size=target, device=self._device)
+            value = self._plain_tensordict()(value, batch_size=target, device=self._device)
         if not _collection(value):
             # one value broadcast into every tensor leaf
             if not isinstance(value, torch.Tensor):
