@@ -257,3 +257,12 @@ def test_a_list_that_does_not_fit_the_batch_is_an_error():
         assert TensorDict({"z": ["a", "b", "c"]}, [3, 4])["z"] == ["a", "b", "c"]
     whole = TensorDict({}, [3, 4]).set_non_tensor("z", ["a", "b", "c"])
     assert whole["z"] == ["a", "b", "c"]
+
+
+def test_auto_batch_size_with_batch_dims_shrinks_handed_out_levels():
+    td = TensorDict({"a": torch.zeros(4, 3, 2), "n": {"b": torch.zeros(4, 3, 2, 5)}}, [4, 3, 2])
+    nested = td["n"]  # a level handed out: its parent's batch size is checked on resize
+    td.auto_batch_size_(1)
+    assert td.batch_size == nested.batch_size == torch.Size([4])
+    td.auto_batch_size_()
+    assert td.batch_size == torch.Size([4, 3, 2]) and nested.batch_size == torch.Size([4, 3, 2, 5])

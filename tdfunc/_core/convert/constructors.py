@@ -519,6 +519,9 @@ class ConstructorsMixin(ContainerMixin):
             torch.Size([3, 4])
         """
         check_in_place_write(self, "auto_batch_size_")
+        if batch_dims is not None and len(self._batch_size) > batch_dims:
+            # nested levels may shrink below this level's size: shrink this level first
+            self.batch_size = self._batch_size[:batch_dims]
         shapes = []
         for value in self._data.values():
             if is_collection(value):
