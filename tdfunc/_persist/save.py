@@ -319,7 +319,8 @@ class _Save:
                 self.copy_existing
             ):
                 raise RuntimeError(
-                    f"{self.api}: key {_show(path)} is already memory-mapped in "
+                    f"{self.api}: A filename was provided but the tensor already has a file "
+                    f"associated: key {_show(path)} is already memory-mapped in "
                     f"{value.filename}, outside {level.directory}. Pass copy_existing=True "
                     f"to copy it there."
                 )

@@ -326,7 +326,7 @@ def test_rename_key():
     assert td["z"] is a
     td.rename_key_("z", "s")  # replaces
     assert td["s"] is a
-    with pytest.raises(KeyError, match="already exists"):
+    with pytest.raises(KeyError, match="already present"):
         td.rename_key_("s", ("b", "d"), safe=True)
 
 

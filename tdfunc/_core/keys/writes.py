@@ -340,7 +340,10 @@ def rename_key(td, old_key, new_key, safe: bool = False) -> None:
             f"({unravel_key(new_key)!r})."
         )
     if safe and new_key in td:
-        raise KeyError(f"TensorDict.rename_key_: key {unravel_key(new_key)!r} already exists.")
+        raise KeyError(
+            f"TensorDict.rename_key_: key {unravel_key(new_key)!r} already present in "
+            f"TensorDict; pass safe=False to replace it."
+        )
     owner = td._get_leaf(old_parts[:-1]) if len(old_parts) > 1 else td
     owner = writable_view(owner, "rename_key_", unravel_key(old_key))
     owner._check_writable("rename_key_", unravel_key(old_key))

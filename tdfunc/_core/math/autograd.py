@@ -50,7 +50,7 @@ class AutogradMixin(ContainerMixin):
         items = [(k, t) for k, t in leaf_items(self) if t.requires_grad]
         if not items:
             raise RuntimeError(
-                "TensorDict.backward: no leaf requires a gradient; nothing to backpropagate."
+                "TensorDict.backward: no leaf tensor requiring gradients; nothing to backpropagate."
             )
         grads = None
         if gradient is not None:
@@ -58,16 +58,18 @@ class AutogradMixin(ContainerMixin):
             missing = [k for k, _ in items if k not in given]
             if missing:
                 raise KeyError(
-                    f"TensorDict.backward: gradient has no entry for the leaves {missing}; it "
-                    f"must match every leaf that requires a gradient, by key."
+                    f"TensorDict.backward: Missing gradient entry for key "
+                    f"{', '.join(repr(k) for k in missing)}; gradient must have an entry for "
+                    f"every leaf that requires a gradient, by key."
                 )
             grads = [given[k] for k, _ in items]
         else:
             wide = [k for k, t in items if t.numel() != 1]
             if wide:
                 raise RuntimeError(
-                    f"TensorDict.backward: without gradient=, every leaf that requires a "
-                    f"gradient must have one element; {wide} do not. Reduce first "
+                    f"TensorDict.backward: grad can be implicitly created only for scalar "
+                    f"outputs: without gradient=, every leaf that requires a gradient must "
+                    f"have one element; {wide} do not. Reduce first "
                     f"(td.sum(reduce=True).backward()) or pass gradient=<a TensorDict>."
                 )
         if inputs is not None and is_collection(inputs):

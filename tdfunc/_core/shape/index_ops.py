@@ -505,7 +505,8 @@ def _where(self: Any, condition: _Tensor, other: Any, pad: Any) -> Any:
         diff = sorted(set(self._data) ^ set(other_data))
         raise KeyError(
             f"TensorDict.where: both containers must have the same keys; these keys are only in "
-            f"one of them: {diff}. Pass pad=<value> to fill the missing side."
+            f"one of them: {diff} (not found and no pad value provided). Pass pad=<value> to "
+            f"fill the missing side."
         )
     out: dict[str, Any] = {}
     for key, value in self._data.items():
