@@ -321,7 +321,8 @@ class AccessMixin(ContainerMixin):
             name = type(self).__name__
             raise RuntimeError(
                 f"{name}.{api}: Cannot modify locked {name}: cannot add, delete or rename "
-                f"key {key!r}: the {name} is locked. Write in place (td.set_(key, value)) or call td.unlock_() first."
+                f"key {key!r}: the {name} is locked. Write in place (td.set_(key, value)) "
+                f"or call td.unlock_() first."
             )
 
     def _write(self, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None:
