@@ -266,3 +266,16 @@ def test_auto_batch_size_with_batch_dims_shrinks_handed_out_levels():
     assert td.batch_size == nested.batch_size == torch.Size([4])
     td.auto_batch_size_()
     assert td.batch_size == torch.Size([4, 3, 2]) and nested.batch_size == torch.Size([4, 3, 2, 5])
+
+
+def test_from_any_tuples_and_lists():
+    pair = (torch.zeros(2), {"inner": (1, 2)})
+    td = TensorDict.from_any(pair)
+    assert set(td.keys(True, True)) == {"0", ("1", "inner", "0"), ("1", "inner", "1")}
+    assert torch.equal(td["0"], pair[0]) and td["1", "inner", "1"].item() == 2
+    numbers = [[1.0, 2.0], [3.0, 4.0]]
+    assert torch.equal(TensorDict.from_any(numbers), torch.tensor(numbers))
+    ragged = [[[1, 2], [3]], [[4], [5, 6, 7]]]  # regular over 2 dims, ragged below
+    stack = TensorDict.from_any(ragged)
+    assert stack.batch_size == torch.Size([2, 2])
+    assert stack.tolist() == ragged

@@ -45,6 +45,28 @@ def _build(cls: Any, data: dict, batch_size: Any, device: Any, auto: bool, batch
     return cls.from_tensordict(td)
 
 
+def _regular_shape(values: list) -> torch.Size:
+    """The leading dims over which the nested lists ``values`` are regular."""
+    shape = []
+    level = [values]
+    while level and all(type(v) is list for v in level):
+        lengths = {len(v) for v in level}
+        if len(lengths) != 1:
+            break
+        shape.append(lengths.pop())
+        level = [item for v in level for item in v]
+    return torch.Size(shape)
+
+
+def _tuples_as_dicts(obj: Any) -> Any:
+    """``obj`` with plain tuples turned into dicts keyed ``"0"``, ``"1"``, ... (``from_any``)."""
+    if type(obj) is tuple:
+        return {str(i): _tuples_as_dicts(v) for i, v in enumerate(obj)}
+    if isinstance(obj, Mapping) and not is_collection(obj):
+        return {k: _tuples_as_dicts(v) for k, v in obj.items()}
+    return obj
+
+
 def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
 
@@ -280,6 +302,9 @@ class ConstructorsMixin(ContainerMixin):
     ):
         """A container from a dict, dataclass, named tuple, structured array or container.
 
+        A tuple becomes a container keyed ``"0"``, ``"1"``, ...; a list of numbers
+        becomes a tensor, any other list a ``NonTensorStack``.
+
         Example:
             >>> import collections
             >>> Pair = collections.namedtuple("Pair", ["a", "b"])
@@ -290,7 +315,14 @@ class ConstructorsMixin(ContainerMixin):
         """
         if is_collection(obj):
             return obj
-        plain = _plain(obj)
+        if type(obj) is list:  # numbers make a tensor; other values one value per element
+            try:
+                return torch.as_tensor(obj, device=device)
+            except (TypeError, ValueError, RuntimeError):
+                from ..nontensor import stack_of_list
+
+                return stack_of_list(obj, _regular_shape(obj), device)
+        plain = _plain(_tuples_as_dicts(obj))
         if not isinstance(plain, Mapping):
             raise TypeError(
                 f"TensorDict.from_any: cannot build a container from a {type(obj).__name__}; "
