@@ -154,6 +154,6 @@ class BatchMixin(ContainerMixin):
     def __bool__(self) -> bool:
         name = type(self).__name__
         raise RuntimeError(
-            f"{name}: Converting a tensordict to boolean value is not permitted (its truth "
-            f"value is ambiguous); use .all() or .any()."
+            f"{name}: the truth value of a {name} is ambiguous (Converting a tensordict to "
+            f"boolean value is not permitted); use .all() or .any()."
         )
