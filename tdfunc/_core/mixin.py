@@ -39,7 +39,7 @@ def is_tensor_collection(obj: object) -> bool:
 def read_value(value: Any) -> Any:
     """What reading a stored value returns: non-tensor leaves give their Python value."""
     if isinstance(value, NonTensorData):
-        return value.tolist()
+        return value._value()
     return value
 
 

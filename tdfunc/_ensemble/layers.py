@@ -36,7 +36,12 @@ _ELEMENTWISE = {
 @register_planner(*_ELEMENTWISE)
 def _elementwise(module: nn.Module, slots: dict, context: Context):
     function = _ELEMENTWISE[type(module)]
-    return lambda leaves, x: function(x)
+
+    def step(leaves, x):
+        return function(x)
+
+    step.pointwise = function  # type: ignore[attr-defined]  # a chain may call it directly
+    return step
 
 
 @register_planner(

@@ -127,10 +127,23 @@ class Planner:
 def _chain(steps: tuple) -> Callable:
     if len(steps) == 1:
         return steps[0]
+    # An activation after a layer is called directly (``pointwise``, set by the
+    # elementwise planners): one Python frame less per layer, which at small
+    # sizes is a visible part of the forward.
+    pairs: list = []
+    for step in steps:
+        pointwise = getattr(step, "pointwise", None)
+        if pointwise is not None and pairs and pairs[-1][1] is None:
+            pairs[-1][1] = pointwise
+        else:
+            pairs.append([step, None])
+    fused = tuple((step, after) for step, after in pairs)
 
     def chain(leaves, x):
-        for step in steps:
+        for step, after in fused:
             x = step(leaves, x)
+            if after is not None:
+                x = after(x)
         return x
 
     return chain

@@ -549,6 +549,11 @@ def _check_device(device, api: str) -> None:
 
 def _shape_or_size(size: tuple, shape, api: str) -> tuple:
     if shape is None:
+        if not size:  # as torch.empty(): a size is required (shape=() for a 0-d tensor)
+            raise TypeError(
+                f"MemoryMappedTensor.{api}: missing the size; pass it positionally or as "
+                f"shape= (shape=() for a 0-d tensor)."
+            )
         return size
     if size:
         raise TypeError(

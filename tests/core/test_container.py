@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tdfunc import NonTensorData, NonTensorStack, TensorDict, is_tensor_collection
+from tdfunc import (
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    is_tensor_collection,
+    set_capture_non_tensor_stack,
+)
 
 
 # ---------------------------------------------------------------- construction
@@ -358,7 +364,11 @@ def test_stack_of_different_strings_gives_a_list():
     assert stacked[torch.tensor([2, 0])]["s"] == ["c", "a"]
     assert [td["s"] for td in stacked.unbind(0)] == ["a", "b", "c"]
     same = torch.stack([tds[0], tds[0]])
-    assert same["s"] == "a"
+    assert same["s"] == ["a", "a"]  # one value per element, as a list of per-element values
+    with set_capture_non_tensor_stack(True):
+        captured = torch.stack([tds[0], tds[0]])
+    assert captured["s"] == "a"
+    assert same[0]["s"] == captured[0]["s"] == "a"
 
 
 # ---------------------------------------------------------------- select / exclude / keys ops

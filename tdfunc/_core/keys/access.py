@@ -420,9 +420,51 @@ class AccessMixin(ContainerMixin):
         self._write(items, inplace, merge, "update")
         return self
 
-    def update_(self, other: Mapping) -> Self:
-        """Copy every entry of ``other`` into the existing entries (in place, atomic)."""
-        self._write(items_of(other, "update_"), "strict", True, "update_")
+    def update_(
+        self,
+        other: Mapping | None = None,
+        clone: bool = False,
+        *,
+        non_blocking: bool = False,
+        keys_to_update=None,
+        **entries: Any,
+    ) -> Self:
+        """Copy every entry of ``other`` into the existing entries (in place, atomic).
+
+        ``keys_to_update`` limits the copy to these keys (and what is below them);
+        keyword ``entries`` are copied too.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2), "b": torch.zeros(2)}, [2])
+            >>> new = {"a": torch.ones(2), "b": torch.ones(2)}
+            >>> td.update_(new, keys_to_update=["a"])["b"].tolist()
+            [0.0, 0.0]
+        """
+        if keys_to_update is None and not clone and not entries and other is not None:
+            items = items_of(other, "update_")
+        else:
+            items = update_items(other, clone, keys_to_update, non_blocking, None, "update_")
+            if entries:
+                items = list(items) + update_items(entries, clone, keys_to_update, False, None)
+        self._write(items, "strict", True, "update_")
+        return self
+
+    def copy_(self, other: Mapping, non_blocking: bool = False) -> Self:
+        """Copy the values of ``other`` into this container's tensors, in place.
+
+        The in-place counterpart of ``clone``: every entry of ``other`` must
+        already exist here with the same shape; the tensors stay the same objects
+        (a hard target-network update keeps the target's parameters registered).
+        ``non_blocking`` is accepted for compatibility; copies are synchronous.
+
+        Example:
+            >>> target = TensorDict({"w": torch.zeros(2)}, batch_size=[])
+            >>> w = target["w"]
+            >>> _ = target.copy_(TensorDict({"w": torch.ones(2)}, batch_size=[]))
+            >>> target["w"] is w, w.tolist()
+            (True, [1.0, 1.0])
+        """
+        self._write(items_of(other, "copy_"), "strict", True, "copy_")
         return self
 
     def setdefault(self, key, default: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import options
 from ..context import hand_out
 from ..frozen import FROZEN
 from ..mixin import is_tensor_collection
@@ -161,7 +162,7 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
         else:
             check_batch_dims(api, key, tensor.shape, batch_size)
             return tensor
-        if ndim and type(value) is list:  # a list of non-numbers per element: a stack
+        if ndim and type(value) is list and options.list_to_stack():  # one item per element
             stack = stack_of_list(value, batch_size, td._device)
             if stack is not None:
                 return stack

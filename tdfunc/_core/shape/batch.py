@@ -100,8 +100,43 @@ class BatchMixin(ContainerMixin):
         self._names = checked_names(value, self._batch_size, f"{type(self).__name__}.names")
 
     def refine_names(self, *names) -> Self:
-        """Set the names of the batch dims in place (``...`` is not supported); returns self."""
-        self.names = names[0] if len(names) == 1 and isinstance(names[0], (list, tuple)) else names
+        """Name the batch dims in place, as ``Tensor.refine_names``; returns self.
+
+        One ``...`` stands for the dims not listed, which keep their names. A dim
+        that has a name keeps it (naming it differently is an error).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2, 3, 4)}, [2, 3, 4])
+            >>> td.refine_names(..., "c").names
+            [None, None, 'c']
+        """
+        if len(names) == 1 and isinstance(names[0], (list, tuple)):
+            names = tuple(names[0])
+        ndim = len(self._batch_size)
+        current = list(self._names) if self._names is not None else [None] * ndim
+        if names.count(...) > 1:
+            raise ValueError(f"{type(self).__name__}.refine_names: at most one '...', got {names}.")
+        if ... in names:
+            at = names.index(...)
+            fill = ndim - (len(names) - 1)
+            if fill < 0:
+                raise ValueError(
+                    f"{type(self).__name__}.refine_names: {len(names) - 1} names for "
+                    f"{ndim} batch dims."
+                )
+            names = names[:at] + tuple(current[at : at + fill]) + names[at + 1 :]
+        if len(names) != ndim:
+            raise ValueError(
+                f"{type(self).__name__}.refine_names: expected {ndim} names (one per batch "
+                f"dim), got {len(names)}."
+            )
+        for dim, (old, new) in enumerate(zip(current, names)):
+            if old is not None and new != old:
+                raise RuntimeError(
+                    f"{type(self).__name__}.refine_names: cannot rename batch dim {dim} from "
+                    f"{old!r} to {new!r} (refine_names only names unnamed dims)."
+                )
+        self.names = list(names)
         return self
 
     def __len__(self) -> int:
