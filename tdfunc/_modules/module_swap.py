@@ -50,6 +50,7 @@ _PLANS: dict[int, tuple[weakref.ref, list]] = {}
 _ACTIVE: list = []
 _LOCK = threading.RLock()  # reentrant: a handle dropped (__del__) while a swap holds it
 _ident = threading.get_ident
+_ref = weakref.ref
 _new = object.__new__
 _EMPTY = torch.Size()
 _HANDLE: list = [None]  # ModuleSwap (its module imports TensorDict, which imports this one)
@@ -155,19 +156,18 @@ def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = Tr
 
 def _swap(plan: SwapPlan, data) -> ModuleSwap:
     """Save the slots, write ``data``'s values, record the swap; the handle."""
+    handle = _new(_HANDLE[0] or _handle_class())
+    record = (_ref(handle), _ident())  # made before the lock: others wait less
     with _LOCK:
-        olds = plan.enter(data)
-        handle = _new(_HANDLE[0] or _handle_class())
-        handle._olds = olds
+        handle._olds = plan.enter(data)
         handle._state = 0
         handle._plan = plan
         active = _ACTIVE
         # handles that are gone or were never entered, left by this thread: loads
         # for good (not a layer that will end)
-        ident = _ident()
-        while active and _dropped(active[-1], ident):
+        while active and _dropped(active[-1], record[1]):
             active.pop()
-        active.append((weakref.ref(handle), ident))
+        active.append(record)
     handle._batch_size = _EMPTY
     handle._device = None
     handle._names = None
@@ -451,4 +451,4 @@ class ModuleSwapMixin:
         """
         if use_state_dict:
             return load_through_state_dict(self, module)
-        return swap_in(self, module)
+        return swap_mapping(self._data, module)  # TensorClass: its TensorDict's dict
