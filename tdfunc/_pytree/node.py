@@ -60,11 +60,11 @@ _shape = attrgetter("shape")
 # sizes per call, enough to start several garbage collections per call). Contexts are
 # never mutated, so sharing one between calls is safe; while fake tensors are traced
 # (symbolic sizes, rewritten in place by ``concrete``) and under dynamo no cache is used.
-_CONTEXTS: dict[tuple, Context] = {}
+_CONTEXTS: dict[tuple, NodeContext] = {}
 _CONTEXTS_MAX = 4096  # emptied when full: a bound on memory, at the price of rebuilds
 
 
-class Context:
+class NodeContext:
     """What unflatten needs besides the children. Equality ignores every shape.
 
     One per container level: ``nested`` holds the contexts of the nested
@@ -111,7 +111,7 @@ class Context:
         self.device = device
         self.names = names
         self.level = level  # functorch level at flatten time (None outside transforms)
-        # per key: the Context of a nested container flattened into this node, or
+        # per key: the NodeContext of a nested container flattened into this node, or
         # None for a child of its own; None for all when no container was inlined
         self.nested = nested
         self.width = len(keys) if width is None else width  # children under this level
@@ -121,7 +121,7 @@ class Context:
 
     def __eq__(self, other: object) -> bool:
         return (
-            type(other) is Context
+            type(other) is NodeContext
             and self.cls is other.cls
             and self.keys == other.keys
             and (
@@ -136,7 +136,7 @@ class Context:
 
     def __repr__(self) -> str:
         return (
-            f"Context({self.cls.__name__}, keys={list(self.keys)}, "
+            f"NodeContext({self.cls.__name__}, keys={list(self.keys)}, "
             f"batch_size={list(self.batch_size)})"
         )
 
@@ -162,13 +162,13 @@ def _level() -> int | None:
     return None if _dynamo_compiling() else _current_level()
 
 
-def _remember(cache: dict, key: tuple, context: Context) -> None:
+def _remember(cache: dict, key: tuple, context: NodeContext) -> None:
     if len(cache) >= _CONTEXTS_MAX:
         cache.clear()
     cache[key] = context
 
 
-def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | None) -> Context:
+def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | None) -> NodeContext:
     """Append the leaves of ``view`` and of its nested containers to ``out``.
 
     ``cache``: :data:`_CONTEXTS`, or ``None`` where contexts must be new.
@@ -194,7 +194,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
             kinds = (
                 _ALL_TENSORS.setdefault(width, (True,) * width) if width < 4096 else (True,) * width
             )
-        context = _new(Context)
+        context = _new(NodeContext)
         context.cls = cls
         context.keys = tuple(data)
         context.non_tensor = _NOTHING
@@ -212,7 +212,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
         return context
     if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
         out.extend(values)
-        context = _new(Context)
+        context = _new(NodeContext)
         context.cls = cls
         context.keys = tuple(data)
         context.non_tensor = _NOTHING
@@ -230,7 +230,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
     shapes: list[torch.Size | None] = []
     features: list[torch.Size | None] = []
     kinds = []
-    nested: list[Context | None] | None = None
+    nested: list[NodeContext | None] | None = None
     non_tensor: list | None = None
     for key, value in data.items():
         if isinstance(value, _Tensor):
@@ -286,7 +286,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
             )
         ):
             return context
-    context = _new(Context)
+    context = _new(NodeContext)
     context.cls = cls
     context.keys = tuple(keys)
     context.non_tensor = _NOTHING if non_tensor is None else tuple(non_tensor)
@@ -304,7 +304,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
     return context
 
 
-def _flatten_view(view: Any, cls: type) -> tuple[list, Context]:
+def _flatten_view(view: Any, cls: type) -> tuple[list, NodeContext]:
     leaves: list = []
     if _dynamo_compiling():
         return leaves, _inline(view, cls, leaves, None, None)
@@ -316,17 +316,17 @@ def _flatten_view(view: Any, cls: type) -> tuple[list, Context]:
     return leaves, context
 
 
-def flatten(container) -> tuple[list, Context]:
+def flatten_node(container) -> tuple[list, NodeContext]:
     """The leaves (tensors, in key order, nested containers included) and the context."""
     return _flatten_view(container._to_tensordict_view(), type(container))
 
 
-def _flatten_tensordict(container) -> tuple[list, Context]:
-    """:func:`flatten` for TensorDict classes (the container is its own view)."""
+def _flatten_tensordict(container) -> tuple[list, NodeContext]:
+    """:func:`flatten_node` for TensorDict classes (the container is its own view)."""
     return _flatten_view(container, type(container))
 
 
-def flatten_shallow(container) -> tuple[list, Context]:
+def flatten_shallow(container) -> tuple[list, NodeContext]:
     """Children of one level: tensors and nested containers (for key paths and optree)."""
     view = container._to_tensordict_view()
     batch_size = view._batch_size
@@ -349,7 +349,7 @@ def flatten_shallow(container) -> tuple[list, Context]:
             children.append(value)
             shapes.append(value.batch_size if _collection(value) else None)
             kinds.append(False)
-    context = Context(
+    context = NodeContext(
         type(container),
         tuple(keys),
         tuple(non_tensor),
@@ -373,7 +373,7 @@ def flatten_with_keys(container):
 
 
 # ---------------------------------------------------------------- serialisation
-def _dumpable(context: Context) -> dict:
+def _dumpable(context: NodeContext) -> dict:
     non_tensor = []
     for key, value, kind in context.non_tensor:
         try:
@@ -402,14 +402,14 @@ def _dumpable(context: Context) -> dict:
     }
 
 
-def to_dumpable_context(context: Context) -> str:
+def to_dumpable_context(context: NodeContext) -> str:
     """The context as JSON, for ``treespec_dumps`` and ``torch.export``."""
     return json.dumps(_dumpable(context))
 
 
-def _loaded(raw: dict, cls: type) -> Context:
+def _loaded(raw: dict, cls: type) -> NodeContext:
     nested = raw.get("nested")
-    return Context(
+    return NodeContext(
         cls,
         tuple(raw["keys"]),
         tuple((k, v, _NON_TENSOR_KINDS[kind]) for k, v, kind in raw["non_tensor"]),
@@ -430,7 +430,7 @@ def _loaded(raw: dict, cls: type) -> Context:
 
 
 def _context_loader(cls: type):
-    def from_dumpable_context(dumped: str) -> Context:
+    def from_dumpable_context(dumped: str) -> NodeContext:
         return _loaded(json.loads(dumped), cls)
 
     return from_dumpable_context
@@ -443,7 +443,7 @@ def _optree_flatten(container):
     return children, context, context.keys
 
 
-def _optree_unflatten(context: Context, children):
+def _optree_unflatten(context: NodeContext, children):
     return unflatten(children, context)
 
 
@@ -451,7 +451,7 @@ def register(cls: type) -> None:
     """Register ``cls`` (TensorDict or a TensorClass subclass) with both pytree libraries."""
     torch_pytree.register_pytree_node(
         cls,
-        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten,
+        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten_node,
         unflatten,
         serialized_type_name=class_name(cls),
         to_dumpable_context=to_dumpable_context,

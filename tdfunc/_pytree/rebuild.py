@@ -53,7 +53,7 @@ from .symbolic import fake_tracing, symbolic
 from .symbolic import rebuild as symbolic_rebuild
 
 if TYPE_CHECKING:
-    from .node import Context
+    from .node import NodeContext
 
 _dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
 _current_level = _functorch.maybe_current_level
@@ -76,7 +76,7 @@ def _tensorless(child: Any) -> bool:
     return True
 
 
-def infer_batch_size(children: list, context: Context, guessed=()) -> torch.Size:
+def infer_batch_size(children: list, context: NodeContext, guessed=()) -> torch.Size:
     """The batch size that the (transformed) children of one level imply (module docstring).
 
     ``guessed``: positions of nested containers whose own batch size came from
@@ -85,7 +85,7 @@ def infer_batch_size(children: list, context: Context, guessed=()) -> torch.Size
     return _infer(children, context, guessed)[0]
 
 
-def _infer(children: list, context: Context, guessed=()) -> tuple:
+def _infer(children: list, context: NodeContext, guessed=()) -> tuple:
     """:func:`infer_batch_size` and whether it is exact (steps 1 and 2) or a guess."""
     shapes = []
     candidate = None
@@ -130,7 +130,7 @@ def _infer(children: list, context: Context, guessed=()) -> tuple:
     return _common_prefix(shapes), False
 
 
-def _inconsistent(children: list, context: Context) -> ValueError:
+def _inconsistent(children: list, context: NodeContext) -> ValueError:
     detail = ", ".join(
         f"{key!r}: {list(child.shape if isinstance(child, _Tensor) else child.batch_size)}"
         for key, child in zip(context.keys, children)
@@ -160,7 +160,7 @@ def _common_prefix(shapes: list) -> torch.Size:
     return torch.Size(prefix)
 
 
-def _check_vmap_input(children: list, context: Context) -> None:
+def _check_vmap_input(children: list, context: NodeContext) -> None:
     """Refuse a vmap that maps a feature dim of a leaf instead of a batch dim.
 
     At vmap's input boundary the leaves were flattened outside the transform and
@@ -192,7 +192,7 @@ def _check_vmap_input(children: list, context: Context) -> None:
 
 
 # ---------------------------------------------------------------- names
-def _names_after(context: Context, batch_size: torch.Size, children) -> tuple | None:
+def _names_after(context: NodeContext, batch_size: torch.Size, children) -> tuple | None:
     """The dim names of a level whose batch size changed from the recorded one.
 
     Dims that are still there keep their names, new dims have none (as
@@ -245,7 +245,7 @@ def _embedding(short: torch.Size, long: torch.Size) -> tuple | None:
 
 
 # ---------------------------------------------------------------- unflatten
-def unflatten(children, context: Context):
+def unflatten(children, context: NodeContext):
     """Rebuild a container; children that are not tensors are held without validation."""
     if type(children) is not list:
         children = list(children)
@@ -264,7 +264,7 @@ def unflatten(children, context: Context):
     return _rebuild(children, 0, context, check, plain)[0]
 
 
-def _recorded(leaves: list, start: int, context: Context) -> Any:
+def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
     """Every level with its recorded batch size (what inference gives without shapes)."""
     nested = context.nested
     if nested is None:
@@ -284,7 +284,7 @@ def _recorded(leaves: list, start: int, context: Context) -> Any:
     return context.cls._from_pytree(data, batch_size, context.device, context.names)
 
 
-def _rebuild(leaves: list, start: int, context: Context, check: bool, plain=None) -> tuple:
+def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, plain=None) -> tuple:
     """The container of ``context``'s level from ``leaves[start:]``.
 
     Returns ``(container, holds a tensor, batch size, exact)``; ``exact`` is
@@ -342,7 +342,7 @@ def _rebuild(leaves: list, start: int, context: Context, check: bool, plain=None
     return _rebuild_general(children, context, check, None, None, ())
 
 
-def _rebuild_nested(leaves: list, start: int, context: Context, check: bool) -> tuple:
+def _rebuild_nested(leaves: list, start: int, context: NodeContext, check: bool) -> tuple:
     """:func:`_rebuild` for a level with nested containers: step 1 of the inference
     as the children are rebuilt, when they are tensors of their recorded kind,
     nested containers, or values without a shape."""
@@ -422,7 +422,7 @@ def _rebuild_nested(leaves: list, start: int, context: Context, check: bool) -> 
 
 
 def _rebuild_general(
-    children: list, context: Context, check: bool, holes, hollow, guessed
+    children: list, context: NodeContext, check: bool, holes, hollow, guessed
 ) -> tuple:
     """:func:`_rebuild` through the whole inference (:func:`infer_batch_size`)."""
     if check:
@@ -436,7 +436,7 @@ def _rebuild_general(
     return container, tensorful, batch_size, exact
 
 
-def _assemble(children: list, context: Context, batch_size: torch.Size, holes, hollow) -> Any:
+def _assemble(children: list, context: NodeContext, batch_size: torch.Size, holes, hollow) -> Any:
     """The container of one level once its batch size is known.
 
     ``holes``: positions of leafless nested containers, to build here;
@@ -468,7 +468,7 @@ def _assemble(children: list, context: Context, batch_size: torch.Size, holes, h
     return context.cls._from_pytree(data, batch_size, device, names)
 
 
-def _leafless(context: Context, batch_size: torch.Size) -> Any:
+def _leafless(context: NodeContext, batch_size: torch.Size) -> Any:
     """A nested container that had no leaves, rebuilt with ``batch_size``."""
     data = {}
     if context.nested is not None:
@@ -482,7 +482,9 @@ def _leafless(context: Context, batch_size: torch.Size) -> Any:
     return context.cls._from_pytree(data, batch_size, context.device, names)
 
 
-def _rebatch_tensorless(data: dict, children: list, context: Context, batch_size, where) -> None:
+def _rebatch_tensorless(
+    data: dict, children: list, context: NodeContext, batch_size, where
+) -> None:
     for index in where:
         key, child, feature = context.keys[index], children[index], context.feature_shapes[index]
         # a container without tensors could only guess its batch size when it was built

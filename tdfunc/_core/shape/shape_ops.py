@@ -14,7 +14,7 @@ import torch
 
 from ..apply import rewrap
 from ..context import check_parent_batch, write_back
-from ..frozen import FROZEN, refuse_frozen
+from ..frozen import FROZEN, refuse_frozen_inside
 from ..keys.fastpath import is_tensor_kind, node_kind
 from ..keys.nested import unravel_key
 from ..keys.writes import check_copy_target, writable_view
@@ -129,7 +129,7 @@ class ShapeOpsMixin(ContainerMixin):
             leaf_index = prepare(leaf_index, self._batch_size)[0]
             target = index_batch_size(self._batch_size, leaf_index)
         if self._is_locked == FROZEN:  # frozen levels below refuse in writable_view, planning
-            refuse_frozen(self, "__setitem__")
+            refuse_frozen_inside(self, "__setitem__")
         plan: list = []
         self._plan_index_write(leaf_index, target, value, plan, ())
         for operation, *args in plan:  # nothing is written unless every write can be
@@ -149,9 +149,7 @@ class ShapeOpsMixin(ContainerMixin):
         """
         ndim = len(self._batch_size)
         if isinstance(value, Mapping) and not _collection(value):
-            from ..container import TensorDict
-
-            value = TensorDict(value, batch_size=target, device=self._device)
+            value = self._plain_tensordict()(value, batch_size=target, device=self._device)
         if not _collection(value):
             # one value broadcast into every tensor leaf
             if not isinstance(value, torch.Tensor):
