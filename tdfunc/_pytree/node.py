@@ -27,6 +27,7 @@ The batch size is inferred level by level on unflatten
 from __future__ import annotations
 
 import json
+from operator import attrgetter, eq, is_
 from typing import Any
 
 import optree
@@ -38,7 +39,7 @@ from .._core.class_names import ALIASES, class_name, lookup_class
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
 from .rebuild import _TENSOR_TYPES, unflatten
-from .symbolic import concrete, fake_tracing, symbolic
+from .symbolic import _FAKE, _get_mode, concrete, fake_tracing, symbolic
 
 NAMESPACE = "tdfunc"
 _dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
@@ -49,6 +50,18 @@ _new = object.__new__
 _NOTHING: tuple = ()
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
 _ALL_TENSORS: dict[int, tuple] = {}  # width -> (True,) * width, shared by every context
+_shape = attrgetter("shape")
+# Contexts of earlier flattens, by what identifies a level besides its shapes: (class,
+# keys, batch size, device, names, functorch level). An entry is reused when the
+# shapes (and, for a level with nested containers, the kinds of its children and the
+# very contexts of its nested levels) are the ones it records; a level with
+# non-tensor values is never reused. Flattening the same structure again then keeps
+# no new object per leaf alive (a tree of 10,000 leaves would otherwise keep 10,000
+# sizes per call, enough to start several garbage collections per call). Contexts are
+# never mutated, so sharing one between calls is safe; while fake tensors are traced
+# (symbolic sizes, rewritten in place by ``concrete``) and under dynamo no cache is used.
+_CONTEXTS: dict[tuple, NodeContext] = {}
+_CONTEXTS_MAX = 4096  # emptied when full: a bound on memory, at the price of rebuilds
 
 
 class NodeContext:
@@ -149,29 +162,30 @@ def _level() -> int | None:
     return None if _dynamo_compiling() else _current_level()
 
 
-def _inline(view: Any, cls: type, out: list, level: int | None) -> NodeContext:
-    """Append the leaves of ``view`` and of its nested containers to ``out``."""
+def _remember(cache: dict, key: tuple, context: NodeContext) -> None:
+    if len(cache) >= _CONTEXTS_MAX:
+        cache.clear()
+    cache[key] = context
+
+
+def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | None) -> NodeContext:
+    """Append the leaves of ``view`` and of its nested containers to ``out``.
+
+    ``cache``: :data:`_CONTEXTS`, or ``None`` where contexts must be new.
+    """
     data = view._data
     values = data.values()
-    if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
-        out.extend(values)
-        context = _new(NodeContext)
-        context.cls = cls
-        context.keys = tuple(data)
-        context.non_tensor = _NOTHING
-        context.batch_size = view._batch_size
-        context.shapes = context.feature_shapes = (None,) * len(data)
-        context.tensor_children = (False,) * len(data)
-        context.device = view._device
-        context.names = view._names
-        context.level = level
-        context.nested = None
-        context.width = len(data)
-        return context
     batch_size = view._batch_size
     ndim = len(batch_size)
     # plain tensors only: fewer steps per leaf (dynamo traces the general loop below)
     if _TENSOR_TYPES.issuperset(map(type, values)) and not _dynamo_compiling():
+        if cache is not None:
+            key = (cls, tuple(data), batch_size, view._device, view._names, level)
+            context = cache.get(key)
+            # one size at a time, each freed after its comparison
+            if context is not None and all(map(eq, map(_shape, values), context.shapes)):
+                out.extend(values)
+                return context
         out.extend(values)
         shapes = tuple([value.shape for value in values])
         width = len(shapes)
@@ -193,6 +207,23 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> NodeContext:
         context.level = level
         context.nested = None
         context.width = width
+        if cache is not None:
+            _remember(cache, key, context)
+        return context
+    if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
+        out.extend(values)
+        context = _new(NodeContext)
+        context.cls = cls
+        context.keys = tuple(data)
+        context.non_tensor = _NOTHING
+        context.batch_size = view._batch_size
+        context.shapes = context.feature_shapes = (None,) * len(data)
+        context.tensor_children = (False,) * len(data)
+        context.device = view._device
+        context.names = view._names
+        context.level = level
+        context.nested = None
+        context.width = len(data)
         return context
     start = len(out)
     keys = []
@@ -219,7 +250,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> NodeContext:
                     value = value._to_tensordict_view()
                 if nested is None:
                     nested = [None] * len(keys)
-                nested.append(_inline(value, kind, out, level))
+                nested.append(_inline(value, kind, out, level, cache))
                 keys.append(key)
                 shape = value._batch_size
                 shapes.append(shape)
@@ -239,6 +270,22 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> NodeContext:
         kinds.append(False)
         if nested is not None:
             nested.append(None)
+    width = len(out) - start
+    if cache is not None and non_tensor is None:
+        key = (cls, tuple(keys), batch_size, view._device, view._names, level)
+        context = cache.get(key)
+        if (
+            context is not None
+            and context.width == width
+            and context.tensor_children == tuple(kinds)
+            and context.shapes == tuple(shapes)
+            and (
+                context.nested is None
+                if nested is None
+                else context.nested is not None and all(map(is_, context.nested, nested))
+            )
+        ):
+            return context
     context = _new(NodeContext)
     context.cls = cls
     context.keys = tuple(keys)
@@ -251,27 +298,32 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> NodeContext:
     context.names = view._names
     context.level = level
     context.nested = None if nested is None else tuple(nested)
-    context.width = len(out) - start
+    context.width = width
+    if cache is not None and non_tensor is None:
+        _remember(cache, key, context)
     return context
+
+
+def _flatten_view(view: Any, cls: type) -> tuple[list, NodeContext]:
+    leaves: list = []
+    if _dynamo_compiling():
+        return leaves, _inline(view, cls, leaves, None, None)
+    if _get_mode(_FAKE) is None:
+        return leaves, _inline(view, cls, leaves, _current_level(), _CONTEXTS)
+    context = _inline(view, cls, leaves, _current_level(), None)
+    if symbolic(leaves):
+        concrete(context)  # symbolic sizes are recorded as their example values
+    return leaves, context
 
 
 def flatten_node(container) -> tuple[list, NodeContext]:
     """The leaves (tensors, in key order, nested containers included) and the context."""
-    leaves: list = []
-    context = _inline(container._to_tensordict_view(), type(container), leaves, _level())
-    if fake_tracing() and symbolic(leaves):
-        concrete(context)
-    return leaves, context
+    return _flatten_view(container._to_tensordict_view(), type(container))
 
 
 def _flatten_tensordict(container) -> tuple[list, NodeContext]:
     """:func:`flatten_node` for TensorDict classes (the container is its own view)."""
-    leaves: list = []
-    level = None if _dynamo_compiling() else _current_level()
-    context = _inline(container, type(container), leaves, level)
-    if fake_tracing() and symbolic(leaves):
-        concrete(context)  # symbolic sizes are recorded as their example values
-    return leaves, context
+    return _flatten_view(container, type(container))
 
 
 def flatten_shallow(container) -> tuple[list, NodeContext]:

@@ -40,6 +40,8 @@ input check run only where needed.
 
 from __future__ import annotations
 
+from operator import attrgetter
+from operator import eq as _eq
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -57,6 +59,7 @@ _dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the 
 _current_level = _functorch.maybe_current_level
 _get_bdim = _functorch.maybe_get_bdim  # -1 for a tensor that is not batched
 _Tensor = torch.Tensor
+_shape = attrgetter("shape")
 _HOLE = object()  # stands for a leafless nested container until its batch size is known
 _SCALAR = torch.Size([])
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
@@ -246,16 +249,19 @@ def unflatten(children, context: NodeContext):
     """Rebuild a container; children that are not tensors are held without validation."""
     if type(children) is not list:
         children = list(children)
-    if _UNSHAPED.issuperset(map(type, children)):
-        return _recorded(children, 0, context)  # an in_dims tree: nothing to infer from
-    if fake_tracing() and symbolic(children):  # torch.export with dynamic dims
-        return symbolic_rebuild(children, 0, context)[0]
+    # plain tensors (the common case) are neither an in_dims tree nor fake tensors
+    plain = _TENSOR_TYPES.issuperset(map(type, children))
+    if not plain:
+        if _UNSHAPED.issuperset(map(type, children)):
+            return _recorded(children, 0, context)  # an in_dims tree: nothing to infer from
+        if fake_tracing() and symbolic(children):  # torch.export with dynamic dims
+            return symbolic_rebuild(children, 0, context)[0]
     check = False
     if not _dynamo_compiling():
         level = _current_level()
         # only a deeper level than at flatten time can be vmap's input boundary
         check = level is not None and (context.level is None or level > context.level)
-    return _rebuild(children, 0, context, check)[0]
+    return _rebuild(children, 0, context, check, plain)[0]
 
 
 def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
@@ -278,7 +284,7 @@ def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
     return context.cls._from_pytree(data, batch_size, context.device, context.names)
 
 
-def _rebuild(leaves: list, start: int, context: NodeContext, check: bool) -> tuple:
+def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, plain=None) -> tuple:
     """The container of ``context``'s level from ``leaves[start:]``.
 
     Returns ``(container, holds a tensor, batch size, exact)``; ``exact`` is
@@ -291,25 +297,36 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool) -> tup
     if context.nested is not None:
         return _rebuild_nested(leaves, start, context, check)
     end = start + context.width
-    children = leaves if not start and end == len(leaves) else leaves[start:end]
-    if _TENSOR_TYPES.issuperset(map(type, children)) and False not in context.tensor_children:
+    if not start and end == len(leaves):
+        children = leaves  # ``plain``: whether they are all plain tensors, if known
+    else:
+        children, plain = leaves[start:end], None
+    if plain is None:
+        plain = _TENSOR_TYPES.issuperset(map(type, children))
+    if plain and False not in context.tensor_children:
         recorded = context.batch_size
         if check and children and max(map(_get_bdim, children)) >= len(recorded):
             _check_vmap_input(children, context)  # perhaps mapped over a feature dim
             check = False
-        shapes = tuple([child.shape for child in children])
         features = context.feature_shapes
         batch_size = None
-        if shapes == context.shapes:  # unchanged (grad, a shape-preserving tree_map)
-            batch_size = recorded
-        elif shapes == features:  # every batch dim mapped away (inside vmap)
-            batch_size = _SCALAR
-        elif shapes:  # the prefix of the first child, if every child has it
-            split = len(shapes[0]) - len(features[0])
-            if split >= 0:
-                candidate = shapes[0][:split]
-                if shapes == tuple([candidate + feature for feature in features]):
-                    batch_size = candidate
+        # one size at a time (no tuple of sizes kept while the common case is checked)
+        if (
+            tuple([child.shape for child in children]) == context.shapes  # dynamo's form
+            if _dynamo_compiling()
+            else all(map(_eq, map(_shape, children), context.shapes))
+        ):
+            batch_size = recorded  # unchanged (grad, a shape-preserving tree_map)
+        else:
+            shapes = tuple([child.shape for child in children])
+            if shapes == features:  # every batch dim mapped away (inside vmap)
+                batch_size = _SCALAR
+            elif shapes:  # the prefix of the first child, if every child has it
+                split = len(shapes[0]) - len(features[0])
+                if split >= 0:
+                    candidate = shapes[0][:split]
+                    if shapes == tuple([candidate + feature for feature in features]):
+                        batch_size = candidate
         if batch_size is not None:
             names = context.names
             if names is not None and batch_size != recorded:

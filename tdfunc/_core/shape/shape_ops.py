@@ -109,12 +109,14 @@ class ShapeOpsMixin(ContainerMixin):
             kind = type(value)
             if kind is torch.Tensor or is_tensor_kind[kind]:
                 data[key] = value[leaf_index] if take is None else take.take(value, leaf_index)
+            elif kind is NonTensorData and len(value.batch_size) == ndim:
+                # before the class lookup: a compiled function that indexes a batch
+                # with a non-tensor field then reads no cache that eager code may grow
+                data[key] = NonTensorData._make(value.data, new_size, value.device)
             elif node_kind[kind] == 1:  # a nested TensorDict
                 inner = value._batch_size
                 inner_size = new_size if len(inner) == ndim else new_size + inner[ndim:]
                 data[key] = value._index_trusted(leaf_index, inner_size, take)
-            elif kind is NonTensorData and len(value.batch_size) == ndim:
-                data[key] = NonTensorData._make(value.data, new_size, value.device)
             else:
                 data[key] = value[leaf_index]
         names = self._names
