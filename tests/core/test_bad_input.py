@@ -221,9 +221,9 @@ def test_locked_error_message():
     with pytest.raises(RuntimeError) as info:
         td["a"] = torch.zeros(1)
     assert str(info.value) == (
-        "TensorDict.set: Cannot modify locked TensorDict: cannot add, delete or rename key 'a': "
-        "the TensorDict is locked. Write in place (td.set_(key, value)) or call td.unlock_() "
-        "first."
+        "TensorDict.set: cannot add, delete or rename key 'a': the TensorDict is locked "
+        "(Cannot modify locked TensorDict). Write in place (td.set_(key, value)) or call "
+        "td.unlock_() first."
     )
 
 

@@ -320,8 +320,8 @@ class AccessMixin(ContainerMixin):
                 )
             name = type(self).__name__
             raise RuntimeError(
-                f"{name}.{api}: Cannot modify locked {name}: cannot add, delete or rename "
-                f"key {key!r}: the {name} is locked. Write in place (td.set_(key, value)) "
+                f"{name}.{api}: cannot add, delete or rename key {key!r}: the {name} is "
+                f"locked (Cannot modify locked {name}). Write in place (td.set_(key, value)) "
                 f"or call td.unlock_() first."
             )
 
