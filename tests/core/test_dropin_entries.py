@@ -279,3 +279,16 @@ def test_from_any_tuples_and_lists():
     stack = TensorDict.from_any(ragged)
     assert stack.batch_size == torch.Size([2, 2])
     assert stack.tolist() == ragged
+
+
+def test_backward_errors_name_the_missing_keys():
+    x = torch.randn(3, requires_grad=True)
+    out = TensorDict(a=x * 2, n={"b": x * 3})
+    with pytest.raises(KeyError, match=r"Missing gradient entry for key 'a', \('n', 'b'\)"):
+        out.backward(TensorDict(c=torch.ones(3)))
+    with pytest.raises(RuntimeError, match="only for scalar outputs"):
+        out.backward()
+    with pytest.raises(RuntimeError, match="no leaf tensor requiring gradients"):
+        TensorDict(a=torch.ones(2)).backward()
+    out.backward(TensorDict(a=torch.ones(3), n={"b": torch.ones(3)}))
+    assert torch.equal(x.grad, torch.full((3,), 5.0))  # d(2x + 3x)/dx, as plain autograd

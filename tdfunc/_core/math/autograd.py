@@ -59,7 +59,8 @@ class AutogradMixin(ContainerMixin):
             if missing:
                 raise KeyError(
                     f"TensorDict.backward: Missing gradient entry for key "
-                    f"{', '.join(repr(k) for k in missing)}; gradient must have an entry for "
+                    f"{', '.join(repr(_shown(k)) for k in missing)}; gradient must have an entry "
+                    f"for "
                     f"every leaf that requires a gradient, by key."
                 )
             grads = [given[k] for k, _ in items]
@@ -195,3 +196,8 @@ def autograd_grad(outputs: Any, inputs: Any, grad_outputs: Any = None, **kwargs:
             values = iter(chunk)
             results.append(map_leaves(container, lambda t, it=values: next(it), None, True, None))
     return tuple(results)
+
+
+def _shown(key: Any) -> Any:
+    """A key as users write it: ``"a"`` rather than ``("a",)``."""
+    return key[0] if type(key) is tuple and len(key) == 1 else key
