@@ -422,17 +422,28 @@ class ApplyMixin(ContainerMixin):
     def to(self, *args, inplace: bool = False, **kwargs) -> Self:
         """Move and/or cast every tensor leaf, like ``Tensor.to``.
 
-        ``td.to(other)`` takes ``other``'s device (a container) or device and dtype
-        (a tensor); ``inplace=True`` replaces this container's leaves and returns it.
+        ``td.to(other)`` (or ``to(other=...)``) takes ``other``'s device and dtype: a
+        tensor's, or a container's device and the dtype all its tensors share (none
+        when they differ); ``inplace=True`` replaces this container's leaves and
+        returns it.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(2)}, [2])
             >>> td.to(torch.float64)["a"].dtype
             torch.float64
         """
+        other = kwargs.pop("other", None)
+        if other is not None:  # tensordict's keyword form of td.to(other)
+            args = (other, *args)
         if args and _collection(args[0]):
             other = args[0]
-            args = (other.device,) if other.device is not None else ()
+            # the other container's device, and its dtype when all its tensors share one
+            moved = [other.device] if other.device is not None else []
+            if other.dtype is not None:
+                moved.append(other.dtype)
+            args = (*moved, *args[1:])
+            if not moved:
+                return self
         device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
         if device is None and dtype is None:
             return self

@@ -292,3 +292,16 @@ def test_backward_errors_name_the_missing_keys():
         TensorDict(a=torch.ones(2)).backward()
     out.backward(TensorDict(a=torch.ones(3), n={"b": torch.ones(3)}))
     assert torch.equal(x.grad, torch.full((3,), 5.0))  # d(2x + 3x)/dx, as plain autograd
+
+
+def test_to_other_takes_device_and_shared_dtype():
+    plain = {"a": torch.zeros(2), "b": torch.arange(2)}
+    td = TensorDict(plain, [2])
+    half = TensorDict({"x": torch.ones(3, dtype=torch.half)}, [], device="cpu")
+    out = td.to(other=half)
+    assert out.device == torch.device("cpu")
+    assert torch.equal(out["a"], plain["a"].half()) and out["b"].dtype is torch.half
+    mixed = TensorDict({"x": torch.ones(3, dtype=torch.half), "y": torch.arange(2)}, [])
+    out = td.to(mixed)  # no dtype shared by all its tensors: the dtypes are kept
+    assert out["a"].dtype is torch.float32 and out["b"].dtype is torch.int64
+    assert td.to(other=torch.zeros(1, dtype=torch.float64))["b"].dtype is torch.float64
