@@ -424,14 +424,21 @@ class ApplyMixin(ContainerMixin):
 
         ``td.to(other)`` (or ``to(other=...)``) takes ``other``'s device and dtype: a
         tensor's, or a container's device and the dtype all its tensors share (none
-        when they differ); ``inplace=True`` replaces this container's leaves and
-        returns it.
+        when they differ); ``batch_size=`` gives the result that batch size;
+        ``inplace=True`` replaces this container's leaves and returns it.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(2)}, [2])
             >>> td.to(torch.float64)["a"].dtype
             torch.float64
         """
+        batch_size = kwargs.pop("batch_size", None)
+        if batch_size is not None:  # the result gets this batch size (entries must fit it)
+            out = self.to(*args, inplace=inplace, **kwargs)
+            if out is self and not inplace:
+                out = self.clone(False)
+            out.batch_size = batch_size
+            return out
         other = kwargs.pop("other", None)
         if other is not None:  # tensordict's keyword form of td.to(other)
             args = (other, *args)

@@ -305,3 +305,16 @@ def test_to_other_takes_device_and_shared_dtype():
     out = td.to(mixed)  # no dtype shared by all its tensors: the dtypes are kept
     assert out["a"].dtype is torch.float32 and out["b"].dtype is torch.int64
     assert td.to(other=torch.zeros(1, dtype=torch.float64))["b"].dtype is torch.float64
+
+
+def test_to_with_batch_size():
+    plain = {"a": torch.zeros(2, 3), "n": {"b": torch.ones(2, 3)}}
+    td = TensorDict(plain, [2, 3])
+    out = td.to(torch.device("cpu"), torch.int32, batch_size=torch.Size([]))
+    assert out.batch_size == torch.Size([]) and out.device == torch.device("cpu")
+    assert torch.equal(out["n", "b"], plain["n"]["b"].int())
+    only = td.to(batch_size=[2])
+    assert only.batch_size == torch.Size([2]) and td.batch_size == torch.Size([2, 3])
+    assert only["a"] is plain["a"]  # no copy of the leaves
+    with pytest.raises(ValueError):
+        td.to(batch_size=[5])
