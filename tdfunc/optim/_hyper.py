@@ -72,6 +72,11 @@ def rsub(value: float, hyper: Hyper) -> Hyper:
     return _binary(lambda a, b: a - b, value, hyper)
 
 
+def sub(hyper: Hyper, value: float) -> Hyper:
+    """``hyper - value``."""
+    return _binary(lambda a, b: a - b, hyper, value)
+
+
 def neg(hyper: Hyper) -> Hyper:
     return _binary(lambda a, b: a * b, -1.0, hyper)
 
