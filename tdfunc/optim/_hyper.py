@@ -6,7 +6,7 @@ A hyperparameter is kept in one of three forms until the last moment:
 - a tensor whose shape is a prefix of every leaf's shape (usually ``[N]``, one
   value per member of a stacked ensemble, or ``[]``): derived quantities
   (``1 - beta1``, ``lr / bias_correction``) are computed on this small tensor
-  once per step, then viewed as ``[N, 1, ...]`` per leaf rank (:func:`expand`);
+  once per step, then viewed as ``[N, 1, ...]`` per leaf rank (:class:`PerLeaf`);
 - :class:`Leaves`, one tensor per leaf (a pytree of learning rates shaped like the
   parameters, as in Meta-SGD): derived quantities are computed per leaf.
 
@@ -18,6 +18,7 @@ them in Python floats.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from typing import Any, Union
 
@@ -48,6 +49,8 @@ def lead(tensor: torch.Tensor, rank: int) -> torch.Tensor:
 
 
 def _binary(fn: Callable, left: Hyper, right: Hyper) -> Hyper:
+    if type(left) is float and type(right) is float:  # the common case, first
+        return fn(left, right)
     if isinstance(left, Leaves) or isinstance(right, Leaves):
         count = len(left.values) if isinstance(left, Leaves) else len(right.values)  # type: ignore[union-attr]
         lefts = left.values if isinstance(left, Leaves) else [left] * count
@@ -59,26 +62,47 @@ def _binary(fn: Callable, left: Hyper, right: Hyper) -> Hyper:
     return fn(left, right)
 
 
+def _sub(a, b):
+    # a number minus a tensor through torch.rsub: Tensor.__rsub__ is a Python-level wrapper
+    if isinstance(b, torch.Tensor) and not isinstance(a, torch.Tensor):
+        return torch.rsub(b, a)
+    return a - b
+
+
+def _div(a, b):
+    if isinstance(b, torch.Tensor) and not isinstance(a, torch.Tensor):
+        # Tensor.__rtruediv__ computes a number over a tensor as reciprocal(b) * a, which
+        # rounds twice; divide, as torch.optim does with Python numbers
+        return torch.div(torch.scalar_tensor(a, dtype=b.dtype, device=b.device), b)
+    return a / b
+
+
+def _pow(a, b):
+    if isinstance(b, torch.Tensor) and not isinstance(a, torch.Tensor):
+        return torch.pow(a, b)  # not Tensor.__rpow__, a Python-level wrapper
+    return a**b
+
+
 def mul(left: Hyper, right: Hyper) -> Hyper:
-    return _binary(lambda a, b: a * b, left, right)
+    return _binary(operator.mul, left, right)
 
 
 def div(left: Hyper, right: Hyper) -> Hyper:
-    return _binary(lambda a, b: a / b, left, right)
+    return _binary(_div, left, right)
 
 
 def rsub(value: float, hyper: Hyper) -> Hyper:
     """``value - hyper``."""
-    return _binary(lambda a, b: a - b, value, hyper)
+    return _binary(_sub, value, hyper)
 
 
 def sub(hyper: Hyper, value: float) -> Hyper:
     """``hyper - value``."""
-    return _binary(lambda a, b: a - b, hyper, value)
+    return _binary(_sub, hyper, value)
 
 
 def neg(hyper: Hyper) -> Hyper:
-    return _binary(lambda a, b: a * b, -1.0, hyper)
+    return _binary(operator.mul, -1.0, hyper)
 
 
 def wide(hyper: Hyper) -> Hyper:
@@ -94,7 +118,7 @@ def power(base: Hyper, step: float | torch.Tensor) -> Hyper:
     """``base ** step`` (``step`` a Python number or a float64 tensor)."""
     if isinstance(base, float) and not isinstance(step, torch.Tensor):
         return base**step
-    return _binary(lambda a, b: a**b, wide(base), step)
+    return _binary(_pow, wide(base), step)
 
 
 def sqrt(hyper: Hyper) -> Hyper:
@@ -110,27 +134,36 @@ def is_zero(hyper: Hyper) -> bool:
     return not isinstance(hyper, (torch.Tensor, Leaves)) and hyper == 0
 
 
-def expand(hyper: Hyper, leaves: list) -> float | list:
-    """``hyper`` per leaf: a float stays a float; tensors are viewed ``[N, 1, ...]``.
+class PerLeaf:
+    """Hyperparameters per leaf for one list of leaves (built once per step).
 
-    Views are shared between leaves of the same rank and dtype.
+    Calling it on a hyperparameter gives a float for a float, and for a tensor
+    one ``[N, 1, ...]`` view per leaf: the tensor is converted once per leaf
+    dtype and viewed once per leaf rank, the views shared by the leaves of that
+    rank. :class:`Leaves` values are converted to their leaf's dtype.
     """
-    if isinstance(hyper, (int, float)):
-        return float(hyper)
-    if isinstance(hyper, Leaves):
-        return [
-            value.to(leaf.dtype) if isinstance(value, torch.Tensor) else value
-            for value, leaf in zip(hyper.values, leaves)
-        ]
-    views: dict = {}
-    out = []
-    for leaf in leaves:
-        key = (leaf.dim(), leaf.dtype)
-        view = views.get(key)
-        if view is None:
-            view = views[key] = lead(hyper.to(leaf.dtype), leaf.dim())
-        out.append(view)
-    return out
+
+    __slots__ = ("dtypes", "kinds", "leaves", "ranks")
+
+    def __init__(self, leaves: list) -> None:
+        self.leaves = leaves
+        self.kinds = kinds = [(leaf.dim(), leaf.dtype) for leaf in leaves]
+        self.ranks = tuple(dict.fromkeys(kinds))  # distinct (rank, dtype), in order
+        self.dtypes = tuple(dict.fromkeys(dtype for _, dtype in self.ranks))
+
+    def __call__(self, hyper: Hyper) -> float | list:
+        if type(hyper) is float:
+            return hyper
+        if isinstance(hyper, (int, float)):
+            return float(hyper)
+        if isinstance(hyper, Leaves):
+            return [
+                value.to(leaf.dtype) if isinstance(value, torch.Tensor) else value
+                for value, leaf in zip(hyper.values, self.leaves)
+            ]
+        converted = {dtype: hyper.to(dtype) for dtype in self.dtypes}
+        views = {key: lead(converted[key[1]], key[0]) for key in self.ranks}
+        return [views[key] for key in self.kinds]
 
 
 # ------------------------------------------------------------------ validation

@@ -36,10 +36,7 @@ def adam(
     eps_root=0.0,
 ):
     """Adam (``decoupled=False``: L2 penalty added to the gradient) or AdamW."""
-    leaves = grads
-
-    def per_leaf(hyper):
-        return H.expand(hyper, leaves)
+    per_leaf = H.PerLeaf(grads)
 
     decay = None
     if not H.is_zero(weight_decay):
@@ -71,10 +68,7 @@ def sgd(
     ``grad.clone()`` that ``torch.optim.SGD`` starts from; with dampening the
     first step's gradient is not damped (a weight of 1 instead of ``1 - dampening``).
     """
-    leaves = grads
-
-    def per_leaf(hyper):
-        return H.expand(hyper, leaves)
+    per_leaf = H.PerLeaf(grads)
 
     if not H.is_zero(weight_decay):
         grads = K.add(grads, params, per_leaf(weight_decay))
@@ -112,10 +106,7 @@ def rmsprop(
     momentum,
 ):
     """RMSprop; ``grad_avg`` is ``None`` unless centered, ``momentum_buffer`` unless momentum."""
-    leaves = grads
-
-    def per_leaf(hyper):
-        return H.expand(hyper, leaves)
+    per_leaf = H.PerLeaf(grads)
 
     if not H.is_zero(weight_decay):
         grads = K.add(grads, params, per_leaf(weight_decay))
