@@ -36,26 +36,33 @@ def adam(
     eps_root=0.0,
 ):
     """Adam (``decoupled=False``: L2 penalty added to the gradient) or AdamW."""
+    # every hyperparameter first, then the kernels back to back: small operations
+    # between big kernels run on caches the kernels have just evicted
     per_leaf = H.PerLeaf(grads)
-
-    decay = None
+    coupled_decay = decay = None
     if not H.is_zero(weight_decay):
         if decoupled:
             decay = per_leaf(H.mul(H.wide(lr), weight_decay))
         else:
-            grads = K.add(grads, params, per_leaf(weight_decay))
-    exp_avg = K.lerp_(exp_avg, grads, per_leaf(H.rsub(1.0, beta1)))
-    exp_avg_sq = K.addcmul_tmp(
-        K.mul_(exp_avg_sq, per_leaf(beta2)), grads, grads, per_leaf(H.rsub(1.0, beta2))
-    )
+            coupled_decay = per_leaf(weight_decay)
+    average_weight = per_leaf(H.rsub(1.0, beta1))
+    square_decay = per_leaf(beta2)
+    square_weight = per_leaf(H.rsub(1.0, beta2))
     # -lr / (1 - beta1**t) as lr / (beta1**t - 1): the same bits (IEEE negation is
     # exact), one operation fewer on tensor hyperparameters
-    neg_step_size = H.div(H.wide(lr), H.sub(H.power(beta1, step), 1.0))
-    correction2 = H.rsub(1.0, H.power(beta2, step))
+    neg_step_size = per_leaf(H.div(H.wide(lr), H.sub(H.power(beta1, step), 1.0)))
+    root_correction2 = per_leaf(H.sqrt(H.rsub(1.0, H.power(beta2, step))))
     # eps_root (optax's name) keeps sqrt differentiable where the second moment is 0
-    second = exp_avg_sq if H.is_zero(eps_root) else K.shift(exp_avg_sq, per_leaf(eps_root))
-    denom = K.shift_tmp(K.div_tmp(K.sqrt(second), per_leaf(H.sqrt(correction2))), per_leaf(eps))
-    updates = K.descend(params, exp_avg, denom, per_leaf(neg_step_size), decay)
+    root_eps = None if H.is_zero(eps_root) else per_leaf(eps_root)
+    eps = per_leaf(eps)
+
+    if coupled_decay is not None:
+        grads = K.add(grads, params, coupled_decay)
+    exp_avg = K.lerp_(exp_avg, grads, average_weight)
+    exp_avg_sq = K.addcmul_tmp(K.mul_(exp_avg_sq, square_decay), grads, grads, square_weight)
+    second = exp_avg_sq if root_eps is None else K.shift(exp_avg_sq, root_eps)
+    denom = K.shift_tmp(K.div_tmp(K.sqrt(second), root_correction2), eps)
+    updates = K.descend(params, exp_avg, denom, neg_step_size, decay)
     return updates, exp_avg, exp_avg_sq
 
 

@@ -146,23 +146,27 @@ class _Stacked(torch.optim.Optimizer):
                 else:
                     group[name] = _rewrap(value)
 
-    def _gather(self, group: dict, names: tuple[str, ...], fresh) -> dict:
-        """Parameters with gradients, bucketed by their step count, with their state."""
+    def _gather(self, group: dict, fresh) -> dict:
+        """``{step count: (params, grads, states)}`` for the parameters with gradients."""
         buckets: dict = {}
-        api = type(self).__name__
+        state_of = self.state
         for param in group["params"]:
-            if param.grad is None:
+            grad = param.grad
+            if grad is None:
                 continue
-            if param.grad.is_sparse:
-                raise RuntimeError(f"{api}: sparse gradients are not supported.")
-            state = self.state[param]
+            if grad.is_sparse:
+                raise RuntimeError(f"{type(self).__name__}: sparse gradients are not supported.")
+            state = state_of[param]
             if not state:
                 state.update(fresh(param))
-            key = float(state["step"]) if "step" in state else not state.get("_started", True)
-            bucket = buckets.setdefault(key, {"params": [], "grads": [], "state": []})
-            bucket["params"].append(param)
-            bucket["grads"].append(param.grad)
-            bucket["state"].append(state)
+            step = state.get("step")
+            key = float(step) if step is not None else not state.get("_started", True)
+            bucket = buckets.get(key)
+            if bucket is None:
+                bucket = buckets[key] = ([], [], [])
+            bucket[0].append(param)
+            bucket[1].append(grad)
+            bucket[2].append(state)
         return buckets
 
 
@@ -180,6 +184,14 @@ def _rewrap(value: Any) -> Any:
 
 def _number(value: Any) -> Any:
     return float(value) if isinstance(value, (int, float)) else value
+
+
+def _fresh_adam(param: torch.Tensor) -> dict:
+    return {
+        "step": torch.tensor(0.0),
+        "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+        "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+    }
 
 
 class Adam(_Stacked):
@@ -243,23 +255,15 @@ class Adam(_Stacked):
             with torch.enable_grad():
                 loss = closure()
 
-        def fresh(param):
-            return {
-                "step": torch.tensor(0.0),
-                "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
-                "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
-            }
-
         for group in self.param_groups:
-            for bucket in self._gather(group, (), fresh).values():
-                states = bucket["state"]
+            beta1, beta2 = group["betas"]
+            for params, grads, states in self._gather(group, _fresh_adam).values():
                 steps = [state["step"] for state in states]
                 torch._foreach_add_(steps, 1.0)
-                beta1, beta2 = group["betas"]
                 _rules.adam(
                     _kernels.INPLACE,
-                    bucket["params"],
-                    bucket["grads"],
+                    params,
+                    grads,
                     [state["exp_avg"] for state in states],
                     [state["exp_avg_sq"] for state in states],
                     float(steps[0]),
@@ -360,13 +364,12 @@ class SGD(_Stacked):
                 # zero, marked unstarted: the rule's first step makes it the gradient
                 return {"momentum_buffer": torch.zeros_like(param), "_started": False}
 
-            for unstarted, bucket in self._gather(group, (), fresh).items():
-                states = bucket["state"]
+            for unstarted, (params, grads, states) in self._gather(group, fresh).items():
                 buffers = [state["momentum_buffer"] for state in states] if with_momentum else None
                 _rules.sgd(
                     _kernels.INPLACE,
-                    bucket["params"],
-                    bucket["grads"],
+                    params,
+                    grads,
                     buffers,
                     1 if unstarted else 2,
                     lr=group["lr"],

@@ -12,6 +12,7 @@ own steps) and one subtree per moment, shaped like the parameters.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -36,14 +37,20 @@ def _transformed() -> bool:
     return _is_compiling() or _functorch.maybe_current_level() is not None
 
 
+_requires_grad = operator.attrgetter("requires_grad")
+
+
 def _backend(*groups) -> Any:
     if _transformed():
         return _kernels.TENSORWISE
     if torch.is_grad_enabled():
         for group in groups:
-            for value in group:
-                if isinstance(value, torch.Tensor) and value.requires_grad:
-                    return _kernels.TENSORWISE
+            try:
+                recorded = any(map(_requires_grad, group))
+            except AttributeError:  # a leaf that is not a tensor
+                recorded = any(isinstance(v, torch.Tensor) and v.requires_grad for v in group)
+            if recorded:
+                return _kernels.TENSORWISE
     return _kernels.FOREACH
 
 
@@ -237,11 +244,7 @@ class GradientTransformation:
 
     def _compute(self, api, grads, grad_leaves, param_leaves, step, moments) -> tuple:
         """The rule on flat lists: update leaves, the new step count, the new moments."""
-        hypers = self._resolve(api, grad_leaves, grads)
-        tensor_hypers = [v for v in hypers.values() if isinstance(v, torch.Tensor)]
-        for value in hypers.values():
-            if isinstance(value, H.Leaves):
-                tensor_hypers += [v for v in value.values if isinstance(v, torch.Tensor)]
+        hypers, tensor_hypers = self._resolve(api, grad_leaves, grads)
         backend = _backend(grad_leaves, param_leaves, [step], *moments, tensor_hypers)
         step = step + 1
         updates, new_moments = self._rule(
@@ -288,16 +291,27 @@ class GradientTransformation:
         decay = self.hyperparameters.get("weight_decay", 0.0)
         return not H.is_zero(decay)
 
-    def _resolve(self, api: str, leaves: list, grads: Any) -> dict:
-        """The hyperparameters for this step; tensors checked against the leaves."""
-        resolved = {}
-        paths = _paths(grads)
-        for name, value in self.hyperparameters.items():
-            if not isinstance(value, (float, int, bool, torch.Tensor)) and value is not None:
-                value = H.Leaves(_flatten(value)[0])
+    def _resolve(self, api: str, leaves: list, grads: Any) -> tuple[dict, list]:
+        """The hyperparameters for this step, and their tensors (checked against the leaves).
+
+        Numbers need no check; tensors and pytrees are read and checked on every
+        step (``hyperparameters`` may have been changed, a pytree may hold other tensors).
+        """
+        resolved = dict(self.hyperparameters)
+        tensors = []
+        paths = None
+        for name, value in resolved.items():
+            if type(value) is float or value is None or isinstance(value, (int, float)):
+                continue
+            if not isinstance(value, torch.Tensor):
+                value = resolved[name] = H.Leaves(_flatten(value)[0])
+                tensors += [v for v in value.values if isinstance(v, torch.Tensor)]
+            else:
+                tensors.append(value)
+            if paths is None:
+                paths = _paths(grads)
             H.check_leading(api, name, value, leaves, paths)
-            resolved[name] = value
-        return resolved
+        return resolved, tensors
 
 
 def _brief(value: Any) -> str:
