@@ -17,6 +17,7 @@ them in Python floats.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable
@@ -45,7 +46,8 @@ def lead(tensor: torch.Tensor, rank: int) -> torch.Tensor:
     missing = rank - tensor.dim()
     if missing <= 0:
         return tensor
-    return tensor.reshape(tensor.shape + (1,) * missing)
+    # unpacked: concatenating torch.Size objects costs more than the reshape
+    return tensor.reshape(*tensor.shape, *(1,) * missing)
 
 
 def _binary(fn: Callable, left: Hyper, right: Hyper) -> Hyper:
@@ -108,7 +110,7 @@ def neg(hyper: Hyper) -> Hyper:
 def wide(hyper: Hyper) -> Hyper:
     """``hyper`` in float64 for step-count arithmetic (Python floats already are)."""
     if isinstance(hyper, torch.Tensor):
-        return hyper.to(torch.float64)
+        return hyper.to(dtype=torch.float64)  # the keyword parses faster
     if isinstance(hyper, Leaves):
         return Leaves([wide(value) for value in hyper.values])
     return hyper
@@ -119,6 +121,36 @@ def power(base: Hyper, step: float | torch.Tensor) -> Hyper:
     if isinstance(base, float) and not isinstance(step, torch.Tensor):
         return base**step
     return _binary(_pow, wide(base), step)
+
+
+def corrections(beta1: Hyper, beta2: Hyper, step: float | torch.Tensor) -> tuple[Hyper, Hyper]:
+    """Adam's bias corrections ``(beta1**t - 1, 1 - beta2**t)``, the first one negated.
+
+    For float betas and a step tensor, both come from one ``pow`` and one
+    ``addcmul`` on a ``[2, *step.shape]`` tensor, with the same roundings as two
+    ``pow`` and two subtractions (``-1 + p`` is ``p - 1``; the factors are ``±1``).
+    """
+    if (
+        type(beta1) is float
+        and type(beta2) is float
+        and isinstance(step, torch.Tensor)
+        and not _is_compiling()
+    ):
+        bases, offsets, signs = _pair_constants(beta1, beta2, step.device, step.dim())
+        both = torch.addcmul(offsets, signs, torch.pow(bases, step))
+        return both[0], both[1]
+    return sub(power(beta1, step), 1.0), rsub(1.0, power(beta2, step))
+
+
+@functools.lru_cache(maxsize=32)
+def _pair_constants(beta1: float, beta2: float, device: torch.device, rank: int) -> tuple:
+    shape = (2,) + (1,) * rank
+    options = {"dtype": torch.float64, "device": device}
+    return (
+        torch.tensor([beta1, beta2], **options).view(shape),
+        torch.tensor([-1.0, 1.0], **options).view(shape),
+        torch.tensor([1.0, -1.0], **options).view(shape),
+    )
 
 
 def sqrt(hyper: Hyper) -> Hyper:
@@ -158,10 +190,10 @@ class PerLeaf:
             return float(hyper)
         if isinstance(hyper, Leaves):
             return [
-                value.to(leaf.dtype) if isinstance(value, torch.Tensor) else value
+                value.to(dtype=leaf.dtype) if isinstance(value, torch.Tensor) else value
                 for value, leaf in zip(hyper.values, self.leaves)
             ]
-        converted = {dtype: hyper.to(dtype) for dtype in self.dtypes}
+        converted = {dtype: hyper.to(dtype=dtype) for dtype in self.dtypes}
         views = {key: lead(converted[key[1]], key[0]) for key in self.ranks}
         return [views[key] for key in self.kinds]
 

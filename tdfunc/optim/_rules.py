@@ -50,8 +50,9 @@ def adam(
     square_weight = per_leaf(H.rsub(1.0, beta2))
     # -lr / (1 - beta1**t) as lr / (beta1**t - 1): the same bits (IEEE negation is
     # exact), one operation fewer on tensor hyperparameters
-    neg_step_size = per_leaf(H.div(H.wide(lr), H.sub(H.power(beta1, step), 1.0)))
-    root_correction2 = per_leaf(H.sqrt(H.rsub(1.0, H.power(beta2, step))))
+    neg_correction1, correction2 = H.corrections(beta1, beta2, step)
+    neg_step_size = per_leaf(H.div(H.wide(lr), neg_correction1))
+    root_correction2 = per_leaf(H.sqrt(correction2))
     # eps_root (optax's name) keeps sqrt differentiable where the second moment is 0
     root_eps = None if H.is_zero(eps_root) else per_leaf(eps_root)
     eps = per_leaf(eps)

@@ -72,6 +72,24 @@ def _hooked(step, self, args: tuple, kwargs: dict):
     return out
 
 
+def _without_grad(step):
+    """``step`` run with gradients off, as under ``torch.no_grad()`` (minus its per-call object)."""
+
+    @functools.wraps(step)
+    def run(*args, **kwargs):
+        previous = torch.is_grad_enabled()
+        _set_grad_enabled(False)
+        try:
+            return step(*args, **kwargs)
+        finally:
+            _set_grad_enabled(previous)
+
+    return run
+
+
+_set_grad_enabled = torch._C._set_grad_enabled
+
+
 class _Stacked(torch.optim.Optimizer):
     """The shared machinery: hyperparameter checks and ``PerMember`` storage."""
 
@@ -148,8 +166,9 @@ class _Stacked(torch.optim.Optimizer):
 
     def _gather(self, group: dict, fresh) -> dict:
         """``{step count: (params, grads, states)}`` for the parameters with gradients."""
-        buckets: dict = {}
         state_of = self.state
+        entries = []
+        started = []
         for param in group["params"]:
             grad = param.grad
             if grad is None:
@@ -159,6 +178,12 @@ class _Stacked(torch.optim.Optimizer):
             state = state_of[param]
             if not state:
                 state.update(fresh(param))
+                started.append(state)
+            entries.append((param, grad, state))
+        if started:
+            self._on_new_states(started)
+        buckets: dict = {}
+        for param, grad, state in entries:
             step = state.get("step")
             key = float(step) if step is not None else not state.get("_started", True)
             bucket = buckets.get(key)
@@ -168,6 +193,9 @@ class _Stacked(torch.optim.Optimizer):
             bucket[1].append(grad)
             bucket[2].append(state)
         return buckets
+
+    def _on_new_states(self, states: list) -> None:
+        """Called with the states :meth:`_gather` has just created."""
 
 
 def _plain(value: Any) -> Any:
@@ -188,10 +216,25 @@ def _number(value: Any) -> Any:
 
 def _fresh_adam(param: torch.Tensor) -> dict:
     return {
-        "step": torch.tensor(0.0),
+        "step": None,  # set by Adam._on_new_states
         "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
         "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
     }
+
+
+def _advance(steps: list) -> None:
+    """Add 1 to every step counter: one add when they are, in order, one tensor's elements."""
+    base = steps[0]._base
+    if base is not None and base.dim() == 1 and base.numel() == len(steps):
+        start = base.storage_offset()
+        stride = base.stride(0)
+        for index, step in enumerate(steps):
+            if step._base is not base or step.storage_offset() != start + index * stride:
+                break
+        else:
+            base.add_(1.0)
+            return
+    torch._foreach_add_(steps, 1.0)
 
 
 class Adam(_Stacked):
@@ -223,6 +266,13 @@ class Adam(_Stacked):
     _tensor_names = ("lr", "betas", "weight_decay")
     _decoupled = False
 
+    def _on_new_states(self, states: list) -> None:
+        # the step counters of parameters started together are the elements of one
+        # tensor (each its own 0-dim float32 tensor, as in torch.optim): one add per step
+        counts = torch.zeros(len(states))
+        for index, state in enumerate(states):
+            state["step"] = counts[index]
+
     def __init__(
         self,
         params,
@@ -247,7 +297,7 @@ class Adam(_Stacked):
         }
         super().__init__(params, defaults)
 
-    @torch.no_grad()
+    @_without_grad
     def step(self, closure=None):  # type: ignore[override]
         """One Adam step for every parameter with a gradient; returns ``closure()`` if given."""
         loss = None
@@ -259,7 +309,7 @@ class Adam(_Stacked):
             beta1, beta2 = group["betas"]
             for params, grads, states in self._gather(group, _fresh_adam).values():
                 steps = [state["step"] for state in states]
-                torch._foreach_add_(steps, 1.0)
+                _advance(steps)
                 _rules.adam(
                     _kernels.INPLACE,
                     params,
@@ -348,7 +398,7 @@ class SGD(_Stacked):
         }
         super().__init__(params, defaults)
 
-    @torch.no_grad()
+    @_without_grad
     def step(self, closure=None):  # type: ignore[override]
         """One SGD step for every parameter with a gradient; returns ``closure()`` if given."""
         loss = None

@@ -248,7 +248,7 @@ class GradientTransformation:
         backend = _backend(grad_leaves, param_leaves, [step], *moments, tensor_hypers)
         step = step + 1
         updates, new_moments = self._rule(
-            backend, param_leaves, grad_leaves, moments, step.to(torch.float64), hypers
+            backend, param_leaves, grad_leaves, moments, step.to(dtype=torch.float64), hypers
         )
         return updates, step, new_moments
 
