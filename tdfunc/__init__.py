@@ -9,6 +9,8 @@ Example:
 """
 
 # last: the optimizers use the public API above
+# DataLoader collation of containers, registered once at import
+from . import _collate as _collate
 from . import optim as optim
 from ._core.base import TensorDictBase as TensorDictBase
 from ._core.container import TensorDict as TensorDict
@@ -17,6 +19,11 @@ from ._core.keys.nested import NestedKey as NestedKey
 from ._core.keys.nested import unravel_key as unravel_key
 from ._core.nontensor import NonTensorData as NonTensorData
 from ._core.nontensor import NonTensorStack as NonTensorStack
+from ._core.nontensor import is_non_tensor as is_non_tensor
+from ._core.options import get_printoptions as get_printoptions
+from ._core.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
+from ._core.options import set_list_to_stack as set_list_to_stack
+from ._core.options import set_printoptions as set_printoptions
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
 from ._core.shape.combine import pad as pad

@@ -17,9 +17,30 @@ from __future__ import annotations
 import logging
 import os
 
+from ._core.nontensor import is_non_tensor
+from ._core.options import (
+    capture_non_tensor_stack,
+    get_printoptions,
+    list_to_stack,
+    set_capture_non_tensor_stack,
+    set_list_to_stack,
+    set_printoptions,
+    strtobool,
+)
+
 logger = logging.getLogger("tdfunc")
 
-__all__ = ["print_directory_tree"]
+__all__ = [
+    "capture_non_tensor_stack",
+    "get_printoptions",
+    "is_non_tensor",
+    "list_to_stack",
+    "print_directory_tree",
+    "set_capture_non_tensor_stack",
+    "set_list_to_stack",
+    "set_printoptions",
+    "strtobool",
+]
 
 
 def _directory_size(path: str) -> int:

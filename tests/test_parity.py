@@ -144,6 +144,12 @@ def _loaded(method: str) -> Callable:
     return run
 
 
+def _from_consolidated(o: Any, tmp_path: Any) -> Any:
+    path = str(tmp_path / "consolidated.bin")
+    o.consolidate(filename=path)
+    return _cls(o).from_consolidated(path)
+
+
 def _refresh(o: Any, tmp_path: Any) -> Any:
     saved = o.memmap(str(tmp_path / "refresh"))
     return saved.memmap_refresh_(), saved.saved_path is not None
@@ -198,6 +204,13 @@ CASES: dict[str, tuple[Callable, str]] = {
     "cummin": (lambda o: o.cummin(1), "sample"),
     "cumprod": (lambda o: o.cumprod(0), "sample"),
     "cumsum": (lambda o: o.cumsum(1), "sample"),
+    "quantile": (lambda o: o.quantile(0.25, dim=1), "sample"),
+    "__getitems__": (lambda o: o.__getitems__([3, 0]), "sample"),
+    "cat_tensors": (lambda o: o.cat_tensors("obs", "obs", out_key="obs", dim=-1), "sample"),
+    "stack_tensors": (
+        lambda o: o.stack_tensors("reward", "reward", out_key="reward", dim=-1),
+        "sample",
+    ),
     "softmax": (lambda o: o.softmax(1), "sample"),
     "log_softmax": (lambda o: o.log_softmax(0), "sample"),
     "backward": (lambda o: o.apply(lambda t: t.requires_grad_()).sum().backward(), "sample"),
@@ -316,6 +329,7 @@ CASES: dict[str, tuple[Callable, str]] = {
     "load_": (_loaded("load_"), "sample"),
     "load_memmap": (_loaded("load_memmap"), "sample"),
     "load_memmap_": (_loaded("load_memmap_"), "sample"),
+    "from_consolidated": (_from_consolidated, "sample"),
     "load_state_dict": (lambda o: o.load_state_dict((o * 2).state_dict()), "sample"),
     "log": (lambda o: abs(o).log(), "sample"),
     "map": (lambda o: o.map(_map_double, dim=0, num_workers=1, chunksize=2), "sample"),
@@ -360,6 +374,7 @@ CASES: dict[str, tuple[Callable, str]] = {
         "sample",
     ),
     "update_": (lambda o: o.update_({"obs": torch.ones(4, 3, 2)}), "sample"),
+    "copy_": (lambda o: o.copy_(o.clone() * 0), "sample"),
     "values": (lambda o: list(o.values(True, True)), "sample"),
     "view": (lambda o: o.view(12), "sample"),
 }

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .frozen import refuse_frozen
+from .keys.nested import MISSING
+from .keys.writes import inplace_source
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData
@@ -28,11 +30,27 @@ def rewrap(original: Any, result):
     )
 
 
-def _others_at(others: tuple, key: str, api: str) -> list:
+def _without_device(container: Any) -> Any:
+    view = container._to_tensordict_view()
+    view._device = None
+    for value in view._data.values():
+        if _collection(value):
+            _without_device(value)
+    return container
+
+
+def _is_any_value(cls: type) -> bool:
+    return True
+
+
+def _others_at(others: tuple, key: str, api: str, default: Any = MISSING) -> list:
     values = []
     for position, other in enumerate(others):
-        data = other._data
-        if key not in data:
+        data = None if other is None else other._data
+        if data is None or key not in data:
+            if default is not MISSING:
+                values.append(default)
+                continue
             raise KeyError(
                 f"TensorDict.{api}: key {key!r} is missing from the TensorDict passed at "
                 f"position {position + 1}; all TensorDicts must have the same keys."
@@ -41,9 +59,12 @@ def _others_at(others: tuple, key: str, api: str) -> list:
     return values
 
 
-def _views(values: Sequence, key: str, api: str) -> tuple:
+def _views(values: Sequence, key: str, api: str, default: Any = MISSING) -> tuple:
     views = []
     for position, value in enumerate(values):
+        if default is not MISSING and value is default and not _collection(value):
+            views.append(None)  # missing from that container: its leaves take the default
+            continue
         if not _collection(value):
             raise TypeError(
                 f"TensorDict.{api}: key {key!r} holds a TensorDict, but the container passed at "
@@ -84,34 +105,67 @@ class ApplyMixin(ContainerMixin):
         fn: Callable,
         *others,
         batch_size=None,
+        device: Any = _KEEP,
         names: Any = _KEEP,
         inplace: bool = False,
-        filter_empty: bool = True,
+        default: Any = MISSING,
+        filter_empty: bool | None = None,
+        propagate_lock: bool = False,
+        call_on_nested: bool = False,
+        out: Any = None,
         is_leaf: Callable | None = None,
     ) -> Self:
         """A new container with ``fn`` applied to every tensor leaf.
 
         ``fn`` receives the leaf of ``self`` and the matching leaves of ``others``
-        (containers with the same keys). A leaf for which ``fn`` returns ``None``
-        is dropped (and a nested container left empty by that, too). Pass
-        ``batch_size`` when ``fn`` changes the batch dims. Non-tensor leaves are
-        carried over. ``is_leaf`` (a function of a value's class) makes other
-        values leaves too: ``fn`` gets them whole (a non-tensor entry, a nested
-        container) instead of recursing into them.
+        (containers with the same keys; with ``default=`` a key missing from one of
+        them passes ``default`` instead of raising ``KeyError``). A leaf for which
+        ``fn`` returns ``None`` is dropped (and a nested container left empty by
+        that, too, unless ``filter_empty=False``); with ``filter_empty=True`` a
+        result left with no entry at all is ``None``. Pass ``batch_size`` when
+        ``fn`` changes the batch dims. Non-tensor leaves are carried over.
+        ``is_leaf`` (a function of a value's class) makes other values leaves
+        too: ``fn`` gets them whole. ``call_on_nested=True`` calls ``fn`` on the
+        first-level nested containers too (``fn`` recurses itself). ``out`` is a
+        container the results are written into (and returned); ``inplace=True``
+        writes them into ``self``. ``propagate_lock`` locks the result when
+        ``self`` is locked; ``device`` sets the result's device.
 
         Example:
             >>> td = TensorDict({"a": torch.ones(2), "b": torch.zeros(2, dtype=torch.long)}, [2])
             >>> sorted(td.apply(lambda x: x if x.is_floating_point() else None).keys())
             ['a']
+            >>> other = TensorDict({"a": torch.ones(2)}, [2])
+            >>> td.apply(lambda x, y: x if y is None else x + y, other, default=None)["a"]
+            tensor([2., 2.])
         """
+        if call_on_nested:
+            is_leaf = _is_any_value
         if inplace:
-            return self.apply_(fn, *others)
+            return self.apply_(fn, *others, default=default, is_leaf=is_leaf)
         new_size = None if batch_size is None else torch.Size(batch_size)
         views = tuple(other._to_tensordict_view() for other in others)
-        out = self._apply_tree(fn, views, new_size, None, filter_empty, is_leaf=is_leaf)
+        out_tree = self._apply_tree(
+            fn,
+            views,
+            new_size,
+            None,
+            filter_empty is not False,
+            is_leaf=is_leaf,
+            default=default,
+        )
+        if filter_empty and not out_tree._data and self._data:
+            return None  # type: ignore[return-value]
         if names is not _KEEP:
-            out.names = names
-        return out
+            out_tree.names = names
+        if device is not _KEEP:
+            out_tree = out_tree.to(device) if device is not None else _without_device(out_tree)
+        if out is not None:
+            out.update(out_tree)  # entries replaced (a new dtype or shape is kept), as tensordict
+            return out
+        if propagate_lock and self._is_locked:
+            out_tree.lock_()
+        return out_tree
 
     def named_apply(
         self,
@@ -119,11 +173,14 @@ class ApplyMixin(ContainerMixin):
         *others,
         nested_keys: bool = False,
         batch_size=None,
-        filter_empty: bool = True,
+        inplace: bool = False,
+        default: Any = MISSING,
+        filter_empty: bool | None = None,
     ) -> Self:
         """Like :meth:`apply`, with the key passed first: ``fn(key, leaf, *other_leaves)``.
 
         The key is the leaf's own key, or its full tuple path with ``nested_keys=True``.
+        ``inplace=True`` writes the results into ``self`` and returns it.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(()), "b": {"c": torch.zeros(())}})
@@ -133,7 +190,23 @@ class ApplyMixin(ContainerMixin):
         """
         new_size = None if batch_size is None else torch.Size(batch_size)
         views = tuple(other._to_tensordict_view() for other in others)
-        return self._apply_tree(fn, views, new_size, (), filter_empty, local_keys=not nested_keys)
+        if inplace:
+            self._check_mutable("named_apply")
+            refuse_frozen(self, "named_apply")
+            self._apply_inplace(fn, views, default, None, (), not nested_keys)
+            return self
+        result = self._apply_tree(
+            fn,
+            views,
+            new_size,
+            (),
+            filter_empty is not False,
+            local_keys=not nested_keys,
+            default=default,
+        )
+        if filter_empty and not result._data and self._data:
+            return None  # type: ignore[return-value]
+        return result
 
     def _apply_tree(
         self,
@@ -146,21 +219,27 @@ class ApplyMixin(ContainerMixin):
         local_keys: bool = False,
         check: bool = True,
         is_leaf: Callable | None = None,
+        default: Any = MISSING,
     ):
         """The engine of ``apply``.
 
-        ``others`` are TensorDict views with the same keys. With ``prefix`` (a tuple)
-        ``fn`` gets the key first: the full path ``prefix + (key,)``, or the leaf's
-        own key with ``local_keys``. ``check`` validates results (user functions).
+        ``others`` are TensorDict views with the same keys (``default`` stands in for
+        a missing one when given). With ``prefix`` (a tuple) ``fn`` gets the key
+        first: the full path ``prefix + (key,)``, or the leaf's own key with
+        ``local_keys``. ``check`` validates results (user functions).
         """
         ndim = len(self._batch_size)
         expected = self._batch_size if new_size is None else new_size
         count = len(expected)
         data = {}
         for key, value in self._data.items():
-            other_values = _others_at(others, key, "apply") if others else ()
+            other_values = _others_at(others, key, "apply", default) if others else ()
             if is_leaf is not None and not isinstance(value, _Tensor) and is_leaf(type(value)):
-                result = fn(value, *other_values)  # a leaf by the caller's rule: given whole
+                if prefix is not None:
+                    name = key if local_keys else prefix + (key,)
+                    result = fn(name, value, *other_values)
+                else:
+                    result = fn(value, *other_values)  # a leaf by the caller's rule: given whole
                 if result is not None:
                     data[key] = result
                 continue
@@ -184,13 +263,14 @@ class ApplyMixin(ContainerMixin):
                 inner_size = None if new_size is None else new_size + view._batch_size[ndim:]
                 sub = view._apply_tree(
                     fn,
-                    _views(other_values, key, "apply") if others else (),
+                    _views(other_values, key, "apply", default) if others else (),
                     inner_size,
                     None if prefix is None else prefix + (key,),
                     filter_empty,
                     local_keys=local_keys,
                     check=check,
                     is_leaf=is_leaf,
+                    default=default,
                 )
                 if filter_empty and not sub._data and view._data:
                     continue
@@ -202,8 +282,13 @@ class ApplyMixin(ContainerMixin):
             data[key] = result
         return self._like(data, new_size, self._names if new_size is None else None)
 
-    def apply_(self, fn: Callable, *others) -> Self:
+    def apply_(
+        self, fn: Callable, *others, default: Any = MISSING, is_leaf: Callable | None = None
+    ) -> Self:
         """Apply ``fn`` to every tensor leaf and write the result into it (in place).
+
+        A result that cannot be written into the leaf (another shape or dtype) replaces
+        it; ``default`` stands in for keys missing from ``others``.
 
         Example:
             >>> td = TensorDict({"a": torch.ones(2)}, [2])
@@ -213,19 +298,47 @@ class ApplyMixin(ContainerMixin):
         self._check_mutable("apply_")
         refuse_frozen(self, "apply_")
         views = tuple(other._to_tensordict_view() for other in others)
-        self._apply_inplace(fn, views)
+        self._apply_inplace(fn, views, default, is_leaf)
         return self
 
-    def _apply_inplace(self, fn: Callable, others: tuple) -> None:
-        for key, value in self._data.items():
-            other_values = _others_at(others, key, "apply_") if others else ()
-            if isinstance(value, _Tensor):
-                result = fn(value, *other_values)
-                if result is not None and result is not value:
-                    value.copy_(result)
+    def _apply_inplace(
+        self,
+        fn: Callable,
+        others: tuple,
+        default: Any = MISSING,
+        is_leaf: Callable | None = None,
+        prefix: tuple | None = None,
+        local_keys: bool = False,
+    ) -> None:
+        data = self._data
+        for key, value in list(data.items()):
+            other_values = _others_at(others, key, "apply_", default) if others else ()
+            leaf = isinstance(value, _Tensor) or (
+                is_leaf is not None and not _collection(value) and is_leaf(type(value))
+            )
+            if leaf:
+                if prefix is not None:
+                    name = key if local_keys else prefix + (key,)
+                    result = fn(name, value, *other_values)
+                else:
+                    result = fn(value, *other_values)
+                if result is None or result is value:
+                    continue
+                if isinstance(value, _Tensor) and isinstance(result, _Tensor):
+                    # validated as set() validates: a result that does not fit is an error
+                    value.copy_(inplace_source(value, result, key, "apply_", self._batch_size))
+                else:
+                    self._write(((key, result),), False, False, "apply_")  # type: ignore[attr-defined]
             elif _collection(value):
                 view = value._to_tensordict_view()
-                view._apply_inplace(fn, _views(other_values, key, "apply_") if others else ())
+                view._apply_inplace(
+                    fn,
+                    _views(other_values, key, "apply_", default) if others else (),
+                    default,
+                    is_leaf,
+                    None if prefix is None else prefix + (key,),
+                    local_keys,
+                )
 
     # -------------------------------------------------------------- leaf-wise
     def clone(self, recurse: bool = True) -> Self:
@@ -374,6 +487,19 @@ class ApplyMixin(ContainerMixin):
         from .repr import is_shared
 
         return is_shared(self)
+
+    # last in the class body: these names shadow the builtins for what follows them
+    def int(self) -> Self:
+        """Every tensor leaf cast to ``torch.int32`` (``Tensor.int``)."""
+        return self.to(torch.int32)
+
+    def long(self) -> Self:
+        """Every tensor leaf cast to ``torch.int64`` (``Tensor.long``)."""
+        return self.to(torch.int64)
+
+    def bool(self) -> Self:
+        """Every tensor leaf cast to ``torch.bool`` (``Tensor.bool``)."""
+        return self.to(torch.bool)
 
 
 def _result_error(result: Any, key, expected: torch.Size) -> Exception:

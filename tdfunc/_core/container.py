@@ -16,10 +16,12 @@ only once every entry has been checked.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
 
+from .._persist.memmap_tensor import reduce_collection_for_process
 from .._pytree.node import register as _register_pytree
 from .class_names import register_class
 from .keys import access
@@ -59,10 +61,11 @@ class TensorDict(TensorOps):
         "_batch_size",
         "_data",
         "_device",
+        "_exits",  # the exit actions of the `with` blocks entered, innermost last (context.py)
         "_is_locked",
         "_last_op",  # a pending `with` exit action (context.py)
-        "_lock_parent",  # weak reference to the container whose lock_() locked this one
         "_names",
+        "_parent",  # weak reference to the container holding this one (context.py)
     )
     _is_tensor_collection = True
     _is_tensordict = True  # TensorDict and its subclasses (not TensorClass)
@@ -171,3 +174,5 @@ class TensorDict(TensorOps):
 access.TensorDict = key_views.TensorDict = TensorDict
 _register_pytree(TensorDict)
 register_class(TensorDict)
+# multiprocessing sends file-backed leaves by file, never by torch's shared-memory path
+ForkingPickler.register(TensorDict, reduce_collection_for_process)

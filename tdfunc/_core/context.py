@@ -7,25 +7,39 @@ operations (``flatten_keys``, ``unflatten_keys``, ``permute``, ``transpose``,
 write what the block changed back into the container they came from, through
 the inverse operation. The pending action is stored in the ``_last_op`` slot
 of the returned container; a call made without ``with`` leaves it unused.
+``__enter__`` moves it onto a stack (the ``_exits`` slot) and ``__exit__``
+pops it, so blocks on one container nest: ``with td.unlock_(): with
+td.lock_(): ...`` restores, at each exit, the state its own call found
+(:class:`LockState`), not a single "last operation".
 
 Nested locks: ``lock_`` records, in every nested container it locks, a weak
-reference to the container that locked it (the ``_lock_parent`` slot), so
+reference to the container that locked it (the ``_parent`` slot), so
 that unlocking a nested container while its parent is still locked is refused
 (tensordict's rule).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .mixin import ContainerMixin
+from .frozen import FROZEN
+from .mixin import ContainerMixin, is_tensor_collection
+
+
+def _holder(container: Any) -> Any:
+    """Where ``container`` keeps its pending and entered exit actions: itself, or for a
+    TensorClass (which has no slots of its own) its TensorDict."""
+    if hasattr(type(container), "_exits"):
+        return container
+    return container._to_tensordict_view()
 
 
 def remember(out: Any, action: Callable[[Any], None]) -> Any:
     """Make ``with out:`` run ``action(out)`` on exit; returns ``out``."""
     try:  # noqa: SIM105 (contextlib.suppress costs more on this hot path)
-        out._last_op = action
+        _holder(out)._last_op = action
     except AttributeError:  # a container without the slot: no context-manager form
         pass
     return out
@@ -44,21 +58,112 @@ def write_back(out: Any, source: Any, inverse: Callable[[Any], Any] | None = Non
     return out
 
 
-def record_lock(parent_ref: Any, child: Any) -> None:
-    """Remember that the container behind ``parent_ref`` (a weak reference) locked ``child``."""
+def record_parent(parent_ref: Any, child: Any) -> None:
+    """Remember that the container behind ``parent_ref`` (a weak reference) holds ``child``.
+
+    Recorded when a container locks ``child``, stores it, or hands it out by key
+    (``td["n"]``, ``td.get("n")``): the ways a caller gets hold of a nested level.
+    """
     try:  # noqa: SIM105 (contextlib.suppress costs more on this path)
-        child._lock_parent = parent_ref
+        child._parent = parent_ref
     except AttributeError:  # a container without the slot (a TensorClass)
         pass
 
 
 def locking_parent(child: Any) -> Any:
     """The locked container that holds ``child`` and locked it, or None."""
-    ref = getattr(child, "_lock_parent", None)
+    ref = getattr(child, "_parent", None)
     parent = None if ref is None else ref()
     if parent is None or not parent._is_locked:
         return None
     return parent if any(value is child for value in parent._data.values()) else None
+
+
+def hand_out(parent: Any, child: Any) -> None:
+    """``child`` (a container stored in ``parent``) is given to the caller: remember its parent."""
+    record_parent(weakref.ref(parent._to_tensordict_view()), child._to_tensordict_view())
+
+
+def holding_parent(child: Any) -> tuple[Any, Any] | None:
+    """``(parent, key)`` of the container known to hold ``child`` (still holding it), or None."""
+    view = child._to_tensordict_view()
+    ref = getattr(view, "_parent", None)
+    parent = None if ref is None else ref()
+    if parent is None:
+        return None
+    for key, value in parent._data.items():
+        if value is child or (
+            value is not None
+            and is_tensor_collection(value)
+            and value._to_tensordict_view() is view
+        ):
+            return parent, key
+    return None
+
+
+def check_parent_batch(child: Any, size: Any, api: str) -> None:
+    """Refuse a new batch size of a nested container that its parent's would not start.
+
+    A parent of batch ``[3]`` indexes every entry along that dim: a nested level of
+    batch ``[5]`` below it would be indexed wrongly, silently.
+    """
+    found = holding_parent(child)
+    if found is None:
+        return
+    parent, key = found
+    outer = parent._batch_size
+    if tuple(size[: len(outer)]) != tuple(outer):
+        raise ValueError(
+            f"{api}: cannot give batch size {list(size)} to the nested TensorDict at key "
+            f"{key!r}: its parent has batch size {list(outer)}, which every entry's batch size "
+            f"must start with. Change the parent's batch size first, or update through the "
+            f"parent (parent.update({{{key!r}: ...}}, update_batch_size=True))."
+        )
+
+
+class LockState:
+    """The lock state of a container and every container nested in it, to restore later.
+
+    ``lock_`` / ``unlock_`` take one before they change anything; ``with`` restores it
+    on exit. A container added inside the block takes the restored state of its
+    parent (as the parent's ``lock_`` / ``unlock_`` would); a frozen level is never
+    touched.
+    """
+
+    __slots__ = ("saved",)
+
+    def __init__(self, td: Any) -> None:
+        self.saved: dict[int, tuple] = {}
+        self._save(td)
+
+    def _save(self, node: Any) -> None:
+        view = node._to_tensordict_view()
+        self.saved[id(view)] = (view, view._is_locked, getattr(view, "_parent", None))
+        for value in view._data.values():
+            if is_tensor_collection(value):
+                self._save(value)
+
+    def restore(self, td: Any) -> None:
+        self._restore(td, False, None)
+
+    def _restore(self, node: Any, parent_locked: bool, parent_ref: Any) -> None:
+        view = node._to_tensordict_view()
+        entry = self.saved.get(id(view))
+        if view._is_locked != FROZEN:
+            if entry is not None and entry[0] is view:
+                view._is_locked, parent = entry[1], entry[2]
+            else:  # added inside the block: as its parent's lock_ / unlock_ would leave it
+                view._is_locked = parent_locked
+                parent = parent_ref
+            record_parent(parent, view)
+        ref = weakref.ref(view)
+        for value in view._data.values():
+            if is_tensor_collection(value):
+                self._restore(value, bool(view._is_locked), ref)
+
+
+# pending exit actions, entered blocks and the weak link to a parent are not state
+_NOT_STATE = ("__weakref__", "_last_op", "_parent", "_exits")
 
 
 class ContextMixin(ContainerMixin):
@@ -80,21 +185,39 @@ class ContextMixin(ContainerMixin):
     __slots__ = ()
 
     def __enter__(self):
+        # the pending exit action of the call that made this container goes on the stack
+        holder = _holder(self)
+        action = getattr(holder, "_last_op", None)
+        try:
+            holder._last_op = None
+            stack = getattr(holder, "_exits", None)
+            if stack is None:
+                holder._exits = [action]
+            else:
+                stack.append(action)
+        except AttributeError:  # a container without the slots: no context-manager form
+            pass
         return self
 
     def __getstate__(self) -> dict[str, Any]:
-        # a pending exit action (and the container it writes back to) is not state
         slots = {}
         for cls in type(self).__mro__:
             for name in getattr(cls, "__slots__", ()):
-                if name not in ("__weakref__", "_last_op", "_lock_parent") and hasattr(self, name):
+                if name not in ("__weakref__", "_last_op", "_parent", "_exits") and hasattr(
+                    self, name
+                ):
                     slots[name] = getattr(self, name)
         return (getattr(self, "__dict__", None) or None, slots)
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        action = getattr(self, "_last_op", None)
+        holder = _holder(self)
+        stack = getattr(holder, "_exits", None)
+        if stack:
+            action = stack.pop()
+        else:  # __exit__ called without __enter__: the pending action, as before
+            action = getattr(holder, "_last_op", None)
         if action is not None:
-            self._last_op = None
+            holder._last_op = None
             try:
                 if type(action) is tuple:
                     source, inverse = action
@@ -103,7 +226,7 @@ class ContextMixin(ContainerMixin):
                 else:
                     action(self)
             finally:
-                self._last_op = None
+                holder._last_op = None
 
     @property
     def is_locked(self) -> bool:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .mixin import FROZEN as FROZEN
 from .mixin import is_tensor_collection as _collection
-
-FROZEN = 2  # the value of ``_is_locked`` in a frozen TensorClass's TensorDicts
 
 
 def freeze(td: Any) -> None:

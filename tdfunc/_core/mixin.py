@@ -11,6 +11,9 @@ container of the same kind as ``self``), structural writes are checked with
 
 from __future__ import annotations
 
+import functools
+import types
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -36,8 +39,39 @@ def is_tensor_collection(obj: object) -> bool:
 def read_value(value: Any) -> Any:
     """What reading a stored value returns: non-tensor leaves give their Python value."""
     if isinstance(value, NonTensorData):
-        return value.tolist()
+        return value._value()
     return value
+
+
+FROZEN = 2  # the value of ``_is_locked`` in a frozen TensorClass's TensorDicts (frozen.py)
+
+# Public methods ending in "_" change the container in place, so each one asks
+# ``_check_mutable`` first (wrapped below, when the class is defined: a new in-place
+# method cannot forget). The exceptions, with why they are allowed on frozen data:
+MUTABLE_WHEN_FROZEN = {
+    "lock_": "a frozen container is locked already; locking it changes nothing",
+    "unlock_": "documented as a no-op on frozen data: it stays frozen (and locked)",
+}
+
+
+def _is_mutator(name: str, value: Any) -> bool:
+    return (
+        name.endswith("_")
+        and not name.startswith("_")
+        and name not in MUTABLE_WHEN_FROZEN
+        and isinstance(value, types.FunctionType)
+        and not getattr(value, "_asks_check_mutable", False)
+    )
+
+
+def _checks_mutable(name: str, method: Callable) -> Callable:
+    @functools.wraps(method)
+    def checked(self, *args: Any, **kwargs: Any) -> Any:
+        self._check_mutable(name)
+        return method(self, *args, **kwargs)
+
+    checked._asks_check_mutable = True  # type: ignore[attr-defined]
+    return checked
 
 
 class ContainerMixin:
@@ -56,8 +90,26 @@ class ContainerMixin:
     # tensordict: a TensorDict's get gives NonTensorData, a tensorclass's the value
     _get_reads_value: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.startswith("tdfunc."):
+            for name, value in list(vars(cls).items()):
+                if _is_mutator(name, value):
+                    setattr(cls, name, _checks_mutable(name, value))
+
     def _check_mutable(self, api: str) -> None:
-        """Refuse a write (a frozen TensorClass raises); a TensorDict accepts every write."""
+        """The one "may this container change?" hook, asked by every mutator and setter.
+
+        A TensorDict inside a frozen TensorClass (``_is_locked == FROZEN``) refuses;
+        a frozen TensorClass overrides this to raise ``FrozenInstanceError``.
+        """
+        if self._is_locked == FROZEN:
+            raise RuntimeError(
+                f"{type(self).__name__}.{api}: this TensorDict belongs to a frozen TensorClass, "
+                f"which refuses every change (values, keys, batch size, names, requires_grad); "
+                f"nothing was changed. Build a new container out of place instead (clone(), "
+                f"apply(...), +, ...)."
+            )
 
     @classmethod
     def _adopt(cls, loaded: Any) -> Any:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import options
 from .keys.nested import MISSING, key_parts
 from .shape.sizes import checked_names, index_batch_size, normalize_dim, resolve_shape
 
@@ -76,7 +77,16 @@ class NonTensorData:
         return self
 
     def tolist(self) -> Any:
-        """The value(s): the value itself here; a nested list for a ``NonTensorStack``."""
+        """The values as a nested list shaped like the batch (the value itself without one).
+
+        Example:
+            >>> NonTensorData("a", batch_size=[2]).tolist()
+            ['a', 'a']
+        """
+        return _nested_list(self._array())
+
+    def _value(self) -> Any:
+        """What reading the entry returns: the value (a nested list for a stack)."""
         return self.data
 
     def _array(self) -> np.ndarray:
@@ -142,6 +152,48 @@ class NonTensorData:
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[NonTensorData, ...]:
         return tuple(self._with(p.shape) for p in _meta(self.batch_size).chunk(chunks, dim))
+
+    def _from(self, array: np.ndarray) -> NonTensorData:
+        return from_array(array, self.device)
+
+    def repeat(self, *repeats) -> NonTensorData:
+        """Repeat along the batch dims, as ``Tensor.repeat``."""
+        reps = _dims(repeats)
+        if type(self) is NonTensorData:
+            return self._with(_meta(self.batch_size).repeat(reps).shape)
+        return self._from(np.tile(self._array(), reps))
+
+    def repeat_interleave(self, repeats, dim: int | None = None) -> NonTensorData:
+        """Repeat each element ``repeats`` times along ``dim``, as ``Tensor.repeat_interleave``."""
+        if type(self) is NonTensorData:
+            return self._with(_meta(self.batch_size).repeat_interleave(repeats, dim).shape)
+        counts = repeats.cpu().numpy() if isinstance(repeats, torch.Tensor) else repeats
+        return self._from(np.repeat(self._array(), counts, axis=dim))
+
+    def where(self, condition, other, *, out=None, pad=None) -> NonTensorData:
+        """``self`` where ``condition`` (over the batch dims) is true, ``other`` elsewhere.
+
+        ``out`` and ``pad`` are accepted for compatibility with the container method.
+        """
+        mask = condition.cpu().numpy() if isinstance(condition, torch.Tensor) else condition
+        size = torch.Size(np.broadcast_shapes(np.shape(mask), tuple(self.batch_size)))
+        mine = np.broadcast_to(self._array(), tuple(size))
+        theirs = np.broadcast_to(as_array(other, size), tuple(size))
+        return self._from(np.where(np.broadcast_to(mask, tuple(size)), mine, theirs))
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.stack, torch.cat):
+            leaves = list(args[0] if args else kwargs["tensors"])
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            if not all(isinstance(leaf, NonTensorData) for leaf in leaves):
+                return NotImplemented
+            ndim = len(leaves[0].batch_size)
+            if func is torch.stack:
+                return stack_non_tensor(leaves, normalize_dim(dim, ndim + 1, "torch.stack"))
+            return cat_non_tensor(leaves, normalize_dim(dim, ndim, "torch.cat"))
+        return NotImplemented
 
     def to(self, *args, **kwargs) -> NonTensorData:
         device = kwargs.get("device", args[0] if args else None)
@@ -239,6 +291,9 @@ class NonTensorStack(NonTensorData):
     def tolist(self) -> list:
         return self.data
 
+    def _value(self) -> Any:
+        return self.data
+
     def _array(self) -> np.ndarray:
         shape = tuple(self.batch_size)
         array = np.empty(shape, dtype=object)
@@ -248,9 +303,6 @@ class NonTensorStack(NonTensorData):
                 item = item[i]
             array[position] = item
         return array
-
-    def _from(self, array: np.ndarray) -> NonTensorData:
-        return from_array(array, self.device)
 
     def _with(self, batch_size) -> NonTensorData:
         # Only called with the same batch size (clone, to): copy the outer lists.
@@ -312,10 +364,16 @@ class NonTensorStack(NonTensorData):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NonTensorData):
-            other = other.tolist() if type(other) is NonTensorStack else other.data
+            other = other._value()
         return _equal(self.data, other)
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(\n    {self.data!r},\n    batch_size={self.batch_size},\n"
+            f"    device={self.device})"
+        )
 
 
 # ---------------------------------------------------------------------- helpers
@@ -418,8 +476,10 @@ def eq_mask(leaf: NonTensorData, other: Any) -> torch.Tensor:
 def stack_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
     """Stack non-tensor leaves: equal values stay one value, others become a stack."""
     first = leaves[0]
-    if all(type(leaf) is NonTensorData for leaf in leaves) and all(
-        _equal(leaf.data, first.data) for leaf in leaves[1:]
+    if (
+        options.capture_non_tensor_stack()
+        and all(type(leaf) is NonTensorData for leaf in leaves)
+        and all(_equal(leaf.data, first.data) for leaf in leaves[1:])
     ):
         size = list(first.batch_size)
         size.insert(dim, len(leaves))
@@ -437,6 +497,16 @@ def cat_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
         size[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
         return NonTensorData._make(first.data, torch.Size(size), first.device)
     return from_array(np.concatenate([leaf._array() for leaf in leaves], axis=dim), first.device)
+
+
+def is_non_tensor(value: Any) -> bool:
+    """True for a non-tensor leaf (``NonTensorData`` or ``NonTensorStack``).
+
+    Example:
+        >>> is_non_tensor(NonTensorData("a")), is_non_tensor(torch.zeros(()))
+        (True, False)
+    """
+    return isinstance(value, NonTensorData)
 
 
 # ---------------------------------------------------------------------- container API
@@ -470,7 +540,7 @@ class NonTensorMixin:
             if default is MISSING:
                 raise self._missing(key, "get_non_tensor")  # type: ignore[attr-defined]
             return default
-        return value.tolist() if isinstance(value, NonTensorData) else value
+        return value._value() if isinstance(value, NonTensorData) else value
 
     def is_non_tensor(self, key) -> bool:
         """Whether the entry stored at ``key`` is non-tensor data (``KeyError`` if missing)."""

@@ -28,6 +28,7 @@ from .._modules.module_swap import ModuleSwapMixin
 from .._persist import PersistMixin
 from .apply import ApplyMixin
 from .context import ContextMixin
+from .convert.entries import EntriesMixin
 from .keys.access import AccessMixin
 from .keys.views import KeyViewsMixin
 from .math.arith import ArithmeticMixin
@@ -53,6 +54,7 @@ class TensorOps(
     MapMixin,
     NonTensorMixin,
     ContextMixin,
+    EntriesMixin,
 ):
     """The shared methods of ``TensorDict`` and ``TensorClass`` (add new mixins here)."""
 

@@ -7,23 +7,46 @@ from typing import Any
 
 import torch
 
-from .nontensor import NonTensorData
+from .options import PRINT
 
 
 def leaf_repr(value: Any) -> str:
-    """``Tensor(shape=..., device=..., dtype=..., is_shared=...)`` for one leaf."""
+    """``Tensor(shape=..., device=..., dtype=..., is_shared=...)`` for one leaf.
+
+    What is shown follows :func:`~tdfunc.set_printoptions`; a ``Parameter`` prints
+    as ``Parameter`` and a buffer as ``Tensor``.
+    """
     if isinstance(value, torch.Tensor):
         kind = type(value).__name__
-        if kind in ("Parameter", "Buffer"):
+        if kind == "Buffer":
             kind = "Tensor"
-        shared = _is_shared(value)
-        return (
-            f"{kind}(shape={value.shape}, device={value.device}, dtype={value.dtype}, "
-            f"is_shared={shared})"
-        )
-    if isinstance(value, NonTensorData):
-        return repr(value)
+        options = PRINT
+        parts = []
+        if options["show_shape"]:
+            parts.append(f"shape={value.shape}")
+        if options["show_field_device"]:
+            parts.append(f"device={value.device}")
+        if options["show_dtype"]:
+            parts.append(f"dtype={value.dtype}")
+        if options["show_field_is_shared"]:
+            parts.append(f"is_shared={_is_shared(value)}")
+        if options["show_grad"]:
+            parts.append(f"requires_grad={value.requires_grad}")
+        if options["show_is_contiguous"]:
+            parts.append(f"is_contiguous={value.is_contiguous()}")
+        if options["show_is_view"]:
+            parts.append(f"is_view={value._base is not None}")
+        if options["show_storage_size"]:
+            parts.append(f"storage_size={_storage_size(value)}")
+        return f"{kind}({', '.join(parts)})"
     return repr(value)
+
+
+def _storage_size(tensor: torch.Tensor) -> int | None:
+    try:
+        return tensor.untyped_storage().nbytes()
+    except Exception:  # fake / functional tensors have no storage
+        return None
 
 
 def _is_shared(tensor: torch.Tensor) -> bool:
@@ -44,13 +67,20 @@ def fields_block(items: list[tuple[str, str]], separator: str = ": ") -> str:
 
 
 def td_repr(td) -> str:
-    items = sorted(((k, leaf_repr(v)) for k, v in td._data.items()), key=lambda item: item[0])
+    items = [(k, leaf_repr(v)) for k, v in td._data.items()]
+    if PRINT["sort_keys"] == "alphabetical":
+        items.sort(key=lambda item: item[0])
     fields = "fields={\n" + fields_block(items) + "}"
     if not items:
         fields = "fields={\n    }"
-    tail = [fields, f"batch_size={td.batch_size}", f"device={td.device}"]
+    tail = [fields]
+    if PRINT["show_batch_size"]:
+        tail.append(f"batch_size={td.batch_size}")
+    if PRINT["show_device"]:
+        tail.append(f"device={td.device}")
     if td._names is not None:
         tail.append(f"names={list(td._names)}")
-    tail.append(f"is_shared={is_shared(td)}")
+    if PRINT["show_is_shared"]:
+        tail.append(f"is_shared={is_shared(td)}")
     body = textwrap.indent(",\n".join(tail), "    ")
     return f"{type(td).__name__}(\n{body})"

@@ -125,7 +125,7 @@ def _public_join(items, dim: int, out, stacking: bool):
     data = _combined(views, dim, stacking, api)
     result = first._like(data, new_size, _names_of(views, dim, stacking))
     if out is not None:
-        out.update_(result)
+        out.update(result, inplace=True)
         return out
     return result
 
@@ -317,7 +317,7 @@ def _pairwise(name: str) -> Callable:
         else:
             result = map_pairs(other, input, lambda b, a: function(a, b), name)
         if out is not None:
-            out.update_(result)
+            out.update(result, inplace=True)
             return out
         return result
 

@@ -28,6 +28,7 @@ import os
 import pickle
 import traceback
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -35,105 +36,49 @@ import torch
 import torch.multiprocessing as torch_mp
 import torch.utils._pytree as pytree
 
+from .._persist.sharing import (
+    StaleFileError,
+    geometry,
+    identity_at_name,
+    mapped_inode,
+    open_identified,
+    read_maps,
+)
+
 _WORKER_STATE: tuple | None = None  # (shipment, fn, dim) in a worker of our own pool
 _STALE = "stale"  # the "item" of an error tuple that is not fn's (see _raise_worker_error)
 _POLL_SECONDS = 0.1  # how often a caller-provided Pool's workers are checked while waiting
 
 
 # ---------------------------------------------------------------- moving data to workers
-class StaleFileError(RuntimeError):
-    """A memory-mapped leaf's file name no longer names the file the caller maps."""
-
-
-def _stale(filename: str, why: str) -> StaleFileError:
-    return StaleFileError(
-        f"TensorDict.map: the memory-mapped leaf backed by {filename!r} cannot be sent to the "
-        f"worker processes: {why}. Workers map such leaves again by file name, so they would "
-        f"compute on (or write into) another file than the caller's data (a later save "
-        f"replaced it?). Load the TensorDict again, or clone() the leaves into memory first."
-    )
-
-
-def _read_maps() -> list | None:
-    """``[(start, end, device, inode), ...]`` of this process's file mappings (Linux)."""
-    try:
-        with open("/proc/self/maps") as maps:
-            lines = maps.read().splitlines()
-    except OSError:
-        return None
-    out = []
-    for line in lines:
-        fields = line.split(None, 5)
-        if len(fields) < 6 or fields[4] == "0":
-            continue
-        start, end = (int(part, 16) for part in fields[0].split("-"))
-        major, minor = (int(part, 16) for part in fields[3].split(":"))
-        out.append((start, end, os.makedev(major, minor), int(fields[4])))
-    return out
+_API = "TensorDict.map"
 
 
 class _Pickler(ForkingPickler):
     """torch's shared-memory pickling, except that file-backed tensors travel by file name,
-    with the identity (device, inode, size) of the file the caller maps."""
+    with the identity (device, inode, size) of the file the caller maps (see
+    :mod:`tdfunc._persist.sharing`, shared with ``MemoryMappedTensor``'s pickling)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._maps: list | bool | None = False  # read on the first file-backed tensor
 
     def _identity(self, storage: Any) -> tuple:
-        filename = storage.filename
-        try:
-            stat = os.stat(filename)
-        except OSError as error:
-            raise _stale(filename, f"the file cannot be read ({error.strerror})") from None
         if self._maps is False:
-            self._maps = _read_maps()
-        address = storage.data_ptr()
-        for start, end, device, inode in self._maps or ():
-            if start <= address < end:
-                if (device, inode) != (stat.st_dev, stat.st_ino):
-                    raise _stale(filename, "the file at that name is not the one it maps")
-                break
-        return (stat.st_dev, stat.st_ino, stat.st_size)
+            self._maps = read_maps()
+        mapped = mapped_inode(storage.data_ptr(), self._maps)  # type: ignore[arg-type]
+        return identity_at_name(storage.filename, mapped, _API)
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor) and _file_backed(obj):
             storage = obj.untyped_storage()
-            return _open_mapped, (
+            return open_identified, (
                 storage.filename,
-                storage.nbytes(),
-                obj.dtype,
-                tuple(obj.shape),
-                obj.stride(),
-                obj.storage_offset(),
+                *geometry(obj),
                 self._identity(storage),
+                _API,
             )
         return NotImplemented
-
-
-def _open_mapped(
-    filename: str, nbytes: int, dtype, size, stride, offset, identity: tuple | None = None
-) -> torch.Tensor:
-    """Map the caller's file again, or raise :class:`StaleFileError` if the name now names
-    another file (checked on an open descriptor, which is then what gets mapped)."""
-    shared = True
-    try:
-        fd = os.open(filename, os.O_RDWR)
-    except PermissionError:  # a read-only file: a private (copy-on-write) mapping reads it
-        fd, shared = os.open(filename, os.O_RDONLY), False
-    except FileNotFoundError:
-        raise _stale(filename, "the file was deleted") from None
-    try:
-        stat = os.fstat(fd)
-        if identity is not None and (stat.st_dev, stat.st_ino, stat.st_size) != tuple(identity):
-            raise _stale(filename, "the file at that name was replaced since it was sent")
-        path = f"/proc/self/fd/{fd}"  # the very file checked above, whatever the name holds now
-        if not os.path.exists(path):
-            path = filename
-        storage = torch.UntypedStorage.from_file(path, shared=shared, nbytes=nbytes)
-    finally:
-        os.close(fd)
-    return torch.empty(0, dtype=dtype).set_(storage, offset, size, stride)  # type: ignore[arg-type]
 
 
 class _Shipment:
@@ -439,7 +384,7 @@ def td_map(
                 start, stop = ranges[index]
                 bar.update(stop - start)
         failed = False
-    except concurrent.futures.process.BrokenProcessPool as error:
+    except BrokenProcessPool as error:  # bound at import: a caller's Pool never imports it
         raise RuntimeError(
             "TensorDict.map: a worker process died (killed or crashed, e.g. out of memory) "
             "before finishing its chunk."

@@ -1,9 +1,14 @@
 """``Ensemble`` and its batched engine: N members of one architecture run as batched kernels.
 
+- ``ensemble.py``: ``Ensemble``; ``layout.py``: its stacked modules and flat leaf layout;
+  ``members.py``: member selections and per-member state dicts; ``member_inputs.py``:
+  ``in_dims`` and the member dim of the inputs;
 - ``registry.py``: ``register_batched`` and the per-type registry;
 - ``layers.py``: the built-in layers (Linear, convolutions, norms, dropout...);
 - ``plan.py``: walks a template module and builds its batched forward;
-- ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``.
+- ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``;
+- ``checks.py``: members must be structurally equal; ``verify.py``: registered
+  functions are checked on first use; ``cache.py``: derived leaves kept between calls.
 """
 
 from .plan import Report as Report

@@ -29,258 +29,43 @@ objects.
 from __future__ import annotations
 
 import copy
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _module
 
 from .._core.container import TensorDict
 from . import Context, build_plan
+from . import members as _members
+from .cache import DerivedCache
+from .checks import check_members
+from .layout import (
+    _fresh_copies,
+    _leaf_names,
+    _leaves_of,
+    _named_slots,
+    _Pinned,
+    _rebuild,
+    _register,
+    _slot_index,
+    _slots,
+    _to_meta,
+)
+from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slice_members
 
 _RANDOMNESS = ("error", "different", "same")
 _is_compiling = torch.compiler.is_compiling
+_tracing = torch._C._get_tracing_state
+# torch's global module hooks (dicts filled in place by register_module_*_hook).
+_GLOBAL_HOOKS = (
+    _module._global_forward_hooks,
+    _module._global_forward_pre_hooks,
+    _module._global_backward_hooks,
+    _module._global_backward_pre_hooks,
+)
 _SCALAR = torch.Size([])
-
-
-class _Stacked(nn.Module):
-    """One level of stacked parameters, named like the template's module at that level."""
-
-    def extra_repr(self) -> str:
-        shapes = [
-            f"{name}: {tuple(p.shape)}" for name, p in self._parameters.items() if p is not None
-        ]
-        shapes += [
-            f"{name}: {tuple(b.shape)} (buffer)"
-            for name, b in self._buffers.items()
-            if b is not None
-        ]
-        return ", ".join(shapes)
-
-
-def _reset_parameters(model: nn.Module) -> None:
-    """Re-initialise ``model`` in place with its submodules' ``reset_parameters``.
-
-    Raises ``ValueError`` when some parameter is owned by a module that has no
-    ``reset_parameters`` (the copies would silently all start the same).
-    """
-    uncovered = []
-    for prefix, module in model.named_modules(remove_duplicate=True):
-        reset = getattr(module, "reset_parameters", None) or getattr(
-            module, "_reset_parameters", None
-        )
-        if callable(reset):
-            reset()
-        else:
-            uncovered += [
-                f"{prefix}.{name}" if prefix else name
-                for name, value in module._parameters.items()
-                if value is not None
-            ]
-    if uncovered:
-        raise ValueError(
-            f"Ensemble: cannot make independent initialisations: the parameters {uncovered} "
-            f"belong to modules without a reset_parameters() method, so every member would "
-            f"start from the same values. Pass init=fn (a function that re-initialises a "
-            f"module in place), or pass N models: Ensemble(*[make_model() for _ in range(n)])."
-        )
-
-
-def _fresh_copies(model: nn.Module, num_members: int, init: Callable | None) -> list:
-    copies = []
-    for _ in range(num_members):
-        member = copy.deepcopy(model)
-        with torch.no_grad():
-            if init is None:
-                _reset_parameters(member)
-            else:
-                init(member)
-        copies.append(member)
-    return copies
-
-
-def _to_meta(module: nn.Module) -> nn.Module:
-    """Move ``module``'s tensors to ``meta`` in place, keeping tied tensors tied.
-
-    (``module.to("meta")`` converts a tied parameter once per slot, untying it.)
-    """
-    converted: dict[int, Any] = {}
-    for sub in module.modules():
-        owners: tuple[dict[str, Any], ...] = (sub._parameters, sub._buffers)
-        for owner in owners:
-            for name, value in owner.items():
-                if value is None:
-                    continue
-                new = converted.get(id(value))
-                if new is None:
-                    new = value.detach().to("meta")
-                    if isinstance(value, nn.Parameter):
-                        new = nn.Parameter(new, requires_grad=value.requires_grad)
-                    converted[id(value)] = new
-                owner[name] = new
-    return module
-
-
-def _named_slots(module: nn.Module):
-    for prefix, sub in module.named_modules(remove_duplicate=False):
-        for owner in (sub._parameters, sub._buffers):
-            for name, value in owner.items():
-                yield (f"{prefix}.{name}" if prefix else name), value
-
-
-def _register(stacked: TensorDict, template: nn.Module, path: tuple) -> tuple[nn.Module, tuple]:
-    """Mirror ``stacked`` as a tree of ``_Stacked`` modules; return it and its layout.
-
-    A layout entry is ``(key, owner_dict, None)`` for a leaf (read as
-    ``owner_dict[key]``) or ``(key, None, child_layout)`` for a nested level.
-    """
-    holder = _Stacked()
-    layout: list[tuple[str, Any, Any]] = []
-    for key, value in stacked._data.items():
-        if isinstance(value, TensorDict):
-            child_module: Any = template._modules[key]
-            child, child_layout = _register(value, child_module, path + (key,))
-            if not child_layout:
-                continue  # a module without tensors (an activation): no level to swap
-            holder.add_module(key, child)
-            layout.append((key, None, child_layout))
-        elif isinstance(value, torch.Tensor):
-            if key in template._parameters:
-                original: Any = template._parameters[key]
-                holder.register_parameter(
-                    key, nn.Parameter(value.detach(), requires_grad=original.requires_grad)
-                )
-                layout.append((key, holder._parameters, None))
-            else:
-                persistent = key not in template._non_persistent_buffers_set
-                holder.register_buffer(key, value.detach(), persistent=persistent)
-                layout.append((key, holder._buffers, None))
-        else:
-            raise TypeError(
-                f"Ensemble: expected tensors and submodules only, found "
-                f"{type(value).__name__} at key {path + (key,)!r}."
-            )
-    return holder, tuple(layout)
-
-
-def _build(layout: tuple, batch_size: torch.Size) -> TensorDict:
-    data = {}
-    for key, owner, child in layout:
-        data[key] = owner[key] if child is None else _build(child, batch_size)
-    return TensorDict._new_unsafe(data, batch_size)
-
-
-def _slots(layout: tuple) -> list:
-    """The (owner dict, key) of every leaf, in layout order."""
-    out = []
-    for key, owner, child in layout:
-        if child is None:
-            out.append((owner, key))
-        else:
-            out += _slots(child)
-    return out
-
-
-def _slot_index(layout: tuple, template: nn.Module) -> dict:
-    """``(id(module), name) -> leaf position`` for every tensor slot of ``template``
-    (a tied tensor's slots all point to its one leaf)."""
-    positions: dict[str, int] = {}
-
-    def walk(layout: tuple, prefix: str) -> None:
-        for key, _, child in layout:
-            if child is None:
-                positions[prefix + key] = len(positions)
-            else:
-                walk(child, f"{prefix}{key}.")
-
-    walk(layout, "")
-    index, by_identity, pending = {}, {}, []
-    for prefix, module in template.named_modules(remove_duplicate=False):
-        for owner in (module._parameters, module._buffers):
-            for name, value in owner.items():
-                if value is None:
-                    continue
-                position = positions.get(f"{prefix}.{name}" if prefix else name)
-                if position is None:
-                    pending.append((module, name, value))
-                else:
-                    index[(id(module), name)] = position
-                    by_identity[id(value)] = position
-    for module, name, value in pending:
-        index[(id(module), name)] = by_identity[id(value)]
-    return index
-
-
-def _lead_inputs(args: tuple, in_dims: Any, members: int) -> tuple:
-    """The positional inputs with the member dim first (a shared input is expanded)."""
-    out = []
-    for position, value in enumerate(args):
-        dim = in_dims[position] if isinstance(in_dims, tuple) else in_dims
-        out.append(_lead_input(value, dim, members))
-    return tuple(out)
-
-
-def _lead_input(value: Any, dim: int | None, members: int) -> Any:
-    if isinstance(value, torch.Tensor):
-        if dim is None:
-            return value.expand(members, *value.shape)
-        if value.shape[dim] != members:
-            raise ValueError(
-                f"Ensemble: an input has size {value.shape[dim]} in its member dim {dim} "
-                f"(in_dims), expected {members} (one slice per member)."
-            )
-        return value if dim == 0 else value.movedim(dim, 0)
-    if isinstance(value, (tuple, list, dict)):
-        return torch.utils._pytree.tree_map(lambda v: _lead_input(v, dim, members), value)
-    return value
-
-
-def _leaves_of(layout: tuple, td: TensorDict, out: list, path: tuple) -> list:
-    """The leaves of ``td`` in layout order; ``td`` must have the layout's keys."""
-    data = td._to_tensordict_view()._data
-    if len(data) != len(layout):
-        expected = sorted(key for key, _, _ in layout)
-        raise KeyError(
-            f"Ensemble: the parameters at {path!r} must have the keys {expected}, got "
-            f"{sorted(data)}. Pass a TensorDict shaped like ensemble.params."
-        )
-    for key, _, child in layout:
-        value = data.get(key)
-        if value is None:
-            raise KeyError(
-                f"Ensemble: the parameters have no key {path + (key,)!r}. Pass a TensorDict "
-                f"shaped like ensemble.params."
-            )
-        if child is None:
-            out.append(value)
-        else:
-            _leaves_of(child, value, out, path + (key,))
-    return out
-
-
-def _rebuild(layout: tuple, leaves, position: list) -> TensorDict:
-    """A TensorDict (batch ``[]``) of ``leaves`` in the layout's structure."""
-    data = {}
-    for key, _, child in layout:
-        if child is None:
-            data[key] = leaves[position[0]]
-            position[0] += 1
-        else:
-            data[key] = _rebuild(child, leaves, position)
-    return TensorDict._new_unsafe(data, _SCALAR)
-
-
-def _check_in_dims(in_dims: Any) -> Any:
-    if in_dims is None or isinstance(in_dims, int):
-        return in_dims
-    if isinstance(in_dims, (tuple, list)):
-        return tuple(in_dims)
-    raise TypeError(
-        f"Ensemble: in_dims must be None (input shared by all members), an int (the member "
-        f"dim of every input, usually 0) or a tuple with one entry per positional input; got "
-        f"{type(in_dims).__name__}."
-    )
 
 
 class Ensemble(nn.Module):
@@ -316,6 +101,11 @@ class Ensemble(nn.Module):
             models would), ``"same"`` or ``"error"``.
         chunk_size: as in ``torch.func.vmap``: run the members this many at a
             time to bound memory (``None``: all at once).
+        shared: names (as in ``model.named_parameters()`` / ``named_buffers()``)
+            of tensors kept once for all members instead of stacked, e.g. a
+            learned bound every member uses. Each member sees the one tensor, so
+            its gradient is the sum over the members, as for N modules holding
+            the same ``nn.Parameter``. The given members must hold equal values.
 
     Example:
         >>> _ = torch.manual_seed(0)
@@ -326,6 +116,10 @@ class Ensemble(nn.Module):
         >>> optimizer = torch.optim.SGD(ensemble.parameters(), lr=0.1)
         >>> ensemble.member(2)(torch.randn(10, 3)).shape
         torch.Size([10, 1])
+        >>> ensemble(torch.randn(5, 10, 3), in_dims=0).shape  # one batch per member
+        torch.Size([5, 10, 1])
+        >>> ensemble[[0, 3]](torch.randn(10, 3)).shape  # two members, batched
+        torch.Size([2, 10, 1])
     """
 
     _template: nn.Module
@@ -340,6 +134,7 @@ class Ensemble(nn.Module):
         in_dims: int | Sequence[int | None] | None = None,
         randomness: str = "different",
         chunk_size: int | None = None,
+        shared: Sequence[str] = (),
     ) -> None:
         super().__init__()
         if len(models) == 1 and isinstance(models[0], (list, tuple, nn.ModuleList)):
@@ -360,7 +155,7 @@ class Ensemble(nn.Module):
                 raise ValueError(
                     f"Ensemble: num_members must be a positive int, got {num_members!r}."
                 )
-            models = tuple(_fresh_copies(models[0], num_members, init))
+            models = tuple(_fresh_copies(models[0], num_members, init, shared))
         elif init is not None:
             raise ValueError(
                 "Ensemble: init re-initialises the copies made with num_members; it cannot be "
@@ -371,15 +166,24 @@ class Ensemble(nn.Module):
                 "Ensemble: expected at least one model, e.g. Ensemble(m1, m2) or "
                 "Ensemble(model, num_members=8)."
             )
+        check_members(models)
         stacked = TensorDict.from_modules(*models)
+        shared_names = _members.check_shared(shared, stacked)
         template = copy.deepcopy(models[0])
-        self.stacked, self._layout = _register(stacked, template, ())
+        self.stacked, layout = _register(stacked, template, (), shared_names)
+        self._layout = _Pinned(layout)
         if not self._layout:
             raise ValueError(
                 f"Ensemble: the model ({type(template).__name__}) has no parameters or "
                 f"buffers, so its members would all be the same."
             )
-        self._slots = tuple(_slots(self._layout))
+        self._slots = _Pinned(_slots(self._layout))
+        self._shared_names = shared_names
+        self._shared = tuple(
+            position
+            for position, (name, _, _) in enumerate(_leaf_names(self._layout))
+            if name in shared_names
+        )
         # Outside the module tree: the ensemble must not register (or move) these tensors.
         object.__setattr__(self, "_template", _to_meta(template))
         self._prepare_swap()
@@ -390,19 +194,26 @@ class Ensemble(nn.Module):
         self.in_dims = in_dims
         self.randomness = randomness
         self.chunk_size = chunk_size
-        self._derived: dict = {}
+        self._derived = DerivedCache()
         self._plan_for_mode()
 
     # ------------------------------------------------------------- configuration
     @property
     def in_dims(self) -> int | tuple | None:
-        """Where the member dim is in the positional inputs (``None``: shared inputs)."""
+        """Where the member dim is in the positional inputs (``None``: shared inputs).
+
+        The default for calls that do not pass ``in_dims=`` themselves.
+        """
         return self._in_dims
 
     @in_dims.setter
     def in_dims(self, value) -> None:
-        self._in_dims = _check_in_dims(value)
-        self._fast_entry = value is None and getattr(self, "_chunk_size", None) is None
+        self._in_dims = check_in_dims(value)
+        self._fast_entry = (
+            value is None
+            and getattr(self, "_chunk_size", None) is None
+            and type(self).forward is Ensemble.forward  # __call__ runs it inline
+        )
 
     @property
     def randomness(self) -> str:
@@ -426,7 +237,9 @@ class Ensemble(nn.Module):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"Ensemble: chunk_size must be None or a positive int, got {value!r}.")
         self._chunk_size = value
-        self._fast_entry = value is None and self._in_dims is None
+        self._fast_entry = (
+            value is None and self._in_dims is None and type(self).forward is Ensemble.forward
+        )
 
     @property
     def num_members(self) -> int:
@@ -445,12 +258,16 @@ class Ensemble(nn.Module):
     def params(self) -> TensorDict:
         """The stacked parameters and buffers, batch ``[N]``; the leaves are this module's own.
 
+        A tensor kept shared (``shared=``) appears expanded to ``[N, ...]`` (a view
+        of the one tensor).
+
         Example:
             >>> ensemble = Ensemble(*[nn.Linear(2, 3) for _ in range(4)])
             >>> ensemble.params["weight"] is ensemble.stacked.weight
             True
         """
-        return _build(self._layout, self._batch_size)
+        leaves = self._with_shared(tuple([owner[key] for owner, key in self._slots]))
+        return _rebuild(self._layout, leaves, [0], self._batch_size)
 
     # ------------------------------------------------------------------ running
     def call_member(self, params: TensorDict, *args, **kwargs):
@@ -472,28 +289,81 @@ class Ensemble(nn.Module):
         with params.to_module(template):
             return template(*args, **kwargs)
 
-    def functional_call(self, params: TensorDict, *args, **kwargs):
-        """The vmapped forward with the given stacked parameters instead of the registered
-        ones (a TensorDict shaped like :attr:`params`); honours ``in_dims``,
-        ``randomness`` and ``chunk_size``.
+    def functional_call(self, params: TensorDict, *args, in_dims: Any = DEFAULT, **kwargs):
+        """The batched forward with the given stacked parameters instead of the registered
+        ones: a TensorDict shaped like :attr:`params`, with a leading dim of any
+        size K (``ensemble.params[idx]`` runs K members). Honours ``in_dims`` (a
+        per-member input carries K slices), ``randomness`` and ``chunk_size``.
 
         Example:
             >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)])
             >>> zeros = ensemble.params.apply(torch.zeros_like)
             >>> ensemble.functional_call(zeros, torch.randn(4, 2)).abs().sum().item()
             0.0
+            >>> ensemble.functional_call(ensemble.params[[0, 2]], torch.randn(4, 2)).shape
+            torch.Size([2, 4, 1])
         """
-        return self._run(tuple(_leaves_of(self._layout, params, [], ())), args, kwargs, False)
+        leaves = _leaves_of(self._layout, params, [], ())
+        members = self._given_members(leaves)
+        return self._run(tuple(leaves), args, kwargs, in_dims, members)
 
-    def forward(self, *args, **kwargs):
-        """Every member's output, stacked along a new dim 0."""
-        leaves = tuple([owner[key] for owner, key in self._slots])
+    def forward(self, *args, in_dims: Any = DEFAULT, **kwargs) -> torch.Tensor:
+        """Every member's output, stacked along a new dim 0.
+
+        ``in_dims`` (keyword) overrides the module's :attr:`in_dims` for this call.
+        """
         batched = self._batched
-        if batched is not None and self._fast_entry and not kwargs and len(args) == 1:
-            x = args[0]  # the common call: one input shared by all members
-            if isinstance(x, torch.Tensor):
-                return batched(self._extended(leaves), x.expand(self._num_members, *x.shape))
-        return self._run(leaves, args, kwargs, True)
+        if (
+            batched is not None
+            and in_dims is DEFAULT
+            and self._fast_entry
+            and len(args) == 1
+            and not kwargs
+            and isinstance(args[0], torch.Tensor)
+        ):  # the common call: one input shared by all members
+            x = args[0]
+            leaves = self._extended(tuple([owner[key] for owner, key in self._slots]))
+            return batched(leaves, x.expand(self._num_members, *x.shape))
+        return self._run(None, args, kwargs, in_dims, self._num_members)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        # nn.Module.__call__ takes two Python frames to reach forward when no hook
+        # is set; at small sizes those, and forward's own frame, are a visible
+        # part of the call. The same checks in one frame, and the common call (one
+        # input shared by all members) run from here; any hook, module.compile(),
+        # torch.compile or jit tracing takes torch's full path.
+        if (
+            self._compiled_call_impl is None
+            and not (
+                self._forward_hooks
+                or self._forward_pre_hooks
+                or self._backward_hooks
+                or self._backward_pre_hooks
+                or _GLOBAL_HOOKS[0]
+                or _GLOBAL_HOOKS[1]
+                or _GLOBAL_HOOKS[2]
+                or _GLOBAL_HOOKS[3]
+            )
+            and not _is_compiling()
+            and not _tracing()
+        ):
+            batched = self._batched
+            if (
+                batched is not None
+                and self._fast_entry
+                and len(args) == 1
+                and not kwargs
+                and isinstance(args[0], torch.Tensor)
+            ):
+                x = args[0]
+                leaves = self._derived.extend(  # self._extended, one frame less
+                    self._context,
+                    tuple([owner[key] for owner, key in self._slots]),
+                    self._with_shared if self._shared else None,
+                )
+                return batched(leaves, x.expand(self._num_members, *x.shape))
+            return self.forward(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
 
     @property
     def batched_summary(self) -> str:
@@ -515,73 +385,95 @@ class Ensemble(nn.Module):
             plans[mode] = build_plan(self._template, index, self._context)
         self._batched, self._report = plans[mode]
 
-    def _run(self, leaves: tuple, args: tuple, kwargs: dict, own: bool):
-        batched = self._batched
-        if batched is None:
-            return self._run_vmapped(leaves, args, kwargs)
-        leaves = self._extended(leaves) if own else self._context.extend(leaves)
-        members = self._num_members
-        if self._fast_entry and not kwargs:  # shared inputs, all members at once
-            return batched(
-                leaves,
-                *[
-                    a.expand(members, *a.shape)
-                    if isinstance(a, torch.Tensor)
-                    else _lead_input(a, None, members)
-                    for a in args
-                ],
-            )
-        in_dims = self._in_dims
-        if isinstance(in_dims, tuple) and len(in_dims) != len(args):
+    def _given_members(self, leaves: list) -> int:
+        """K, the leading size every given leaf shares (shared ones may come unstacked)."""
+        shared = self._shared
+        sizes = {leaf.shape[0] for i, leaf in enumerate(leaves) if i not in shared}
+        if not sizes:  # every tensor shared: the first one tells
+            sizes = {leaves[0].shape[0]}
+        if len(sizes) != 1:
             raise ValueError(
-                f"Ensemble: in_dims has {len(in_dims)} entries but the forward got "
-                f"{len(args)} positional inputs; give one int | None per input."
+                f"Ensemble.functional_call: the parameters must share one leading member dim; "
+                f"got sizes {sorted(sizes)}. Pass ensemble.params or ensemble.params[idx]."
             )
-        args = _lead_inputs(args, in_dims, members)
+        members = sizes.pop()
+        for i in shared:  # a shared tensor given as it is stored: expand it
+            own = self._slots[i][0][self._slots[i][1]]
+            if leaves[i].dim() == own.dim():
+                leaves[i] = leaves[i].expand(members, *leaves[i].shape)
+        return members
+
+    def _with_shared(self, leaves: tuple) -> tuple:
+        """The registered leaves with the shared ones expanded to ``[N, ...]``."""
+        if not self._shared:
+            return leaves
+        members, out = self._num_members, list(leaves)
+        for i in self._shared:
+            out[i] = out[i].expand(members, *out[i].shape)
+        return tuple(out)
+
+    def _member_leaves(self, index: Any, count: int) -> tuple:
+        """The leaves of the members ``index`` selects (K = ``count``), shared ones expanded."""
+        shared = self._shared
+        leaves = [owner[key] for owner, key in self._slots]
+        return tuple(
+            leaf.expand(count, *leaf.shape) if i in shared else _members.select(leaf, index)
+            for i, leaf in enumerate(leaves)
+        )
+
+    def _run(self, leaves: tuple | None, args: tuple, kwargs: dict, in_dims: Any, members: int):
+        # ``leaves``: member-leading [K, ...] tensors (shared ones expanded), or
+        # None for the registered ones (their derived views are cached).
+        in_dims = self._in_dims if in_dims is DEFAULT else check_in_dims(in_dims)
+        batched = self._batched
+        if leaves is None:
+            raw = tuple([owner[key] for owner, key in self._slots])
+            if batched is None or self._chunk_size is not None:
+                leaves = self._with_shared(raw)
+            else:
+                extended = self._extended(raw)
+        if batched is None:
+            return self._run_vmapped(leaves, args, kwargs, in_dims)
+        args = lead_inputs(args, in_dims, members)
         if kwargs:
-            kwargs = {key: _lead_input(value, None, members) for key, value in kwargs.items()}
+            kwargs = {key: lead_input(value, None, members, key) for key, value in kwargs.items()}
         chunk = self._chunk_size
         if chunk is None or chunk >= members:
-            return batched(leaves, *args, **kwargs)
+            if leaves is not None:
+                extended = self._context.extend(leaves)
+            return batched(extended, *args, **kwargs)
         outputs = []
         for start in range(0, members, chunk):
+            # Derived views (a merged weight) are not member-leading: slice, then derive.
             part = slice(start, start + chunk)
             outputs.append(
                 batched(
-                    tuple([leaf[part] for leaf in leaves]),
-                    *_slice_members(args, part),
-                    **_slice_members(kwargs, part),
+                    self._context.extend(tuple([leaf[part] for leaf in leaves])),
+                    *slice_members(args, part),
+                    **slice_members(kwargs, part),
                 )
             )
         return torch.utils._pytree.tree_map(lambda *xs: torch.cat(xs), *outputs)
 
     def _extended(self, leaves: tuple) -> tuple:
-        # The derived leaves (views such as weight.mT) are kept while the
-        # parameters are the same objects, per grad / inference mode (a view made
-        # under no_grad carries no graph). Under torch.compile they are recomputed.
-        context = self._context
-        if not context.derivations:
-            return leaves
-        if _is_compiling():
-            return context.extend(leaves)
-        key = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
-        cached = self._derived.get(key)
-        if cached is not None and all(map(operator.is_, cached[0], leaves)):
-            return cached[1]
-        extended = context.extend(leaves)
-        self._derived[key] = (leaves, extended)
-        return extended
+        # The derived leaves (views such as weight.mT) are kept while nothing
+        # they depend on changed (cache.py has the rules); shared tensors are
+        # expanded to the member dim first, and cached with them.
+        return self._derived.extend(
+            self._context, leaves, self._with_shared if self._shared else None
+        )
 
     def _apply(self, fn, recurse: bool = True):
         # .to() / .double() may swap a parameter's data in place of the object.
         self._derived.clear()
         return super()._apply(fn, recurse)
 
-    def _run_vmapped(self, leaves: tuple, args: tuple, kwargs: dict):
+    def _run_vmapped(self, leaves: tuple, args: tuple, kwargs: dict, in_dims: Any):
         # vmap sees a flat tuple of tensors, not the nested TensorDict: flattening
         # a tuple is cheaper than a tree of containers, and the member function
         # rebuilds the (unbatched) TensorDict from the layout in a few dict writes.
-        in_dims = self._in_dims
+        members = leaves[0].shape[0]
+        lead_inputs(args, in_dims, members)  # checks the member dims (vmap's errors are vaguer)
         if isinstance(in_dims, tuple):
             if len(in_dims) != len(args):
                 raise ValueError(
@@ -604,6 +496,59 @@ class Ensemble(nn.Module):
             return template(*args, **kwargs)
 
     # ------------------------------------------------------------------ members
+    def select_members(self, index: Any) -> _members.EnsembleMembers:
+        """K of the members, run as batched kernels: a view, no copy (``ens[index]`` too).
+
+        ``index``: a sequence of ints, an integer or boolean tensor, a slice, or
+        an int (one member, outputs without the member dim). Each call reads the
+        current parameters, so optimizer steps on the ensemble are seen, and
+        gradients flow back into the stacked parameters.
+
+        Example:
+            >>> ensemble = Ensemble(*[nn.Linear(3, 1) for _ in range(10)])
+            >>> x = torch.randn(4, 3)
+            >>> two = ensemble.select_members(torch.randperm(10)[:2])
+            >>> two(x).min(dim=0).values.shape  # REDQ's target: min over 2 of 10
+            torch.Size([4, 1])
+            >>> torch.allclose(ensemble[3](x), ensemble(x)[3], atol=1e-6)
+            True
+        """
+        return _members.EnsembleMembers(self, index)
+
+    def __getitem__(self, index: Any) -> _members.EnsembleMembers:
+        return _members.EnsembleMembers(self, index)
+
+    def member_state_dicts(self, keep_vars: bool = False) -> list[dict[str, Any]]:
+        """Each member's ``state_dict()``, keyed as the model's own (views, no copy).
+
+        Example:
+            >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)])
+            >>> states = ensemble.member_state_dicts()
+            >>> len(states), sorted(states[0]), states[0]["weight"].shape
+            (3, ['bias', 'weight'], torch.Size([1, 2]))
+        """
+        return _members.member_state_dicts(self, keep_vars)
+
+    def load_member_state_dicts(self, state_dicts: Any, strict: bool = True) -> None:
+        """Load one ``state_dict`` per member into the stacked tensors, in place.
+
+        The keys are the model's own (``nn.Linear``: ``weight``, ``bias``); the
+        registered parameters stay the same objects, so an optimizer built on the
+        ensemble keeps working. Shapes are checked before anything is written.
+        A tensor kept ``shared`` must hold the same value in every state dict.
+
+        Example:
+            >>> models = [nn.Linear(2, 1) for _ in range(3)]
+            >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)])
+            >>> ensemble.load_member_state_dicts([m.state_dict() for m in models])
+            >>> torch.equal(ensemble.stacked.weight[1], models[1].weight)
+            True
+        """
+        _members.load_member_state_dicts(self, state_dicts, strict)
+
+    def _named_slots(self) -> list:
+        return _leaf_names(self._layout)
+
     def member(self, index: int) -> nn.Module:
         """Member ``index`` as a standalone module: a copy of the model with its own
         ``Parameter``s (cloned: training it does not change the ensemble)."""
@@ -646,7 +591,7 @@ class Ensemble(nn.Module):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        state["_derived"] = {}
+        state["_derived"] = DerivedCache()
         for name in ("_plans", "_batched", "_report"):  # closures over the template
             state.pop(name, None)
         return state
@@ -666,6 +611,7 @@ class Ensemble(nn.Module):
         ``torch.nn.utils.clip_grad_norm_(ensemble.parameters(), ...)`` would
         compute one norm over all members and scale them all by it; this is
         ``clip_grad_norm_`` applied to every member alone, in a few batched ops.
+        Tensors kept ``shared`` belong to no single member and are left as they are.
 
         Example:
             >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)])
@@ -673,7 +619,8 @@ class Ensemble(nn.Module):
             >>> ensemble.clip_grad_norm_(0.5).shape
             torch.Size([3])
         """
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        shared = {id(owner[key]) for owner, key in (self._slots[i] for i in self._shared)}
+        grads = [p.grad for p in self.parameters() if p.grad is not None and id(p) not in shared]
         members = self._num_members
         if not grads:
             return torch.zeros(members)
@@ -698,9 +645,3 @@ class Ensemble(nn.Module):
             f"randomness={self._randomness!r}, chunk_size={self._chunk_size}, "
             f"template={type(self._template).__name__}, batched: {self._report.summary()}"
         )
-
-
-def _slice_members(value: Any, part: slice) -> Any:
-    return torch.utils._pytree.tree_map(
-        lambda v: v[part] if isinstance(v, torch.Tensor) else v, value
-    )

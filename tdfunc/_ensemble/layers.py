@@ -12,6 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from .registry import Context, register_planner
 
@@ -35,7 +36,12 @@ _ELEMENTWISE = {
 @register_planner(*_ELEMENTWISE)
 def _elementwise(module: nn.Module, slots: dict, context: Context):
     function = _ELEMENTWISE[type(module)]
-    return lambda leaves, x: function(x)
+
+    def step(leaves, x):
+        return function(x)
+
+    step.pointwise = function  # type: ignore[attr-defined]  # a chain may call it directly
+    return step
 
 
 @register_planner(
@@ -117,6 +123,13 @@ def merged(tensor: torch.Tensor) -> torch.Tensor:
 _SHARED_MATMUL_ELEMENTS = 4096
 
 
+def _wide(x: torch.Tensor) -> bool:
+    # With a symbolic batch (torch.export with dynamic shapes) the test must not
+    # guard on the batch size: a size that is not known to be wide takes the bmm
+    # path, which is right for every size.
+    return statically_known_true(x.numel() >= _SHARED_MATMUL_ELEMENTS * x.shape[0])
+
+
 @register_planner(nn.Linear)
 def _linear(module: nn.Module, slots: dict, context: Context):
     # y = x @ W^T + b for all members: one baddbmm on [N, rows, in] inputs, with
@@ -134,7 +147,7 @@ def _linear(module: nn.Module, slots: dict, context: Context):
     if b is None:
 
         def step(leaves, x):
-            if x.stride(0) == 0 and x.numel() >= _SHARED_MATMUL_ELEMENTS * x.shape[0]:
+            if x.stride(0) == 0 and _wide(x):
                 return shared(leaves, x)
             if x.dim() == 3:
                 return torch.bmm(x, leaves[w])
@@ -145,7 +158,7 @@ def _linear(module: nn.Module, slots: dict, context: Context):
         return step
 
     def step(leaves, x):
-        if x.stride(0) == 0 and x.numel() >= _SHARED_MATMUL_ELEMENTS * x.shape[0]:
+        if x.stride(0) == 0 and _wide(x):
             return shared(leaves, x)
         if x.dim() == 3:
             return torch.baddbmm(leaves[b], x, leaves[w])

@@ -76,11 +76,24 @@ class Planner:
                     slots[name] = self.slot_index[(id(module), name)]
         return slots
 
+    def subtree_slots(self, module: nn.Module) -> dict:
+        """``own_slots`` plus the submodules' tensors, by dotted name."""
+        slots = {}
+        for prefix, sub in module.named_modules(remove_duplicate=False):
+            for owner in (sub._parameters, sub._buffers):
+                for name, value in owner.items():
+                    if value is not None:
+                        key = f"{prefix}.{name}" if prefix else name
+                        slots[key] = self.slot_index[(id(sub), name)]
+        return slots
+
     def module_step(self, module: nn.Module, path: str) -> Callable:
         """The step for ``module`` at ``path`` (``""`` for the template itself)."""
         planner = planner_for(module)
         if planner is not None:
-            step = planner(module, self.own_slots(module), self.context)
+            subtree = getattr(planner, "subtree", False)  # register_batched's planners
+            slots = self.subtree_slots(module) if subtree else self.own_slots(module)
+            step = planner(module, slots, self.context)
             if step is not None:
                 self.report.batched.append(path or type(module).__name__)
                 return step
@@ -114,10 +127,23 @@ class Planner:
 def _chain(steps: tuple) -> Callable:
     if len(steps) == 1:
         return steps[0]
+    # An activation after a layer is called directly (``pointwise``, set by the
+    # elementwise planners): one Python frame less per layer, which at small
+    # sizes is a visible part of the forward.
+    pairs: list = []
+    for step in steps:
+        pointwise = getattr(step, "pointwise", None)
+        if pointwise is not None and pairs and pairs[-1][1] is None:
+            pairs[-1][1] = pointwise
+        else:
+            pairs.append([step, None])
+    fused = tuple((step, after) for step, after in pairs)
 
     def chain(leaves, x):
-        for step in steps:
+        for step, after in fused:
             x = step(leaves, x)
+            if after is not None:
+                x = after(x)
         return x
 
     return chain

@@ -74,15 +74,23 @@ def planner_for(module: nn.Module) -> Planner | None:
     return _PLANNERS.get(type(module))
 
 
-def register_batched(module_type: type, fn: Callable | None = None):
+def register_batched(module_type: type, fn: Callable | None = None, *, trusted: bool = False):
     """Register a batched implementation of ``module_type`` for :class:`~tdfunc.Ensemble`.
 
     ``fn(module, params, *inputs)`` runs the layer for all members at once:
     ``module`` is the template instance (read its hyper-parameters, not its
-    tensors), ``params`` maps the module's own parameter and buffer names to the
-    stacked tensors ``[N, ...]``, and each input is member-leading ``[N, B, ...]``
+    tensors), ``params`` maps the module's parameter and buffer names to the
+    stacked tensors ``[N, ...]`` (its own as ``"weight"``, its submodules' as
+    ``"inner.weight"``), and each input is member-leading ``[N, B, ...]``
     (non-tensor inputs pass as they are). It returns the member-leading output.
     Works as a decorator too: ``@register_batched(MyLayer)``.
+
+    The first call for each input signature (shapes, dtypes, devices, training
+    mode) is checked: the output must carry the member dim and equal the
+    module run alone on the first and the last member, and buffers it updates
+    in place must match too; a difference raises ``ValueError``. Pass
+    ``trusted=True`` to skip the check, for a function that is right but
+    cannot match member by member (one that draws random numbers).
 
     Example:
         >>> import torch
@@ -109,12 +117,13 @@ def register_batched(module_type: type, fn: Callable | None = None):
             f"Use register_batched(MyLayer, fn) or @register_batched(MyLayer)."
         )
     if fn is None:
-        return lambda function: register_batched(module_type, function)
+        return lambda function: register_batched(module_type, function, trusted=trusted)
     if not callable(fn):
         raise TypeError(
             f"register_batched: fn must be callable as fn(module, params, *inputs), got "
             f"{type(fn).__name__}."
         )
+    label = f"register_batched({module_type.__name__}, {getattr(fn, '__name__', fn)!r})"
 
     def planner(module: nn.Module, slots: dict, context: Context):
         names = tuple(slots)
@@ -124,7 +133,12 @@ def register_batched(module_type: type, fn: Callable | None = None):
             params = {name: leaves[i] for name, i in zip(names, positions)}
             return fn(module, params, *inputs, **kwargs)
 
-        return step
+        if trusted:
+            return step
+        from .verify import checked_step
 
+        return checked_step(step, module, names, positions, label)
+
+    planner.subtree = True  # type: ignore[attr-defined]  # gets its submodules' tensors too
     _PLANNERS[module_type] = planner
     return fn

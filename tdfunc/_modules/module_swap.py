@@ -6,12 +6,18 @@ it runs a *swap plan* (:mod:`tdfunc._modules.swap_plan`) built once per
 returns is :class:`~tdfunc._modules.swap_handle.ModuleSwap`. No
 ``nn.Parameter`` is constructed on that path (it would break
 ``torch.compile`` of ``vmap(grad(...))``). While ``torch.compile`` traces,
-plans are built afresh and interpreted instead: ``exec`` and the module-keyed
-cache are not traceable, and a compiled graph runs none of this Python anyway.
+plans are built afresh and run as plain loops instead: the module-keyed cache,
+the lock and the record of swaps in effect are not traceable, and a compiled
+graph runs none of this Python anyway.
+
+Swaps in effect are recorded in order, so one that ends out of order (two
+threads on one module, handles exited in another order than entered) still
+leaves the module holding what it held before all of them.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -30,28 +36,48 @@ _is_compiling = torch.compiler.is_dynamo_compiling  # only dynamo cannot run thi
 _MAX_PLANS = 4  # a module rarely sees more than one or two key structures
 
 # Plans per module, weakly keyed: id(module) -> (weak reference, [plans, most
-# recent first]). A plain dict probed by id is several times cheaper than a
+# recent first]); one cache for to_module and functional_call (a plan records its
+# tie mode). A plain dict probed by id is several times cheaper than a
 # WeakKeyDictionary lookup; the weak reference's callback drops the entry.
 _PLANS: dict[int, tuple[weakref.ref, list]] = {}
 
+# The swaps in effect, oldest first: (weak reference to the handle, thread id).
+# Swaps nest: each one saved what the one before it put in. One that ends out of
+# order (handles exited in another order, two threads on one module) hands what
+# it saved to the next swap above it on the same slot, so that the last one to
+# end puts back what was there before all of them. The lock makes "save, write,
+# record" and "unwind" atomic between threads.
+_ACTIVE: list = []
+_LOCK = threading.RLock()  # reentrant: a handle dropped (__del__) while a swap holds it
+_ident = threading.get_ident
+_new = object.__new__
+_EMPTY = torch.Size()
+_HANDLE: list = [None]  # ModuleSwap (its module imports TensorDict, which imports this one)
+
+
+def _handle_class() -> type:
+    from .swap_handle import ModuleSwap
+
+    _HANDLE[0] = ModuleSwap
+    return ModuleSwap
+
 
 # ------------------------------------------------------------------ the cache
-def _plans_of(module: nn.Module, cache: dict) -> list:
-    entry = cache.get(id(module))
+def _plans_of(module: nn.Module) -> list:
+    entry = _PLANS.get(id(module))
     if entry is not None and entry[0]() is module:
         return entry[1]
     key = id(module)
     plans: list = []
 
     def forget(_ref: weakref.ref, key: int = key) -> None:
-        cache.pop(key, None)
+        _PLANS.pop(key, None)
 
-    cache[key] = (weakref.ref(module, forget), plans)
+    _PLANS[key] = (weakref.ref(module, forget), plans)
     return plans
 
 
 _MISMATCH = (Mismatch, KeyError, AttributeError, TypeError, IndexError)
-_UNTIED: dict[int, tuple[weakref.ref, list]] = {}  # plans with tie=False (functional_call)
 
 
 def load_through_state_dict(td, module: nn.Module):
@@ -90,24 +116,26 @@ def swap_in(td, module: nn.Module) -> ModuleSwap:
 def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = True):
     """Swap the values of ``data`` (a container's ``_data``, or a dict) into ``module``."""
     if _is_compiling():
-        plan = build_plan(data, module, api, tie)
-        plan.restore = plan.restore_interpreted
+        plan = build_plan(data, module, api, tie, traced=True)
         return TracedSwap(plan, plan.swap_interpreted(data))
-    cache = _PLANS if tie else _UNTIED
-    entry = cache.get(id(module))
+    entry = _PLANS.get(id(module))
     if entry is not None and entry[0]() is module:
         plans = entry[1]
-        try:
-            return plans[0].swap(data)  # the most recent plan nearly always fits
-        except _MISMATCH:
-            pass
-        for position in range(1, len(plans)):
-            plan = plans[position]
+        plan = plans[0]
+        if plan.tie is tie:  # the most recent plan nearly always fits
             try:
-                handle = plan.swap(data)
+                return _swap(plan, data)
+            except _MISMATCH:
+                pass
+        for position, plan in enumerate(plans):
+            if plan.tie is not tie:
+                continue
+            try:
+                handle = _swap(plan, data)
             except _MISMATCH:
                 continue
-            plans.insert(0, plans.pop(position))
+            if position:  # the most recent plan is tried first
+                plans.insert(0, plans.pop(position))
             return handle
     if not isinstance(module, nn.Module):
         raise TypeError(f"{api}: expected an nn.Module, got {type(module).__name__}.")
@@ -116,16 +144,76 @@ def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = Tr
             f"{api}: expected a TensorDict, a TensorClass or a dict of tensors, got "
             f"{type(data).__name__}."
         )
-    from .swap_handle import ModuleSwap  # imports TensorDict, which imports this module
-
     plan = build_plan(data, module, api, tie)
-    plan.compile(ModuleSwap)
-    handle = plan.swap(data)  # a fresh plan fits: anything raised here is a real error
-    plans = _plans_of(module, cache)
+    handle = _swap(plan, data)  # a fresh plan fits: anything raised here is a real error
+    plans = _plans_of(module)
     # plans with the same key structure as the new one are stale (the module changed)
-    plans[:] = [plan] + [old for old in plans if not old.same_structure(plan)]
+    plans[:] = [plan] + [old for old in plans if old.signature != plan.signature]
     del plans[_MAX_PLANS:]
     return handle
+
+
+def _swap(plan: SwapPlan, data) -> ModuleSwap:
+    """Save the slots, write ``data``'s values, record the swap; the handle."""
+    with _LOCK:
+        olds = plan.enter(data)
+        handle = _new(_HANDLE[0] or _handle_class())
+        handle._olds = olds
+        handle._state = 0
+        handle._plan = plan
+        active = _ACTIVE
+        # handles that are gone or were never entered, left by this thread: loads
+        # for good (not a layer that will end)
+        ident = _ident()
+        while active and _dropped(active[-1], ident):
+            active.pop()
+        active.append((weakref.ref(handle), ident))
+    handle._batch_size = _EMPTY
+    handle._device = None
+    handle._names = None
+    handle._is_locked = False
+    return handle
+
+
+def _dropped(entry: tuple, ident: int) -> bool:
+    handle = entry[0]()
+    return handle is None or handle._state > 1 or (handle._state == 0 and entry[1] == ident)
+
+
+def _unwind(handle: SwapState) -> None:
+    """End ``handle``'s swap when it is not the latest one still in effect.
+
+    Each slot goes to the next swap above that covers it (what that one will
+    put back on its exit) or, when none does, back into the module. Swaps above
+    that were never entered (loads for good made during this one) end with it,
+    as they would in nested order.
+    """
+    olds = handle._olds
+    plan = handle._plan
+    active = _ACTIVE
+    position = next((i for i in range(len(active) - 1, -1, -1) if active[i][0]() is handle), None)
+    if position is None:  # not recorded (or already ended): put back what it saved
+        plan.write(olds)
+        return
+    kept = [entry for entry in active[position + 1 :] if _entered(entry)]
+    active[position:] = kept
+    above = [(entry[0](), entry[0]()._plan.slot_of()) for entry in kept]
+    if not above:
+        plan.write(olds)
+        return
+    for slot, key in enumerate(zip(map(id, plan.owners), plan.names)):
+        for other, index in above:
+            found = index.get(key)
+            if found is not None:
+                other._olds[found] = olds[slot]
+                break
+        else:
+            plan.owners[slot][plan.names[slot]] = olds[slot]
+
+
+def _entered(entry: tuple) -> bool:
+    handle = entry[0]()
+    return handle is not None and handle._state == 1
 
 
 # ------------------------------------------------------------------ loading for good
@@ -133,7 +221,7 @@ def commit_swap(plan: SwapPlan, olds) -> None:
     """Keep the swapped values for good: plain tensors in ``Parameter`` slots become
     ``Parameter``s (sharing storage; tied slots stay one object)."""
     made: dict[int, nn.Parameter] = {}
-    for (owner, name), old in zip(plan.slots, olds):
+    for owner, name, old in zip(plan.owners, plan.names, olds):
         value = owner.get(name)
         if not isinstance(old, nn.Parameter) or isinstance(value, nn.Parameter):
             continue
@@ -164,8 +252,7 @@ class SwapState:
     """What every swap handle does with its ``(plan, old objects, state)``.
 
     ``_state``: 0 swapped, 1 inside ``with``, 2 restored, 3 committed for good.
-    Shared by :class:`TracedSwap` and ``ModuleSwap`` (whose compiled plans also
-    give it a straight-line ``__exit__``).
+    Shared by :class:`TracedSwap` and ``ModuleSwap``.
     """
 
     __slots__ = ()
@@ -178,14 +265,31 @@ class SwapState:
         return self
 
     def __exit__(self, *exc_info) -> None:
+        if self._state == 2:
+            return
         self._state = 2
-        self._plan.restore(self._olds)
+        with _LOCK:
+            active = _ACTIVE
+            if active and active[-1][0]() is self:  # the latest swap: nested order
+                active.pop()
+                self._plan.write(self._olds)
+                return
+        self._undo()
 
     def restore(self) -> None:
         """Put back the objects the module held before the swap (also after a commit)."""
         if self._state != 2:
             self._state = 2
-            self._plan.restore(self._olds)
+            self._undo()
+
+    def _undo(self) -> None:
+        with _LOCK:
+            active = _ACTIVE
+            if active and active[-1][0]() is self:  # the latest swap: nested order
+                active.pop()
+                self._plan.write(self._olds)
+            else:
+                _unwind(self)
 
     def commit(self) -> None:
         """Keep the swapped values for good: plain tensors in ``Parameter`` slots
@@ -208,6 +312,14 @@ class TracedSwap(SwapState):
         self._plan = plan
         self._olds = olds
         self._state = 0
+
+    def __exit__(self, *exc_info) -> None:  # no lock, no record: dynamo traces this
+        if self._state != 2:
+            self._state = 2
+            self._plan.restore_interpreted(self._olds)
+
+    def _undo(self) -> None:
+        self._plan.restore_interpreted(self._olds)
 
 
 # ------------------------------------------------------------------ from_module

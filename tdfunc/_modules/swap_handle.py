@@ -5,7 +5,7 @@ As in tensordict, ``old = new.to_module(model)`` loads ``new`` and ``old`` holds
 what the module held before: index it, compare it, ``old.to_module(model)`` puts
 it back, and ``with new.to_module(model):`` restores it on exit. The ``with``
 form is the hot path of every ensemble step, so the swap only records the old
-objects (a tuple, in the order of the plan's slots); the TensorDict of old
+objects (a list, in the order of the plan's slots); the TensorDict of old
 values is built the first time it is read (``_data`` is a property here).
 
 Without ``with`` the load is for good: when the handle is dropped (or shown at
@@ -70,7 +70,7 @@ class ModuleSwap(SwapState, TensorDict):
 
     # _state: 0 swapped, 1 inside a with block, 2 restored, 3 committed (loaded for good)
     __slots__ = ("_olds", "_plan", "_state")
-    _olds: tuple
+    _olds: list
     _plan: SwapPlan
     _state: int
 
@@ -109,7 +109,7 @@ class ModuleSwap(SwapState, TensorDict):
         """The handle of a load without ``with`` goes away: keep the values for good,
         unless they are tied to a transform (then undo it and report at the next forward)."""
         plan = self._plan
-        if any(_wrapped(owner.get(name)) for owner, name in plan.slots):  # type: ignore[arg-type]
+        if any(_wrapped(owner.get(name)) for owner, name in zip(plan.owners, plan.names)):
             self.restore()
             _trap(plan)
         else:

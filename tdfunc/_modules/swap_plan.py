@@ -1,10 +1,12 @@
 """Swap plans: where each value of a parameter mapping goes in one module.
 
-A plan is built once per (module, key structure) and compiled to
-straight-line code: ``swap(data)`` reads every value and checks that the
-module still has the shape the plan was built for, then saves the old
-objects, assigns the new ones and returns the handle; ``restore(olds)`` puts
-the old objects back. The same work as writing the dict assignments by hand.
+A plan is data, built once per (module, key structure) in one linear walk:
+parallel lists of slots (``owners[i][names[i]]``), of where each value is read
+(``leaf_levels[j]``, ``leaf_keys[j]``) and of the submodule steps to check.
+``swap(data)`` and ``restore(olds)`` are a fixed handful of C-level loops
+(``map`` over ``operator`` functions) over those lists, whatever the size of
+the model: no source is generated, so the first swap into a large model costs
+a walk, not a ``compile()`` of code that grows with it.
 
 The mapping may be a TensorDict or TensorClass (nested levels are
 submodules), a plain dict (nested dicts too), and any level may use dotted
@@ -14,23 +16,42 @@ the plan is built: with ``tie=True`` one value fills every slot of a tie, and
 two keys naming one tie must hold the same tensor; with ``tie=False`` each key
 fills only its own slot (``torch.func.functional_call``'s ``tie_weights``).
 
-``swap`` reads and checks everything before its first write, so a mapping
-that does not fit (other keys, a replaced submodule, a tie that was undone)
-raises :class:`Mismatch` with the module untouched, and the caller builds a
-new plan.
+``read`` reads and checks everything before the caller's first write, so a
+mapping that does not fit (other keys, a replaced submodule, a tie that was
+undone) raises :class:`Mismatch` with the module untouched, and the caller
+builds a new plan.
 """
 
 from __future__ import annotations
 
 import weakref
+from itertools import chain
+from operator import attrgetter, getitem, itemgetter, setitem
 from typing import Any
 
-import torch
 from torch import nn
 
 from .._core.keys.nested import missing_key_error
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData
+
+_data_of = attrgetter("_data")  # a nested TensorDict's (or TensorClass's) dict
+_modules_of = attrgetter("_modules")
+
+
+def _picker(positions: list) -> Any:
+    """A function giving ``tuple(values[p] for p in positions)`` in one C call."""
+    if len(positions) > 1:
+        return itemgetter(*positions)
+    if positions:
+        only = positions[0]
+        return lambda values: (values[only],)
+    return lambda values: ()
+
+
+def _level_of(value: Any) -> Any:
+    """A nested level's mapping: a dict as is, a container's ``_data``."""
+    return value if type(value) is dict else value._data
 
 
 class Mismatch(Exception):
@@ -40,162 +61,181 @@ class Mismatch(Exception):
 class SwapPlan:
     """Where each value of one key structure goes in one module.
 
+    The mapping's levels are numbered breadth first (0 is the root; a level of
+    depth ``d`` is a value in a level of depth ``d - 1``).
+
     Attributes:
-        leaves: ``[(key, (slot index, ...), walk), ...]`` for this level.
-        nodes: ``[(key, walk, SwapPlan, is_dict), ...]`` for nested levels.
-            ``walk``: the ``(modules dict, name, submodule)`` steps a key
-            takes (several for a dotted key), checked on every swap.
-        order: the keys with a place in the module, in the mapping's order.
-        size: the number of keys the level must have.
-        slots: ``[(owner dict, name), ...]``, distinct, shared by the whole tree.
+        depths: per depth past the root: ``(pick the parent levels, keys,
+            getter)``; the getter turns a value read into the level's mapping
+            (``None``: the values are dicts).
+        sizes, keys: every level's ``len()`` and all keys, levels in order (the
+            key structure the mapping must have).
+        slot_levels, slot_keys: where each slot's value is read (``slot_levels``
+            picks the level of every slot from the list of levels).
+        unread: ``(level, key)`` of keys no slot reads (metadata): looked up
+            so that a level of the right size has exactly the plan's keys.
+        owners, names: the slots (distinct ``(owner dict, name)`` pairs).
+        parents, child_counts, child_names, children: the modules the keys
+            walk through (``None`` stands for the root, held weakly) and what
+            their ``_modules`` held when the plan was built.
+        tied: ``(slot, slot)`` pairs that must still hold one object.
+        same_key: ``((level, key), (level, key), error)``: two keys naming one tie.
+        nodes: per level past the root: ``(parent level, position, key, is_dict)``.
+        leaf_levels, leaf_keys, spread: where each value is read, and each
+            slot's value (the traced path and the old-values view read them).
+        own_slots: per value, the slot its key names (``None``: value ``i``, slot ``i``).
+        signature: the key structure (a newer plan with the same one replaces this).
         tie: whether one value fills every slot of a tie.
-        module: a weak reference to the root module (root plan only).
-        swap, restore: the compiled functions (root plan only).
-        missing: names of the module's slots the plan leaves alone (computed
-            on demand, for ``strict``).
+        module: a weak reference to the root module.
     """
 
     __slots__ = (
-        "leaves",
+        "child_counts",
+        "child_names",
+        "children",
+        "depths",
+        "enter",
+        "keys",
+        "leaf_keys",
+        "leaf_levels",
         "missing",
         "module",
+        "names",
         "nodes",
-        "order",
+        "own_slots",
+        "owners",
+        "parents",
+        "read",
         "restore",
-        "size",
-        "slots",
-        "swap",
+        "same_key",
+        "signature",
+        "sizes",
+        "slot_index",
+        "slot_keys",
+        "slot_levels",
+        "spread",
         "tie",
+        "tied",
+        "unread",
+        "write",
     )
 
-    def __init__(self, leaves: list, nodes: list, size: int, slots: list, order: tuple, tie):
-        self.leaves = leaves
-        self.nodes = nodes
-        self.order = order
-        self.size = size
-        self.slots = slots
-        self.tie = tie
-        self.module: Any = None
+    def __init__(self) -> None:
         self.missing: Any = None
-        self.swap: Any = None  # generated by compile()
-        self.restore: Any = None
+        self.slot_index: Any = None
+        self.read = self.read_passes  # small plans: generated straight-line functions
+        self.enter = self.enter_passes
+        self.write = self.restore = self.write_passes
 
-    # -------------------------------------------------------------- compiled
-    def compile(self, handle_class: type) -> None:
-        """Generate ``swap`` (returning a ``handle_class`` instance) and ``restore``."""
-        constants: dict[str, Any] = {
-            "Mismatch": Mismatch,
-            "NEW": object.__new__,
-            "HANDLE": handle_class,
-            "PLAN": self,
-            "EMPTY": torch.Size(),
-        }
-        for index, (owner, _) in enumerate(self.slots):
-            constants[f"O{index}"] = owner
-        lines = ["def swap(data):"]
-        writes: dict[int, str] = {}
-        checks: list[str] = []
-        self._emit(lines, writes, checks, constants, "data", [0])
-        olds = "".join(f"x{i}, " for i in range(len(self.slots)))
-        lines += [f"    x{i} = O{i}[{name!r}]" for i, (_, name) in enumerate(self.slots)]
-        lines += checks
-        lines += [f"    O{i}[{self.slots[i][1]!r}] = {value}" for i, value in writes.items()]
-        lines += [
-            "    handle = NEW(HANDLE)",
-            f"    handle._olds = ({olds})",
-            "    handle._state = 0",
-            "    handle._plan = PLAN",
-            "    handle._batch_size = EMPTY",
-            "    handle._device = None",
-            "    handle._names = None",
-            "    handle._is_locked = False",
-            "    return handle",
-        ]
-        puts = [f"    O{i}[{name!r}] = x{i}" for i, (_, name) in enumerate(self.slots)]
-        lines += ["def restore(olds):", f"    ({olds}) = olds", *puts, "    return None"]
-        namespace: dict[str, Any] = {}
-        exec(compile("\n".join(lines), "<tdfunc swap plan>", "exec"), constants, namespace)
-        self.swap = namespace["swap"]
-        self.restore = namespace["restore"]
+    # -------------------------------------------------------------- hot path
+    def read_passes(self, data) -> tuple[Any, list]:
+        """The new values and the old objects, per slot; raises :class:`Mismatch`
+        (module untouched) when the mapping or the module no longer fits.
 
-    def _emit(self, lines, writes: dict, checks, constants, var, counter) -> None:
-        lines.append(f"    if len({var}) != {self.size}: raise Mismatch")
-        for key, slot_indices, walk in self.leaves:
-            self._emit_walk(lines, constants, walk, counter)
-            value = f"v{counter[0]}"
-            counter[0] += 1
-            lines.append(f"    {value} = {var}[{key!r}]")
-            first = slot_indices[0]
-            for index in slot_indices:
-                if index != first:  # tied slots must still hold one object
-                    checks.append(f"    if x{index} is not x{first}: raise Mismatch")
-                earlier = writes.get(index)
-                if earlier is None:
-                    writes[index] = value
-                elif index == first:  # two keys name one tie: one tensor, or an error
-                    constants[f"E{counter[0]}"] = _tie_conflict(self, key, index)
-                    checks.append(f"    if {value} is not {earlier}: raise E{counter[0]}")
-                    counter[0] += 1
-        for key, walk, plan, is_dict in self.nodes:
-            self._emit_walk(lines, constants, walk, counter)
-            inner = f"n{counter[0]}"
-            counter[0] += 1
-            lines.append(f"    {inner} = {var}[{key!r}]{'' if is_dict else '._data'}")
-            plan._emit(lines, writes, checks, constants, inner, counter)
+        Every step is one C-level pass (``map``, ``chain``, ``itemgetter``,
+        list comparison) over the plan's lists: no Python loop per slot. Each
+        level's keys are checked by reading every one of them from a level of
+        the plan's size.
+        """
+        levels = [data]
+        for parents, keys, getter in self.depths:
+            found = map(getitem, parents(levels), keys)
+            levels += found if getter is None else map(getter, found)
+        # every key is read below and each level has the plan's size: the same keys
+        if list(map(len, levels)) != self.sizes:
+            raise Mismatch
+        values = list(map(getitem, self.slot_levels(levels), self.slot_keys))
+        for level, key in self.unread:
+            levels[level][key]
+        if self.parents:
+            parents = self.parents
+            if parents[0] is None:  # the root, held weakly
+                parents = [self.module(), *parents[1:]]
+            held = list(map(_modules_of, parents))
+            if (
+                list(map(len, held)) != self.child_counts
+                or list(chain.from_iterable(held)) != self.child_names
+                or list(chain.from_iterable(map(dict.values, held))) != self.children
+            ):
+                raise Mismatch
+        olds = list(map(getitem, self.owners, self.names))
+        for first_slot, other in self.tied:
+            if olds[first_slot] is not olds[other]:
+                raise Mismatch
+        for (level, key), (other_level, other_key), error in self.same_key:
+            if levels[level][key] is not levels[other_level][other_key]:
+                raise error
+        return values, olds
 
-    @staticmethod
-    def _emit_walk(lines, constants, walk, counter) -> None:
-        for modules, name, child in walk:
-            tag = counter[0]
-            counter[0] += 1
-            constants[f"M{tag}"] = modules
-            constants[f"C{tag}"] = child
-            lines.append(f"    if M{tag}[{name!r}] is not C{tag}: raise Mismatch")
+    def enter_passes(self, data) -> list:
+        """``read``, then write the new values: the old objects, per slot."""
+        values, olds = self.read(data)
+        self.write(values)
+        return olds
 
-    # -------------------------------------------------------------- interpreted
+    def write_passes(self, values) -> None:
+        """Put ``values`` (one per slot) into the slots."""
+        any(map(setitem, self.owners, self.names, values))  # setitem returns None: runs all
+
+    # -------------------------------------------------------------- traced
     def swap_interpreted(self, data) -> list:
-        """What ``swap`` does, as a loop (traceable by dynamo); returns the old objects."""
-        values: list = [None] * len(self.slots)
-        self._gather(data, values)
-        olds = [owner[name] for owner, name in self.slots]
-        for (owner, name), value in zip(self.slots, values):
+        """What ``read`` + ``write`` do, as plain loops (traceable by dynamo); the old objects."""
+        levels = [data]
+        for parent, _, key, _ in self.nodes:
+            levels.append(_level_of(levels[parent][key]))
+        for level, size in zip(levels, self.sizes):
+            if len(level) != size:
+                raise Mismatch
+        values = [levels[level][key] for level, key in zip(self.leaf_levels, self.leaf_keys)]
+        values = [values[value] for value in self.spread]
+        olds = [owner[name] for owner, name in zip(self.owners, self.names)]
+        for owner, name, value in zip(self.owners, self.names, values):
             owner[name] = value
         return olds
 
-    def _gather(self, data, values: list) -> None:
-        if len(data) != self.size:
-            raise Mismatch
-        for key, slot_indices, _ in self.leaves:
-            for index in slot_indices:
-                values[index] = data[key]
-        for key, _, plan, is_dict in self.nodes:
-            plan._gather(data[key] if is_dict else data[key]._data, values)
-
     def restore_interpreted(self, olds: list) -> None:
-        for (owner, name), old in zip(self.slots, olds):
+        for owner, name, old in zip(self.owners, self.names, olds):
             owner[name] = old
 
     # -------------------------------------------------------------- reading
-    def old_data(self, olds: tuple, make) -> dict:
+    def old_data(self, olds, make) -> dict:
         """The data of the TensorDict of old values (``make(data)`` builds a nested level)."""
-        leaves = {key: positions for key, positions, _ in self.leaves}
-        nodes = {key: plan for key, _, plan, _ in self.nodes}
-        data: dict = {}
-        for key in self.order:
-            plan = nodes.get(key)
-            if plan is not None:
-                data[key] = make(plan.old_data(olds, make))
-                continue
-            value = olds[leaves[key][0]]
-            if value is not None:  # a slot that held None (a Linear without bias)
-                data[key] = value
-        return data
+        own = self.own_slots
+        slots = {
+            (level, key): value if own is None else own[value]
+            for value, (level, key) in enumerate(zip(self.leaf_levels, self.leaf_keys))
+        }
+        children = {(parent, key): level for level, (parent, _, key, _) in enumerate(self.nodes, 1)}
+        starts = [0]
+        for size in self.sizes:
+            starts.append(starts[-1] + size)
+
+        def level_data(level: int) -> dict:
+            data: dict = {}
+            for key in self.keys[starts[level] : starts[level + 1]]:
+                child = children.get((level, key))
+                if child is not None:
+                    data[key] = make(level_data(child))
+                    continue
+                slot = slots.get((level, key))
+                if slot is not None and olds[slot] is not None:  # None: a Linear without bias
+                    data[key] = olds[slot]
+            return data
+
+        return level_data(0)
+
+    def slot_of(self) -> dict:
+        """``{(id(owner dict), name): slot}`` (for swaps that end out of order)."""
+        if self.slot_index is None:
+            pairs = zip(map(id, self.owners), self.names)
+            self.slot_index = {pair: slot for slot, pair in enumerate(pairs)}
+        return self.slot_index
 
     def missing_names(self) -> list:
         """Dotted names of the module's parameters and buffers that no key fills."""
         if self.missing is None:
             module = self.module()
-            filled = {(id(owner), name) for owner, name in self.slots}
+            filled = self.slot_of()
             self.missing = [
                 prefix + ("." if prefix else "") + name
                 for prefix, sub in module.named_modules(remove_duplicate=False)
@@ -204,25 +244,6 @@ class SwapPlan:
                 if value is not None and (id(owner), name) not in filled
             ]
         return self.missing
-
-    def same_structure(self, other: SwapPlan) -> bool:
-        """Same keys at every level (a newer plan of the same structure replaces this one)."""
-        if self.size != other.size or self.tie is not other.tie:
-            return False
-        if [k for k, _, _ in self.leaves] != [k for k, _, _ in other.leaves]:
-            return False
-        if [k for k, _, _, _ in self.nodes] != [k for k, _, _, _ in other.nodes]:
-            return False
-        return all(a[2].same_structure(b[2]) for a, b in zip(self.nodes, other.nodes))
-
-
-def _tie_conflict(plan: SwapPlan, key: Any, index: int) -> ValueError:
-    name = plan.slots[index][1]
-    return ValueError(
-        f"two keys name the tied slot {name!r} (the key {key!r} and an earlier one) with "
-        f"different tensors; tied parameters take one value: pass one of the keys, the "
-        f"same tensor for both, or (functional_call) tie_weights=False."
-    )
 
 
 # ------------------------------------------------------------------ building
@@ -236,71 +257,141 @@ def _slot_aliases(root: nn.Module) -> dict[int, list]:
                 continue
             seen.add(id(owner))
             for name, value in owner.items():
-                if value is not None:
-                    aliases.setdefault(id(value), []).append((owner, name))
-    return aliases
+                if value is None:
+                    continue
+                slots = aliases.get(id(value))
+                if slots is None:
+                    aliases[id(value)] = ((owner, name),)  # a list only for a tie
+                else:
+                    aliases[id(value)] = [*slots, (owner, name)]
+    return {key: slots for key, slots in aliases.items() if len(slots) > 1}
 
 
-def build_plan(data, module: nn.Module, api: str = "to_module", tie: bool = True) -> SwapPlan:
+def build_plan(
+    data, module: nn.Module, api: str = "to_module", tie: bool = True, traced: bool = False
+) -> SwapPlan:
     """The plan for the mapping ``data`` (a TensorDict's ``_data``, or a dict) and ``module``.
 
     Raises:
         KeyError: a key is not a parameter, buffer or submodule of ``module``
             (with the closest names).
     """
-    builder = _Builder(_slot_aliases(module) if tie else {}, api, tie)
-    plan = builder.level(data, module, ())
-    plan.module = weakref.ref(module)
+    builder = _Builder(_slot_aliases(module) if tie else {}, api)
+    plan = builder.build(data, module, traced)
+    plan.tie = tie
+    plan.signature = (tie, plan.signature)
     return plan
 
 
 class _Builder:
-    __slots__ = ("aliases", "api", "index", "slots", "tie")
+    """One breadth-first walk over the mapping and the module: the plan's lists."""
 
-    def __init__(self, aliases: dict, api: str, tie: bool) -> None:
+    def __init__(self, aliases: dict, api: str) -> None:
         self.aliases = aliases
         self.api = api
-        self.tie = tie
-        self.slots: list = []
-        self.index: dict = {}
+        self.owners: list = []
+        self.names: list = []
+        self.spread: list = []  # per slot: its value
+        self.index: dict = {}  # (id(owner), name) -> slot
+        self.leaf_levels: list = []  # per value: where it is read
+        self.leaf_keys: list = []
+        self.own_slots: list = []  # per value: the slot its key names
+        self.walked: dict = {}  # id(module) -> module whose _modules a key walks through
+        self.tied: list = []
+        self.same_key: list = []  # (value, value, error)
+        self.steps: list = []  # (module, name, child): module._modules[name] is child
 
-    def level(self, data, module: nn.Module, path: tuple) -> SwapPlan:
-        leaves = []
-        nodes = []
-        order = []
-        for key, value in data.items():
-            is_dict = type(value) is dict
-            if isinstance(value, NonTensorData):
-                continue  # metadata: nothing to put in the module
-            owner_module, name, walk = self._walk(module, key, path)
-            if is_dict or _collection(value):
-                child = owner_module._modules.get(name)
-                if child is None:
-                    raise self._no_such_key(path + (key,), owner_module, name, "submodule")
-                walk = walk + ((owner_module._modules, name, child),)
-                inner = value if is_dict else value._data
-                nodes.append((key, walk, self.level(inner, child, path + (key,)), is_dict))
-                order.append(key)
-                continue
-            leaves.append((key, self._positions(owner_module, name, path + (key,)), walk))
-            order.append(key)
-        return SwapPlan(leaves, nodes, len(data), self.slots, tuple(order), self.tie)
+    def build(self, data, module: nn.Module, traced: bool) -> SwapPlan:
+        sizes = [len(data)]
+        keys: list = [list(data)]
+        nodes: list = []  # per level past the root: (parent level, position, key, is_dict)
+        depth_starts = [0]
+        current = [(0, data, module, ())]  # (level, mapping, module, key path)
+        while current:
+            following: list = []
+            for level, mapping, owner_module, path in current:
+                for position, (key, value) in enumerate(mapping.items()):
+                    if isinstance(value, NonTensorData):
+                        continue  # metadata: nothing to put in the module
+                    holder, name = self._walk(owner_module, key, path)
+                    is_dict = type(value) is dict
+                    if is_dict or _collection(value):
+                        child = holder._modules.get(name)
+                        if child is None:
+                            raise self._no_such_key(path + (key,), holder, name, "submodule")
+                        self.walked.setdefault(id(holder), holder)
+                        self.steps.append((holder, name, child))
+                        inner = value if is_dict else value._data
+                        child_level = len(sizes)
+                        sizes.append(len(inner))
+                        keys.append(list(inner))
+                        nodes.append((level, position, key, is_dict))
+                        following.append((child_level, inner, child, path + (key,)))
+                        continue
+                    self._leaf(holder, name, path + (key,), (level, position, key))
+            if following:
+                depth_starts.append(following[0][0])
+            current = following
+        plan = SwapPlan()
+        plan.module = weakref.ref(module)
+        plan.depths = []
+        for depth in range(len(depth_starts) - 1):
+            end = _end(depth_starts, depth + 1, len(sizes))
+            inner = nodes[depth_starts[depth + 1] - 1 : end - 1]
+            kinds = {is_dict for _, _, _, is_dict in inner}
+            getter = None if kinds == {True} else _data_of if kinds == {False} else _level_of
+            parents = _picker([parent for parent, _, _, _ in inner])
+            plan.depths.append((parents, [key for _, _, key, _ in inner], getter))
+        plan.sizes = sizes
+        plan.keys = list(chain.from_iterable(keys))
+        plan.slot_levels = _picker([self.leaf_levels[value] for value in self.spread])
+        plan.slot_keys = [self.leaf_keys[value] for value in self.spread]
+        read = set(zip(self.leaf_levels, self.leaf_keys))
+        read.update((parent, key) for parent, _, key, _ in nodes)
+        plan.unread = [
+            (level, key)
+            for level, level_keys in enumerate(keys)
+            for key in level_keys
+            if (level, key) not in read
+        ]
+        plan.owners = self.owners
+        plan.names = self.names
+        plan.nodes = nodes
+        plan.leaf_levels = self.leaf_levels
+        plan.leaf_keys = self.leaf_keys
+        identity = self.own_slots == list(range(len(self.own_slots)))
+        plan.own_slots = None if identity else self.own_slots
+        plan.spread = self.spread
+        plan.tied = self.tied
+        where = list(zip(self.leaf_levels, self.leaf_keys))
+        plan.same_key = [(where[a], where[b], error) for a, b, error in self.same_key]
+        parents = list(self.walked.values())
+        plan.child_counts = [len(parent._modules) for parent in parents]
+        plan.child_names = [name for parent in parents for name in parent._modules]
+        plan.children = [child for parent in parents for child in parent._modules.values()]
+        plan.parents = [None if parent is module else parent for parent in parents]
+        plan.signature = (sizes, plan.keys, self.spread)  # lists: compared, never hashed
+        if not traced and len(self.owners) + len(sizes) <= SMALL:
+            _straight_line(plan, module, keys, nodes, self)
+        return plan
 
     def _walk(self, module: nn.Module, key: Any, path: tuple) -> tuple:
-        """The module that holds ``key`` (a dotted key walks submodules) and the steps."""
+        """The module that holds ``key`` (a dotted key walks submodules), and its last name."""
         if type(key) is not str or "." not in key:
-            return module, key, ()
+            return module, key
         *parts, name = key.split(".")
-        walk = []
         for part in parts:
             child = module._modules.get(part)
             if child is None:
                 raise self._no_such_key(path + (key,), module, part, "submodule")
-            walk.append((module._modules, part, child))
+            self.walked.setdefault(id(module), module)
+            self.steps.append((module, part, child))
             module = child
-        return module, name, tuple(walk)
+        return module, name
 
-    def _positions(self, module: nn.Module, name: str, path: tuple) -> tuple:
+    def _leaf(self, module: nn.Module, name: str, path: tuple, read: tuple) -> None:
+        """Record a value (read at ``read``: level, position, key) for ``module``'s slot
+        ``name`` and its ties."""
         owner: dict[str, Any]
         if name in module._parameters:
             owner = module._parameters
@@ -314,15 +405,25 @@ class _Builder:
             tied = [(owner, name)]
         elif tied[0][0] is not owner or tied[0][1] != name:  # this slot first: the old value
             tied = [(owner, name)] + [s for s in tied if s[0] is not owner or s[1] != name]
-        positions = []
-        for slot in tied:
-            slot_id = (id(slot[0]), slot[1])
-            position = self.index.get(slot_id)
-            if position is None:
-                position = self.index[slot_id] = len(self.slots)
-                self.slots.append(slot)
-            positions.append(position)
-        return tuple(positions)
+        value = len(self.leaf_keys)
+        self.leaf_levels.append(read[0])
+        self.leaf_keys.append(read[2])
+        first = -1
+        for slot_owner, slot_name in tied:
+            slot_id = (id(slot_owner), slot_name)
+            slot = self.index.get(slot_id)
+            if slot is None:
+                slot = self.index[slot_id] = len(self.owners)
+                self.owners.append(slot_owner)
+                self.names.append(slot_name)
+                self.spread.append(value)
+            elif first < 0:  # two keys name one tie: one tensor, or an error
+                self.same_key.append((self.spread[slot], value, _tie_conflict(read[2], slot_name)))
+            if first < 0:
+                first = slot
+            else:  # tied slots must still hold one object
+                self.tied.append((first, slot))
+        self.own_slots.append(first)
 
     def _no_such_key(self, path: tuple, module: nn.Module, name: str, what: str) -> KeyError:
         leaves = list(module._parameters) + list(module._buffers)
@@ -337,6 +438,78 @@ class _Builder:
             f"{self.api}: the {'mapping' if self.api == 'functional_call' else 'TensorDict'} "
             f"has key {shown!r} but {type(module).__name__} has no {what} {name!r}.{hint}"
         )
+
+
+# Up to this many slots + levels, ``read`` and ``write`` are generated straight-line
+# code (a few hundred lines at most): for small models a handful of C-level
+# passes cost more than the work itself. Larger plans run the passes.
+SMALL = 256
+
+
+def _straight_line(plan: SwapPlan, root: nn.Module, keys: list, nodes: list, built) -> None:
+    """Replace ``plan.read``/``plan.write`` by generated straight-line functions
+    doing the same reads and checks, one statement per key, step and slot."""
+    constants: dict[str, Any] = {"Mismatch": Mismatch, "ROOT": plan.module}
+    lines = ["def read(data):", "    l0 = data"]
+    for level, size in enumerate(plan.sizes):
+        if level:
+            parent, _, key, is_dict = nodes[level - 1]
+            lines.append(f"    l{level} = l{parent}[{key!r}]{'' if is_dict else '._data'}")
+        lines.append(f"    if len(l{level}) != {size}: raise Mismatch")
+    read_at: dict = {}
+    for value, (level, key) in enumerate(zip(built.leaf_levels, built.leaf_keys)):
+        read_at[(level, key)] = value
+        lines.append(f"    v{value} = l{level}[{key!r}]")
+    for level, level_keys in enumerate(keys):  # keys without a place (metadata) exist too
+        lines += [f"    l{level}[{key!r}]" for key in level_keys if (level, key) not in read_at]
+    lines.append("    root = ROOT()")
+    seen: set = set()
+    for number, (module, name, child) in enumerate(built.steps):
+        if (id(module), name) in seen:
+            continue
+        seen.add((id(module), name))
+        holder = "root" if module is root else f"M{number}"
+        if module is not root:  # the plan must not keep the root module alive
+            constants[holder] = module
+        constants[f"C{number}"] = child
+        lines.append(f"    if {holder}._modules[{name!r}] is not C{number}: raise Mismatch")
+    for slot, name in enumerate(plan.names):
+        constants[f"O{slot}"] = plan.owners[slot]
+        lines.append(f"    x{slot} = O{slot}[{name!r}]")
+    lines += [f"    if x{a} is not x{b}: raise Mismatch" for a, b in plan.tied]
+    for number, (a, b, error) in enumerate(built.same_key):
+        constants[f"E{number}"] = error
+        lines.append(f"    if v{a} is not v{b}: raise E{number}")
+    checked = len(lines)  # everything is read and checked: enter writes from here on
+    values = "".join(f"v{value}, " for value in built.spread)
+    olds = ", ".join(f"x{slot}" for slot in range(len(plan.names)))
+    lines.append(f"    return ({values}), [{olds}]")
+    lines += ["def enter(data):", *lines[1:checked]]
+    lines += [
+        f"    O{slot}[{plan.names[slot]!r}] = v{value}" for slot, value in enumerate(built.spread)
+    ]
+    lines.append(f"    return [{olds}]")
+    unpack = "".join(f"a{slot}, " for slot in range(len(plan.names)))
+    lines += ["def write(values):", f"    ({unpack}) = values"]
+    lines += [f"    O{slot}[{name!r}] = a{slot}" for slot, name in enumerate(plan.names)]
+    namespace: dict[str, Any] = {}
+    exec(compile("\n".join(lines), "<tdfunc swap plan>", "exec"), constants, namespace)
+    plan.read = namespace["read"]
+    plan.enter = namespace["enter"]
+    plan.write = plan.restore = namespace["write"]
+
+
+def _end(depth_starts: list, depth: int, count: int) -> int:
+    """One past the last level of ``depth``."""
+    return depth_starts[depth + 1] if depth + 1 < len(depth_starts) else count
+
+
+def _tie_conflict(key: Any, name: str) -> ValueError:
+    return ValueError(
+        f"two keys name the tied slot {name!r} (the key {key!r} and an earlier one) with "
+        f"different tensors; tied parameters take one value: pass one of the keys, the "
+        f"same tensor for both, or (functional_call) tie_weights=False."
+    )
 
 
 def close_matches_hint(key: Any, names: list) -> str:

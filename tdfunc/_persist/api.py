@@ -22,6 +22,11 @@ from .._core.frozen import refuse_frozen
 from . import load as _persist_load
 from . import save as _persist_save
 from .memmap_tensor import MemoryMappedTensor
+from .tensordict_layout import (
+    is_tensordict_layout,
+    read_tensordict_layout,
+    write_tensordict_layout,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -113,10 +118,18 @@ def load_collection(
         refuse_frozen(out, api.rpartition(".")[2])
     if out is not None and device is None:
         device = out.device
-    with _gc_paused():
-        loaded = _persist_load.load(
-            prefix, api=api, device=device, non_blocking=non_blocking, num_threads=num_threads
-        )
+    directory = os.path.abspath(os.fspath(prefix))
+    if is_tensordict_layout(directory):  # written by tensordict: read its layout
+        loaded = read_tensordict_layout(directory, api, device)
+        if out is None:
+            _persist_save.remember_path(loaded, directory)
+            loaded.lock_()
+            return loaded
+    else:
+        with _gc_paused():
+            loaded = _persist_load.load(
+                prefix, api=api, device=device, non_blocking=non_blocking, num_threads=num_threads
+            )
     if out is not None:
         locked = out.is_locked
         if locked:
@@ -146,6 +159,7 @@ class PersistMixin:
         existsok: bool = True,
         robust_key: bool | None = True,
         fsync: bool = False,
+        format: str = "tdfunc",
     ) -> Self:
         """Write every tensor to a memory-mapped file and return a new, locked TensorDict.
 
@@ -183,6 +197,10 @@ class PersistMixin:
             fsync: also ``fsync`` files and directories, so that the save
                 survives a power loss or kernel crash (slow on many small files).
                 Without it the save survives a killed process.
+            format: ``"tdfunc"`` (the default: the layout described above, with
+                its atomic replacement) or ``"tensordict"``: tensordict's own layout,
+                which tensordict's ``load_memmap`` reads (non-tensor values must be
+                JSON values; no atomic replacement). ``load_memmap`` reads both.
 
         Returns:
             A locked TensorDict of ``MemoryMappedTensor`` leaves on the CPU (or a
@@ -199,6 +217,19 @@ class PersistMixin:
             >>> TensorDict.load_memmap(path)["a"].tolist()
             [5.0, 0.0, 0.0]
         """
+        if format == "tensordict":
+            api = f"{type(self).__name__}.memmap"
+            if prefix is None or return_early:
+                raise ValueError(
+                    f"{api}: format='tensordict' needs a prefix and return_early=False."
+                )
+            write_tensordict_layout(self, os.fspath(prefix), api)
+            return type(self).load_memmap(prefix)  # type: ignore[attr-defined]
+        if format != "tdfunc":
+            raise ValueError(
+                f"{type(self).__name__}.memmap: format must be 'tdfunc' or 'tensordict', "
+                f"got {format!r}."
+            )
         return memmap_collection(
             self,
             prefix,
@@ -346,6 +377,7 @@ class PersistMixin:
         out=None,
         robust_key: bool | None = True,
         num_threads: int = 0,
+        allow_pickle: bool | None = False,
     ):
         """Load a directory written by :meth:`memmap` (or any sub-directory of one).
 
@@ -363,6 +395,9 @@ class PersistMixin:
             out: load into this TensorDict (see :meth:`load_memmap_`).
             robust_key: accepted for compatibility (``False`` raises).
             num_threads: threads mapping the files and moving them to ``device``.
+            allow_pickle: accepted for compatibility; tdfunc never unpickles, with
+                either value (non-tensor values are JSON or tensors read with
+                ``weights_only=True``).
 
         Raises:
             FileNotFoundError: ``prefix/meta.json`` is missing.
@@ -382,6 +417,10 @@ class PersistMixin:
             device(type='meta')
         """
         api = f"{cls.__name__}.load_memmap"
+        if allow_pickle is not None and type(allow_pickle) is not bool:
+            raise TypeError(
+                f"{api}: allow_pickle must be a bool or None, got {type(allow_pickle).__name__}."
+            )
         _check_options(api, False, robust_key)
         loaded = load_collection(
             prefix, device, non_blocking, out=out, num_threads=num_threads, api=api

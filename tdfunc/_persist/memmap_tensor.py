@@ -15,8 +15,10 @@ a file crashes the process with ``SIGBUS`` on first access.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import os
+import pickle
 import shutil
 import stat
 import tempfile
@@ -25,6 +27,8 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
+
+from .sharing import geometry, mapped_inode, open_identified, read_maps
 
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
@@ -263,10 +267,18 @@ class MemoryMappedTensor(torch.Tensor):
     def __getitem__(self, index) -> Any:
         # A view of the mapping is a MemoryMappedTensor of the same file (tensordict);
         # advanced indexing copies, and gives a plain tensor.
-        out = torch.Tensor.__getitem__(self, index)
+        return self._keep_file(torch.Tensor.__getitem__(self, index))
+
+    def _keep_file(self, out: torch.Tensor) -> Any:
+        """``out`` as a ``MemoryMappedTensor`` of this file if it is a view of the mapping.
+
+        Every view keeps the file's name and identity, so that sending it to
+        another process sends its place in the file (offset, strides), not a copy
+        that torch's own pickling would make (or worse, a detached storage).
+        """
         if (
-            out.untyped_storage().data_ptr() != self.untyped_storage().data_ptr()
-            or not self.numel()
+            not self.numel()
+            or out.untyped_storage().data_ptr() != self.untyped_storage().data_ptr()
         ):
             return out
         view = torch.Tensor._make_subclass(MemoryMappedTensor, out, False)
@@ -275,8 +287,13 @@ class MemoryMappedTensor(torch.Tensor):
         return view
 
     def _is_whole_file(self) -> bool:
-        """Whether this tensor is the whole mapping (not an indexed view of it)."""
-        return self.storage_offset() == 0 and self.nbytes == self.untyped_storage().nbytes()
+        """Whether this tensor's bytes, in order, are the whole mapping (not a view of part of
+        it, not a transposed or strided view)."""
+        return (
+            self.storage_offset() == 0
+            and self.nbytes == self.untyped_storage().nbytes()
+            and self.is_contiguous()
+        )
 
     # -------------------------------------------------------------- constructors
     @classmethod
@@ -324,9 +341,15 @@ class MemoryMappedTensor(torch.Tensor):
                 f"MemoryMappedTensor.from_tensor: expected a torch.Tensor, got "
                 f"{type(input).__name__}. Convert it first (torch.as_tensor)."
             )
-        shape = input.shape if shape is None else torch.Size(shape)
-        if copy_data:
-            input = input.expand(shape)
+        shape = input.shape if shape is None else _size_arg((shape,), "from_tensor")
+        if copy_data and input.shape != shape:
+            try:
+                input = input.expand(shape)
+            except RuntimeError:
+                raise ValueError(
+                    f"MemoryMappedTensor.from_tensor: shape={list(shape)} is not a broadcast of "
+                    f"the input's shape {list(input.shape)}; pass a shape the input expands to."
+                ) from None
 
         def fill(fd: int, path: str) -> None:
             if copy_data:
@@ -355,13 +378,7 @@ class MemoryMappedTensor(torch.Tensor):
             torch.Size([2])
         """
         _check_device(device, "MemoryMappedTensor.empty")
-        shape = _size_arg(_shape_or_size(size, shape, "empty"))
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-
-        def fill(fd: int, path: str) -> None:
-            allocate_file(fd, nbytes_of(shape, dtype))
-
-        return _create(filename, existsok, dtype, shape, fill, "empty")
+        return _new_file("empty", size, shape, dtype, None, filename, existsok)
 
     zeros = empty
 
@@ -369,12 +386,14 @@ class MemoryMappedTensor(torch.Tensor):
     def full(
         cls, *size, fill_value, shape=None, dtype=None, device=None, filename=None, existsok=False
     ):
-        """A new file of ``size`` (or ``shape=``) filled with ``fill_value``."""
-        size = _shape_or_size(size, shape, "full")
-        out = cls.empty(*size, dtype=dtype, device=device, filename=filename, existsok=existsok)
-        if fill_value != 0:
-            out.fill_(fill_value)
-        return out
+        """A new file of ``size`` (or ``shape=``) filled with ``fill_value`` (``-0.0`` too).
+
+        Example:
+            >>> MemoryMappedTensor.full(2, fill_value=-0.0).signbit().tolist()
+            [True, True]
+        """
+        _check_device(device, "MemoryMappedTensor.full")
+        return _new_file("full", size, shape, dtype, fill_value, filename, existsok)
 
     @classmethod
     def ones(cls, *size, shape=None, dtype=None, device=None, filename=None, existsok=False):
@@ -415,7 +434,8 @@ class MemoryMappedTensor(torch.Tensor):
             raise TypeError(
                 f"MemoryMappedTensor.from_filename: dtype must be a torch.dtype, got {dtype!r}."
             )
-        out = map_file(os.path.abspath(os.fspath(filename)), dtype, _size_arg((shape,)))
+        shape = _size_arg((shape,), "from_filename")
+        out = map_file(os.path.abspath(os.fspath(filename)), dtype, shape)
         return out if index is None else out[index]
 
     @classmethod
@@ -459,7 +479,12 @@ class MemoryMappedTensor(torch.Tensor):
         dtype = torch.get_default_dtype() if dtype is None else dtype
         if shape is None:
             shape = (storage.nbytes() // dtype.itemsize,)
-        shape = _size_arg((shape,))
+        shape = _size_arg((shape,), "from_storage")
+        if nbytes_of(shape, dtype) > storage.nbytes():
+            raise ValueError(
+                f"MemoryMappedTensor.from_storage: shape {list(shape)} of {dtype} needs "
+                f"{nbytes_of(shape, dtype)} bytes, but the storage holds {storage.nbytes()}."
+            )
         base = torch.empty((0,), dtype=dtype).set_(storage, 0, shape)
         st = os.stat(path)
         out = torch.Tensor._make_subclass(MemoryMappedTensor, base, False)
@@ -468,6 +493,13 @@ class MemoryMappedTensor(torch.Tensor):
         return out if index is None else out[index]
 
     # -------------------------------------------------------------- python protocols
+    def __format__(self, format_spec: str) -> str:
+        # torch formats only plain 0-dim tensors by value; its repr formats each element
+        # (now a 0-dim MemoryMappedTensor view) with format(): do it by value too
+        if self.dim() == 0:
+            return self.item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
     def __deepcopy__(self, memo):
         return self.as_subclass(torch.Tensor).clone()
 
@@ -475,6 +507,36 @@ class MemoryMappedTensor(torch.Tensor):
         # pickle / torch.save store the values as a plain tensor; processes started by
         # multiprocessing get the file itself (see _reduce_for_process below).
         return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
+
+
+# Methods that return views of their input (of the file, here): each returns a
+# MemoryMappedTensor of the same file (see _keep_file). Other operations give plain
+# tensors (``__torch_function__`` is disabled: no cost on the hot path). ``detach`` too:
+# ``nn.Parameter(mapped)`` relies on it to give a plain tensor, and stays a Parameter.
+_VIEW_METHODS = (
+    "as_strided", "chunk", "diagonal", "expand", "expand_as", "flatten", "movedim",
+    "moveaxis", "narrow", "permute", "reshape", "reshape_as", "select", "split", "squeeze",
+    "swapaxes", "swapdims", "t", "tensor_split", "transpose", "unbind", "unflatten", "unfold",
+    "unsqueeze", "view", "view_as",
+)  # fmt: skip
+
+
+def _view_method(name: str):
+    method = getattr(torch.Tensor, name)
+
+    def view_method(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            return self._keep_file(out)
+        return type(out)(self._keep_file(part) for part in out)
+
+    view_method.__name__ = view_method.__qualname__ = name
+    view_method.__doc__ = f"``torch.Tensor.{name}``; views stay ``MemoryMappedTensor``s."
+    return view_method
+
+
+for _name in _VIEW_METHODS:
+    setattr(MemoryMappedTensor, _name, _view_method(_name))
 
 
 def _check_device(device, api: str) -> None:
@@ -487,6 +549,11 @@ def _check_device(device, api: str) -> None:
 
 def _shape_or_size(size: tuple, shape, api: str) -> tuple:
     if shape is None:
+        if not size:  # as torch.empty(): a size is required (shape=() for a 0-d tensor)
+            raise TypeError(
+                f"MemoryMappedTensor.{api}: missing the size; pass it positionally or as "
+                f"shape= (shape=() for a 0-d tensor)."
+            )
         return size
     if size:
         raise TypeError(
@@ -511,10 +578,57 @@ def _handler_path(handler) -> str:
     )
 
 
-def _size_arg(size: tuple) -> torch.Size:
+def _size_arg(size: tuple, api: str) -> torch.Size:
+    """``size`` (dims, or one sequence of dims) as a ``torch.Size`` of dims >= 0, or a clear
+    error before any file is created."""
     if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size)):
         size = tuple(size[0])
-    return torch.Size(size)
+    try:
+        shape = torch.Size(size)
+    except TypeError:
+        shape = None
+    if shape is None or any(type(dim) is not int for dim in shape):
+        raise TypeError(
+            f"MemoryMappedTensor.{api}: the shape must be integers, got {size!r}; e.g. "
+            f"MemoryMappedTensor.{api}(3, 4) or shape=(3, 4)."
+        )
+    if any(dim < 0 for dim in shape):
+        raise ValueError(
+            f"MemoryMappedTensor.{api}: the shape {list(shape)} has a negative dim; every dim "
+            f"must be >= 0 (a memory-mapped tensor cannot infer a dim from -1)."
+        )
+    return shape
+
+
+def _new_file(api, size, shape, dtype, fill_value, filename, existsok) -> MemoryMappedTensor:
+    """``empty`` / ``full``: a file of ``shape``, zeros (sparse) or ``fill_value``.
+
+    ``fill_value`` is converted before the file is created (a bad value leaves no
+    file); a value whose bytes are not all zero (``-0.0``: its sign bit) is written.
+    """
+    shape = _size_arg(_shape_or_size(size, shape, api), api)
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"MemoryMappedTensor.{api}: dtype must be a torch.dtype, got {dtype!r}.")
+    value = None
+    if fill_value is not None:
+        try:
+            value = torch.full((), fill_value, dtype=dtype)
+        except (TypeError, RuntimeError, ValueError) as error:
+            raise TypeError(
+                f"MemoryMappedTensor.{api}: fill_value={fill_value!r} cannot be stored as "
+                f"{dtype}: {error}"
+            ) from None
+        if not _bytes_of(value).any():
+            value = None  # all-zero bytes: the sparse file already reads as this value
+
+    def fill(fd: int, path: str) -> None:
+        if value is None:
+            allocate_file(fd, nbytes_of(shape, dtype))
+        else:
+            write_file(fd, path, value, shape)
+
+    return _create(filename, existsok, dtype, shape, fill, api)
 
 
 def _same_file(a: str, b) -> bool:
@@ -522,11 +636,20 @@ def _same_file(a: str, b) -> bool:
 
 
 def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMappedTensor:
-    """Create a file through ``fill(fd, path)`` at a fresh name, then move it into place."""
+    """Create a file through ``fill(fd, path)`` at a fresh name, then move it into place.
+
+    Every check that can fail runs before the file exists, and a failure after
+    that removes what was written: a constructor that raises leaves no file.
+    """
     if filename is None:
         final = temp_path()
     else:
         final = os.path.abspath(os.fspath(filename))
+        if os.path.isdir(final):
+            raise IsADirectoryError(
+                f"MemoryMappedTensor.{api}: filename {final} is a directory; pass the path of "
+                f"a file (e.g. {os.path.join(final, 'data.memmap')})."
+            )
         if os.path.lexists(final) and not existsok:
             raise FileExistsError(
                 f"MemoryMappedTensor.{api}: {final} already exists; pass existsok=True to "
@@ -539,23 +662,84 @@ def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMap
     work = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
     fd = create_file(work)
     try:
-        fill(fd, work)
-        st = os.fstat(fd)
+        try:
+            fill(fd, work)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        os.replace(work, final)
     except BaseException:
-        os.close(fd)
-        os.unlink(work)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(work)
         raise
-    os.close(fd)
-    os.replace(work, final)
     return map_file(final, dtype, shape, st)
 
 
-def _rebuild(filename: str, dtype: torch.dtype, shape: tuple) -> MemoryMappedTensor:
-    return MemoryMappedTensor.from_filename(filename, dtype, shape)
+def _rebuild(filename: str, geometry: tuple, inode: tuple) -> MemoryMappedTensor:
+    """The receiving side of :func:`_reduce_for_process`: the same view of the same file."""
+    nbytes, dtype, size = geometry[:3]
+    if not nbytes:  # nothing mapped (an empty tensor): no file to open
+        return _wrap(torch.empty(size, dtype=dtype), filename, tuple(inode))
+    tensor = open_identified(filename, *geometry, inode, "MemoryMappedTensor")
+    return _wrap(tensor, filename, tuple(inode))
 
 
 def _reduce_for_process(tensor: MemoryMappedTensor):
-    return _rebuild, (tensor.filename, tensor.dtype, tuple(tensor.shape))
+    """multiprocessing (queues, pools, ``torch.multiprocessing``): the file, not the values.
+
+    The view's place in the file travels (storage size, offset, strides) with the
+    identity of the file it maps; the receiver checks that identity (raising
+    ``StaleFileError`` for a file replaced or deleted since) before it maps.
+    """
+    return _rebuild, (tensor._filename, geometry(tensor), tensor._inode)
 
 
 ForkingPickler.register(MemoryMappedTensor, _reduce_for_process)
+
+
+def _as_file_view(tensor: torch.Tensor, maps: list | None) -> MemoryMappedTensor:
+    """A plain tensor over a file mapping (``UntypedStorage.from_file``, a ``consolidate``d
+    file) as the ``MemoryMappedTensor`` view it is, naming the file it maps."""
+    filename = tensor.untyped_storage().filename
+    mapped = mapped_inode(tensor.untyped_storage().data_ptr(), maps)
+    if mapped is None:  # mapping unknown (not Linux): the file at the name now
+        try:
+            st = os.stat(filename)
+        except OSError:
+            mapped = (-1, -1)  # the receiver will say the file is gone
+        else:
+            mapped = (st.st_dev, st.st_ino)
+    return _wrap(tensor, os.path.abspath(filename), mapped)
+
+
+def reduce_collection_for_process(container: Any) -> tuple:
+    """multiprocessing pickling of a ``TensorDict``: file-backed leaves go by file.
+
+    torch's own pickling of a plain tensor over a file mapping fails (``EBADF``,
+    "file_descriptor" strategy) or, worse, moves the *sender's* storage to shared
+    memory ("file_system" strategy): the sender's later writes silently stop
+    reaching its file. Such leaves are sent as ``MemoryMappedTensor`` views
+    instead (file name, identity, offset and strides). Other leaves, and plain
+    ``pickle``, are unchanged.
+    """
+    reduced = container.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    state = reduced[2] if len(reduced) > 2 else None
+    slots = state[1] if type(state) is tuple and len(state) == 2 else None
+    data = slots.get("_data") if type(slots) is dict else None
+    if type(data) is not dict:
+        return reduced
+    maps: list | bool | None = False
+    shipped = dict(data)
+    for key, value in data.items():
+        if (
+            type(value) is torch.Tensor
+            and value.device.type == "cpu"
+            and value.untyped_storage().filename is not None
+        ):
+            if maps is False:
+                maps = read_maps()
+            shipped[key] = _as_file_view(value, maps)  # type: ignore[arg-type]
+    if len(shipped) and any(shipped[k] is not data[k] for k in data):
+        slots = dict(slots, _data=shipped)
+        reduced = (*reduced[:2], (state[0], slots), *reduced[3:])
+    return reduced

@@ -37,7 +37,8 @@ from torch._C import _functorch
 from .._core.class_names import ALIASES, class_name, lookup_class
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
-from .rebuild import unflatten
+from .rebuild import _TENSOR_TYPES, unflatten
+from .symbolic import concrete, fake_tracing, symbolic
 
 NAMESPACE = "tdfunc"
 _dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
@@ -47,6 +48,7 @@ _NON_TENSOR_KINDS = {"data": NonTensorData, "stack": NonTensorStack}
 _new = object.__new__
 _NOTHING: tuple = ()
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
+_ALL_TENSORS: dict[int, tuple] = {}  # width -> (True,) * width, shared by every context
 
 
 class Context:
@@ -168,6 +170,30 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
         return context
     batch_size = view._batch_size
     ndim = len(batch_size)
+    # plain tensors only: fewer steps per leaf (dynamo traces the general loop below)
+    if _TENSOR_TYPES.issuperset(map(type, values)) and not _dynamo_compiling():
+        out.extend(values)
+        shapes = tuple([value.shape for value in values])
+        width = len(shapes)
+        kinds = _ALL_TENSORS.get(width)
+        if kinds is None:
+            kinds = (
+                _ALL_TENSORS.setdefault(width, (True,) * width) if width < 4096 else (True,) * width
+            )
+        context = _new(Context)
+        context.cls = cls
+        context.keys = tuple(data)
+        context.non_tensor = _NOTHING
+        context.batch_size = batch_size
+        context.shapes = shapes
+        context.feature_shapes = tuple([shape[ndim:] for shape in shapes]) if ndim else shapes
+        context.tensor_children = kinds
+        context.device = view._device
+        context.names = view._names
+        context.level = level
+        context.nested = None
+        context.width = width
+        return context
     start = len(out)
     keys = []
     shapes: list[torch.Size | None] = []
@@ -233,6 +259,8 @@ def flatten(container) -> tuple[list, Context]:
     """The leaves (tensors, in key order, nested containers included) and the context."""
     leaves: list = []
     context = _inline(container._to_tensordict_view(), type(container), leaves, _level())
+    if fake_tracing() and symbolic(leaves):
+        concrete(context)
     return leaves, context
 
 
@@ -240,7 +268,10 @@ def _flatten_tensordict(container) -> tuple[list, Context]:
     """:func:`flatten` for TensorDict classes (the container is its own view)."""
     leaves: list = []
     level = None if _dynamo_compiling() else _current_level()
-    return leaves, _inline(container, type(container), leaves, level)
+    context = _inline(container, type(container), leaves, level)
+    if fake_tracing() and symbolic(leaves):
+        concrete(context)  # symbolic sizes are recorded as their example values
+    return leaves, context
 
 
 def flatten_shallow(container) -> tuple[list, Context]:
@@ -278,6 +309,8 @@ def flatten_shallow(container) -> tuple[list, Context]:
         _level(),
         shapes=tuple(shapes),
     )
+    if fake_tracing() and symbolic(children):
+        concrete(context)
     return children, context
 
 

@@ -47,6 +47,8 @@ from torch._C import _functorch
 
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData
+from .symbolic import fake_tracing, symbolic
+from .symbolic import rebuild as symbolic_rebuild
 
 if TYPE_CHECKING:
     from .node import Context
@@ -246,6 +248,8 @@ def unflatten(children, context: Context):
         children = list(children)
     if _UNSHAPED.issuperset(map(type, children)):
         return _recorded(children, 0, context)  # an in_dims tree: nothing to infer from
+    if fake_tracing() and symbolic(children):  # torch.export with dynamic dims
+        return symbolic_rebuild(children, 0, context)[0]
     check = False
     if not _dynamo_compiling():
         level = _current_level()

@@ -157,6 +157,7 @@ class TensorClassConvert(TensorClassState):
         out = self._td.state_dict(destination, prefix, keep_vars, flatten)
         meta = out._metadata[prefix[:-1] if prefix.endswith(".") else prefix]
         meta["type"] = class_name(type(self))
+        meta["_type"] = f"<class '{type(self).__module__}.{type(self).__qualname__}'>"
         types: dict[str, str] = {}
         none_fields: list[str] = []
         for path, node in _tensorclass_nodes(self, ()):

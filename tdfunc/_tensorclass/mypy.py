@@ -1,5 +1,10 @@
 """mypy plugin: ``class Foo(TensorClass["frozen"])`` read as ``(TensorClass, frozen=True)``.
 
+It also reads the decorator form, ``@tensorclass`` / ``@tensorclass(frozen=True)``
+on a plain class, as that class deriving from ``TensorClass`` with those
+keywords, so the decorated class's ``__init__`` takes ``batch_size=``,
+``device=`` and ``names=`` and it has every TensorClass method.
+
 mypy reads the strings inside ``TensorClass[...]`` as forward references to
 types named ``frozen``, ``nocast``... and reports them as undefined (pyright
 follows ``__class_getitem__`` and needs nothing). This plugin rewrites the
@@ -22,6 +27,7 @@ from typing import Any
 
 from mypy.nodes import (
     Block,
+    CallExpr,
     ClassDef,
     Decorator,
     Expression,
@@ -52,6 +58,9 @@ class _Rewriter:
     def __init__(self) -> None:
         self.class_names: set[str] = set()
         self.module_names: set[str] = set()
+        self.decorator_names: set[str] = set()
+        self.file: MypyFile | None = None
+        self.base_name: str | None = None  # a name bound to TensorClass for decorated classes
 
     def walk(self, statements: list[Statement]) -> None:
         for statement in statements:
@@ -63,6 +72,8 @@ class _Rewriter:
                 for name, alias in node.names:
                     if name == "TensorClass":
                         self.class_names.add(alias or name)
+                    elif name == "tensorclass":
+                        self.decorator_names.add(alias or name)
         elif isinstance(node, Import):
             for module, alias in node.ids:
                 if module in _MODULES:
@@ -90,6 +101,7 @@ class _Rewriter:
                     self.walk(item.body)
 
     def rewrite(self, node: ClassDef) -> None:
+        self._rewrite_decorator(node)
         bases = []
         for base in node.base_type_exprs:
             flags = self._flags_of(base)
@@ -103,6 +115,49 @@ class _Rewriter:
                 true.set_line(base)
                 node.keywords.setdefault(flag, true)
         node.base_type_exprs = bases
+
+    def _rewrite_decorator(self, node: ClassDef) -> None:
+        for position, decorator in enumerate(node.decorators):
+            call = decorator if isinstance(decorator, CallExpr) else None
+            target = call.callee if call is not None else decorator
+            if not self._is_name(target, "tensorclass", self.decorator_names):
+                continue
+            if call is not None and call.args and call.arg_names[0] is None:
+                continue  # tensorclass(cls) called by hand: leave it to mypy
+            del node.decorators[position]
+            base = NameExpr(self._base_name())
+            base.set_line(node)
+            node.base_type_exprs.append(base)
+            if call is not None:
+                for name, value in zip(call.arg_names, call.args):
+                    if name is not None:
+                        node.keywords.setdefault(name, value)
+            return
+
+    def _base_name(self) -> str:
+        """A module-level name bound to TensorClass (an import is added once)."""
+        if self.base_name is None:
+            self.base_name = "_tdfunc_TensorClass_"
+            assert self.file is not None
+            statement = ImportFrom("tdfunc", 0, [("TensorClass", self.base_name)])
+            statement.set_line(1)
+            self.file.defs.insert(0, statement)
+            self.file.imports.append(statement)
+        return self.base_name
+
+    def _is_name(self, expr: Expression, name: str, local: set[str]) -> bool:
+        if isinstance(expr, NameExpr):
+            return expr.name in local
+        if isinstance(expr, MemberExpr) and expr.name == name:
+            target = expr.expr
+            dotted = []
+            while isinstance(target, MemberExpr):
+                dotted.append(target.name)
+                target = target.expr
+            if isinstance(target, NameExpr):
+                dotted.append(target.name)
+                return ".".join(reversed(dotted)) in self.module_names
+        return False
 
     def _is_tensorclass(self, expr: Expression) -> bool:
         if isinstance(expr, NameExpr):
@@ -129,7 +184,10 @@ class _Rewriter:
 
 
 # A class statement with a bracketed base: ``class Foo(TensorClass["frozen"]):``.
-_BRACKETED_BASE = re.compile(r"^\s*class\s+\w+\s*\([^)]*TensorClass\s*\[", re.MULTILINE)
+# Or a class decorated with ``@tensorclass``.
+_BRACKETED_BASE = re.compile(
+    r"^\s*(class\s+\w+\s*\([^)]*TensorClass\s*\[|@(\w+\.)*tensorclass\b)", re.MULTILINE
+)
 _RUN = f"{os.getpid()}-{time.time_ns()}"
 
 
@@ -138,7 +196,9 @@ class TensorClassPlugin(Plugin):
 
     def get_additional_deps(self, file: MypyFile) -> list[tuple[int, str, int]]:
         # Called right after a file is parsed, before semantic analysis.
-        _Rewriter().walk(file.defs)
+        rewriter = _Rewriter()
+        rewriter.file = file
+        rewriter.walk(list(file.defs))
         return []
 
     def report_config_data(self, ctx: ReportConfigContext) -> Any:

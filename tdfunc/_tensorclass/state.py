@@ -145,8 +145,13 @@ class TensorClassState(TensorOps):
 
     # ------------------------------------------------------------------ own rules
     def _check_mutable(self, api: str) -> None:
-        """Frozen refusal: every write of a frozen instance raises ``FrozenInstanceError``."""
+        """Frozen refusal: every write of a frozen instance raises ``FrozenInstanceError``.
+
+        An instance of a class that is not frozen refuses too when it is held by a
+        frozen one (its TensorDict is frozen: frozen is deep).
+        """
         if not self._frozen:
+            super()._check_mutable(api)  # type: ignore[misc]
             return
         name = type(self).__name__
         if api in _RECEIVERS:

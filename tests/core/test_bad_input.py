@@ -278,7 +278,7 @@ def test_failed_inplace_update_writes_nothing():
     with pytest.raises(KeyError, match="'missing' not found"):
         td.update_({"obs": torch.ones(3, 2), "n": {"x": torch.ones(3, 4)}, "missing": 1})
     assert_unchanged(td, before)
-    with pytest.raises(ValueError, match="cannot write a value of shape \\[5\\] in place"):
+    with pytest.raises(ValueError, match="shape \\[5\\], which does not start with the batch"):
         td.update_({"action": torch.ones(3), ("n", "deep", "y"): torch.ones(5)})
     assert_unchanged(td, before)
     with pytest.raises(TypeError, match="cannot write a Tensor in place into the TensorDict"):

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tdfunc import NonTensorData, NonTensorStack, TensorDict, is_tensor_collection
+from tdfunc import (
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    is_tensor_collection,
+    set_capture_non_tensor_stack,
+)
 
 
 # ---------------------------------------------------------------- construction
@@ -226,12 +232,16 @@ def test_set_inplace_flag():
     assert td["b"].tolist() == [1.0, 1.0]
 
 
-def test_set_inplace_broadcasts_and_casts():
+def test_set_inplace_casts_and_checks_the_batch_size_as_set_does():
     td = TensorDict({"a": torch.zeros(2, 3, dtype=torch.int64)}, [2])
-    td.set_("a", torch.tensor([1.0, 2.0, 3.0]))
+    td.set_("a", torch.tensor([[1.0, 2.0, 3.0]]).expand(2, 3))
     assert td["a"].dtype == torch.int64
     assert td["a"].tolist() == [[1, 2, 3], [1, 2, 3]]
-    td.set_("a", 5)
+    td.set_("a", torch.full((2, 1), 5))  # feature dims broadcast, as copy_ does
+    assert (td["a"] == 5).all()
+    for value in (torch.tensor([1.0, 2.0, 3.0]), 5):  # never into the batch dims
+        with pytest.raises(ValueError, match="does not start with the batch size"):
+            td.set_("a", value)
     assert (td["a"] == 5).all()
 
 
@@ -354,7 +364,11 @@ def test_stack_of_different_strings_gives_a_list():
     assert stacked[torch.tensor([2, 0])]["s"] == ["c", "a"]
     assert [td["s"] for td in stacked.unbind(0)] == ["a", "b", "c"]
     same = torch.stack([tds[0], tds[0]])
-    assert same["s"] == "a"
+    assert same["s"] == ["a", "a"]  # one value per element, as a list of per-element values
+    with set_capture_non_tensor_stack(True):
+        captured = torch.stack([tds[0], tds[0]])
+    assert captured["s"] == "a"
+    assert same[0]["s"] == captured[0]["s"] == "a"
 
 
 # ---------------------------------------------------------------- select / exclude / keys ops

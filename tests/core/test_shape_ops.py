@@ -159,7 +159,8 @@ def test_stack_values_and_nested():
     assert out.batch_size == torch.Size([2, 3, 3])
     assert torch.equal(out["x"], torch.stack([td["x"] for td in tds], 2))
     assert out["n"].batch_size == torch.Size([2, 3, 3])
-    assert out["s"] == "text"
+    assert out["s"] == [[["text"] * 3] * 3] * 2  # a stack: one value per element
+    assert out[1, 2, 0]["s"] == "text"
     assert torch.cat(tds, dim=1).batch_size == torch.Size([2, 9])
     assert torch.concat(tds, 0).batch_size == torch.Size([6, 3])
     assert torch.concatenate(tds, 0).batch_size == torch.Size([6, 3])

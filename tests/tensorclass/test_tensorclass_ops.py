@@ -31,7 +31,12 @@ def check(result, x, y, batch):
     assert result.batch_size == torch.Size(batch)
     torch.testing.assert_close(result.x, x)
     torch.testing.assert_close(result.y, y)
-    assert result.label == "lab" and result.missing is None
+    # one value, or one per element when stacking made a NonTensorStack (tensordict's rule)
+    label = result.label
+    while isinstance(label, list):
+        assert all(item == label[0] for item in label)
+        label = label[0]
+    assert label == "lab" and result.missing is None
 
 
 # ---------------------------------------------------------------------- indexing

@@ -26,7 +26,7 @@ BAD_SNIPPET = textwrap.dedent(
 
     import torch
 
-    from tdfunc import TensorClass
+    from tdfunc import TensorClass, tensorclass
 
 
     class Batch(TensorClass["frozen"]):
@@ -43,6 +43,17 @@ BAD_SNIPPET = textwrap.dedent(
     batch.obs = torch.zeros(2)  # error: misc
     wrong: int = batch.reshape(2)  # error: assignment
     also_wrong: str = batch.obs  # error: assignment
+
+
+    @tensorclass(frozen=True)
+    class Decorated:
+        obs: torch.Tensor
+
+
+    decorated = Decorated(torch.zeros(2), batch_size=[2])
+    reshaped: Decorated = decorated.reshape(2)
+    decorated.obs = torch.zeros(2)  # error: misc
+    Decorated(torch.zeros(2), colour="red")  # error: call-arg
     """
 )
 
@@ -129,6 +140,8 @@ def test_pyright_accepts_the_example_and_rejects_a_wrong_type(tmp_path):
         "import torch\nfrom tdfunc import TensorClass\n\n"
         'class Batch(TensorClass["frozen"]):\n    obs: torch.Tensor\n\n'
         'Batch(obs="not a tensor")\n'
+        "class Frozen(TensorClass, frozen=True):\n    obs: torch.Tensor\n\n"
+        "Frozen(obs=torch.zeros(2)).obs = torch.ones(2)\n"
     )
     command = [sys.executable, "-m", "pyright", "--pythonpath", sys.executable, "--outputjson"]
     good = subprocess.run(
@@ -139,3 +152,4 @@ def test_pyright_accepts_the_example_and_rejects_a_wrong_type(tmp_path):
         [*command, str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=300
     )
     assert wrong.returncode == 1 and '"line": 6' in wrong.stdout, wrong.stdout[-3000:]
+    assert '"line": 10' in wrong.stdout, wrong.stdout[-3000:]  # a frozen field is read-only

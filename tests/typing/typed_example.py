@@ -66,3 +66,11 @@ assert_type(Qualified(x=torch.zeros(2)).x, torch.Tensor)
 reward: torch.Tensor = mean_reward(batch)
 mutable = Mutable(torch.zeros(2), batch_size=[2])
 mutable.x = torch.ones(2)
+ensemble = tdfunc.Ensemble(torch.nn.Linear(3, 1), num_members=2)
+assert_type(ensemble(torch.zeros(4, 3)), torch.Tensor)
+assert_type(ensemble(torch.zeros(2, 4, 3), in_dims=0), torch.Tensor)
+assert_type(ensemble.forward(torch.zeros(4, 3)), torch.Tensor)
+
+
+class ReadOnly(TensorClass, frozen=True):  # the class keyword: read-only for pyright too
+    x: torch.Tensor

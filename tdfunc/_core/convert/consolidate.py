@@ -7,13 +7,21 @@ removed.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import secrets
+import struct
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
+from ..class_names import lookup_class
 from ..math.leafwise import map_leaves, tensor_leaves
 from ..mixin import ContainerMixin
+from ..mixin import is_tensor_collection as _collection
+from ..nontensor import NonTensorData, NonTensorStack
 
 _ALIGN = 16
 
@@ -27,6 +35,149 @@ def _layout(leaves: list) -> tuple[list[int], int]:
         offsets.append(total)
         total += leaf.numel() * leaf.element_size()
     return offsets, total
+
+
+_MAGIC = b"TDFCONS1"
+_TRAILER = struct.Struct("<Q8s")  # length of the JSON description, magic
+
+
+def _describe(container: Any, offsets: list, total: int) -> dict | None:
+    """The JSON description of ``container`` (leaf order = ``tensor_leaves`` order)."""
+    position = iter(offsets)
+
+    def node(value: Any) -> Any:
+        view = value._to_tensordict_view()
+        entries = {}
+        for key, item in view._data.items():
+            if isinstance(item, torch.Tensor):
+                entries[key] = {
+                    "offset": next(position),
+                    "dtype": str(item.dtype).removeprefix("torch."),
+                    "shape": list(item.shape),
+                }
+            elif _collection(item):
+                entries[key] = {"node": node(item)}
+            elif isinstance(item, NonTensorData):
+                entries[key] = {
+                    "value": item._value(),
+                    "stack": type(item) is NonTensorStack,
+                    "batch_size": list(item.batch_size),
+                }
+            else:
+                raise TypeError(
+                    f"consolidate: cannot describe the {type(item).__name__} at {key!r}."
+                )
+        return {
+            "batch_size": list(view._batch_size),
+            "names": None if view._names is None else list(view._names),
+            "entries": entries,
+        }
+
+    description = {"format": "tdfunc.consolidated", "version": 1, "size": total}
+    description["root"] = node(container)
+    try:
+        json.dumps(description)
+    except (TypeError, ValueError):
+        return None  # a non-tensor value JSON cannot hold: from_consolidated will say so
+    return description
+
+
+def _append_description(path: str, total: int, description: dict | None) -> None:
+    raw = b"" if description is None else json.dumps(description).encode()
+    with open(path, "r+b") as f:
+        f.seek(total)
+        f.write(raw)
+        f.write(_TRAILER.pack(len(raw), _MAGIC))
+        f.truncate()
+
+
+def read_consolidated(path: str, cls: Any) -> Any:
+    """The container a ``consolidate(filename=path)`` wrote, its leaves views of the file."""
+    api = f"{cls.__name__}.from_consolidated"
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        if size < _TRAILER.size:
+            raise ValueError(f"{api}: {path} was not written by consolidate(filename=...).")
+        f.seek(size - _TRAILER.size)
+        length, magic = _TRAILER.unpack(f.read(_TRAILER.size))
+        if magic != _MAGIC or length > size - _TRAILER.size:
+            raise ValueError(f"{api}: {path} was not written by consolidate(filename=...).")
+        if length == 0:
+            raise ValueError(
+                f"{api}: {path} holds non-tensor values JSON cannot describe; it can only be "
+                "used through the container consolidate returned."
+            )
+        f.seek(size - _TRAILER.size - length)
+        description = json.loads(f.read(length))
+    total = description["size"]
+    if total + length + _TRAILER.size != size:
+        raise ValueError(f"{api}: {path} is corrupt (its sizes do not add up).")
+    storage = torch.from_file(path, shared=True, size=total, dtype=torch.uint8)
+    tensordict_class = lookup_class("tdfunc.TensorDict")
+
+    def build(node: dict, maker: Any) -> Any:
+        data: dict = {}
+        size_ = torch.Size(node["batch_size"])
+        for key, entry in node["entries"].items():
+            if "offset" in entry:
+                dtype = getattr(torch, entry["dtype"], None)
+                if not isinstance(dtype, torch.dtype):
+                    raise ValueError(f"{api}: unknown dtype {entry['dtype']!r} at {key!r}.")
+                shape = torch.Size(entry["shape"])
+                nbytes = shape.numel() * torch.empty((), dtype=dtype).element_size()
+                start = entry["offset"]
+                if start < 0 or start + nbytes > total:
+                    raise ValueError(f"{api}: {path} is corrupt (entry {key!r} out of range).")
+                data[key] = storage[start : start + nbytes].view(dtype).view(shape)
+            elif "node" in entry:
+                data[key] = build(entry["node"], tensordict_class._new_unsafe)
+            else:
+                batch = torch.Size(entry["batch_size"])
+                if entry["stack"]:
+                    data[key] = NonTensorStack.from_list(entry["value"], batch_size=batch)
+                else:
+                    data[key] = NonTensorData._make(entry["value"], batch, None)
+        out = maker(data, size_, torch.device("cpu"), None)
+        if node.get("names") is not None:
+            out.names = node["names"]
+        return out
+
+    return build(description["root"], tensordict_class._new_unsafe).lock_()
+
+
+def _file_storage(filename, nbytes: int, existsok: bool) -> torch.Tensor:
+    """A new file of ``nbytes`` (sparse), mapped shared, as a uint8 tensor.
+
+    Created under a fresh name and renamed into place, as every writer of tdfunc
+    does: an existing file is refused unless ``existsok``, and is then replaced,
+    never written through (its other readers keep their data).
+    """
+    final = os.path.abspath(os.fspath(filename))
+    if os.path.isdir(final):
+        raise IsADirectoryError(
+            f"TensorDict.consolidate: filename {final} is a directory; pass the path of a file."
+        )
+    if os.path.lexists(final) and not existsok:
+        raise FileExistsError(
+            f"TensorDict.consolidate: {final} already exists; pass existsok=True to replace it."
+        )
+    directory = os.path.dirname(final)
+    os.makedirs(directory, exist_ok=True)
+    work = os.path.join(directory, f".{secrets.token_hex(8)}.tmp")
+    fd = os.open(work, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        try:
+            os.ftruncate(fd, nbytes)
+        finally:
+            os.close(fd)
+        os.replace(work, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(work)
+        raise
+    if not nbytes:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.from_file(final, shared=True, size=nbytes, dtype=torch.uint8)
 
 
 class ConsolidateMixin(ContainerMixin):
@@ -49,22 +200,61 @@ class ConsolidateMixin(ContainerMixin):
         device: Any = None,
         non_blocking: bool = False,
         inplace: bool = False,
+        return_early: bool = False,
+        use_buffer: bool = False,
         share_memory: bool = False,
         pin_memory: bool = False,
+        metadata: bool = False,
+        existsok: bool = False,
     ):
         """A locked copy whose tensor leaves are views of one storage (already: ``self``).
 
-        ``filename`` backs the storage with a file (memory-mapped, shared);
-        ``share_memory`` puts it in shared memory; ``device`` places it there.
-        With ``inplace=True`` this container's leaves are replaced by the views.
+        ``filename`` backs the storage with a new file (memory-mapped, shared, on the
+        CPU) followed by a JSON description of the container, so that
+        :meth:`from_consolidated` rebuilds it from the file alone; an existing file
+        is a ``FileExistsError`` unless ``existsok=True``, which replaces it
+        (mappings of the old file keep their content). ``share_memory`` puts the
+        storage in shared memory; ``device`` places it there. With
+        ``inplace=True`` this container's leaves are replaced by the views. With
+        ``return_early=True`` (and ``num_threads > 0``) a
+        ``concurrent.futures.Future`` of the result is returned at once.
+        ``metadata`` is accepted for compatibility (the structure is always kept).
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(2), "b": torch.ones(2, 3)}, [2]).consolidate()
             >>> td["a"].untyped_storage().data_ptr() == td["b"].untyped_storage().data_ptr()
             True
         """
+        if return_early:
+            if non_blocking:
+                raise NotImplementedError(
+                    f"{type(self).__name__}.consolidate: return_early=True cannot be combined "
+                    "with non_blocking=True (the copy already runs in the background)."
+                )
+            if use_buffer:
+                raise NotImplementedError(
+                    f"{type(self).__name__}.consolidate: use_buffer=True is not supported with "
+                    "return_early=True."
+                )
+            executor = ThreadPoolExecutor(max_workers=1)
+            future = executor.submit(
+                self.consolidate,
+                filename,
+                device=device,
+                inplace=inplace,
+                share_memory=share_memory,
+                pin_memory=pin_memory,
+                existsok=existsok,
+            )
+            executor.shutdown(wait=False)
+            return future
         leaves = tensor_leaves(self)
-        if self.is_consolidated() and filename is None and device is None:
+        if (
+            self.is_consolidated()
+            and filename is None
+            and device is None
+            and not any(leaf.requires_grad for leaf in leaves)
+        ):
             return self
         offsets, total = _layout(leaves)
         target = (
@@ -73,9 +263,9 @@ class ConsolidateMixin(ContainerMixin):
             else (leaves[0].device if leaves else torch.device("cpu"))
         )
         if filename is not None:
-            storage = torch.from_file(
-                os.fspath(filename), shared=True, size=total, dtype=torch.uint8
-            )
+            description = _describe(self, offsets, total)
+            storage = _file_storage(filename, total, existsok)
+            target = torch.device("cpu")
         else:
             storage = torch.empty(total, dtype=torch.uint8, device=target)
             if share_memory:
@@ -88,16 +278,36 @@ class ConsolidateMixin(ContainerMixin):
             view = storage[offset : offset + nbytes].view(leaf.dtype).view(leaf.shape)
             view.copy_(leaf.detach(), non_blocking=non_blocking)
             views.append(view)
+        if filename is not None:
+            _append_description(os.fspath(filename), total, description)
         values = iter(views)
         result = map_leaves(self, lambda t: next(values), None, True, None)
-        if device is not None and hasattr(result, "_set_device"):
-            result._set_device(device)
+        if (device is not None or filename is not None) and hasattr(result, "_set_device"):
+            result._set_device(target)
         if inplace:
             self._check_writable("consolidate", "(every leaf)")
             self._data.clear()
             self._data.update(result._data)
             return self.lock_()
         return result.lock_()
+
+    @classmethod
+    def from_consolidated(cls, filename: str | os.PathLike):
+        """Rebuild the container that ``consolidate(filename=...)`` wrote (memory-mapped).
+
+        The leaves are views of the file's storage (shared: writes reach the file).
+        Only the JSON description written after the data is read; nothing is
+        unpickled and no class is imported (nested containers are TensorDicts).
+
+        Example:
+            >>> import tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "td.bin")
+            >>> _ = TensorDict({"a": torch.arange(3.0), "s": "text"}, [3]).consolidate(path)
+            >>> loaded = TensorDict.from_consolidated(path)
+            >>> loaded["a"].tolist(), loaded["s"]
+            ([0.0, 1.0, 2.0], 'text')
+        """
+        return cls._adopt(read_consolidated(os.fspath(filename), cls))  # type: ignore[attr-defined]
 
     def is_consolidated(self) -> bool:
         """True when every tensor leaf is a view of one storage (one leaf: always).

@@ -315,7 +315,7 @@ class ConstructorsMixin(ContainerMixin):
             if is_collection(value):
                 values[key] = value._to_tensordict_view().to_namedtuple()
             elif isinstance(value, NonTensorData):
-                values[key] = value.tolist()
+                values[key] = value._value()
             else:
                 values[key] = value
         kind = dest_cls or collections.namedtuple("GenericNamedTuple", list(values))
@@ -335,7 +335,7 @@ class ConstructorsMixin(ContainerMixin):
             elif is_collection(value):
                 out[key] = value._to_tensordict_view().numpy()
             elif isinstance(value, NonTensorData):
-                out[key] = value.tolist()
+                out[key] = value._value()
             else:
                 out[key] = value
         return out
@@ -447,7 +447,7 @@ class ConstructorsMixin(ContainerMixin):
                 raise
             return default
         if isinstance(value, NonTensorData):
-            return value[index].tolist()
+            return value[index]._value()
         return value[index]
 
     def set_at_(self, key: Any, value: Any, index: Any):
@@ -490,8 +490,10 @@ class ConstructorsMixin(ContainerMixin):
             self.set_at_(key, value, index)
         return self
 
-    def copy_at_(self, other: Any, index: Any):
+    def copy_at_(self, other: Any, index: Any, *, fast: bool = False):
         """Write the container ``other`` into ``self[index]`` (in place); returns self.
+
+        ``fast`` is accepted for compatibility: the write is checked either way.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(3)}, [3])

@@ -26,8 +26,15 @@ from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
-from ..context import locking_parent, record_lock, remember
-from ..frozen import FROZEN
+from ..context import (
+    LockState,
+    check_parent_batch,
+    hand_out,
+    locking_parent,
+    record_parent,
+    remember,
+)
+from ..frozen import FROZEN, refuse_frozen
 from ..mixin import ContainerMixin, is_tensor_collection, read_value
 from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
 from .nested import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
@@ -45,6 +52,7 @@ else:
 
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor
+_weak = weakref.ref  # one ref object per container, reused by CPython on each call
 _read = read_value
 
 
@@ -89,7 +97,25 @@ class AccessMixin(ContainerMixin):
                     return self._get_missing(index, _NO_DEFAULT, "__getitem__")
         else:
             return self._index(index)
-        return value if type(value) is _Tensor else _read(value)
+        if type(value) is _Tensor:
+            return value
+        if is_tensor_collection(value):
+            self._hand_out(index, value)
+            return value
+        return _read(value)
+
+    def _hand_out(self, key, value) -> None:
+        """Remember which container holds ``value`` (a nested level given to the caller), so
+        that its batch size cannot later leave its parent's (``check_parent_batch``)."""
+        if type(key) is str or len(key) == 1:
+            if type(value) is TensorDict and type(self) is TensorDict:
+                value._parent = _weak(self)  # the common case, on the path of td["key"]
+                return
+            hand_out(self, value)
+            return
+        parent = self._get_nested(key_parts(key)[:-1])
+        if is_tensor_collection(parent):
+            hand_out(parent, value)
 
     def get(self, key, default: Any = _NO_DEFAULT) -> Any:
         """The entry at ``key`` (a ``str`` or nested tuple), or ``default`` (``None``) if missing.
@@ -122,8 +148,11 @@ class AccessMixin(ContainerMixin):
             return self._get_missing(key, default, "get")
         # tensordict: a TensorDict's get gives a non-tensor entry as its NonTensorData,
         # a tensorclass's get gives its Python value (td[key] always gives the value)
-        if self._get_reads_value and type(value) is not _Tensor:
-            return _read(value)
+        if type(value) is not _Tensor:
+            if is_tensor_collection(value):
+                self._hand_out(key, value)
+            elif self._get_reads_value:
+                return _read(value)
         return value
 
     def _key_parts(self, key, api: str) -> tuple:
@@ -366,6 +395,9 @@ class AccessMixin(ContainerMixin):
             >>> sorted(td.update({"a": {"c": torch.ones(())}}).keys(True, True))
             [('a', 'b'), ('a', 'c')]
         """
+        self._check_mutable("update")
+        if ignore_lock:  # lifting the lock never lifts frozen: refuse before anything changes
+            refuse_frozen(self, "update")
         items = update_items(other, clone, keys_to_update, non_blocking, self._device)
         if entries:
             items = list(items) + update_items(entries, clone, keys_to_update, False, None)
@@ -388,9 +420,51 @@ class AccessMixin(ContainerMixin):
         self._write(items, inplace, merge, "update")
         return self
 
-    def update_(self, other: Mapping) -> Self:
-        """Copy every entry of ``other`` into the existing entries (in place, atomic)."""
-        self._write(items_of(other, "update_"), "strict", True, "update_")
+    def update_(
+        self,
+        other: Mapping | None = None,
+        clone: bool = False,
+        *,
+        non_blocking: bool = False,
+        keys_to_update=None,
+        **entries: Any,
+    ) -> Self:
+        """Copy every entry of ``other`` into the existing entries (in place, atomic).
+
+        ``keys_to_update`` limits the copy to these keys (and what is below them);
+        keyword ``entries`` are copied too.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2), "b": torch.zeros(2)}, [2])
+            >>> new = {"a": torch.ones(2), "b": torch.ones(2)}
+            >>> td.update_(new, keys_to_update=["a"])["b"].tolist()
+            [0.0, 0.0]
+        """
+        if keys_to_update is None and not clone and not entries and other is not None:
+            items = items_of(other, "update_")
+        else:
+            items = update_items(other, clone, keys_to_update, non_blocking, None, "update_")
+            if entries:
+                items = list(items) + update_items(entries, clone, keys_to_update, False, None)
+        self._write(items, "strict", True, "update_")
+        return self
+
+    def copy_(self, other: Mapping, non_blocking: bool = False) -> Self:
+        """Copy the values of ``other`` into this container's tensors, in place.
+
+        The in-place counterpart of ``clone``: every entry of ``other`` must
+        already exist here with the same shape; the tensors stay the same objects
+        (a hard target-network update keeps the target's parameters registered).
+        ``non_blocking`` is accepted for compatibility; copies are synchronous.
+
+        Example:
+            >>> target = TensorDict({"w": torch.zeros(2)}, batch_size=[])
+            >>> w = target["w"]
+            >>> _ = target.copy_(TensorDict({"w": torch.ones(2)}, batch_size=[]))
+            >>> target["w"] is w, w.tolist()
+            (True, [1.0, 1.0])
+        """
+        self._write(items_of(other, "copy_"), "strict", True, "copy_")
         return self
 
     def setdefault(self, key, default: Any) -> Any:
@@ -457,7 +531,8 @@ class AccessMixin(ContainerMixin):
     def lock_(self) -> Self:
         """Refuse new, deleted and renamed keys (in-place writes stay allowed); returns self.
 
-        Used as ``with td.lock_():``, the TensorDict is unlocked when the block exits.
+        Used as ``with td.lock_():``, the lock state from before the call is
+        restored when the block exits (blocks nest like a stack).
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(2)}, [2]).lock_()
@@ -465,37 +540,55 @@ class AccessMixin(ContainerMixin):
             >>> td.is_locked
             True
         """
-        if self._is_locked != FROZEN:
-            self._is_locked = True
-        ref = None
-        for value in self._data.values():
-            if is_tensor_collection(value):
-                value.lock_()
-                if ref is None:
-                    ref = weakref.ref(self)
-                record_lock(ref, value)
-        return remember(self, TensorDict.unlock_)
+        before = LockState(self)
+        _lock_tree(self)
+        return remember(self, before.restore)
 
     def unlock_(self) -> Self:
         """Allow structural changes again (nested TensorDicts too); returns self.
 
-        Used as ``with td.unlock_():``, the TensorDict is locked again when the
-        block exits. A nested TensorDict cannot be unlocked while the TensorDict
-        that locked it is locked. A frozen TensorClass stays locked (a no-op on it).
+        Used as ``with td.unlock_():``, the lock state from before the call (of
+        this TensorDict and every nested one) is restored when the block exits;
+        such blocks nest (``with td.unlock_(): with td.lock_(): ...``). A nested
+        TensorDict cannot be unlocked while the TensorDict that locked it is
+        locked. A frozen TensorClass stays locked (a no-op on it).
         """
         if self._frozen or self._is_locked == FROZEN:
             return self
-        parent = locking_parent(self)
-        if parent is not None:
-            raise RuntimeError(
-                "TensorDict.unlock_: this TensorDict is an entry of a locked TensorDict, which "
-                "keeps it locked; unlock that parent first (with parent.unlock_(): ...)."
-            )
-        self._is_locked = False
-        for value in self._data.values():
-            if is_tensor_collection(value):
-                value.unlock_()
-        return remember(self, TensorDict.lock_)
+        _refuse_locked_by_parent(self)
+        before = LockState(self)
+        _unlock_tree(self)
+        return remember(self, before.restore)
+
+
+def _lock_tree(node) -> None:
+    if node._is_locked != FROZEN:
+        node._is_locked = True
+    ref = None
+    for value in node._data.values():
+        if is_tensor_collection(value):
+            _lock_tree(value)
+            if ref is None:
+                ref = weakref.ref(node)
+            record_parent(ref, value)
+
+
+def _unlock_tree(node) -> None:
+    if node._frozen or node._is_locked == FROZEN:
+        return
+    _refuse_locked_by_parent(node)
+    node._is_locked = False
+    for value in node._data.values():
+        if is_tensor_collection(value):
+            _unlock_tree(value)
+
+
+def _refuse_locked_by_parent(node) -> None:
+    if locking_parent(node) is not None:
+        raise RuntimeError(
+            "TensorDict.unlock_: this TensorDict is an entry of a locked TensorDict, which "
+            "keeps it locked; unlock that parent first (with parent.unlock_(): ...)."
+        )
 
 
 def _levels(td):
@@ -512,6 +605,8 @@ def _resized(td, plan: list, items, inplace, merge, ignore_lock: bool):
     The sizes are restored when the write fails, so the update stays atomic.
     """
     changed = [(node, size) for node, size in plan if node._batch_size != size]
+    if changed and changed[0][0] is plan[0][0]:  # the level update was called on
+        check_parent_batch(td, changed[0][1], "TensorDict.update(update_batch_size=True)")
     for node, _ in changed:
         if node._is_locked and not ignore_lock:
             raise RuntimeError(

@@ -47,7 +47,7 @@ def _level_meta(value) -> dict:
 
 def _non_tensor_entry(value: NonTensorData) -> dict:
     return {
-        "data": value.tolist(),
+        "data": value._value(),
         "stack": isinstance(value, NonTensorStack),
         "batch_size": list(value.batch_size),
     }
@@ -103,7 +103,28 @@ def td_state_dict(
     metadata[root_name] = root
     for name, level in levels.items():
         metadata[f"{root_name}.{name}" if root_name else name] = level
+    # tensordict's readable view of the same metadata: per level, its class and its
+    # non-tensor values by local key (loading reads tdfunc's fields above)
+    root["_type"] = _type_repr(td)
+    root["_non_tensor"] = {}
+    for level in levels.values():
+        level["_non_tensor"] = {}
+    for name in non_tensor:
+        parts = seen[name]
+        level = root if len(parts) == 1 else levels.get(_dotted(parts[:-1]))
+        if level is not None:
+            level["_non_tensor"][parts[-1]] = non_tensor[name]["data"]
+    for name, parts in seen.items():
+        if name in levels:
+            level_value = td._get_leaf(parts) if hasattr(td, "_get_leaf") else None
+            if level_value is not None:
+                levels[name]["_type"] = _type_repr(level_value)
     return out
+
+
+def _type_repr(value: Any) -> str:
+    cls = type(value)
+    return f"<class '{cls.__module__}.{cls.__qualname__}'>"
 
 
 def _nested_state_dict(td, out, prefix: str, keep_vars: bool):

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import options
+from ..context import hand_out
 from ..frozen import FROZEN
 from ..mixin import is_tensor_collection
 from ..nontensor import NonTensorData, NonTensorStack, stack_of_list
@@ -122,8 +124,7 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
     """Validate one new value against ``batch_size`` and return what is stored."""
     ndim = len(batch_size)
     if isinstance(value, _Tensor):
-        if ndim and value.shape[:ndim] != batch_size:
-            raise shape_error(api, key, value.shape, batch_size)
+        check_batch_dims(api, key, value.shape, batch_size)
         if td._device is not None and value.device != td._device:
             value = value.to(td._device)
         return value
@@ -151,8 +152,7 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
         isinstance(value, np.ndarray) and value.dtype != np.dtype(object)
     ):
         tensor = torch.as_tensor(value, device=td._device)
-        if ndim and tensor.shape[:ndim] != batch_size:
-            raise shape_error(api, key, tensor.shape, batch_size, scalar=True)
+        check_batch_dims(api, key, tensor.shape, batch_size, scalar=True)
         return tensor
     if isinstance(value, (list, tuple)):
         try:
@@ -160,10 +160,9 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
         except (TypeError, ValueError, RuntimeError):
             pass  # not numbers: kept as a Python value
         else:
-            if ndim and tensor.shape[:ndim] != batch_size:
-                raise shape_error(api, key, tensor.shape, batch_size)
+            check_batch_dims(api, key, tensor.shape, batch_size)
             return tensor
-        if ndim and type(value) is list:  # a list of non-numbers per element: a stack
+        if ndim and type(value) is list and options.list_to_stack():  # one item per element
             stack = stack_of_list(value, batch_size, td._device)
             if stack is not None:
                 return stack
@@ -270,7 +269,8 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
         if isinstance(existing, _Tensor):
             if node._is_locked == FROZEN:
                 writable_view(node, api, full)
-            copies.append((existing, inplace_source(existing, value, full, api), full))
+            source = inplace_source(existing, value, full, api, node._batch_size)
+            copies.append((existing, source, full))
             return
         if is_tensor_collection(existing):
             if isinstance(value, Mapping) or is_tensor_collection(value):
@@ -296,6 +296,8 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
     new = convert(node, full, value, node._batch_size, api)
     undo.append((node._data, key, existing))
     node._data[key] = new
+    if is_tensor_collection(new):
+        hand_out(node, new)  # the caller may hold it: its batch size now answers to node's
 
 
 def rename_key(td, old_key, new_key, safe: bool = False) -> None:
@@ -347,6 +349,14 @@ def full_key(prefix: tuple, parts: tuple):
     return full[0] if len(full) == 1 else full
 
 
+def check_batch_dims(api: str, key, shape, batch_size, scalar: bool = False) -> None:
+    """The one shape rule of every write (``set``, ``set_``, locked and in-place writes,
+    ``apply_``): a value's leading dims equal the batch size; never broadcast into it."""
+    ndim = len(batch_size)
+    if ndim and shape[:ndim] != batch_size:
+        raise shape_error(api, key, shape, batch_size, scalar)
+
+
 def shape_error(api: str, key, shape, batch_size, scalar: bool = False) -> ValueError:
     hint = (
         " Python scalars are stored as 0-dim tensors: expand the value to the batch size "
@@ -360,9 +370,16 @@ def shape_error(api: str, key, shape, batch_size, scalar: bool = False) -> Value
     )
 
 
-def inplace_source(existing: torch.Tensor, value: Any, key, api: str) -> torch.Tensor:
-    """Check that ``value`` can be copied into ``existing``; return it as a tensor."""
-    if not isinstance(value, _Tensor):
+def inplace_source(existing: torch.Tensor, value: Any, key, api: str, batch_size) -> torch.Tensor:
+    """Check that ``value`` can be copied into ``existing``; return it as a tensor.
+
+    The value passes the same batch-size check as a new value (``set``): written in
+    place into a locked or memory-mapped container, a scalar or a single row must
+    not silently fill every row. Only the feature dims may broadcast, as ``copy_``
+    does.
+    """
+    scalar = not isinstance(value, _Tensor)
+    if scalar:
         if isinstance(value, (Mapping, NonTensorData)) or is_tensor_collection(value):
             raise TypeError(
                 f"TensorDict.{api}: cannot write a {type(value).__name__} in place into the "
@@ -375,6 +392,7 @@ def inplace_source(existing: torch.Tensor, value: Any, key, api: str) -> torch.T
                 f"TensorDict.{api}: cannot write a {type(value).__name__} in place into the "
                 f"tensor at key {key!r}."
             ) from None
+    check_batch_dims(api, key, value.shape, batch_size, scalar)
     if value.shape != existing.shape:
         try:
             ok = torch.broadcast_shapes(value.shape, existing.shape) == existing.shape
@@ -383,6 +401,7 @@ def inplace_source(existing: torch.Tensor, value: Any, key, api: str) -> torch.T
         if not ok:
             raise ValueError(
                 f"TensorDict.{api}: cannot write a value of shape {list(value.shape)} in place "
-                f"into key {key!r} of shape {list(existing.shape)}."
+                f"into key {key!r} of shape {list(existing.shape)} (an in-place write keeps "
+                f"the entry's shape; unlock the container and use set to replace it)."
             )
     return value

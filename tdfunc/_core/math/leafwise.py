@@ -18,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..apply import rewrap
 from ..frozen import refuse_frozen as deep_refuse_frozen
-from ..nontensor import NonTensorData
+from ..nontensor import NonTensorData, from_array
 
 _Tensor = torch.Tensor
 
@@ -78,7 +79,9 @@ def map_leaves(
             )
             out[key] = rewrap(value, sub)
         elif isinstance(value, NonTensorData):
-            if keep_non_tensor:
+            if keep_non_tensor and moves and type(value) is not NonTensorData:
+                out[key] = moved_stack(value, fn)
+            elif keep_non_tensor:
                 out[key] = non_tensor_with(value, size, ndim, tail, key)
         else:
             out[key] = value
@@ -86,6 +89,21 @@ def map_leaves(
         return self._like(out) if names is None else self._like(out, None, names(self._names))
     level_names = None if names is None else names(self._names)
     return self._like(out, new_size, level_names)
+
+
+def moved_stack(value: Any, fn: Callable) -> Any:
+    """A ``NonTensorStack`` after an op that only selects or moves elements (``moves``).
+
+    ``fn`` runs on the positions of the elements (an integer tensor of the stack's
+    batch shape); the values are then taken at the positions it returns.
+    """
+    array = value._array()
+    positions = torch.arange(array.size).reshape(array.shape)
+    moved = fn(positions)
+    flat = moved.reshape(-1).numpy()
+    out = np.empty(len(flat), dtype=object)
+    out[:] = array.reshape(-1)[flat]
+    return from_array(out.reshape(tuple(moved.shape)), value.device)
 
 
 def non_tensor_with(value: NonTensorData, new_size: torch.Size, ndim: int, tail: bool, key: Any):

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..apply import rewrap
 from ..mixin import ContainerMixin
 from ..shape.sizes import normalize_dim
 from .leafwise import drop_names, map_leaves, no_names, tensor_leaves
@@ -64,10 +65,7 @@ def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: A
         if reduce:
             flat = [_feature_flat(t, ndim) for t in tensor_leaves(self)]
             return op((-1,), False)(torch.cat(flat, -1))
-        leaf = op((-1,), False)
-        return map_leaves(
-            self, lambda t: leaf(_feature_flat(t, ndim)), self._batch_size, False, None
-        )
+        return _feature_tree(self, op((-1,), False))
     if reduce:
         joined, dims = _joined(self, dim, api)
         return op(dims, keep)(joined)
@@ -81,6 +79,22 @@ def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: A
     else:
         new_size = torch.Size(s for d, s in enumerate(size) if d not in dims)
     return map_leaves(self, op(dims, keep), new_size, True, drop_names(dims, keep))
+
+
+def _feature_tree(container: Any, leaf: Callable) -> Any:
+    """Reduce every leaf over its feature dims: the dims after its own level's batch dims."""
+    view = container._to_tensordict_view()
+    ndim = len(view._batch_size)
+    data = {}
+    for key, value in view._data.items():
+        if isinstance(value, torch.Tensor):
+            data[key] = leaf(_feature_flat(value, ndim))
+        elif getattr(type(value), "_is_tensor_collection", False):
+            data[key] = _feature_tree(value, leaf)
+        else:
+            data[key] = value
+    result = view._like(data)
+    return rewrap(container, result)
 
 
 def _joined(self: Any, dim: Any, api: str) -> tuple:
@@ -222,6 +236,59 @@ class ReductionsMixin(ContainerMixin):
             tensor(2.)
         """
         return _reduce(self, "var", _std_var("var", correction), dim, keepdim, reduce)
+
+    def quantile(
+        self,
+        q: Any,
+        dim: Any = NO_DIM,
+        keepdim: Any = NO_DIM,
+        *,
+        interpolation: str = "linear",
+        reduce=None,
+    ):
+        """The ``q``-th quantile of every leaf (``torch.quantile``; ``dim`` as for ``sum``).
+
+        A tensor ``q`` with several values adds a leading dim of that size, so it is
+        allowed only where no batch dim is kept (``dim=None`` or ``reduce=True``).
+
+        Example:
+            >>> td = TensorDict({"a": torch.tensor([[1.0, 2.0], [3.0, 5.0]])}, [2])
+            >>> td.quantile(0.5)["a"], td.quantile(0.5, dim=0)["a"].tolist()
+            (tensor(2.5000), [2.0, 3.5])
+        """
+        several = isinstance(q, torch.Tensor) and q.dim() > 0
+        if several and not reduce and dim not in (NO_DIM, None):
+            raise ValueError(
+                f"{type(self).__name__}.quantile: several quantiles ({list(q.shape)}) add a "
+                "leading dim, which cannot precede the kept batch dims; pass one quantile at "
+                "a time, or reduce=True."
+            )
+        if several and not reduce and self._batch_size:
+            raise ValueError(
+                f"{type(self).__name__}.quantile: several quantiles over the whole container "
+                "need reduce=True (each leaf would get a leading dim of quantiles)."
+            )
+
+        def make(dims: tuple | None, keep: bool) -> Callable:
+            def leaf(t: torch.Tensor) -> torch.Tensor:
+                t = t if t.is_floating_point() else t.float()
+                if dims is None:
+                    return torch.quantile(t.reshape(-1), q, interpolation=interpolation)
+                if len(dims) == 1:
+                    return torch.quantile(t, q, dims[0], keep, interpolation=interpolation)
+                rank = t.dim()
+                ds = [d % rank for d in dims]
+                rest = [d for d in range(rank) if d not in ds]
+                moved = t.permute(rest + ds).flatten(len(rest))
+                out = torch.quantile(moved, q, -1, False, interpolation=interpolation)
+                if keep:
+                    for d in sorted(ds):
+                        out = out.unsqueeze(d)
+                return out
+
+            return leaf
+
+        return _reduce(self, "quantile", make, dim, keepdim, reduce)
 
     def prod(self, dim: Any = NO_DIM, keepdim: Any = NO_DIM, *, dtype=None, reduce=None):
         """The product of every leaf.
@@ -368,7 +435,7 @@ class ReductionsMixin(ContainerMixin):
         else:
             result = _reduce(self, "logsumexp", _simple("logsumexp"), target, keepdim, None)
         if out is not None:
-            out.update_(result)
+            out.update(result, inplace=True)
             return out
         return result
 
@@ -433,7 +500,7 @@ class ReductionsMixin(ContainerMixin):
         if key_transform is not None:
             result = _rename_keys(result, key_transform)
         if out is not None:
-            out.update_(result)
+            out.update(result, inplace=True)
             return out
         return result
 

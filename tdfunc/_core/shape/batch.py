@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..context import check_parent_batch
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, NonTensorStack
 from .sizes import as_size, checked_names
@@ -38,6 +39,7 @@ class BatchMixin(ContainerMixin):
 
     @batch_size.setter
     def batch_size(self, value) -> None:
+        self._check_mutable("batch_size")
         size = as_size(value, f"{type(self).__name__}.batch_size")
         ndim = len(size)
         for key, item in self._data.items():
@@ -57,6 +59,7 @@ class BatchMixin(ContainerMixin):
                     f"{type(self).__name__}.batch_size: cannot set batch size {list(size)}: the "
                     f"non-tensor stack at key {key!r} has batch size {list(item.batch_size)}."
                 )
+        check_parent_batch(self, size, f"{type(self).__name__}.batch_size")
         if self._names is not None and len(size) != len(self._names):
             self._names = None
         self._batch_size = size
@@ -93,11 +96,47 @@ class BatchMixin(ContainerMixin):
 
     @names.setter
     def names(self, value) -> None:
+        self._check_mutable("names")
         self._names = checked_names(value, self._batch_size, f"{type(self).__name__}.names")
 
     def refine_names(self, *names) -> Self:
-        """Set the names of the batch dims in place (``...`` is not supported); returns self."""
-        self.names = names[0] if len(names) == 1 and isinstance(names[0], (list, tuple)) else names
+        """Name the batch dims in place, as ``Tensor.refine_names``; returns self.
+
+        One ``...`` stands for the dims not listed, which keep their names. A dim
+        that has a name keeps it (naming it differently is an error).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2, 3, 4)}, [2, 3, 4])
+            >>> td.refine_names(..., "c").names
+            [None, None, 'c']
+        """
+        if len(names) == 1 and isinstance(names[0], (list, tuple)):
+            names = tuple(names[0])
+        ndim = len(self._batch_size)
+        current = list(self._names) if self._names is not None else [None] * ndim
+        if names.count(...) > 1:
+            raise ValueError(f"{type(self).__name__}.refine_names: at most one '...', got {names}.")
+        if ... in names:
+            at = names.index(...)
+            fill = ndim - (len(names) - 1)
+            if fill < 0:
+                raise ValueError(
+                    f"{type(self).__name__}.refine_names: {len(names) - 1} names for "
+                    f"{ndim} batch dims."
+                )
+            names = names[:at] + tuple(current[at : at + fill]) + names[at + 1 :]
+        if len(names) != ndim:
+            raise ValueError(
+                f"{type(self).__name__}.refine_names: expected {ndim} names (one per batch "
+                f"dim), got {len(names)}."
+            )
+        for dim, (old, new) in enumerate(zip(current, names)):
+            if old is not None and new != old:
+                raise RuntimeError(
+                    f"{type(self).__name__}.refine_names: cannot rename batch dim {dim} from "
+                    f"{old!r} to {new!r} (refine_names only names unnamed dims)."
+                )
+        self.names = list(names)
         return self
 
     def __len__(self) -> int:

@@ -17,6 +17,7 @@ from ..apply import rewrap
 from ..math.leafwise import inplace_leaves, is_collection, keep_names, map_leaves, no_names
 from ..math.reductions import batch_dims
 from ..mixin import ContainerMixin
+from .shape_ops import _become
 from .sizes import normalize_dim
 
 _Tensor = torch.Tensor
@@ -60,7 +61,7 @@ class IndexOpsMixin(ContainerMixin):
     __slots__ = ()
 
     # ------------------------------------------------------------------ selection
-    def gather(self, dim: int, index: _Tensor, out: Any = None):
+    def gather(self, dim: int, index: _Tensor, out: Any = None, *, inplace: bool = False):
         """``torch.gather`` along batch dim ``dim``; ``index`` has batch dims only.
 
         Example:
@@ -81,9 +82,11 @@ class IndexOpsMixin(ContainerMixin):
             full = index.reshape(index.shape + (1,) * len(extra)).expand(index.shape + extra)
             return torch.gather(leaf, d, full)
 
-        result = map_leaves(self, gather, index.shape, True, keep_names)
+        result = map_leaves(self, gather, index.shape, True, keep_names, moves=True)
+        if inplace:
+            return _become(self, result, "gather")
         if out is not None:
-            out.update_(result)
+            out.update(result, inplace=True)
             return out
         return result
 
@@ -102,7 +105,7 @@ class IndexOpsMixin(ContainerMixin):
         condition = _check_mask(self, condition, "where")
         result = _where(self, condition, other, pad)
         if out is not None:
-            out.update_(result)
+            out.update(result, inplace=True)
             return out
         return result
 
@@ -228,7 +231,7 @@ class IndexOpsMixin(ContainerMixin):
             raise ValueError("TensorDict.flipud: needs at least 1 batch dim.")
         return self.flip(0)
 
-    def roll(self, shifts: Any, dims: Any):
+    def roll(self, shifts: Any, dims: Any, *, inplace: bool = False):
         """Roll the elements along batch ``dims`` by ``shifts`` (like ``torch.roll``).
 
         Example:
@@ -240,7 +243,8 @@ class IndexOpsMixin(ContainerMixin):
             dims = normalize_dim(dims, ndim, "TensorDict.roll")
         else:
             dims = tuple(normalize_dim(d, ndim, "TensorDict.roll") for d in dims)
-        return map_leaves(self, lambda t: t.roll(shifts, dims), None, True, None, moves=True)
+        result = map_leaves(self, lambda t: t.roll(shifts, dims), None, True, None, moves=True)
+        return _become(self, result, "roll") if inplace else result
 
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)):
         """Rotate by 90 degrees ``k`` times in the plane of batch ``dims``.
@@ -279,7 +283,7 @@ class IndexOpsMixin(ContainerMixin):
             )
         return (1,) * (ndim - len(reps)) + tuple(reps)
 
-    def _tile(self, reps: tuple, api: str):
+    def _tile(self, reps: tuple, api: str, inplace: bool = False):
         ndim = len(self._batch_size)
         new_size = _meta(self._batch_size).repeat(reps).shape
         offset = len(reps) - ndim
@@ -287,9 +291,15 @@ class IndexOpsMixin(ContainerMixin):
         def names(level):
             return None if level is None else (None,) * offset + level
 
-        return map_leaves(
-            self, lambda t: t.repeat(reps + (1,) * (t.dim() - ndim)), new_size, True, names
+        result = map_leaves(
+            self,
+            lambda t: t.repeat(reps + (1,) * (t.dim() - ndim)),
+            new_size,
+            True,
+            names,
+            moves=True,
         )
+        return _become(self, result, api) if inplace else result
 
     def tile(self, *reps):
         """Repeat the batch dims ``reps`` times (``torch.tile`` on the batch shape).
@@ -300,16 +310,18 @@ class IndexOpsMixin(ContainerMixin):
         """
         return self._tile(self._reps(reps, "tile"), "tile")
 
-    def repeat(self, *repeats):
+    def repeat(self, *repeats, inplace: bool = False):
         """Repeat the batch dims (``Tensor.repeat`` on the batch shape).
 
         Example:
             >>> TensorDict({"a": torch.zeros(2, 3)}, [2]).repeat(2, 2)["a"].shape
             torch.Size([2, 4, 3])
         """
-        return self._tile(self._reps(repeats, "repeat"), "repeat")
+        return self._tile(self._reps(repeats, "repeat"), "repeat", inplace)
 
-    def repeat_interleave(self, repeats: Any, dim: int | None = None, *, output_size=None):
+    def repeat_interleave(
+        self, repeats: Any, dim: int | None = None, *, output_size=None, inplace: bool = False
+    ):
         """Repeat each element of batch dim ``dim`` ``repeats`` times.
 
         Example:
@@ -318,12 +330,11 @@ class IndexOpsMixin(ContainerMixin):
             [0.0, 0.0, 1.0, 1.0]
         """
         ndim = len(self._batch_size)
-        if dim is None:
+        if dim is None:  # as torch: over the flattened batch dims
             if ndim != 1:
-                raise ValueError(
-                    "TensorDict.repeat_interleave: pass dim= (which batch dim to repeat) for a "
-                    f"batch size of {ndim} dims."
-                )
+                flat = self.reshape(-1)  # type: ignore[attr-defined]
+                out = flat.repeat_interleave(repeats, 0, output_size=output_size)
+                return _become(self, out, "repeat_interleave") if inplace else out
             dim = 0
         (d,) = batch_dims(self, dim, "repeat_interleave")
         size = list(self._batch_size)
@@ -335,7 +346,8 @@ class IndexOpsMixin(ContainerMixin):
         def op(t: _Tensor) -> _Tensor:
             return t.repeat_interleave(repeats, d, output_size=output_size)
 
-        return map_leaves(self, op, torch.Size(size), True, keep_names)
+        result = map_leaves(self, op, torch.Size(size), True, keep_names, moves=True)
+        return _become(self, result, "repeat_interleave") if inplace else result
 
     def broadcast_to(self, shape: Any):
         """Broadcast the batch dims to ``shape`` (``expand``).
@@ -382,7 +394,7 @@ class IndexOpsMixin(ContainerMixin):
         """
         return self._atleast(3, torch.atleast_3d)
 
-    def pad(self, pad_size: Sequence[int], value: float = 0.0):
+    def pad(self, pad_size: Sequence[int], value: float = 0.0, *, inplace: bool = False):
         """Pad the batch dims with ``value``: ``(dim0_left, dim0_right, dim1_left, ...)``.
 
         Example:
@@ -408,7 +420,8 @@ class IndexOpsMixin(ContainerMixin):
                 flat.extend(pairs[d] if d < len(pairs) else (0, 0))
             return F.pad(t, flat, value=value)
 
-        return map_leaves(self, op, torch.Size(size), True, keep_names)
+        result = map_leaves(self, op, torch.Size(size), True, keep_names)
+        return _become(self, result, "pad") if inplace else result
 
     # ------------------------------------------------------------------ splitting
     def tensor_split(self, indices_or_sections: Any, dim: int = 0):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..apply import rewrap
-from ..context import write_back
+from ..context import check_parent_batch, write_back
 from ..frozen import FROZEN, refuse_frozen
 from ..keys.fastpath import is_tensor_kind, node_kind
 from ..keys.nested import unravel_key
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 def _become(self: Any, out: Any, api: str) -> Any:
     """``inplace=True``: ``self`` takes the leaves and batch size of ``out``."""
     self._check_writable(api, list(self._data))
+    check_parent_batch(self, out._batch_size, f"TensorDict.{api}")
     self._data = out._data
     self._batch_size = out._batch_size
     self._names = out._names
@@ -172,10 +173,10 @@ class ShapeOpsMixin(ContainerMixin):
         if missing is None:
             source_size = source._batch_size
             if not _broadcastable(source_size, target):
-                raise ValueError(
-                    f"TensorDict.__setitem__: cannot write a {type(value).__name__} with batch "
-                    f"size {list(source_size)} at an index that selects a batch of size "
-                    f"{list(target)}."
+                raise BatchSizeMismatchError(
+                    f"TensorDict.__setitem__: batch dimension mismatch: cannot write a "
+                    f"{type(value).__name__} with batch size {list(source_size)} at an index "
+                    f"that selects a batch of size {list(target)}."
                 )
             missing = len(target) - len(source_size)
         skip = len(target) - missing  # leading dims of a written leaf that are batch dims
@@ -259,8 +260,25 @@ class ShapeOpsMixin(ContainerMixin):
         out = self._map(lambda v: v.flatten(start, end), new_size)
         return write_back(out, self)
 
-    def unflatten(self, dim: int, sizes, *, inplace: bool = False) -> Self:
-        """Split batch dim ``dim`` into ``sizes``."""
+    def unflatten(
+        self, dim: int, sizes=None, *, unflattened_size=None, inplace: bool = False
+    ) -> Self:
+        """Split batch dim ``dim`` into ``sizes`` (also ``unflattened_size=``, torch's keyword).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(6, 2)}, [6])
+            >>> td.unflatten(0, unflattened_size=(2, 3)).batch_size
+            torch.Size([2, 3])
+        """
+        if unflattened_size is not None:
+            if sizes is not None:
+                raise TypeError(
+                    f"{type(self).__name__}.unflatten: pass the sizes positionally or as "
+                    "unflattened_size=, not both."
+                )
+            sizes = unflattened_size
+        if sizes is None:
+            raise TypeError(f"{type(self).__name__}.unflatten: missing the sizes to split into.")
         if inplace:
             return _become(self, self.unflatten(dim, sizes), "unflatten")
         ndim = len(self._batch_size)
@@ -427,6 +445,14 @@ class ShapeOpsMixin(ContainerMixin):
         return self.split(-(-size // chunks), dim)
 
 
+class BatchSizeMismatchError(ValueError, RuntimeError):
+    """A value whose batch size does not fit where it is written.
+
+    A ``ValueError`` (a bad value) that is also the ``RuntimeError`` tensordict
+    raises there, so code written against either library catches it.
+    """
+
+
 def _clean(names: tuple | None) -> tuple | None:
     """Names as stored: None when no dim is named."""
     if names is None or all(n is None for n in names):
@@ -442,6 +468,10 @@ def _check_fits(shape: torch.Size, expected: torch.Size, key) -> None:
     """``shape`` must broadcast to ``expected`` (the shape of the indexed entry)."""
     if shape == expected:
         return
+    # torch drops leading size-1 dims of the value: x[0] = torch.ones(1, 28, 28)
+    # writes a [28, 28] row
+    while len(shape) > len(expected) and shape[0] == 1:
+        shape = shape[1:]
     try:
         ok = torch.broadcast_shapes(shape, expected) == expected
     except RuntimeError:

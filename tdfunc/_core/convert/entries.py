@@ -1,0 +1,190 @@
+"""Whole-container conveniences: ``tolist``, ``popitem``, ``bytes``, ``cat_tensors``...
+
+Each is written once over the container state and serves ``TensorDict`` and every
+``TensorClass``.
+
+Example:
+    >>> import torch
+    >>> from tdfunc import TensorDict
+    >>> td = TensorDict({"a": torch.arange(4).reshape(2, 2)}, [2])
+    >>> td.tolist(convert_tensors=True)
+    [{'a': [0, 1]}, {'a': [2, 3]}]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..keys.nested import unravel_key
+from ..mixin import ContainerMixin, read_value
+from ..mixin import is_tensor_collection as _collection
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+_Tensor = torch.Tensor
+
+
+def _element_dict(node: Any, convert_tensors: Any, tolist_first: bool) -> dict:
+    """One batch element (no batch dims) as a nested dict."""
+    out = {}
+    for key, value in node._to_tensordict_view()._data.items():
+        if _collection(value):
+            if tolist_first and value.batch_size:
+                out[key] = value.tolist(convert_tensors=convert_tensors, tolist_first=True)
+            else:
+                out[key] = _element_dict(value, convert_tensors, tolist_first)
+        elif isinstance(value, _Tensor) and convert_tensors:
+            out[key] = value.numpy(force=True) if convert_tensors == "numpy" else value.tolist()
+        else:
+            out[key] = read_value(value)
+    return out
+
+
+def _byte_parts(tensor: torch.Tensor) -> list:
+    """The plain tensors whose elements make up ``tensor`` (and its gradient)."""
+    if tensor.is_nested and hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        parts = [getattr(tensor, name) for name in names]
+    else:
+        parts = [tensor]
+    grad = tensor.grad if tensor.is_leaf and tensor.requires_grad else None
+    return parts + ([grad] if grad is not None else [])
+
+
+class EntriesMixin(ContainerMixin):
+    """Conversions and entry-level helpers shared by every container."""
+
+    __slots__ = ()
+
+    def tolist(
+        self,
+        *,
+        convert_nodes: bool = True,
+        convert_tensors: bool | str = False,
+        tolist_first: bool = False,
+    ) -> Any:
+        """The container as nested lists over its batch dims.
+
+        Each element is a ``dict`` (``convert_nodes=True``) or the container of that
+        element (``convert_nodes=False``). ``convert_tensors=True`` turns tensors
+        into lists (``"numpy"``: arrays); it needs ``convert_nodes=True``. With
+        ``tolist_first=True`` a nested container with more batch dims is itself
+        listed over them instead of becoming a dict of batched tensors. A container
+        without batch dims gives one element.
+
+        Example:
+            >>> td = TensorDict({"a": torch.arange(4).reshape(2, 2)}, [2])
+            >>> [x["a"].tolist() for x in td.tolist()]
+            [[0, 1], [2, 3]]
+        """
+        if convert_tensors and not convert_nodes:
+            raise TypeError(
+                f"{type(self).__name__}.tolist: convert_tensors=True needs convert_nodes=True "
+                "(tensors are converted inside the dicts that nodes become)."
+            )
+        if not self._batch_size:
+            if not convert_nodes:
+                return self
+            return _element_dict(self, convert_tensors, tolist_first)
+        return [
+            item.tolist(
+                convert_nodes=convert_nodes,
+                convert_tensors=convert_tensors,
+                tolist_first=tolist_first,
+            )
+            for item in self.unbind(0)  # type: ignore[attr-defined]
+        ]
+
+    def __getitems__(self, indices: list) -> Self:
+        """``self[indices]`` for a list of indices (what a ``DataLoader`` reads per batch).
+
+        Example:
+            >>> td = TensorDict({"a": torch.arange(4)}, [4])
+            >>> td.__getitems__([3, 0])["a"].tolist()
+            [3, 0]
+        """
+        return self[torch.as_tensor(indices, dtype=torch.long)]  # type: ignore[index]
+
+    def popitem(self) -> tuple:
+        """Remove the last inserted top-level entry and return ``(key, value)``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(()), "b": torch.ones(())})
+            >>> td.popitem()
+            ('b', tensor(1.))
+        """
+        if not self._data:
+            raise KeyError(f"{type(self).__name__}.popitem: the container is empty.")
+        key = next(reversed(self._data))
+        return key, self.pop(key)  # type: ignore[attr-defined]
+
+    def bytes(self, *, count_duplicates: bool = True) -> int:
+        """The number of bytes of the tensor leaves: their elements, and their gradients.
+
+        A nested (jagged) tensor counts its component tensors.
+        ``count_duplicates=False`` counts a tensor object held in several places once.
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(3), "b": torch.zeros(2, dtype=torch.int64)}).bytes()
+            28
+        """
+        seen: set[int] = set()
+        total = 0
+        for leaf in self._tensor_leaves():
+            for part in _byte_parts(leaf):
+                if not count_duplicates:
+                    if id(part) in seen:
+                        continue
+                    seen.add(id(part))
+                total += part.numel() * part.element_size()
+        return total
+
+    def _join_entries(self, keys: tuple, out_key: Any, keep_entries: bool, join: Any, api: str):
+        if not keys:
+            raise ValueError(f"{type(self).__name__}.{api}: pass at least one key to join.")
+        values = [self.get(key) for key in keys]  # type: ignore[attr-defined]
+        for key, value in zip(keys, values):
+            if not isinstance(value, _Tensor):
+                raise TypeError(
+                    f"{type(self).__name__}.{api}: the entry at {key!r} is a "
+                    f"{type(value).__name__}; only tensor entries can be joined."
+                )
+        result = join(values)
+        if not keep_entries:
+            for key in dict.fromkeys(unravel_key(key) for key in keys):  # each once
+                self.del_(key)  # type: ignore[attr-defined]
+        self.set(out_key, result)  # type: ignore[attr-defined]
+        return self
+
+    def cat_tensors(
+        self, *keys: Any, out_key: Any, dim: int = 0, keep_entries: bool = False
+    ) -> Self:
+        """Concatenate the tensors at ``keys`` along ``dim`` into ``out_key``; returns self.
+
+        The entries at ``keys`` are removed unless ``keep_entries=True``.
+
+        Example:
+            >>> td = TensorDict(a=torch.zeros(1), b=torch.ones(1))
+            >>> td.cat_tensors("a", "b", out_key="c")["c"].tolist(), "a" in td
+            ([0.0, 1.0], False)
+        """
+        return self._join_entries(
+            keys, out_key, keep_entries, lambda v: torch.cat(v, dim), "cat_tensors"
+        )
+
+    def stack_tensors(
+        self, *keys: Any, out_key: Any, dim: int = 0, keep_entries: bool = False
+    ) -> Self:
+        """Stack the tensors at ``keys`` along a new ``dim`` into ``out_key``; returns self.
+
+        Example:
+            >>> td = TensorDict(a=torch.zeros(()), b=torch.ones(()))
+            >>> td.stack_tensors("a", "b", out_key="c")["c"].tolist()
+            [0.0, 1.0]
+        """
+        return self._join_entries(
+            keys, out_key, keep_entries, lambda v: torch.stack(v, dim), "stack_tensors"
+        )

@@ -1,0 +1,104 @@
+"""The ensemble's cache of derived leaves, and the test for "this call is being traced".
+
+Derived leaves (``weight.mT``, a bias as a row, the weights merged for a shared
+input) are recomputed only when something that changes them changed. An entry
+is reused while, for every leaf, all of these are the same as when it was made:
+
+- the object (``load_state_dict(assign=True)``, ``functional_call``);
+- ``requires_grad`` (a view made of a frozen leaf carries no graph: reusing it
+  after unfreezing would leave every ``.grad`` at ``None``; a view made of a
+  trainable leaf keeps a graph after freezing);
+- the storage (``p.data = ...`` and ``vector_to_parameters`` replace it in place
+  of the object; ``data_ptr`` also changes with the dtype and the device);
+- the version counter, for leaves whose derived tensor is a copy rather than a
+  view (a view sees in-place edits, a copy does not);
+
+and the grad and inference modes are those of the entry. Nothing is cached
+while the call is traced (``torch.compile``, ``torch.export`` strict or not,
+fake tensors) or runs inside a ``torch.func`` transform: a derived tensor made
+there is a fake or wrapped tensor that must not reach a later eager call.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+
+import torch
+from torch._C import _functorch
+
+from .registry import Context
+
+_is_compiling = torch.compiler.is_compiling
+_is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
+_get_mode = torch._C._get_dispatch_mode
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+_FUNCTIONAL = getattr(torch._C._TorchDispatchModeKey, "FUNCTIONAL", None)
+_interpreters = _functorch.peek_interpreter_stack
+_PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
+# Read per leaf on every call: C-level getters mapped over the leaves keep the
+# check to a few hundred nanoseconds (it is a visible part of a small forward).
+_requires_grad = operator.attrgetter("requires_grad")
+_data_ptr = torch.Tensor.data_ptr
+
+
+def tracing() -> bool:
+    """Whether the current call is traced or transformed (then nothing may be cached)."""
+    if _is_compiling() or _is_exporting():
+        return True
+    if _get_mode(_FAKE) is not None:
+        return True
+    if _FUNCTIONAL is not None and _get_mode(_FUNCTIONAL) is not None:
+        return True
+    return _interpreters() is not None
+
+
+def _aliases(derived: torch.Tensor, source: torch.Tensor) -> bool:
+    """Whether ``derived`` is a view of ``source``'s memory (so it sees in-place edits)."""
+    base = source if source._base is None else source._base
+    return derived._base is base
+
+
+class DerivedCache:
+    """Derived leaves per (grad mode, inference mode), reused under the rules above."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: dict = {}
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+    def extend(self, context: Context, leaves: tuple, prepare: Callable | None = None) -> tuple:
+        """``context.extend(leaves)``, from the cache when nothing it depends on changed.
+
+        ``prepare`` (views of the leaves, such as shared tensors expanded to the
+        member dim) runs before the derivations and is cached with them.
+        """
+        if not context.derivations and prepare is None:
+            return leaves
+        if tracing() or not _PLAIN.issuperset(map(type, leaves)):
+            return context.extend(leaves if prepare is None else prepare(leaves))
+        key = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        grads = tuple(map(_requires_grad, leaves))
+        pointers = tuple(map(_data_ptr, leaves))
+        entry = self.entries.get(key)
+        if (
+            entry is not None
+            and entry[1] == grads
+            and entry[2] == pointers
+            and all(map(operator.is_, entry[0], leaves))
+            and (not entry[3] or all([leaves[i]._version == v for i, v in entry[3]]))
+        ):
+            return entry[4]
+        extended = context.extend(leaves if prepare is None else prepare(leaves))
+        count = len(leaves)
+        copied = {
+            i
+            for offset, (_, i) in enumerate(context.derivations)
+            if not _aliases(extended[count + offset], leaves[i])
+        }
+        versions = tuple((i, leaves[i]._version) for i in sorted(copied))
+        self.entries[key] = (leaves, grads, pointers, versions, extended)
+        return extended

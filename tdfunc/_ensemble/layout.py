@@ -1,0 +1,299 @@
+"""How an ``Ensemble`` holds its members: the stacked modules and the flat leaf layout.
+
+- ``_Stacked``: one level of stacked parameters, named (and indexable) like the
+  template's module at that level;
+- ``_register``: mirrors the stacked TensorDict as ``_Stacked`` modules and returns
+  the *layout* (nested tuples of ``(key, owner dict, child layout)``);
+- ``_slots`` / ``_leaf_names`` / ``_slot_index``: the flat leaf positions the
+  batched plan indexes; ``_leaves_of`` / ``_rebuild``: leaves to and from TensorDicts;
+- fresh copies for ``num_members`` and the ``meta`` template.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._core.container import TensorDict
+
+_SCALAR = torch.Size([])
+
+
+class _Pinned(tuple):
+    """A tuple that pytree functions treat as a leaf (a class they do not know).
+
+    The layout and the slots hold the ``_parameters`` and ``_buffers`` dicts of
+    the ``stacked`` modules. Tools that snapshot a module's attributes with
+    ``tree_map`` and write the snapshot back (``torch.export`` does, around
+    its trace) would copy plain tuples and dicts, and the ensemble would then
+    read the tensors of the trace instead of its own.
+    """
+
+    __slots__ = ()
+
+
+class _Stacked(nn.Module):
+    """One level of stacked parameters, named like the template's module at that level.
+
+    Indexable like the template's container at that level (``ens.stacked[0]``
+    for a ``Sequential`` or ``ModuleList``, ``ens.stacked["name"]`` for a
+    ``ModuleDict``).
+    """
+
+    _children_names: tuple = ()
+
+    def __getitem__(self, index: int | str) -> nn.Module:
+        names = self._children_names
+        if isinstance(index, str):
+            name = index
+        elif isinstance(index, int) and not isinstance(index, bool):
+            if not -len(names) <= index < len(names):
+                raise IndexError(
+                    f"Ensemble.stacked: index {index} is out of range for a level with "
+                    f"{len(names)} submodules."
+                )
+            name = names[index]
+        else:
+            raise TypeError(
+                f"Ensemble.stacked: index with an int (Sequential, ModuleList) or a name "
+                f"(ModuleDict), got {type(index).__name__}."
+            )
+        child = self._modules.get(name)
+        if child is None:
+            if name in names:
+                raise KeyError(
+                    f"Ensemble.stacked: submodule {index!r} has no parameters or buffers, so "
+                    f"it has no stacked level (it is the same for every member)."
+                )
+            raise KeyError(f"Ensemble.stacked: no submodule {index!r}; submodules: {list(names)}.")
+        return child
+
+    def extra_repr(self) -> str:
+        shapes = [
+            f"{name}: {tuple(p.shape)}" for name, p in self._parameters.items() if p is not None
+        ]
+        shapes += [
+            f"{name}: {tuple(b.shape)} (buffer)"
+            for name, b in self._buffers.items()
+            if b is not None
+        ]
+        return ", ".join(shapes)
+
+
+def _reset_parameters(model: nn.Module, shared: frozenset = frozenset()) -> None:
+    """Re-initialise ``model`` in place with its submodules' ``reset_parameters``.
+
+    Raises ``ValueError`` when some parameter is owned by a module that has no
+    ``reset_parameters`` (the copies would silently all start the same).
+    """
+    uncovered = []
+    for prefix, module in model.named_modules(remove_duplicate=True):
+        reset = getattr(module, "reset_parameters", None) or getattr(
+            module, "_reset_parameters", None
+        )
+        if callable(reset):
+            reset()
+        else:
+            uncovered += [
+                f"{prefix}.{name}" if prefix else name
+                for name, value in module._parameters.items()
+                if value is not None and (f"{prefix}.{name}" if prefix else name) not in shared
+            ]
+    if uncovered:
+        raise ValueError(
+            f"Ensemble: cannot make independent initialisations: the parameters {uncovered} "
+            f"belong to modules without a reset_parameters() method, so every member would "
+            f"start from the same values. Pass init=fn (a function that re-initialises a "
+            f"module in place), or pass N models: Ensemble(*[make_model() for _ in range(n)])."
+        )
+
+
+def _fresh_copies(
+    model: nn.Module, num_members: int, init: Callable | None, shared: Sequence[str]
+) -> list:
+    shared = frozenset([shared] if isinstance(shared, str) else shared)
+    copies = []
+    for _ in range(num_members):
+        member = copy.deepcopy(model)
+        with torch.no_grad():
+            if init is None:
+                _reset_parameters(member, shared)
+            else:
+                init(member)
+            for name in shared:  # kept as the given model holds it
+                tensor = _tensor_at(model, name)
+                if tensor is not None:
+                    _tensor_at(member, name).copy_(tensor)
+        copies.append(member)
+    return copies
+
+
+def _tensor_at(module: nn.Module, name: str) -> Any:
+    prefix, _, leaf = name.rpartition(".")
+    try:
+        owner = module.get_submodule(prefix)
+    except AttributeError:
+        return None
+    found = owner._parameters.get(leaf)
+    return owner._buffers.get(leaf) if found is None else found
+
+
+def _to_meta(module: nn.Module) -> nn.Module:
+    """Move ``module``'s tensors to ``meta`` in place, keeping tied tensors tied.
+
+    (``module.to("meta")`` converts a tied parameter once per slot, untying it.)
+    """
+    converted: dict[int, Any] = {}
+    for sub in module.modules():
+        owners: tuple[dict[str, Any], ...] = (sub._parameters, sub._buffers)
+        for owner in owners:
+            for name, value in owner.items():
+                if value is None:
+                    continue
+                new = converted.get(id(value))
+                if new is None:
+                    new = value.detach().to("meta")
+                    if isinstance(value, nn.Parameter):
+                        new = nn.Parameter(new, requires_grad=value.requires_grad)
+                    converted[id(value)] = new
+                owner[name] = new
+    return module
+
+
+def _named_slots(module: nn.Module):
+    for prefix, sub in module.named_modules(remove_duplicate=False):
+        for owner in (sub._parameters, sub._buffers):
+            for name, value in owner.items():
+                yield (f"{prefix}.{name}" if prefix else name), value
+
+
+def _register(
+    stacked: TensorDict, template: nn.Module, path: tuple, shared: frozenset = frozenset()
+) -> tuple[nn.Module, tuple]:
+    """Mirror ``stacked`` as a tree of ``_Stacked`` modules; return it and its layout.
+
+    A layout entry is ``(key, owner_dict, None)`` for a leaf (read as
+    ``owner_dict[key]``) or ``(key, None, child_layout)`` for a nested level.
+    A leaf named in ``shared`` is registered once (member 0's value), unstacked.
+    """
+    holder = _Stacked()
+    holder._children_names = tuple(template._modules)
+    layout: list[tuple[str, Any, Any]] = []
+    for key, value in stacked._data.items():
+        if isinstance(value, TensorDict):
+            child_module: Any = template._modules[key]
+            child, child_layout = _register(value, child_module, path + (key,), shared)
+            if not child_layout:
+                continue  # a module without tensors (an activation): no level to swap
+            holder.add_module(key, child)
+            layout.append((key, None, child_layout))
+        elif isinstance(value, torch.Tensor):
+            if ".".join(path + (key,)) in shared:
+                value = value[0].clone()
+            if key in template._parameters:
+                original: Any = template._parameters[key]
+                holder.register_parameter(
+                    key, nn.Parameter(value.detach(), requires_grad=original.requires_grad)
+                )
+                layout.append((key, holder._parameters, None))
+            else:
+                persistent = key not in template._non_persistent_buffers_set
+                holder.register_buffer(key, value.detach(), persistent=persistent)
+                layout.append((key, holder._buffers, None))
+        else:
+            raise TypeError(
+                f"Ensemble: expected tensors and submodules only, found "
+                f"{type(value).__name__} at key {path + (key,)!r}."
+            )
+    return holder, tuple(layout)
+
+
+def _slots(layout: tuple) -> list:
+    """The (owner dict, key) of every leaf, in layout order."""
+    out = []
+    for key, owner, child in layout:
+        if child is None:
+            out.append((owner, key))
+        else:
+            out += _slots(child)
+    return out
+
+
+def _slot_index(layout: tuple, template: nn.Module) -> dict:
+    """``(id(module), name) -> leaf position`` for every tensor slot of ``template``
+    (a tied tensor's slots all point to its one leaf)."""
+    positions: dict[str, int] = {}
+
+    def walk(layout: tuple, prefix: str) -> None:
+        for key, _, child in layout:
+            if child is None:
+                positions[prefix + key] = len(positions)
+            else:
+                walk(child, f"{prefix}{key}.")
+
+    walk(layout, "")
+    index, by_identity, pending = {}, {}, []
+    for prefix, module in template.named_modules(remove_duplicate=False):
+        for owner in (module._parameters, module._buffers):
+            for name, value in owner.items():
+                if value is None:
+                    continue
+                position = positions.get(f"{prefix}.{name}" if prefix else name)
+                if position is None:
+                    pending.append((module, name, value))
+                else:
+                    index[(id(module), name)] = position
+                    by_identity[id(value)] = position
+    for module, name, value in pending:
+        index[(id(module), name)] = by_identity[id(value)]
+    return index
+
+
+def _leaves_of(layout: tuple, td: TensorDict, out: list, path: tuple) -> list:
+    """The leaves of ``td`` in layout order; ``td`` must have the layout's keys."""
+    data = td._to_tensordict_view()._data
+    if len(data) != len(layout):
+        expected = sorted(key for key, _, _ in layout)
+        raise KeyError(
+            f"Ensemble: the parameters at {path!r} must have the keys {expected}, got "
+            f"{sorted(data)}. Pass a TensorDict shaped like ensemble.params."
+        )
+    for key, _, child in layout:
+        value = data.get(key)
+        if value is None:
+            raise KeyError(
+                f"Ensemble: the parameters have no key {path + (key,)!r}. Pass a TensorDict "
+                f"shaped like ensemble.params."
+            )
+        if child is None:
+            out.append(value)
+        else:
+            _leaves_of(child, value, out, path + (key,))
+    return out
+
+
+def _rebuild(layout: tuple, leaves, position: list, batch_size: torch.Size = _SCALAR) -> TensorDict:
+    """A TensorDict of ``leaves`` in the layout's structure."""
+    data = {}
+    for key, _, child in layout:
+        if child is None:
+            data[key] = leaves[position[0]]
+            position[0] += 1
+        else:
+            data[key] = _rebuild(child, leaves, position, batch_size)
+    return TensorDict._new_unsafe(data, batch_size)
+
+
+def _leaf_names(layout: tuple, prefix: str = "") -> list:
+    """``(dotted name, owner dict, key)`` of every leaf, in layout order."""
+    out = []
+    for key, owner, child in layout:
+        if child is None:
+            out.append((prefix + key, owner, key))
+        else:
+            out += _leaf_names(child, f"{prefix}{key}.")
+    return out

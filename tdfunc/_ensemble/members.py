@@ -1,0 +1,264 @@
+"""The members of an ``Ensemble``: selections, per-member state dicts, shared tensors.
+
+- :class:`EnsembleMembers` runs K of the N members on the batched path. It holds
+  no tensors: every call reads the ensemble's stacked parameters and takes the
+  selected rows (views for a slice, a gather otherwise), so optimizer steps on
+  the ensemble are seen at once and gradients flow back into the stacked
+  parameters.
+- ``member_state_dicts`` / ``load_member_state_dicts``: the ensemble as N
+  ordinary state dicts (keys as the template module's ``state_dict()``), and
+  back, in place.
+- Shared tensors (``Ensemble(..., shared=[...])``) are kept once, unstacked;
+  ``check_shared`` validates the names and that every member holds the same value.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .member_inputs import DEFAULT
+
+if TYPE_CHECKING:
+    from .._core.container import TensorDict
+    from .ensemble import Ensemble
+
+
+def member_index(index: Any, num_members: int, api: str) -> tuple[Any, int, bool]:
+    """``index`` as ``(slice or LongTensor, K, squeeze)``; ``squeeze`` for an int."""
+    if isinstance(index, bool):
+        raise TypeError(f"{api}: expected member indices, got a bool.")
+    if isinstance(index, int):
+        if not -num_members <= index < num_members:
+            raise IndexError(
+                f"{api}: member {index} is out of range for an ensemble of {num_members} members."
+            )
+        index %= num_members
+        return slice(index, index + 1), 1, True
+    if isinstance(index, slice):
+        count = len(range(*index.indices(num_members)))
+        if count == 0:
+            raise IndexError(f"{api}: the slice {index} selects no member of {num_members}.")
+        return index, count, False
+    if isinstance(index, torch.Tensor):
+        tensor = index
+    elif isinstance(index, Sequence) and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in index
+    ):
+        tensor = torch.tensor(list(index), dtype=torch.long)
+    else:
+        raise TypeError(
+            f"{api}: expected an int, a slice, a sequence of ints or an integer/bool tensor, "
+            f"got {type(index).__name__}."
+        )
+    if tensor.dtype == torch.bool:
+        if tensor.shape != (num_members,):
+            raise IndexError(
+                f"{api}: a boolean mask must have shape [{num_members}], got {list(tensor.shape)}."
+            )
+        tensor = tensor.nonzero().flatten()
+    if tensor.dim() != 1 or tensor.dtype not in (torch.long, torch.int, torch.int16, torch.int8):
+        raise TypeError(
+            f"{api}: an index tensor must be 1-d with an integer dtype, got shape "
+            f"{list(tensor.shape)} and dtype {tensor.dtype}."
+        )
+    if tensor.numel() == 0:
+        raise IndexError(f"{api}: the index selects no member.")
+    low, high = (int(v) for v in torch.aminmax(tensor))  # one pass: a selection per step is common
+    if low < -num_members or high >= num_members:
+        raise IndexError(
+            f"{api}: member indices {tensor.tolist()} out of range for an ensemble of "
+            f"{num_members} members."
+        )
+    if tensor.dtype != torch.long:
+        tensor = tensor.long()
+    return (tensor if low >= 0 else tensor % num_members), tensor.numel(), False
+
+
+class EnsembleMembers:
+    """K members of an :class:`~tdfunc.Ensemble`, run as batched kernels.
+
+    Made by ``ensemble.select_members(index)`` or ``ensemble[index]``. It is a
+    view: no tensor is copied when it is made, each call reads the ensemble's
+    current parameters, and gradients reach the ensemble's stacked parameters
+    (rows of members not selected get zero gradients). Outputs carry a leading
+    dim of size K (none for an int index, which selects one member).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdfunc import Ensemble
+        >>> ensemble = Ensemble(*[nn.Linear(3, 1) for _ in range(10)])
+        >>> pair = ensemble.select_members(torch.tensor([7, 2]))
+        >>> q = pair(torch.randn(5, 3))
+        >>> q.shape, len(pair)
+        (torch.Size([2, 5, 1]), 2)
+        >>> q.sum().backward()
+        >>> ensemble.stacked.weight.grad.abs().sum(dim=(1, 2)).nonzero().flatten().tolist()
+        [2, 7]
+    """
+
+    __slots__ = ("_count", "_ensemble", "_index", "_squeeze")
+
+    def __init__(self, ensemble: Ensemble, index: Any) -> None:
+        self._ensemble = ensemble
+        self._index, self._count, self._squeeze = member_index(
+            index, ensemble.num_members, "Ensemble.select_members"
+        )
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def indices(self) -> list[int]:
+        """The selected members' positions in the ensemble."""
+        if isinstance(self._index, slice):
+            return list(range(*self._index.indices(self._ensemble.num_members)))
+        return self._index.tolist()
+
+    @property
+    def params(self) -> TensorDict:
+        """The selected members' parameters, batch ``[K]`` (a slice gives views)."""
+        return self._ensemble.params[self._index]
+
+    def __call__(self, *args, in_dims: Any = DEFAULT, **kwargs) -> Any:
+        """The selected members' outputs; per-member inputs carry K slices."""
+        ensemble = self._ensemble
+        out = ensemble._run(
+            ensemble._member_leaves(self._index, self._count), args, kwargs, in_dims, self._count
+        )
+        if self._squeeze:
+            return torch.utils._pytree.tree_map(
+                lambda v: v[0] if isinstance(v, torch.Tensor) else v, out
+            )
+        return out
+
+    def __repr__(self) -> str:
+        return f"EnsembleMembers(indices={self.indices}, of {self._ensemble.num_members})"
+
+
+def select(leaf: torch.Tensor, index: Any) -> torch.Tensor:
+    """The selected members' rows of a stacked tensor (a view for a slice)."""
+    if isinstance(index, slice):
+        return leaf[index]
+    if index.device != leaf.device:
+        index = index.to(leaf.device)
+    return torch.index_select(leaf, 0, index)
+
+
+# ------------------------------------------------------------------ state dicts
+def member_state_dicts(ensemble: Ensemble, keep_vars: bool = False) -> list[dict]:
+    """Each member's ``state_dict()``, as the template module would give it."""
+    template = ensemble.template
+    params = ensemble.params
+    out = []
+    for k in range(ensemble.num_members):
+        with params[k].to_module(template):
+            out.append(dict(template.state_dict(keep_vars=keep_vars)))
+    return out
+
+
+def load_member_state_dicts(
+    ensemble: Ensemble, state_dicts: Iterable[Mapping[str, Any]], strict: bool = True
+) -> None:
+    """Copy N member state dicts into the stacked tensors in place (see ``Ensemble``)."""
+    api = "Ensemble.load_member_state_dicts"
+    state_dicts = list(state_dicts)
+    if len(state_dicts) != ensemble.num_members:
+        raise ValueError(
+            f"{api}: expected {ensemble.num_members} state dicts (one per member), got "
+            f"{len(state_dicts)}."
+        )
+    expected = set(ensemble.template.state_dict().keys())
+    for position, state in enumerate(state_dicts):
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                f"{api}: state dict {position} is a {type(state).__name__}, expected a mapping "
+                f"of names to tensors."
+            )
+        missing = sorted(expected - set(state))
+        unexpected = sorted(set(state) - expected)
+        if strict and (missing or unexpected):
+            hint = _prefix_hint(unexpected, expected)
+            raise KeyError(
+                f"{api}: state dict {position} does not match the members' keys: missing "
+                f"{missing}, unexpected {unexpected}.{hint}"
+            )
+    shared = ensemble._shared_names
+    updates = []
+    for name, owner, key in ensemble._named_slots():
+        if name not in expected or name not in state_dicts[0]:
+            continue  # a non-persistent buffer, or a key skipped by strict=False
+        target = owner[key]
+        values = [torch.as_tensor(state[name]) for state in state_dicts]
+        if name in shared:
+            for position, value in enumerate(values[1:], start=1):
+                if not torch.equal(value, values[0]):
+                    raise ValueError(
+                        f"{api}: {name!r} is shared by the members, but state dict {position} "
+                        f"holds a different value than state dict 0."
+                    )
+            value = values[0]
+        else:
+            shapes = {tuple(v.shape) for v in values}
+            if len(shapes) != 1:
+                raise ValueError(f"{api}: {name!r} has different shapes across the state dicts: "
+                                 f"{sorted(shapes)}.")  # fmt: skip
+            value = torch.stack([v.to(target.device) for v in values])
+        if value.shape != target.shape:
+            raise ValueError(
+                f"{api}: {name!r} has shape {list(value.shape)} (stacked), expected "
+                f"{list(target.shape)}."
+            )
+        updates.append((target, value))
+    with torch.no_grad():  # all shapes checked first: nothing is half loaded
+        for target, value in updates:
+            target.copy_(value)
+
+
+def _prefix_hint(unexpected: list, expected: set) -> str:
+    if not unexpected:
+        return ""
+    name = unexpected[0]
+    for cut in range(1, name.count(".") + 1):
+        stripped = name.split(".", cut)[-1]
+        if stripped in expected:
+            prefix = name[: len(name) - len(stripped)]
+            return (
+                f" The keys carry a prefix ({prefix!r}...): strip it, e.g. "
+                f"{{k[len({prefix!r}):]: v for k, v in sd.items() if k.startswith({prefix!r})}}."
+            )
+    close = difflib.get_close_matches(name, sorted(expected), n=1)
+    return f" Did you mean {close[0]!r} for {name!r}?" if close else ""
+
+
+# ------------------------------------------------------------------ shared tensors
+def check_shared(names: Iterable[str], stacked: TensorDict, api: str = "Ensemble") -> frozenset:
+    """The ``shared`` names, checked: they exist and every member holds one value."""
+    if isinstance(names, str):
+        raise TypeError(f"{api}: shared must be a list of names, got the string {names!r}.")
+    names = list(names)
+    flat = {".".join(key) if isinstance(key, tuple) else key: key for key in
+            stacked.keys(include_nested=True, leaves_only=True)}  # fmt: skip
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"{api}: shared names must be strings, got {name!r}.")
+        if name not in flat:
+            close = difflib.get_close_matches(name, sorted(flat), n=3)
+            raise KeyError(
+                f"{api}: shared={names!r}: the members have no parameter or buffer {name!r}. "
+                f"Names are those of model.named_parameters() / named_buffers()"
+                + (f"; close: {close}." if close else ".")
+            )
+        value = stacked.get(flat[name])
+        for k in range(1, value.shape[0]):
+            if not torch.equal(value[k], value[0]):
+                raise ValueError(
+                    f"{api}: {name!r} is listed in shared, but member {k} holds a different "
+                    f"value than member 0. Build the members around one shared tensor (the same "
+                    f"nn.Parameter), or give them equal values."
+                )
+    return frozenset(names)

@@ -1,0 +1,17 @@
+"""Functions over containers, importable as ``tdfunc.functional`` (``tensordict.functional``).
+
+Example:
+    >>> import torch
+    >>> from tdfunc import TensorDict
+    >>> from tdfunc.functional import pad
+    >>> pad(TensorDict({"a": torch.ones(2)}, [2]), [0, 1])["a"].tolist()
+    [1.0, 1.0, 0.0]
+"""
+
+from ._core.shape.combine import cat as cat
+from ._core.shape.combine import merge_tensordicts as merge_tensordicts
+from ._core.shape.combine import pad as pad
+from ._core.shape.combine import pad_sequence as pad_sequence
+from ._core.shape.combine import stack as stack
+
+__all__ = ["cat", "merge_tensordicts", "pad", "pad_sequence", "stack"]

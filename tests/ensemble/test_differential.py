@@ -1,0 +1,263 @@
+"""Differential test: an Ensemble against a list of N ordinary modules.
+
+A hypothesis state machine drives both through random sequences of what users
+do (forwards with shared and per-member inputs, backward and optimizer steps,
+freezing and unfreezing, train/eval, in-place edits of ``ens.params`` under
+``no_grad``, ``load_state_dict``, dtype changes, ``deepcopy``) and compares
+outputs, gradients, parameters and buffers after every step. The reference is
+plain ``torch.nn`` and ``torch.optim``, member by member.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from torch import nn
+
+from tdfunc import Ensemble
+
+MEMBERS = 3
+
+
+class _Residual(nn.Module):
+    """A custom forward: a residual block with a parameter read directly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(4, 6)
+        self.hidden = nn.Linear(6, 6)
+        self.gain = nn.Parameter(torch.ones(6))
+        self.out = nn.Linear(6, 2)
+
+    def forward(self, x):
+        h = torch.tanh(self.inp(x))
+        h = h + F.silu(self.hidden(h)) * self.gain
+        return self.out(h)
+
+
+# name -> (constructor, input shape per sample, has dropout)
+ARCHITECTURES = {
+    "mlp": (lambda: nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)), (4,), False),
+    "dropout": (
+        lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.3), nn.Linear(8, 2)),
+        (4,),
+        True,
+    ),
+    "batchnorm": (
+        # no bias before the norm: its gradient is zero up to rounding, which Adam would amplify
+        lambda: nn.Sequential(
+            nn.Linear(4, 6, bias=False), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2)
+        ),
+        (4,),
+        False,
+    ),
+    "conv1d": (
+        lambda: nn.Sequential(
+            nn.Conv1d(2, 3, 3, padding=1), nn.Tanh(), nn.Flatten(), nn.Linear(15, 2)
+        ),
+        (2, 5),
+        False,
+    ),
+    "custom": (_Residual, (4,), False),
+    # wide enough (batch x features >= 4096) for the shared-input matmul path
+    "wide": (lambda: nn.Sequential(nn.Linear(1024, 8), nn.ReLU(), nn.Linear(8, 2)), (1024,), False),
+}
+
+
+def _close(actual, expected, what: str) -> None:
+    if actual is None or expected is None:
+        assert actual is None and expected is None, f"{what}: {actual} vs {expected}"
+        return
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} vs {expected.dtype}"
+    # float64 state may carry float32 rounding from before a dtype change
+    tolerance = 1e-5 if actual.dtype == torch.float64 else 2e-4
+    torch.testing.assert_close(actual, expected, rtol=tolerance, atol=tolerance, msg=what)
+
+
+class EnsembleVersusLoop(RuleBasedStateMachine):
+    arch: str = "mlp"
+    chunk_size: int | None = None
+
+    @initialize(optimizer=st.sampled_from(["sgd", "adam"]), seed=st.integers(0, 2**16))
+    def build(self, optimizer, seed):
+        make, self.sample_shape, self.has_dropout = ARCHITECTURES[self.arch]
+        torch.manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.models = [make() for _ in range(MEMBERS)]
+        self.ens = Ensemble(*copy.deepcopy(self.models), chunk_size=self.chunk_size)
+        self.optimizer_kind = optimizer
+        self._new_optimizers()
+        self.dtype = torch.float32
+
+    def _new_optimizers(self) -> None:
+        def make(params):
+            if self.optimizer_kind == "sgd":
+                return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+            # eps well above rounding noise: Adam divides tiny gradients by their own size
+            return torch.optim.Adam(params, lr=0.01, eps=1e-4)
+
+        self.ens_opt = make(self.ens.parameters())
+        self.loop_opts = [make(m.parameters()) for m in self.models]
+
+    def _randn(self, *shape):
+        return torch.randn(*shape, generator=self.generator, dtype=torch.float64).to(self.dtype)
+
+    # ------------------------------------------------------------------ rules
+    def _input(self, *shape):
+        # unit norm per sample: SGD steps stay stable for the wide architecture
+        return self._randn(*shape, *self.sample_shape) / math.prod(self.sample_shape) ** 0.5
+
+    @precondition(lambda self: not (self.has_dropout and self.ens.training))
+    @rule(shared=st.booleans(), batch=st.integers(2, 5), train=st.booleans())
+    def forward(self, shared, batch, train):
+        if shared:
+            x = self._input(batch)
+            out = self.ens(x)
+            expected = torch.stack([m(x) for m in self.models])
+        else:
+            x = self._input(MEMBERS, batch)
+            self.ens.in_dims = 0
+            try:
+                out = self.ens(x)
+            finally:
+                self.ens.in_dims = None
+            expected = torch.stack([m(xi) for m, xi in zip(self.models, x)])
+        _close(out, expected, "output")
+        assert out.requires_grad == expected.requires_grad, "output requires_grad"
+        if train and expected.requires_grad:
+            weights = self._randn(*expected.shape[1:])
+            (out * weights).square().sum().backward()
+            (expected * weights).square().sum().backward()
+            self._compare_grads()
+            self.ens_opt.step()
+            for opt in self.loop_opts:
+                opt.step()
+            self.ens_opt.zero_grad()
+            for opt in self.loop_opts:
+                opt.zero_grad()
+
+    @rule(flag=st.booleans(), which=st.integers(0, 7))
+    def requires_grad(self, flag, which):
+        names = [name for name, _ in self.models[0].named_parameters()]
+        name = names[which % len(names)] if which < len(names) else None
+        if name is None:  # the whole model
+            self.ens.requires_grad_(flag)
+            for m in self.models:
+                m.requires_grad_(flag)
+        else:
+            self.ens.get_parameter(f"stacked.{name}").requires_grad_(flag)
+            for m in self.models:
+                m.get_parameter(name).requires_grad_(flag)
+
+    @precondition(lambda self: not (self.has_dropout and self.ens.training))
+    @rule(which=st.integers(0, 7), shared=st.booleans(), batch=st.integers(2, 5))
+    def frozen_forward(self, which, shared, batch):
+        """The actor update of SAC: freeze the critics, run them, unfreeze, train them."""
+        self.requires_grad(False, which)
+        self.forward(shared, batch, False)
+        self.requires_grad(True, which)
+        self.forward(shared, batch, True)
+
+    @rule(mode=st.booleans())
+    def train_or_eval(self, mode):
+        self.ens.train(mode)
+        for m in self.models:
+            m.train(mode)
+
+    @rule(which=st.integers(0, 15), scale=st.floats(-1, 1))
+    def edit_in_place(self, which, scale):
+        floating = [
+            key for key, value in self.models[0].state_dict().items() if value.is_floating_point()
+        ]
+        key = floating[which % len(floating)]
+        stacked = self.ens.params.get(tuple(key.split(".")))
+        delta = self._randn(*stacked.shape) * scale
+        if key.endswith("running_var"):  # a variance stays positive
+            delta = delta.abs()
+        with torch.no_grad():
+            stacked.add_(delta)
+            for k, m in enumerate(self.models):
+                m.state_dict()[key].add_(delta[k])
+
+    @rule(scale=st.floats(0.1, 2))
+    def load_state_dict(self, scale):
+        state = self.ens.state_dict()
+        new = {
+            key: self._randn(*value.shape) * scale if value.is_floating_point() else value + 1
+            for key, value in state.items()
+        }
+        for key in new:
+            if key.endswith("running_var"):  # a variance stays positive
+                new[key] = new[key].abs() + 0.5
+        self.ens.load_state_dict(new)
+        for k, m in enumerate(self.models):
+            m.load_state_dict({key[len("stacked.") :]: value[k] for key, value in new.items()})
+
+    @rule(double=st.booleans())
+    def change_dtype(self, double):
+        self.dtype = torch.float64 if double else torch.float32
+        self.ens.to(self.dtype)
+        for m in self.models:
+            m.to(self.dtype)
+        self._new_optimizers()  # optimizer state is per dtype
+
+    @rule()
+    def deepcopy(self):
+        self.ens, self.ens_opt = copy.deepcopy((self.ens, self.ens_opt))
+        pairs = copy.deepcopy(list(zip(self.models, self.loop_opts)))
+        self.models = [m for m, _ in pairs]
+        self.loop_opts = [o for _, o in pairs]
+
+    # ------------------------------------------------------------- invariants
+    def _compare_grads(self) -> None:
+        for name, _ in self.models[0].named_parameters():
+            grad = self.ens.get_parameter(f"stacked.{name}").grad
+            grads = [m.get_parameter(name).grad for m in self.models]
+            if grad is None or any(g is None for g in grads):
+                assert grad is None and all(g is None for g in grads), f"grad of {name}"
+                continue
+            _close(grad, torch.stack(grads), f"grad of {name}")
+
+    @invariant()
+    def same_state(self):
+        if not hasattr(self, "ens"):
+            return
+        assert self.ens.training == self.models[0].training
+        state = self.ens.state_dict()
+        for key in self.models[0].state_dict():
+            stacked = state[f"stacked.{key}"]
+            expected = torch.stack([m.state_dict()[key] for m in self.models])
+            _close(stacked, expected, key)
+        for name, param in self.models[0].named_parameters():
+            assert self.ens.get_parameter(f"stacked.{name}").requires_grad == param.requires_grad
+        self._compare_grads()
+
+
+_SETTINGS = settings(
+    max_examples=6,
+    stateful_step_count=14,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+# one test per architecture, with chunking off and on (chunks of 2 of 3 members)
+for _arch in ARCHITECTURES:
+    for _chunk in (None, 2):
+        _machine = type(
+            f"Machine_{_arch}_{_chunk}",
+            (EnsembleVersusLoop,),
+            {"arch": _arch, "chunk_size": _chunk},
+        )
+        _case = _machine.TestCase
+        _case.settings = _SETTINGS
+        _name = f"TestEnsembleVersusLoop_{_arch}_{'chunked' if _chunk else 'whole'}"
+        globals()[_name] = type(_name, (_case,), {})
+del _arch, _chunk, _machine, _case, _name

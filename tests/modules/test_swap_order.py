@@ -1,0 +1,193 @@
+"""Swap plans of every size, and swaps that end out of order.
+
+Each case runs under both kinds of plan (generated straight-line functions for
+small models, C-level passes over the plan's lists for large ones) and is
+checked against a reference computed without tdfunc: the module's own
+``_parameters`` dicts, and which values each step should leave in them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+from tdfunc import TensorDict, functional_call
+from tdfunc._modules import swap_plan
+
+
+@pytest.fixture(params=["straight_line", "passes"])
+def plan_kind(request, monkeypatch):
+    if request.param == "passes":
+        monkeypatch.setattr(swap_plan, "SMALL", 0)
+    return request.param
+
+
+def _slots(model: nn.Module) -> dict:
+    """``{dotted name: object}`` read straight from the module's dicts."""
+    return {
+        f"{prefix}.{name}" if prefix else name: value
+        for prefix, sub in model.named_modules(remove_duplicate=False)
+        for owner in (sub._parameters, sub._buffers)
+        for name, value in owner.items()
+    }
+
+
+class _Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(4, 4)
+        self.decoder = nn.Linear(4, 4)
+        self.decoder.weight = self.encoder.weight
+        self.norm = nn.BatchNorm1d(4)
+        self.register_buffer("scratch", torch.zeros(1), persistent=False)
+
+
+def test_plans_agree_with_the_modules_dicts(plan_kind):
+    model = nn.Sequential(*[nn.Linear(3, 3) for _ in range(40)], _Tied())
+    before = _slots(model)
+    params = TensorDict.from_module(model).apply(lambda t: t.detach().clone() + 1)
+    params["note"] = "metadata is left alone"
+    flat = dict(params.flatten_keys(".").items())
+    for _ in range(2):  # a built plan, then the cached one
+        with params.to_module(model) as old:
+            inside = _slots(model)
+            assert all(inside[name] is value for name, value in flat.items() if name != "note")
+            assert inside["40.decoder.weight"] is flat["40.encoder.weight"]  # tied
+            assert old["40", "encoder", "weight"] is before["40.encoder.weight"]
+        after = _slots(model)
+        assert after.keys() == before.keys()
+        assert all(after[k] is before[k] for k in before)
+    assert "scratch" not in model[40].state_dict()
+
+
+def test_dotted_and_nested_dict_keys(plan_kind):
+    model = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Sequential(nn.Linear(3, 1)))
+    values = {name: torch.randn_like(p) for name, p in model.named_parameters()}
+    x = torch.randn(5, 2)
+    expected = torch.func.functional_call(model, values, (x,))
+    nested = {"0.weight": values["0.weight"], "0": {"bias": values["0.bias"]}}
+    nested["2"] = {"0.weight": values["2.0.weight"], "0": {"bias": values["2.0.bias"]}}
+    for _ in range(2):
+        assert torch.equal(functional_call(model, nested, (x,)), expected)
+
+
+def test_a_replaced_submodule_gets_a_new_plan(plan_kind):
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
+    params = TensorDict.from_module(model).apply(torch.zeros_like)
+    with params.to_module(model):
+        pass
+    model[7] = nn.Linear(2, 2)
+    with params.to_module(model):
+        assert model[7].weight is params["7", "weight"]
+    assert isinstance(model[7].weight, nn.Parameter)
+
+
+def test_exception_restores(plan_kind):
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
+    before = _slots(model)
+    params = TensorDict.from_module(model).apply(torch.zeros_like)
+    with pytest.raises(RuntimeError, match="boom"):
+        with params.to_module(model):
+            raise RuntimeError("boom")
+    assert all(_slots(model)[k] is before[k] for k in before)
+
+
+# ---------------------------------------------------------------- out of order
+def _expected(original: dict, layers: list) -> dict:
+    """What each slot should hold: the latest active swap covering it, or the original."""
+    state = dict(original)
+    for values in layers:
+        state.update(values)
+    return state
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(3))))
+@pytest.mark.parametrize("cover", ["same_keys", "overlapping_keys"])
+def test_exits_in_any_order_leave_what_was_there(plan_kind, order, cover):
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2), nn.Linear(2, 2))
+    original = _slots(model)
+    full = TensorDict.from_module(model)
+    swaps = []
+    for number in range(3):
+        params = full.apply(lambda t, n=number: torch.full_like(t, float(n)))
+        if cover == "overlapping_keys":  # each swap leaves one layer out
+            params = params.exclude(str(number))
+        swaps.append(params)
+    handles, layers = [], []
+    for params in swaps:
+        handle = params.to_module(model)
+        handle.__enter__()
+        handles.append(handle)
+        layers.append(dict(params.flatten_keys(".").items()))
+    active = list(range(3))
+    for position in order:
+        handles[position].__exit__(None, None, None)
+        active.remove(position)
+        expected = _expected(original, [layers[i] for i in active])
+        now = _slots(model)
+        assert all(now[k] is expected[k] for k in expected), (order, position)
+    assert all(_slots(model)[k] is original[k] for k in original)
+    assert all(type(p) is nn.Parameter for p in model.parameters())
+
+
+def test_a_load_for_good_inside_a_with_block_ends_with_it(plan_kind):
+    model = nn.Linear(2, 2)
+    original = _slots(model)
+    zeros = TensorDict.from_module(model).apply(torch.zeros_like)
+    ones = TensorDict.from_module(model).apply(torch.ones_like)
+    with zeros.to_module(model):
+        kept = ones.to_module(model)  # noqa: F841 - held: not committed yet
+        assert torch.equal(model.weight, torch.ones(2, 2))
+    assert all(_slots(model)[k] is original[k] for k in original)
+
+
+def test_two_threads_on_one_module(plan_kind):
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(20)])
+    original = _slots(model)
+    start = threading.Barrier(2)
+    errors: list = []
+
+    def work(value: float) -> None:
+        params = TensorDict.from_module(model).apply(lambda t: torch.full_like(t, value))
+        try:
+            start.wait()
+            for _ in range(300):
+                with params.to_module(model):
+                    model(torch.ones(1, 2))
+        except Exception as error:  # reported below: a thread cannot fail the test
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(v,)) for v in (1.0, 2.0)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert all(_slots(model)[k] is original[k] for k in original)
+
+
+# ---------------------------------------------------------------- one cache
+def test_to_module_and_functional_call_share_one_bounded_cache(plan_kind, monkeypatch):
+    from tdfunc._modules import module_swap
+
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
+    builds = []
+    original = module_swap.build_plan
+    monkeypatch.setattr(
+        module_swap, "build_plan", lambda *a, **k: builds.append(1) or original(*a, **k)
+    )
+    params = TensorDict.from_module(model).apply(torch.zeros_like)
+    x = torch.ones(1, 2)
+    with params.to_module(model):
+        expected = model(x)
+    assert torch.equal(functional_call(model, params, (x,)), expected)
+    assert len(builds) == 1  # the plan of to_module served functional_call
+    for index in range(10):  # ten key structures: the cache keeps the latest few
+        with params.exclude(str(index)).to_module(model):
+            pass
+    plans = module_swap._PLANS[id(model)][1]
+    assert len(plans) == module_swap._MAX_PLANS
