@@ -138,6 +138,14 @@ class GradientTransformation:
             >>> sorted(state.keys()), state["step"].shape
             (['exp_avg', 'exp_avg_sq', 'step'], torch.Size([4]))
         """
+        read = None if _is_compiling() else _leaves.read(params, [])
+        if read is not None:  # a plain TensorDict: moments built like it, no treespec
+            leaves = read[0]
+            step = torch.zeros(params._batch_size, dtype=torch.float32, device=params._device)
+            state = {"step": step}
+            for name in self._moments:
+                state[name] = _leaves.build(params, [torch.zeros_like(leaf) for leaf in leaves])
+            return type(params)._new_unsafe(state, params._batch_size)
         leaves, spec = _flatten(params)
         api = f"tdfunc.optim.{self._name}(...).init"
         for index, leaf in enumerate(leaves):
