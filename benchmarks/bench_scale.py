@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import itertools
 
 import pytest
@@ -141,9 +142,27 @@ def _round_trip(tree):
     return torch_pytree.tree_unflatten(leaves, spec)
 
 
+def _collections(tree, rounds: int = 20) -> int:
+    """Garbage collections started during ``rounds`` round trips (what a tree allocates
+    and keeps per call shows up here: pauses that the median hides)."""
+    started = [0]
+
+    def count(phase: str, _info: dict) -> None:
+        started[0] += phase == "start"
+
+    gc.callbacks.append(count)
+    try:
+        for _ in range(rounds):
+            _round_trip(tree)
+    finally:
+        gc.callbacks.remove(count)
+    return started[0]
+
+
 @_sized("pytree", PYTREE_SIZES)
 def test_pytree_tdfunc(benchmark, size):
     td = TensorDict(_nested(size), [])
+    benchmark.extra_info["gc_collections_per_20"] = _collections(td)
     out = benchmark(_round_trip, td)
     assert len(torch_pytree.tree_leaves(out)) == size
 
@@ -151,6 +170,7 @@ def test_pytree_tdfunc(benchmark, size):
 @_sized("pytree", PYTREE_SIZES)
 def test_pytree_baseline(benchmark, size):
     tree = _nested(size)
+    benchmark.extra_info["gc_collections_per_20"] = _collections(tree)
     out = benchmark(_round_trip, tree)
     assert len(torch_pytree.tree_leaves(out)) == size
 

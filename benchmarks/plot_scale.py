@@ -42,6 +42,22 @@ def medians(path: str) -> dict:
     return out
 
 
+def collections(path: str) -> str:
+    """The garbage collections per 20 pytree round trips, as a Markdown table."""
+    found: dict = defaultdict(dict)
+    for bench in json.loads(Path(path).read_text())["benchmarks"]:
+        count = bench.get("extra_info", {}).get("gc_collections_per_20")
+        match = re.fullmatch(r"scale-pytree-(.+)", bench["group"] or "")
+        if count is None or match is None:
+            continue
+        found[int(match[1])][bench["name"].split("[")[0].rsplit("_", 1)[1]] = count
+    lines = ["| leaves | tdfunc | torch's pytree on dicts |", "|---|---|---|"]
+    for size in sorted(found):
+        row = found[size]
+        lines.append(f"| {size:,} | {row.get('tdfunc', '')} | {row.get('baseline', '')} |")
+    return "\n".join(lines)
+
+
 def table(results: dict) -> str:
     lines = ["| case | size | tdfunc (µs) | floor (µs) | tdfunc / floor |", "|---|---|---|---|---|"]
     for case, sizes in results.items():
@@ -95,6 +111,8 @@ def main(argv: list[str]) -> None:
         subprocess.run(command, check=True, env=env, cwd=ROOT)
     results = medians(path)
     print(table(results))
+    print("\ngarbage collections per 20 pytree round trips:")
+    print(collections(path))
     plot(results)
     print(f"wrote {OUTPUT}")
 

@@ -1,5 +1,8 @@
 """tdfunc: TensorDict and TensorClass, native pytree containers for torch.func.
 
+The public classes are composed in ``tdfunc/_assembly.py``; ``Ensemble`` and
+``tdfunc.optim`` are built on top of them.
+
 Example:
     >>> import torch
     >>> from tdfunc import TensorDict
@@ -8,38 +11,40 @@ Example:
     torch.Size([4])
 """
 
-# last: the optimizers use the public API above
+from ._assembly import DistributedWork as DistributedWork
+from ._assembly import MemoryMappedTensor as MemoryMappedTensor
+from ._assembly import ModuleSwap as ModuleSwap
+from ._assembly import NestedKey as NestedKey
+from ._assembly import NonTensorData as NonTensorData
+from ._assembly import NonTensorStack as NonTensorStack
+from ._assembly import TensorClass as TensorClass
+from ._assembly import TensorDict as TensorDict
+from ._assembly import TensorDictBase as TensorDictBase
+from ._assembly import cat as cat
+from ._assembly import dims_like as dims_like
+from ._assembly import functional_call as functional_call
+from ._assembly import gather_members as gather_members
+from ._assembly import get_printoptions as get_printoptions
+from ._assembly import is_non_tensor as is_non_tensor
+from ._assembly import is_tensor_collection as is_tensor_collection
+from ._assembly import is_tensorclass as is_tensorclass
+from ._assembly import merge_tensordicts as merge_tensordicts
+from ._assembly import pad as pad
+from ._assembly import pad_sequence as pad_sequence
+from ._assembly import set_capture_non_tensor_stack as set_capture_non_tensor_stack
+from ._assembly import set_list_to_stack as set_list_to_stack
+from ._assembly import set_printoptions as set_printoptions
+from ._assembly import shard_ensemble as shard_ensemble
+from ._assembly import shard_range as shard_range
+from ._assembly import stack as stack
+from ._assembly import tensorclass as tensorclass
+from ._assembly import unravel_key as unravel_key
+
+# the top floor, built on the public API above
 # DataLoader collation of containers, registered once at import
-from . import _collate as _collate
-from . import optim as optim
-from ._core.base import TensorDictBase as TensorDictBase
-from ._core.container import TensorDict as TensorDict
-from ._core.container import is_tensor_collection as is_tensor_collection
-from ._core.keys.nested import NestedKey as NestedKey
-from ._core.keys.nested import unravel_key as unravel_key
-from ._core.nontensor import NonTensorData as NonTensorData
-from ._core.nontensor import NonTensorStack as NonTensorStack
-from ._core.nontensor import is_non_tensor as is_non_tensor
-from ._core.options import get_printoptions as get_printoptions
-from ._core.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
-from ._core.options import set_list_to_stack as set_list_to_stack
-from ._core.options import set_printoptions as set_printoptions
-from ._core.shape.combine import cat as cat
-from ._core.shape.combine import merge_tensordicts as merge_tensordicts
-from ._core.shape.combine import pad as pad
-from ._core.shape.combine import pad_sequence as pad_sequence
-from ._core.shape.combine import stack as stack
-from ._distributed import DistributedWork as DistributedWork
-from ._distributed.sharded import gather_members as gather_members
-from ._distributed.sharded import shard_ensemble as shard_ensemble
-from ._distributed.sharded import shard_range as shard_range
-from ._ensemble import register_batched as register_batched
-from ._ensemble.ensemble import Ensemble as Ensemble
-from ._modules.functional_call import functional_call as functional_call
-from ._modules.swap_handle import ModuleSwap as ModuleSwap
-from ._persist import MemoryMappedTensor as MemoryMappedTensor
-from ._pytree.dims import dims_like as dims_like
-from ._tensorclass.tensorclass import TensorClass as TensorClass
-from ._tensorclass.tensorclass import is_tensorclass as is_tensorclass
-from ._tensorclass.tensorclass import tensorclass as tensorclass
-from ._version import __version__ as __version__
+from . import _collate as _collate  # isort: skip
+from . import optim as optim  # isort: skip
+from ._ensemble import register_batched as register_batched  # isort: skip
+from ._ensemble.ensemble import Ensemble as Ensemble  # isort: skip
+
+from ._version import __version__ as __version__  # isort: skip

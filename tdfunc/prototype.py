@@ -4,4 +4,4 @@ Example:
     >>> from tdfunc.prototype import tensorclass
 """
 
-from ._tensorclass.tensorclass import tensorclass as tensorclass
+from ._assembly import tensorclass as tensorclass

@@ -1,4 +1,8 @@
-"""Real processes for fault-injection tests: ranks on 127.0.0.1 (gloo), joined with deadlines.
+"""Real processes for distributed tests: ranks on 127.0.0.1 (gloo), joined with deadlines.
+
+Two launchers: :func:`launch` spawns fresh ranks (a failing rank fails the test:
+the message tests), :func:`run_ranks` forks ranks that report back (the
+fault-injection tests).
 
 Unlike ``torch.multiprocessing.start_processes``, a rank that dies (``kill -9``,
 on purpose) does not take the others down: every rank reports what happened
@@ -13,6 +17,7 @@ import datetime
 import multiprocessing
 import os
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -20,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
 
 def free_port() -> int:
@@ -112,3 +118,43 @@ def run_ranks(
             if process.is_alive():
                 process.kill()
                 process.join(1.0)
+
+
+# ---------------------------------------------------------------- spawned ranks
+GROUP_TIMEOUT = datetime.timedelta(seconds=60)
+
+
+def _spawned_entry(rank: int, fn: Callable, world_size: int, port: int) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=GROUP_TIMEOUT)
+    try:
+        fn(rank, world_size)
+        dist.barrier()
+    except BaseException:
+        # the other ranks then fail with "connection closed": show the root cause
+        print(f"---- rank {rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(fn: Callable[[int, int], Any], world_size: int, timeout: float = 150.0) -> None:
+    """Run ``fn(rank, world_size)`` on fresh (spawned) processes; a failing rank fails the test."""
+    context = mp.start_processes(
+        _spawned_entry,
+        args=(fn, world_size, free_port()),
+        nprocs=world_size,
+        join=False,
+        start_method="spawn",
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while not context.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the {world_size} ranks did not finish within {timeout} s")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()

@@ -1,9 +1,10 @@
 """TensorClass offers TensorDict's public API: the same names, signatures and results.
 
-Both classes take their methods from the shared mixins of ``tdfunc._core.ops``;
-this test keeps it so. It walks TensorDict's public API (methods, properties and
-the operators), checks that a TensorClass has each name with the same
-signature (explicit, justified exceptions below), and runs every name on a
+Both classes take their methods from the shared mixins (the core's, ``tdfunc._core.ops``,
+and the features', ``tdfunc._assembly.Features``); this test keeps it so. It walks
+TensorDict's public API (methods, properties and the operators), checks that a
+TensorClass has each name with the same signature (explicit, justified exceptions
+below), and runs every name on a
 TensorClass instance of the shared corpus and on the TensorDict holding the same
 data, comparing the results leaf by leaf. A name without a case below is run
 with no arguments when its signature allows it (so methods added to the shared
@@ -59,8 +60,8 @@ OWN_ON_TENSORCLASS = {
     "__getstate__": "pickles its inner TensorDict (which drops pending with-actions)",
 }
 SIGNATURE_DIFFERS = {
-    # tensordict's TensorClass.state_dict has flatten=; TensorDict.state_dict gets it too
-    # (issue 11, the `dropin` branch), after which this entry goes
+    # tensordict's TensorClass.state_dict has flatten=, which TensorDict.state_dict lacks;
+    # the entry goes once both take it
     "state_dict",
 }
 
@@ -180,7 +181,7 @@ def _struct_array() -> np.ndarray:
 # ``tmp_path`` get a fresh directory.
 CASES: dict[str, tuple[Callable, str]] = {
     "__abs__": (abs, "sample"),
-    # the tensor-like surface (issue 13): every method on the sample, with arguments
+    # the tensor-like surface: every method on the sample, with arguments
     "add": (lambda o: o.add(1.5), "sample"),
     "sub": (lambda o: o.sub(o), "sample"),
     "mul": (lambda o: o.mul(2), "sample"),
@@ -474,7 +475,8 @@ def test_same_member_or_a_listed_own_one(name):
         return  # the shared implementation itself
     assert name in OWN_ON_TENSORCLASS, (
         f"TensorClass defines its own {name!r}: share TensorDict's (a mixin of "
-        f"tdfunc._core.ops.TensorOps) or list it in OWN_ON_TENSORCLASS with the reason"
+        f"tdfunc._core.ops.TensorOps or tdfunc._assembly.Features) or list it in "
+        f"OWN_ON_TENSORCLASS with the reason"
     )
     if name in SIGNATURE_DIFFERS or not callable(getattr(TensorDict, name)):
         return

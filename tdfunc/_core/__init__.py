@@ -1,5 +1,14 @@
-"""The container core: ``TensorDict`` and the mixins every container shares.
+"""The container core, the ground floor: every operation of a container, no feature.
 
-``ops.py`` puts the shared mixins together (``TensorOps``); ``container.py`` adds
-construction. Each mixin reads the state declared in ``mixin.py`` and nothing else.
+- ``container.py``: ``TensorDictCore`` (the state and construction of ``TensorDict``);
+- ``base.py``: ``TensorDictBaseCore`` (the abstract type); ``mixin.py``: what mixins may use;
+- ``ops.py``: ``TensorOps``, the core mixins put together;
+- ``keys/``, ``shape/``, ``math/``, ``convert/``: keys and access, shapes and indexing,
+  leafwise math, conversions; ``apply.py``, ``torch_function.py``, ``context.py``,
+  ``frozen.py``, ``nontensor.py``, ``repr.py``, ``class_names.py``: one concern each.
+
+The public classes are composed above this package (``tdfunc/_assembly.py``); a
+mixin that needs "a plain TensorDict" asks ``self._plain_tensordict()``.
+
+May import: ``tdfunc._core`` only (nothing of tdfunc above it).
 """

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .frozen import refuse_frozen
+from .frozen import refuse_frozen_inside
 from .keys.nested import MISSING
 from .keys.writes import inplace_source
 from .mixin import ContainerMixin
@@ -192,7 +192,7 @@ class ApplyMixin(ContainerMixin):
         views = tuple(other._to_tensordict_view() for other in others)
         if inplace:
             self._check_mutable("named_apply")
-            refuse_frozen(self, "named_apply")
+            refuse_frozen_inside(self, "named_apply")
             self._apply_inplace(fn, views, default, None, (), not nested_keys)
             return self
         result = self._apply_tree(
@@ -296,7 +296,7 @@ class ApplyMixin(ContainerMixin):
             [3.0, 3.0]
         """
         self._check_mutable("apply_")
-        refuse_frozen(self, "apply_")
+        refuse_frozen_inside(self, "apply_")
         views = tuple(other._to_tensordict_view() for other in others)
         self._apply_inplace(fn, views, default, is_leaf)
         return self
@@ -360,7 +360,7 @@ class ApplyMixin(ContainerMixin):
     def detach_(self) -> Self:
         """Detach every tensor leaf in place; returns self."""
         self._check_mutable("detach_")
-        refuse_frozen(self, "detach_")
+        refuse_frozen_inside(self, "detach_")
         for value in self._tensor_leaves():
             value.detach_()
         return self
@@ -397,7 +397,7 @@ class ApplyMixin(ContainerMixin):
     def zero_(self) -> Self:
         """Fill every tensor leaf with zeros (in place); returns self."""
         self._check_mutable("zero_")
-        refuse_frozen(self, "zero_")
+        refuse_frozen_inside(self, "zero_")
         for value in self._tensor_leaves():
             value.zero_()
         return self
@@ -406,7 +406,7 @@ class ApplyMixin(ContainerMixin):
         """Fill the entry at ``key`` with ``value`` in place (every leaf below it for a
         nested TensorDict); returns self."""
         self._check_mutable("fill_")
-        refuse_frozen(self, "fill_")
+        refuse_frozen_inside(self, "fill_")
         entry = self._get_leaf(key, "fill_")
         if _collection(entry):
             for leaf in entry._to_tensordict_view()._tensor_leaves():

@@ -1,4 +1,4 @@
-"""``TensorDictBase``: the abstract type of TensorDict-like containers.
+"""``TensorDictBaseCore``: the abstract type of TensorDict-like containers.
 
 tdfunc has one concrete TensorDict class (there are no lazy stacks or sub-views
 to share an interface with), so ``TensorDictBase`` stays small: it exists for
@@ -25,21 +25,19 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from .._persist.api import PersistMixin
-
 
 # abstract through __init__ (it has no abstract methods to declare); ABC for __subclasshook__
-class TensorDictBase(abc.ABC):  # noqa: B024
-    """Abstract type of ``TensorDict`` (and its subclasses); not instantiable.
+class TensorDictBaseCore(abc.ABC):  # noqa: B024
+    """The core of ``TensorDictBase``: not instantiable, the virtual-subclass rule.
+
+    The public ``TensorDictBase`` (``tdfunc/_assembly.py``) adds the loaders of
+    the persistence feature and marks itself as the class the rule serves.
 
     Example:
-        >>> import tempfile, torch
+        >>> import torch
         >>> from tdfunc import TensorDict, TensorDictBase
-        >>> path = tempfile.mkdtemp()
-        >>> _ = TensorDict({"a": torch.ones(2)}, [2]).memmap(path)
-        >>> loaded = TensorDictBase.load_memmap(path)
-        >>> type(loaded).__name__, loaded["a"].tolist()
-        ('TensorDict', [1.0, 1.0])
+        >>> issubclass(TensorDictBase, TensorDictBaseCore), isinstance(TensorDict(), TensorDictBase)
+        (True, True)
     """
 
     __slots__ = ()
@@ -51,17 +49,14 @@ class TensorDictBase(abc.ABC):  # noqa: B024
             "TensorDict({'a': torch.zeros(3)}, batch_size=[3])."
         )
 
+    _marks_tensordicts = False  # True on the public class only (not on its subclasses)
+
     @classmethod
     def __subclasshook__(cls, subclass: type) -> bool:
-        if cls is not TensorDictBase:
+        if not cls.__dict__.get("_marks_tensordicts", False):
             return NotImplemented
         # the marker of TensorDict and its subclasses (TensorClass has none)
         return True if getattr(subclass, "_is_tensordict", False) else NotImplemented
-
-    # One implementation of loading: the classmethods of PersistMixin (a TensorClass
-    # saved on disk comes back as that TensorClass; nothing is converted).
-    load_memmap = PersistMixin.__dict__["load_memmap"]
-    load = PersistMixin.__dict__["load"]
 
     @classmethod
     def _adopt(cls, loaded: Any) -> Any:

@@ -1,7 +1,9 @@
-"""``TensorDict``: a dict of tensors sharing leading batch dimensions.
+"""``TensorDictCore``: the state and construction of ``TensorDict``.
 
-The class holds construction only: every other method comes from the shared
-mixins of :class:`~tdfunc._core.ops.TensorOps` (which ``TensorClass`` shares).
+This class holds construction only: every other method comes from the shared
+mixins of :class:`~tdfunc._core.ops.TensorOps` (which ``TensorClass`` shares) and
+from the features; the public ``TensorDict`` is composed from them in
+``tdfunc/_assembly.py``.
 Validation happens at the boundary (the public constructor, ``set``,
 ``__setitem__``, ``update``). Every derived result (indexing, ``apply``,
 shape operations, ``stack``) is built through :meth:`TensorDict._new_unsafe`,
@@ -16,16 +18,11 @@ only once every entry has been checked.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._persist.memmap_tensor import reduce_collection_for_process
-from .._pytree.node import register as _register_pytree
-from .class_names import register_class
-from .keys import access
-from .keys import views as key_views
+from .class_names import lookup_class
 from .keys.nested import MISSING
 from .keys.update import moved
 from .keys.writes import build_fast, items_of
@@ -33,27 +30,23 @@ from .mixin import is_tensor_collection
 from .ops import TensorOps
 from .shape.sizes import SIZE_CACHE, as_size, size_info
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor
 
 
-class TensorDict(TensorOps):
-    """A dictionary of tensors that share leading batch dimensions.
+class TensorDictCore(TensorOps):
+    """The state (slots) and construction of ``TensorDict``, over the core operations.
 
-    Args:
-        source: a mapping from keys (``str`` or tuples of ``str``) to tensors,
-            nested mappings, ``TensorDict`` instances or any Python object.
-        batch_size: the leading dims every value shares. Defaults to ``[]``.
-        device: if given, every value written is moved to this device.
-        names: optional names of the batch dims.
-        lock: lock the result (see :meth:`lock_`).
+    The public ``TensorDict`` adds the features' methods and the hooks that name
+    the composed classes (``tdfunc/_assembly.py``); its docstring lists the
+    arguments of ``__init__`` below.
 
     Example:
-        >>> td = TensorDict({"a": torch.zeros(3, 4), "b": {"c": torch.ones(3)}}, [3])
-        >>> td["b", "c"].shape
-        torch.Size([3])
-        >>> td[1:].batch_size
-        torch.Size([2])
+        >>> issubclass(TensorDict, TensorDictCore), type(TensorDict({}, [])) is TensorDict
+        (True, True)
     """
 
     __slots__ = (
@@ -96,7 +89,7 @@ class TensorDict(TensorOps):
                 except TypeError:  # unhashable items: size_info gives the error
                     info = None
             size, ndim, first, second = info or size_info(batch_size)
-            data = build_fast(TensorDict, source, size, ndim, first, second)
+            data = build_fast(type(self), source, size, ndim, first, second)
             if data is not None:
                 self._data = data
                 self._batch_size = size
@@ -155,7 +148,7 @@ class TensorDict(TensorOps):
     _from_pytree = _new_unsafe
 
     @classmethod
-    def fromkeys(cls, keys, value: Any = 0, batch_size=None, device=None) -> TensorDict:
+    def fromkeys(cls, keys, value: Any = 0, batch_size=None, device=None) -> Self:
         """A TensorDict with every key in ``keys`` holding ``value`` (tensors are cloned).
 
         Example:
@@ -170,9 +163,9 @@ class TensorDict(TensorOps):
     __hash__ = None  # type: ignore[assignment]
 
 
-# the shared mixins' fast paths test `type(node) is TensorDict`; they cannot import it
-access.TensorDict = key_views.TensorDict = TensorDict
-_register_pytree(TensorDict)
-register_class(TensorDict)
-# multiprocessing sends file-backed leaves by file, never by torch's shared-memory path
-ForkingPickler.register(TensorDict, reduce_collection_for_process)
+def __getattr__(name: str) -> Any:
+    # Pickles written before the composition root name ``tdfunc._core.container.TensorDict``:
+    # that path resolves to the public class (by its stable name, without an import).
+    if name == "TensorDict":
+        return lookup_class("tdfunc.TensorDict")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 A frozen TensorClass's own TensorDict, and every TensorDict nested in it, have
 ``_is_locked == FROZEN`` (truthy, so every "locked" check refuses structural
-changes too). In-place methods of a container call :func:`refuse_frozen`
+changes too). In-place methods of a container call :func:`refuse_frozen_inside`
 first, so that a write through a *parent* (``parent.apply_``,
 ``parent.load_memmap_``, ``parent.memmap_``, ``parent.zero_`` ...) never reaches
 a frozen child: the whole write is refused before anything changes.
@@ -45,7 +45,7 @@ def find_frozen(container: Any, at: tuple = ()) -> tuple[tuple, Any] | None:
     return None
 
 
-def refuse_frozen(container: Any, api: str) -> None:
+def refuse_frozen_inside(container: Any, api: str) -> None:
     """Raise before an in-place write of ``container`` that would reach frozen data."""
     found = find_frozen(container)
     if found is None:

@@ -4,7 +4,10 @@ Each mixin (shape ops, apply, arithmetic, access, ...) lives in its own module a
 reads the container only through the state declared here. ``TensorDict`` keeps
 that state in slots; a ``TensorClass`` instance forwards it to its inner
 TensorDict. Results are built with ``self._like(data, batch_size, names)`` (a
-container of the same kind as ``self``), structural writes are checked with
+container of the same kind as ``self``) or, when the result is a plain TensorDict
+whatever ``self`` is, with ``self._plain_tensordict()`` (the class is composed
+above the core, in ``tdfunc/_assembly.py``: the core never imports it), structural
+writes are checked with
 ``self._check_writable(api, key)`` and value writes with ``self._check_mutable(api)``
 (a frozen TensorClass refuses both).
 """
@@ -96,6 +99,14 @@ class ContainerMixin:
             for name, value in list(vars(cls).items()):
                 if _is_mutator(name, value):
                     setattr(cls, name, _checks_mutable(name, value))
+
+    @classmethod
+    def _plain_tensordict(cls) -> type:
+        """The public ``TensorDict`` class; the composed classes (``tdfunc._assembly``) say."""
+        raise NotImplementedError(
+            f"{cls.__name__}: a container class must say which class is the plain TensorDict "
+            f"(define _plain_tensordict); the classes composed in tdfunc._assembly do."
+        )
 
     def _check_mutable(self, api: str) -> None:
         """The one "may this container change?" hook, asked by every mutator and setter.

@@ -1,9 +1,11 @@
-"""``TensorOps``: every operation shared by ``TensorDict`` and ``TensorClass``.
+"""``TensorOps``: every core operation shared by ``TensorDict`` and ``TensorClass``.
 
-This is the one place where the method mixins are put together. ``TensorDict``
-and ``TensorClass`` both derive from :class:`TensorOps`, so a mixin added here
-serves both (and every TensorClass subclass) with one implementation; the parity
-test (``tests/test_parity.py``) checks that the two public APIs stay equal.
+This is the one place where the core's method mixins are put together (the
+features' mixins, persistence, messages, ``map`` and module swapping, join them in
+``tdfunc/_assembly.py``). ``TensorDict`` and ``TensorClass`` both derive from
+:class:`TensorOps`, so a mixin added here serves both (and every TensorClass
+subclass) with one implementation; the parity test (``tests/test_parity.py``)
+checks that the two public APIs stay equal.
 
 A mixin reads the container only through the state declared in
 :class:`~tdfunc._core.mixin.ContainerMixin` (``_data``, ``_batch_size``,
@@ -23,9 +25,6 @@ Example:
 
 from __future__ import annotations
 
-from .._distributed import DistributedMixin, MapMixin
-from .._modules.module_swap import ModuleSwapMixin
-from .._persist import PersistMixin
 from .apply import ApplyMixin
 from .context import ContextMixin
 from .convert.entries import EntriesMixin
@@ -48,14 +47,10 @@ class TensorOps(
     ArithmeticMixin,
     ApplyMixin,
     TorchFunctionMixin,
-    ModuleSwapMixin,
-    PersistMixin,
-    DistributedMixin,
-    MapMixin,
     NonTensorMixin,
     ContextMixin,
     EntriesMixin,
 ):
-    """The shared methods of ``TensorDict`` and ``TensorClass`` (add new mixins here)."""
+    """The core methods of ``TensorDict`` and ``TensorClass`` (add new core mixins here)."""
 
     __slots__ = ()

@@ -3,6 +3,9 @@
 - ``collectives.py``: ``DistributedMixin`` (``send``/``recv``/``isend``/``irecv``, collectives);
 - ``layout.py``: the structure digest and flat layout of a message; ``work.py``: handles;
 - ``sharded.py``: ``shard_ensemble`` / ``gather_members``; ``map.py``: ``MapMixin`` (worker pools).
+
+May import: ``tdfunc._core``, and ``tdfunc._persist.sharing``: ``map`` sends file-backed
+leaves by file name and file identity, the check ``MemoryMappedTensor``'s pickling uses.
 """
 
 from .collectives import DistributedMixin as DistributedMixin

@@ -3,15 +3,19 @@
 - ``ensemble.py``: ``Ensemble``; ``layout.py``: its stacked modules and flat leaf layout;
   ``members.py``: member selections and per-member state dicts; ``member_inputs.py``:
   ``in_dims`` and the member dim of the inputs;
-- ``registry.py``: ``register_batched`` and the per-type registry;
+- ``registry.py``: ``register_batched``, the per-type registry and ``BatchContext``;
 - ``layers.py``: the built-in layers (Linear, convolutions, norms, dropout...);
-- ``plan.py``: walks a template module and builds its batched forward;
+- ``plan.py``: walks a template module and builds its batched forward
+  (``build_batched_plan``);
 - ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``;
 - ``checks.py``: members must be structurally equal; ``verify.py``: registered
   functions are checked on first use; ``cache.py``: derived leaves kept between calls.
+
+The top floor: may import the public API (``tdfunc._assembly``) and
+``tdfunc._modules.slots`` (the walk over a module's slots); nothing below that.
 """
 
 from .plan import Report as Report
-from .plan import build_plan as build_plan
-from .registry import Context as Context
+from .plan import build_batched_plan as build_batched_plan
+from .registry import BatchContext as BatchContext
 from .registry import register_batched as register_batched

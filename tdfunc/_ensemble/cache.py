@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch._C import _functorch
 
-from .registry import Context
+if TYPE_CHECKING:
+    from .registry import BatchContext
 
 _is_compiling = torch.compiler.is_compiling
 _is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
@@ -70,7 +72,9 @@ class DerivedCache:
     def clear(self) -> None:
         self.entries.clear()
 
-    def extend(self, context: Context, leaves: tuple, prepare: Callable | None = None) -> tuple:
+    def extend(
+        self, context: BatchContext, leaves: tuple, prepare: Callable | None = None
+    ) -> tuple:
         """``context.extend(leaves)``, from the cache when nothing it depends on changed.
 
         ``prepare`` (views of the leaves, such as shared tensors expanded to the

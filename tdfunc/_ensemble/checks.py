@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._modules.slots import iter_slots
+
 # what nn.Module.__init__ puts in every module's __dict__ besides the compared
 # entries: tensors and submodules are compared slot by slot, hooks are not run
 # by the batched path, and the compiled call is a cache of the same code
@@ -35,11 +37,9 @@ class _Member:
         self.modules = dict(model.named_modules(remove_duplicate=False))
         self.module_paths = {id(m): path for path, m in self.modules.items()}
         self.tensor_slots: dict[int, str] = {}
-        for path, module in self.modules.items():
-            for owner in (module._parameters, module._buffers):
-                for name, value in owner.items():
-                    if value is not None:
-                        self.tensor_slots.setdefault(id(value), f"{path}.{name}" if path else name)
+        for slot in iter_slots(model):
+            if slot.value is not None:
+                self.tensor_slots.setdefault(id(slot.value), slot.path)
 
 
 def _describe(value: Any) -> str:

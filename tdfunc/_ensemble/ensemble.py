@@ -36,8 +36,8 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
-from .._core.container import TensorDict
-from . import Context, build_plan
+from .._assembly import TensorDict
+from . import BatchContext, build_batched_plan
 from . import members as _members
 from .cache import DerivedCache
 from .checks import check_members
@@ -189,7 +189,7 @@ class Ensemble(nn.Module):
         self._prepare_swap()
         self._num_members = len(models)
         self._batch_size = torch.Size([len(models)])
-        self._context = Context(len(self._slots))
+        self._context = BatchContext(len(self._slots))
         self.training = template.training  # members given in eval mode make an eval ensemble
         self.in_dims = in_dims
         self.randomness = randomness
@@ -382,7 +382,7 @@ class Ensemble(nn.Module):
         plans = self.__dict__.setdefault("_plans", {})
         if mode not in plans:
             index = _slot_index(self._layout, self._template)
-            plans[mode] = build_plan(self._template, index, self._context)
+            plans[mode] = build_batched_plan(self._template, index, self._context)
         self._batched, self._report = plans[mode]
 
     def _given_members(self, leaves: list) -> int:

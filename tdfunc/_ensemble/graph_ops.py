@@ -20,7 +20,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from .registry import Context
+from .registry import BatchContext
 
 
 def _words(text: str) -> list[str]:
@@ -263,7 +263,7 @@ def linear(x, weight, bias=None):
     return out if x.dim() == 3 else out.view(*shape[:-1], out.shape[-1])
 
 
-def vmapped_op(function, arg_flags: tuple, kwarg_flags: dict, context: Context):
+def vmapped_op(function, arg_flags: tuple, kwarg_flags: dict, context: BatchContext):
     """``function`` run once per member under vmap (batched arguments mapped over dim 0)."""
     names = tuple(kwarg_flags)
 

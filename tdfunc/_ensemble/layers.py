@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from .registry import Context, register_planner
+from .registry import BatchContext, register_planner
 
 _ELEMENTWISE = {
     nn.Identity: lambda x: x,
@@ -34,7 +34,7 @@ _ELEMENTWISE = {
 
 
 @register_planner(*_ELEMENTWISE)
-def _elementwise(module: nn.Module, slots: dict, context: Context):
+def _elementwise(module: nn.Module, slots: dict, context: BatchContext):
     function = _ELEMENTWISE[type(module)]
 
     def step(leaves, x):
@@ -48,7 +48,7 @@ def _elementwise(module: nn.Module, slots: dict, context: Context):
     nn.GELU, nn.LeakyReLU, nn.ELU, nn.CELU, nn.Softplus, nn.Hardtanh, nn.Threshold,
     nn.Hardshrink, nn.Softshrink,
 )  # fmt: skip
-def _configured_elementwise(module: nn.Module, slots: dict, context: Context):
+def _configured_elementwise(module: nn.Module, slots: dict, context: BatchContext):
     # Pointwise with hyper-parameters: the module itself is pointwise, so it runs
     # as it is on any layout (in-place variants are run out of place: an input
     # shared by the members is an expanded view that cannot be written).
@@ -63,7 +63,7 @@ def shift_dim(dim: int) -> int:
 
 
 @register_planner(nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.GLU)
-def _softmax_like(module: nn.Module, slots: dict, context: Context):
+def _softmax_like(module: nn.Module, slots: dict, context: BatchContext):
     if module.dim is None:
         return None  # the implicit dim depends on the rank: vmap decides it
     dim = shift_dim(module.dim)
@@ -73,13 +73,13 @@ def _softmax_like(module: nn.Module, slots: dict, context: Context):
 
 
 @register_planner(nn.Flatten)
-def _flatten(module: nn.Module, slots: dict, context: Context):
+def _flatten(module: nn.Module, slots: dict, context: BatchContext):
     start, end = shift_dim(module.start_dim), shift_dim(module.end_dim)
     return lambda leaves, x: x.flatten(start, end)
 
 
 @register_planner(nn.Unflatten)
-def _unflatten(module: nn.Module, slots: dict, context: Context):
+def _unflatten(module: nn.Module, slots: dict, context: BatchContext):
     dim, sizes = shift_dim(module.dim), tuple(module.unflattened_size)
     return lambda leaves, x: x.unflatten(dim, sizes)
 
@@ -93,7 +93,7 @@ def _unflatten(module: nn.Module, slots: dict, context: Context):
     nn.ConstantPad3d, nn.ReflectionPad1d, nn.ReflectionPad2d, nn.ReplicationPad1d,
     nn.ReplicationPad2d,
 )  # fmt: skip
-def _per_sample(module: nn.Module, slots: dict, context: Context):
+def _per_sample(module: nn.Module, slots: dict, context: BatchContext):
     # Parameter-free and independent per sample: the members fold into the batch.
     if getattr(module, "return_indices", False):
         return None
@@ -131,7 +131,7 @@ def _wide(x: torch.Tensor) -> bool:
 
 
 @register_planner(nn.Linear)
-def _linear(module: nn.Module, slots: dict, context: Context):
+def _linear(module: nn.Module, slots: dict, context: BatchContext):
     # y = x @ W^T + b for all members: one baddbmm on [N, rows, in] inputs, with
     # the weight's transpose and the bias as a row read from the derived leaves.
     w = context.derived(transposed, slots["weight"])
@@ -171,7 +171,7 @@ def _linear(module: nn.Module, slots: dict, context: Context):
 
 
 @register_planner(nn.Conv1d, nn.Conv2d, nn.Conv3d)
-def _conv(module: nn.Module, slots: dict, context: Context):
+def _conv(module: nn.Module, slots: dict, context: BatchContext):
     # Members fold into the channel dim and into the groups: one convolution with
     # N * groups groups computes every member's output channels from its inputs.
     w, b = slots["weight"], slots.get("bias")
@@ -208,7 +208,7 @@ def _affine_view(tensor: torch.Tensor, lead: int) -> torch.Tensor:
 
 
 @register_planner(nn.LayerNorm)
-def _layer_norm(module: nn.Module, slots: dict, context: Context):
+def _layer_norm(module: nn.Module, slots: dict, context: BatchContext):
     shape, eps = tuple(module.normalized_shape), module.eps
     w, b = slots.get("weight"), slots.get("bias")
     rank = len(shape)
@@ -228,7 +228,7 @@ def _layer_norm(module: nn.Module, slots: dict, context: Context):
 
 
 @register_planner(nn.GroupNorm)
-def _group_norm(module: nn.Module, slots: dict, context: Context):
+def _group_norm(module: nn.Module, slots: dict, context: BatchContext):
     groups, eps = module.num_groups, module.eps
     w, b = slots.get("weight"), slots.get("bias")
 
@@ -247,7 +247,7 @@ def _group_norm(module: nn.Module, slots: dict, context: Context):
 
 
 @register_planner(nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
-def _batch_norm(module: nn.Module, slots: dict, context: Context):
+def _batch_norm(module: nn.Module, slots: dict, context: BatchContext):
     # Members fold into the channel dim: one batch_norm call normalises each
     # member's channels with that member's batch statistics (training) or
     # running statistics (eval), and updates the running statistics in place
@@ -294,7 +294,7 @@ def _random_error() -> RuntimeError:
 
 
 @register_planner(nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
-def _dropout(module: nn.Module, slots: dict, context: Context):
+def _dropout(module: nn.Module, slots: dict, context: BatchContext):
     def step(leaves, x):
         if not module.training or module.p == 0:
             return x
@@ -311,7 +311,7 @@ def _dropout(module: nn.Module, slots: dict, context: Context):
 
 
 @register_planner(nn.Embedding)
-def _embedding(module: nn.Module, slots: dict, context: Context):
+def _embedding(module: nn.Module, slots: dict, context: BatchContext):
     if module.max_norm is not None or module.sparse:
         return None  # in-place renormalisation, sparse gradients: left to vmap
     w = slots["weight"]

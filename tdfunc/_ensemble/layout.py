@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._core.container import TensorDict
+from .._assembly import TensorDict
+from .._modules.slots import iter_slots
 
 _SCALAR = torch.Size([])
 
@@ -148,27 +149,23 @@ def _to_meta(module: nn.Module) -> nn.Module:
     (``module.to("meta")`` converts a tied parameter once per slot, untying it.)
     """
     converted: dict[int, Any] = {}
-    for sub in module.modules():
-        owners: tuple[dict[str, Any], ...] = (sub._parameters, sub._buffers)
-        for owner in owners:
-            for name, value in owner.items():
-                if value is None:
-                    continue
-                new = converted.get(id(value))
-                if new is None:
-                    new = value.detach().to("meta")
-                    if isinstance(value, nn.Parameter):
-                        new = nn.Parameter(new, requires_grad=value.requires_grad)
-                    converted[id(value)] = new
-                owner[name] = new
+    for slot in list(iter_slots(module, remove_duplicate=True)):
+        value = slot.value
+        if value is None:
+            continue
+        new = converted.get(id(value))
+        if new is None:
+            new = value.detach().to("meta")
+            if isinstance(value, nn.Parameter):
+                new = nn.Parameter(new, requires_grad=value.requires_grad)
+            converted[id(value)] = new
+        slot.owner[slot.name] = new
     return module
 
 
 def _named_slots(module: nn.Module):
-    for prefix, sub in module.named_modules(remove_duplicate=False):
-        for owner in (sub._parameters, sub._buffers):
-            for name, value in owner.items():
-                yield (f"{prefix}.{name}" if prefix else name), value
+    for slot in iter_slots(module):
+        yield slot.path, slot.value
 
 
 def _register(
@@ -237,17 +234,15 @@ def _slot_index(layout: tuple, template: nn.Module) -> dict:
 
     walk(layout, "")
     index, by_identity, pending = {}, {}, []
-    for prefix, module in template.named_modules(remove_duplicate=False):
-        for owner in (module._parameters, module._buffers):
-            for name, value in owner.items():
-                if value is None:
-                    continue
-                position = positions.get(f"{prefix}.{name}" if prefix else name)
-                if position is None:
-                    pending.append((module, name, value))
-                else:
-                    index[(id(module), name)] = position
-                    by_identity[id(value)] = position
+    for path, module, _, name, value, _ in iter_slots(template):
+        if value is None:
+            continue
+        position = positions.get(path)
+        if position is None:
+            pending.append((module, name, value))
+        else:
+            index[(id(module), name)] = position
+            by_identity[id(value)] = position
     for module, name, value in pending:
         index[(id(module), name)] = by_identity[id(value)]
     return index

@@ -23,7 +23,7 @@ import torch
 from .member_inputs import DEFAULT
 
 if TYPE_CHECKING:
-    from .._core.container import TensorDict
+    from .._assembly import TensorDict
     from .ensemble import Ensemble
 
 

@@ -1,6 +1,6 @@
 """A batched plan of a template module: what runs batched, what runs under vmap.
 
-``build_plan(template, slot_index, context)`` walks the template once, when the
+``build_batched_plan(template, slot_index, context)`` walks the template once, when the
 ensemble is built:
 
 - a module whose type has a batched implementation becomes that step;
@@ -24,8 +24,10 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
+from .._modules.slots import iter_slots
 from . import layers as _layers  # noqa: F401  (registers the built-in layers)
-from .registry import Context, planner_for
+from .registry import BatchContext, is_plain_sequential, is_torch_layer, planner_for
+from .trace import WholeForward, traced_step
 
 
 class Report:
@@ -49,18 +51,10 @@ class Report:
         return text
 
 
-def _plain_sequential(module: nn.Module) -> bool:
-    return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
-
-
-def _is_torch_layer(module: nn.Module) -> bool:
-    return type(module).__module__.startswith("torch.nn.")
-
-
 class Planner:
     """Builds steps for the modules of one template (see the module docstring)."""
 
-    def __init__(self, template: nn.Module, slot_index: dict, context: Context) -> None:
+    def __init__(self, template: nn.Module, slot_index: dict, context: BatchContext) -> None:
         self.template = template
         self.slot_index = slot_index  # (id(module), attribute name) -> leaf position
         self.context = context
@@ -69,23 +63,19 @@ class Planner:
         self.checked: set[int] = set()  # ids of the modules tried with torch.fx
 
     def own_slots(self, module: nn.Module) -> dict:
-        slots = {}
-        for owner in (module._parameters, module._buffers):
-            for name, value in owner.items():
-                if value is not None:
-                    slots[name] = self.slot_index[(id(module), name)]
-        return slots
+        return {
+            slot.name: self.slot_index[(id(module), slot.name)]
+            for slot in iter_slots(module, recurse=False)
+            if slot.value is not None
+        }
 
     def subtree_slots(self, module: nn.Module) -> dict:
         """``own_slots`` plus the submodules' tensors, by dotted name."""
-        slots = {}
-        for prefix, sub in module.named_modules(remove_duplicate=False):
-            for owner in (sub._parameters, sub._buffers):
-                for name, value in owner.items():
-                    if value is not None:
-                        key = f"{prefix}.{name}" if prefix else name
-                        slots[key] = self.slot_index[(id(sub), name)]
-        return slots
+        return {
+            slot.path: self.slot_index[(id(slot.module), slot.name)]
+            for slot in iter_slots(module)
+            if slot.value is not None
+        }
 
     def module_step(self, module: nn.Module, path: str) -> Callable:
         """The step for ``module`` at ``path`` (``""`` for the template itself)."""
@@ -98,29 +88,25 @@ class Planner:
                 self.report.batched.append(path or type(module).__name__)
                 return step
             return self.vmapped_step(module, path, "this configuration has no batched form")
-        if _plain_sequential(module):
+        if is_plain_sequential(module):
             steps = tuple(
                 self.module_step(child, f"{path}.{name}" if path else name)
                 for name, child in module._modules.items()
                 if child is not None
             )
             return _chain(steps)
-        if _is_torch_layer(module) or id(module) in self.untraceable:
+        if is_torch_layer(module) or id(module) in self.untraceable:
             why = self.untraceable.get(id(module), f"no batched {type(module).__name__}")
             return self.vmapped_step(module, path, why)
-        from .trace import traced_step  # a custom forward: trace and rewrite it
-
-        return traced_step(self, module, path)
+        return traced_step(self, module, path)  # a custom forward: trace and rewrite it
 
     def vmapped_step(self, module: nn.Module, path: str, why: str) -> Callable:
         self.report.vmapped.append((path or type(module).__name__, why))
         names, positions = [], []
-        for prefix, sub in module.named_modules(remove_duplicate=False):
-            for owner in (sub._parameters, sub._buffers):
-                for name, value in owner.items():
-                    if value is not None:
-                        names.append(f"{prefix}.{name}" if prefix else name)
-                        positions.append(self.slot_index[(id(sub), name)])
+        for slot in iter_slots(module):
+            if slot.value is not None:
+                names.append(slot.path)
+                positions.append(self.slot_index[(id(slot.module), slot.name)])
         return vmapped_call(module, tuple(names), tuple(positions), self.context)
 
 
@@ -149,7 +135,7 @@ def _chain(steps: tuple) -> Callable:
     return chain
 
 
-def vmapped_call(module: nn.Module, names: tuple, positions: tuple, context: Context):
+def vmapped_call(module: nn.Module, names: tuple, positions: tuple, context: BatchContext):
     """A step running ``module`` once per member under ``torch.func.vmap``."""
 
     def step(leaves, *inputs, **kwargs):
@@ -183,13 +169,15 @@ def _tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
-def build_plan(template: nn.Module, slot_index: dict, context: Context) -> tuple[Any, Report]:
+def build_batched_plan(
+    template: nn.Module, slot_index: dict, context: BatchContext
+) -> tuple[Any, Report]:
     """The batched forward of ``template`` (``run(leaves, *inputs, **kwargs)``) and
     its report; ``run`` is ``None`` when the whole forward must run under vmap."""
     planner = Planner(template, slot_index, context)
     try:
         run = planner.module_step(template, "")
-    except _WholeForward as error:
+    except WholeForward as error:
         planner.report.whole = str(error)
         return None, planner.report
     if planner.report.vmapped and not planner.report.batched:
@@ -197,7 +185,3 @@ def build_plan(template: nn.Module, slot_index: dict, context: Context) -> tuple
         planner.report.whole = f"nothing to batch: {names} without a batched form"
         return None, planner.report
     return run, planner.report
-
-
-class _WholeForward(Exception):
-    """The template's own forward cannot be batched: the ensemble vmaps all of it."""

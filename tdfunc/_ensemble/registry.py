@@ -19,10 +19,19 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["Context", "planner_for", "register_batched", "register_planner"]
+from .verify import checked_step
+
+__all__ = [
+    "BatchContext",
+    "is_plain_sequential",
+    "is_torch_layer",
+    "planner_for",
+    "register_batched",
+    "register_planner",
+]
 
 
-class Context:
+class BatchContext:
     """What the steps of one ensemble share: its ``randomness`` (read at call time),
     and the *derived leaves*: views of the stacked tensors that a step needs in
     another layout (``weight.mT``), computed once per call instead of once per use,
@@ -52,15 +61,15 @@ class Context:
         return leaves + tuple([function(leaves[i]) for function, i in self.derivations])
 
 
-Planner = Callable[[nn.Module, dict, Context], Any]
+LayerPlanner = Callable[[nn.Module, dict, BatchContext], Any]
 
-_PLANNERS: dict[type, Planner] = {}
+_PLANNERS: dict[type, LayerPlanner] = {}
 
 
-def register_planner(*module_types: type) -> Callable[[Planner], Planner]:
+def register_planner(*module_types: type) -> Callable[[LayerPlanner], LayerPlanner]:
     """Decorator: the built-in layers' planners (see the module docstring)."""
 
-    def decorate(planner: Planner) -> Planner:
+    def decorate(planner: LayerPlanner) -> LayerPlanner:
         for module_type in module_types:
             _PLANNERS[module_type] = planner
         return planner
@@ -68,10 +77,20 @@ def register_planner(*module_types: type) -> Callable[[Planner], Planner]:
     return decorate
 
 
-def planner_for(module: nn.Module) -> Planner | None:
+def planner_for(module: nn.Module) -> LayerPlanner | None:
     """The planner registered for exactly ``type(module)`` (a subclass may change
     ``forward``, so it is not assumed to batch like its parent)."""
     return _PLANNERS.get(type(module))
+
+
+def is_plain_sequential(module: nn.Module) -> bool:
+    """An ``nn.Sequential`` with torch's own forward: the chain of its children."""
+    return isinstance(module, nn.Sequential) and type(module).forward is nn.Sequential.forward
+
+
+def is_torch_layer(module: nn.Module) -> bool:
+    """A layer of ``torch.nn`` (never traced: batched by a planner or vmapped)."""
+    return type(module).__module__.startswith("torch.nn.")
 
 
 def register_batched(module_type: type, fn: Callable | None = None, *, trusted: bool = False):
@@ -125,7 +144,7 @@ def register_batched(module_type: type, fn: Callable | None = None, *, trusted: 
         )
     label = f"register_batched({module_type.__name__}, {getattr(fn, '__name__', fn)!r})"
 
-    def planner(module: nn.Module, slots: dict, context: Context):
+    def planner(module: nn.Module, slots: dict, context: BatchContext):
         names = tuple(slots)
         positions = tuple(slots.values())
 
@@ -135,8 +154,6 @@ def register_batched(module_type: type, fn: Callable | None = None, *, trusted: 
 
         if trusted:
             return step
-        from .verify import checked_step
-
         return checked_step(step, module, names, positions, label)
 
     planner.subtree = True  # type: ignore[attr-defined]  # gets its submodules' tensors too

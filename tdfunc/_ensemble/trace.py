@@ -13,14 +13,16 @@ from __future__ import annotations
 import builtins
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import fx, nn
 
 from . import graph_ops as ops
-from .plan import Planner, _is_torch_layer, _plain_sequential, _WholeForward
-from .registry import planner_for
+from .registry import is_plain_sequential, is_torch_layer, planner_for
+
+if TYPE_CHECKING:
+    from .plan import Planner
 
 _STATIC_ATTRIBUTES = frozenset(["dtype", "device", "is_cuda", "requires_grad", "layout", "is_leaf"])
 
@@ -37,17 +39,17 @@ class _Tracer(fx.Tracer):
     def is_leaf_module(self, module: nn.Module, qualified_name: str) -> bool:
         if planner_for(module) is not None or id(module) in self.untraceable:
             return True
-        if _plain_sequential(module) or isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+        if is_plain_sequential(module) or isinstance(module, (nn.ModuleList, nn.ModuleDict)):
             return False
-        return _is_torch_layer(module)
+        return is_torch_layer(module)
 
 
 def _custom(module: nn.Module) -> bool:
     return (
         planner_for(module) is None
-        and not _plain_sequential(module)
+        and not is_plain_sequential(module)
         and not isinstance(module, (nn.ModuleList, nn.ModuleDict))
-        and not _is_torch_layer(module)
+        and not is_torch_layer(module)
     )
 
 
@@ -66,6 +68,10 @@ def _find_untraceable(module: nn.Module, untraceable: dict, seen: set) -> None:
             untraceable[id(module)] = f"untraceable by torch.fx: {message[:90]}"
 
 
+class WholeForward(Exception):
+    """The template's own forward cannot be batched: the ensemble vmaps all of it."""
+
+
 def traced_step(planner: Planner, module: nn.Module, path: str) -> Callable:
     """The step of a module with custom ``forward`` code (see the module docstring)."""
     _find_untraceable(module, planner.untraceable, planner.checked)
@@ -82,7 +88,7 @@ def traced_step(planner: Planner, module: nn.Module, path: str) -> Callable:
             why = f"cannot rewrite: {type(error).__name__}: {str(error)[:80]}"
         report.batched[:], report.vmapped[:] = saved  # what this module's steps reported
     if not path:
-        raise _WholeForward(why)
+        raise WholeForward(why)
     return planner.vmapped_step(module, path, why)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from torch import nn
 
 from .._core.mixin import is_tensor_collection as _collection
-from .module_swap import swap_mapping
+from .module_swap import CallSwap, swap_mapping
 
 
 def _mapping(params: Any) -> Any:
@@ -96,7 +96,7 @@ def functional_call(
         tensor([[ 0.],
                 [17.]])
     """
-    handle = swap_mapping(_mapping(params), module, "functional_call", tie_weights)
+    handle = swap_mapping(_mapping(params), module, CallSwap, "functional_call", tie_weights)
     if strict:
         missing = handle._plan.missing_names()
         if missing:

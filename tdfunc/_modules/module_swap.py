@@ -3,7 +3,9 @@
 ``to_module`` sits on the hot path of every ensemble and meta-learning step, so
 it runs a *swap plan* (:mod:`tdfunc._modules.swap_plan`) built once per
 (module, key structure) and cached here, weakly keyed on the module; what it
-returns is :class:`~tdfunc._modules.swap_handle.ModuleSwap`. No
+returns is a ``ModuleSwap`` (a TensorDict: its behaviour is
+:class:`~tdfunc._modules.swap_handle.SwapHandle`, the class is composed in
+``tdfunc/_assembly.py`` and reached through the container's ``_swap_handle()``). No
 ``nn.Parameter`` is constructed on that path (it would break
 ``torch.compile`` of ``vmap(grad(...))``). While ``torch.compile`` traces,
 plans are built afresh and run as plain loops instead: the module-keyed cache,
@@ -25,12 +27,12 @@ import torch
 from torch import nn
 from torch._C import _functorch
 
-from .swap_plan import Mismatch, SwapPlan, build_plan
+from .swap_plan import Mismatch, SwapPlan, build_swap_plan
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from .swap_handle import ModuleSwap
+    from .._assembly import ModuleSwap
 
 _is_compiling = torch.compiler.is_dynamo_compiling  # only dynamo cannot run this code
 _MAX_PLANS = 4  # a module rarely sees more than one or two key structures
@@ -52,14 +54,6 @@ _LOCK = threading.RLock()  # reentrant: a handle dropped (__del__) while a swap 
 _ident = threading.get_ident
 _new = object.__new__
 _EMPTY = torch.Size()
-_HANDLE: list = [None]  # ModuleSwap (its module imports TensorDict, which imports this one)
-
-
-def _handle_class() -> type:
-    from .swap_handle import ModuleSwap
-
-    _HANDLE[0] = ModuleSwap
-    return ModuleSwap
 
 
 # ------------------------------------------------------------------ the cache
@@ -88,8 +82,6 @@ def load_through_state_dict(td, module: nn.Module):
             "load_state_dict copies into the module's tensors for good. Use "
             "`with params.to_module(module):` there."
         )
-    from .._core.container import TensorDict
-
     if not getattr(type(td), "_is_tensordict", False):
         td = td.to_tensordict()
     entries = dict(td.flatten_keys(".").items())
@@ -104,19 +96,25 @@ def load_through_state_dict(td, module: nn.Module):
     result = module.load_state_dict(entries, strict=False)
     if result.unexpected_keys:
         raise KeyError(f"to_module(use_state_dict=True): unexpected keys {result.unexpected_keys}.")
-    return TensorDict(old, []).unflatten_keys(".")
+    return td._plain_tensordict()(old, []).unflatten_keys(".")
 
 
 def swap_in(td, module: nn.Module) -> ModuleSwap:
     """Swap ``td``'s tensors into ``module``: a cached plan that fits, or a new one."""
     # TensorDict slot; TensorClass property (its TensorDict's dict)
-    return swap_mapping(td._data, module)
+    return swap_mapping(td._data, module, td._swap_handle())
 
 
-def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = True):
-    """Swap the values of ``data`` (a container's ``_data``, or a dict) into ``module``."""
+def swap_mapping(
+    data, module: nn.Module, handle_class: type, api: str = "to_module", tie: bool = True
+):
+    """Swap the values of ``data`` (a container's ``_data``, or a dict) into ``module``.
+
+    The swap returns a ``handle_class`` instance: a ``ModuleSwap`` (given by the
+    container's ``_swap_handle()``) or, for ``functional_call``, a :class:`CallSwap`.
+    """
     if _is_compiling():
-        plan = build_plan(data, module, api, tie, traced=True)
+        plan = build_swap_plan(data, module, api, tie, traced=True)
         return TracedSwap(plan, plan.swap_interpreted(data))
     entry = _PLANS.get(id(module))
     if entry is not None and entry[0]() is module:
@@ -124,14 +122,14 @@ def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = Tr
         plan = plans[0]
         if plan.tie is tie:  # the most recent plan nearly always fits
             try:
-                return _swap(plan, data)
+                return _swap(plan, data, handle_class)
             except _MISMATCH:
                 pass
         for position, plan in enumerate(plans):
             if plan.tie is not tie:
                 continue
             try:
-                handle = _swap(plan, data)
+                handle = _swap(plan, data, handle_class)
             except _MISMATCH:
                 continue
             if position:  # the most recent plan is tried first
@@ -144,8 +142,10 @@ def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = Tr
             f"{api}: expected a TensorDict, a TensorClass or a dict of tensors, got "
             f"{type(data).__name__}."
         )
-    plan = build_plan(data, module, api, tie)
-    handle = _swap(plan, data)  # a fresh plan fits: anything raised here is a real error
+    plan = build_swap_plan(data, module, api, tie)
+    handle = _swap(
+        plan, data, handle_class
+    )  # a fresh plan fits: anything raised here is a real error
     plans = _plans_of(module)
     # plans with the same key structure as the new one are stale (the module changed)
     plans[:] = [plan] + [old for old in plans if old.signature != plan.signature]
@@ -153,11 +153,11 @@ def swap_mapping(data, module: nn.Module, api: str = "to_module", tie: bool = Tr
     return handle
 
 
-def _swap(plan: SwapPlan, data) -> ModuleSwap:
+def _swap(plan: SwapPlan, data, handle_class: type) -> Any:
     """Save the slots, write ``data``'s values, record the swap; the handle."""
     with _LOCK:
         olds = plan.enter(data)
-        handle = _new(_HANDLE[0] or _handle_class())
+        handle = _new(handle_class)
         handle._olds = olds
         handle._state = 0
         handle._plan = plan
@@ -168,10 +168,11 @@ def _swap(plan: SwapPlan, data) -> ModuleSwap:
         while active and _dropped(active[-1], ident):
             active.pop()
         active.append((weakref.ref(handle), ident))
-    handle._batch_size = _EMPTY
-    handle._device = None
-    handle._names = None
-    handle._is_locked = False
+    if handle_class._is_tensor_collection:  # a ModuleSwap: the state of an empty TensorDict
+        handle._batch_size = _EMPTY
+        handle._device = None
+        handle._names = None
+        handle._is_locked = False
     return handle
 
 
@@ -297,6 +298,13 @@ class SwapState:
         if self._state < 2:
             self._state = 3
             commit_swap(self._plan, self._olds)
+
+
+class CallSwap(SwapState):
+    """The handle of ``functional_call``'s swap: only its ``with`` block uses it."""
+
+    __slots__ = ("__weakref__", "_olds", "_plan", "_state")  # swaps in effect are weakly held
+    _is_tensor_collection = False
 
 
 class TracedSwap(SwapState):

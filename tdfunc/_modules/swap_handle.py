@@ -8,6 +8,10 @@ form is the hot path of every ensemble step, so the swap only records the old
 objects (a list, in the order of the plan's slots); the TensorDict of old
 values is built the first time it is read (``_data`` is a property here).
 
+This module holds the behaviour (:class:`SwapHandle`); the public class,
+``ModuleSwap``, is ``SwapHandle`` over the public ``TensorDict``, composed in
+``tdfunc/_assembly.py``.
+
 Without ``with`` the load is for good: when the handle is dropped (or shown at
 a prompt, or :meth:`ModuleSwap.commit` is called), plain tensors put in
 ``Parameter`` slots become ``Parameter``s sharing their storage, so the module
@@ -20,52 +24,34 @@ error that says to use ``with`` (an exception cannot leave ``__del__``).
 from __future__ import annotations
 
 import weakref
+from functools import partial
 from typing import Any
 
 import torch
 from torch._C import _functorch
 
-from .._core.class_names import register_class
-from .._core.container import TensorDict
-from .._pytree.node import register as _register_pytree
+from .._core.container import TensorDictCore
 from .module_swap import SwapState
 from .swap_plan import SwapPlan
 
-_DATA = TensorDict.__dict__["_data"]  # the slot descriptor the property below stands for
+_DATA = TensorDictCore.__dict__["_data"]  # the slot descriptor the property below stands for
 _wrapped = _functorch.is_functorch_wrapped_tensor
-_new_plain = TensorDict._new_unsafe
 _EMPTY = torch.Size()
 
 # id(module) -> the forward pre-hook handle of a pending error (one per module)
 _TRAPS: dict[int, Any] = {}
 
 
-def _nested(data: dict) -> TensorDict:
-    return _new_plain(data, _EMPTY, None, None)
+class SwapHandle(SwapState, TensorDictCore):
+    """What a ``ModuleSwap`` does: the previous values of a module, restored on exit.
 
-
-class ModuleSwap(SwapState, TensorDict):
-    """The values a module held before ``td.to_module(module)``; restores them on exit.
-
-    A ``TensorDict`` (batch size ``[]``, the keys of the TensorDict that was
-    loaded) and a context manager: leaving the ``with`` block (also on an
-    exception) puts exactly the previous objects back, the same ``Parameter``
-    instances and ties. Results of its methods are plain TensorDicts.
+    The public ``ModuleSwap`` is this class over the public ``TensorDict``. The
+    old values are a list in the plan's slot order; the TensorDict of them is
+    built when ``_data`` is first read, and results are plain TensorDicts.
 
     Example:
-        >>> model = nn.Linear(2, 2)
-        >>> zeros = TensorDict.from_module(model).apply(torch.zeros_like)
-        >>> with zeros.to_module(model):
-        ...     model.weight.abs().sum().item()
-        0.0
-        >>> model.weight.abs().sum().item() > 0
-        True
-        >>> old = zeros.to_module(model)  # without `with`: loaded for good
-        >>> model.weight.abs().sum().item()
-        0.0
-        >>> _ = old.to_module(model)  # the previous values, put back
-        >>> model.weight.abs().sum().item() > 0
-        True
+        >>> issubclass(ModuleSwap, SwapHandle), issubclass(ModuleSwap, TensorDict)
+        (True, True)
     """
 
     # _state: 0 swapped, 1 inside a with block, 2 restored, 3 committed (loaded for good)
@@ -77,9 +63,10 @@ class ModuleSwap(SwapState, TensorDict):
     @property  # type: ignore[override]
     def _data(self) -> dict:
         try:
-            return _DATA.__get__(self, ModuleSwap)
+            return _DATA.__get__(self, type(self))
         except AttributeError:  # not read yet: build it from the old objects
-            data = self._plan.old_data(self._olds, _nested)
+            nested = partial(self._plain_tensordict()._new_unsafe, batch_size=_EMPTY)
+            data = self._plan.old_data(self._olds, nested)
             _DATA.__set__(self, data)
             return data
 
@@ -90,12 +77,12 @@ class ModuleSwap(SwapState, TensorDict):
     # results are plain TensorDicts: only the handle itself restores the module
     @classmethod
     def _new_unsafe(cls, data: dict, batch_size: torch.Size, device=None, names=None):
-        return _new_plain(data, batch_size, device, names)
+        return cls._plain_tensordict()._new_unsafe(data, batch_size, device, names)
 
     _from_pytree = _new_unsafe
 
     def _like(self, data: dict, batch_size: torch.Size | None = None, names: Any = ...):
-        return _new_plain(
+        return self._plain_tensordict()._new_unsafe(
             data,
             self._batch_size if batch_size is None else batch_size,
             self._device,
@@ -103,7 +90,8 @@ class ModuleSwap(SwapState, TensorDict):
         )
 
     def __reduce_ex__(self, protocol: Any) -> tuple:
-        return (_new_plain, (self._data, self._batch_size, self._device, self._names))
+        new_plain = self._plain_tensordict()._new_unsafe
+        return (new_plain, (self._data, self._batch_size, self._device, self._names))
 
     def _release(self) -> None:
         """The handle of a load without ``with`` goes away: keep the values for good,
@@ -129,12 +117,6 @@ class ModuleSwap(SwapState, TensorDict):
         if self._state == 0:
             self._release()
         return super().__repr__()
-
-
-# a TensorDict everywhere: transforms flatten it (and rebuild plain TensorDicts), and a
-# checkpoint or state_dict written from it loads (as a plain TensorDict)
-_register_pytree(ModuleSwap)
-register_class(ModuleSwap)
 
 
 def _trap(plan: SwapPlan) -> None:

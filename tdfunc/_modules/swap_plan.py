@@ -31,9 +31,10 @@ from typing import Any
 
 from torch import nn
 
-from .._core.keys.nested import missing_key_error
+from .._core.keys.nested import close_matches_hint
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData
+from .slots import iter_slots
 
 _data_of = attrgetter("_data")  # a nested TensorDict's (or TensorClass's) dict
 _modules_of = attrgetter("_modules")
@@ -237,11 +238,9 @@ class SwapPlan:
             module = self.module()
             filled = self.slot_of()
             self.missing = [
-                prefix + ("." if prefix else "") + name
-                for prefix, sub in module.named_modules(remove_duplicate=False)
-                for owner in (sub._parameters, sub._buffers)
-                for name, value in owner.items()
-                if value is not None and (id(owner), name) not in filled
+                slot.path
+                for slot in iter_slots(module)
+                if slot.value is not None and (id(slot.owner), slot.name) not in filled
             ]
         return self.missing
 
@@ -250,24 +249,18 @@ class SwapPlan:
 def _slot_aliases(root: nn.Module) -> dict[int, list]:
     """For every tensor in ``root``: all (owner dict, name) slots that hold it."""
     aliases: dict[int, list] = {}
-    seen: set = set()
-    for module in root.modules():
-        for owner in (module._parameters, module._buffers):
-            if id(owner) in seen:
-                continue
-            seen.add(id(owner))
-            for name, value in owner.items():
-                if value is None:
-                    continue
-                slots = aliases.get(id(value))
-                if slots is None:
-                    aliases[id(value)] = ((owner, name),)  # a list only for a tie
-                else:
-                    aliases[id(value)] = [*slots, (owner, name)]
+    for _, _, owner, name, value, _ in iter_slots(root, remove_duplicate=True):
+        if value is None:
+            continue
+        slots = aliases.get(id(value))
+        if slots is None:
+            aliases[id(value)] = ((owner, name),)  # a list only for a tie
+        else:
+            aliases[id(value)] = [*slots, (owner, name)]
     return {key: slots for key, slots in aliases.items() if len(slots) > 1}
 
 
-def build_plan(
+def build_swap_plan(
     data, module: nn.Module, api: str = "to_module", tie: bool = True, traced: bool = False
 ) -> SwapPlan:
     """The plan for the mapping ``data`` (a TensorDict's ``_data``, or a dict) and ``module``.
@@ -510,15 +503,3 @@ def _tie_conflict(key: Any, name: str) -> ValueError:
         f"different tensors; tied parameters take one value: pass one of the keys, the "
         f"same tensor for both, or (functional_call) tie_weights=False."
     )
-
-
-def close_matches_hint(key: Any, names: list) -> str:
-    """The " Did you mean ...?" (or " Available keys: ...") part of a missing-key message.
-
-    Example:
-        >>> close_matches_hint("a.b", ["a.c", "x"])
-        " Did you mean 'a.c'?"
-    """
-    message = str(missing_key_error(key, names).args[0])
-    head = f"tdfunc: key {key!r} not found."
-    return message[len(head) :] if message.startswith(head) else ""

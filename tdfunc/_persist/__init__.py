@@ -3,8 +3,11 @@
 - ``api.py``: ``PersistMixin`` (``memmap``, ``memmap_like``, ``load_memmap``, ...);
 - ``save.py`` / ``load.py``: writing and reading a checkpoint (commit by rename);
 - ``directory.py``: the directory a save owns (never touching files it did not write);
-- ``format.py``: ``meta.json`` (versioned, bounded, validated); ``keys.py``: key -> file name;
+- ``format.py``: ``meta.json`` (versioned, bounded, validated); ``filenames.py``: key -> file name;
 - ``memmap_tensor.py``: ``MemoryMappedTensor``.
+
+May import: ``tdfunc._core`` (classes are found by their stable names in
+``_core/class_names.py``, never imported).
 """
 
 from .api import PersistMixin as PersistMixin

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._core.frozen import refuse_frozen
+from .._core.frozen import refuse_frozen_inside
 from . import load as _persist_load
 from . import save as _persist_save
 from .memmap_tensor import MemoryMappedTensor
@@ -84,7 +84,7 @@ def memmap_collection(
     """
     _check_options(api, share_non_tensor, robust_key)
     if inplace:
-        refuse_frozen(obj, api.rpartition(".")[2])
+        refuse_frozen_inside(obj, api.rpartition(".")[2])
     background = return_early and isinstance(num_threads, int) and num_threads > 0
     with contextlib.nullcontext() if background else _gc_paused():
         return _persist_save.save(
@@ -115,7 +115,7 @@ def load_collection(
     With ``out``, the data is moved into ``out`` (which is returned).
     """
     if out is not None:
-        refuse_frozen(out, api.rpartition(".")[2])
+        refuse_frozen_inside(out, api.rpartition(".")[2])
     if out is not None and device is None:
         device = out.device
     directory = os.path.abspath(os.fspath(prefix))

@@ -4,5 +4,8 @@
 - ``rebuild.py``: unflatten, with the batch size inferred from the leaves;
 - ``dims.py``: ``dims_like``, per-key ``in_dims`` / ``out_dims`` for ``vmap``.
 
-May import: ``tdfunc._core``.
+``tdfunc/_assembly.py`` registers the composed classes, and every new tensorclass
+through ``TensorClass._tc_register``.
+
+May import: ``tdfunc._core`` only.
 """

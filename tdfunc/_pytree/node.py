@@ -27,6 +27,7 @@ The batch size is inferred level by level on unflatten
 from __future__ import annotations
 
 import json
+from operator import attrgetter, eq, is_
 from typing import Any
 
 import optree
@@ -38,7 +39,7 @@ from .._core.class_names import ALIASES, class_name, lookup_class
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
 from .rebuild import _TENSOR_TYPES, unflatten
-from .symbolic import concrete, fake_tracing, symbolic
+from .symbolic import _FAKE, _get_mode, concrete, fake_tracing, symbolic
 
 NAMESPACE = "tdfunc"
 _dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
@@ -49,9 +50,21 @@ _new = object.__new__
 _NOTHING: tuple = ()
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
 _ALL_TENSORS: dict[int, tuple] = {}  # width -> (True,) * width, shared by every context
+_shape = attrgetter("shape")
+# Contexts of earlier flattens, by what identifies a level besides its shapes: (class,
+# keys, batch size, device, names, functorch level). An entry is reused when the
+# shapes (and, for a level with nested containers, the kinds of its children and the
+# very contexts of its nested levels) are the ones it records; a level with
+# non-tensor values is never reused. Flattening the same structure again then keeps
+# no new object per leaf alive (a tree of 10,000 leaves would otherwise keep 10,000
+# sizes per call, enough to start several garbage collections per call). Contexts are
+# never mutated, so sharing one between calls is safe; while fake tensors are traced
+# (symbolic sizes, rewritten in place by ``concrete``) and under dynamo no cache is used.
+_CONTEXTS: dict[tuple, NodeContext] = {}
+_CONTEXTS_MAX = 4096  # emptied when full: a bound on memory, at the price of rebuilds
 
 
-class Context:
+class NodeContext:
     """What unflatten needs besides the children. Equality ignores every shape.
 
     One per container level: ``nested`` holds the contexts of the nested
@@ -98,7 +111,7 @@ class Context:
         self.device = device
         self.names = names
         self.level = level  # functorch level at flatten time (None outside transforms)
-        # per key: the Context of a nested container flattened into this node, or
+        # per key: the NodeContext of a nested container flattened into this node, or
         # None for a child of its own; None for all when no container was inlined
         self.nested = nested
         self.width = len(keys) if width is None else width  # children under this level
@@ -108,7 +121,7 @@ class Context:
 
     def __eq__(self, other: object) -> bool:
         return (
-            type(other) is Context
+            type(other) is NodeContext
             and self.cls is other.cls
             and self.keys == other.keys
             and (
@@ -123,7 +136,7 @@ class Context:
 
     def __repr__(self) -> str:
         return (
-            f"Context({self.cls.__name__}, keys={list(self.keys)}, "
+            f"NodeContext({self.cls.__name__}, keys={list(self.keys)}, "
             f"batch_size={list(self.batch_size)})"
         )
 
@@ -149,29 +162,30 @@ def _level() -> int | None:
     return None if _dynamo_compiling() else _current_level()
 
 
-def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
-    """Append the leaves of ``view`` and of its nested containers to ``out``."""
+def _remember(cache: dict, key: tuple, context: NodeContext) -> None:
+    if len(cache) >= _CONTEXTS_MAX:
+        cache.clear()
+    cache[key] = context
+
+
+def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | None) -> NodeContext:
+    """Append the leaves of ``view`` and of its nested containers to ``out``.
+
+    ``cache``: :data:`_CONTEXTS`, or ``None`` where contexts must be new.
+    """
     data = view._data
     values = data.values()
-    if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
-        out.extend(values)
-        context = _new(Context)
-        context.cls = cls
-        context.keys = tuple(data)
-        context.non_tensor = _NOTHING
-        context.batch_size = view._batch_size
-        context.shapes = context.feature_shapes = (None,) * len(data)
-        context.tensor_children = (False,) * len(data)
-        context.device = view._device
-        context.names = view._names
-        context.level = level
-        context.nested = None
-        context.width = len(data)
-        return context
     batch_size = view._batch_size
     ndim = len(batch_size)
     # plain tensors only: fewer steps per leaf (dynamo traces the general loop below)
     if _TENSOR_TYPES.issuperset(map(type, values)) and not _dynamo_compiling():
+        if cache is not None:
+            key = (cls, tuple(data), batch_size, view._device, view._names, level)
+            context = cache.get(key)
+            # one size at a time, each freed after its comparison
+            if context is not None and all(map(eq, map(_shape, values), context.shapes)):
+                out.extend(values)
+                return context
         out.extend(values)
         shapes = tuple([value.shape for value in values])
         width = len(shapes)
@@ -180,7 +194,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
             kinds = (
                 _ALL_TENSORS.setdefault(width, (True,) * width) if width < 4096 else (True,) * width
             )
-        context = _new(Context)
+        context = _new(NodeContext)
         context.cls = cls
         context.keys = tuple(data)
         context.non_tensor = _NOTHING
@@ -193,13 +207,30 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
         context.level = level
         context.nested = None
         context.width = width
+        if cache is not None:
+            _remember(cache, key, context)
+        return context
+    if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
+        out.extend(values)
+        context = _new(NodeContext)
+        context.cls = cls
+        context.keys = tuple(data)
+        context.non_tensor = _NOTHING
+        context.batch_size = view._batch_size
+        context.shapes = context.feature_shapes = (None,) * len(data)
+        context.tensor_children = (False,) * len(data)
+        context.device = view._device
+        context.names = view._names
+        context.level = level
+        context.nested = None
+        context.width = len(data)
         return context
     start = len(out)
     keys = []
     shapes: list[torch.Size | None] = []
     features: list[torch.Size | None] = []
     kinds = []
-    nested: list[Context | None] | None = None
+    nested: list[NodeContext | None] | None = None
     non_tensor: list | None = None
     for key, value in data.items():
         if isinstance(value, _Tensor):
@@ -219,7 +250,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
                     value = value._to_tensordict_view()
                 if nested is None:
                     nested = [None] * len(keys)
-                nested.append(_inline(value, kind, out, level))
+                nested.append(_inline(value, kind, out, level, cache))
                 keys.append(key)
                 shape = value._batch_size
                 shapes.append(shape)
@@ -239,7 +270,23 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
         kinds.append(False)
         if nested is not None:
             nested.append(None)
-    context = _new(Context)
+    width = len(out) - start
+    if cache is not None and non_tensor is None:
+        key = (cls, tuple(keys), batch_size, view._device, view._names, level)
+        context = cache.get(key)
+        if (
+            context is not None
+            and context.width == width
+            and context.tensor_children == tuple(kinds)
+            and context.shapes == tuple(shapes)
+            and (
+                context.nested is None
+                if nested is None
+                else context.nested is not None and all(map(is_, context.nested, nested))
+            )
+        ):
+            return context
+    context = _new(NodeContext)
     context.cls = cls
     context.keys = tuple(keys)
     context.non_tensor = _NOTHING if non_tensor is None else tuple(non_tensor)
@@ -251,30 +298,35 @@ def _inline(view: Any, cls: type, out: list, level: int | None) -> Context:
     context.names = view._names
     context.level = level
     context.nested = None if nested is None else tuple(nested)
-    context.width = len(out) - start
+    context.width = width
+    if cache is not None and non_tensor is None:
+        _remember(cache, key, context)
     return context
 
 
-def flatten(container) -> tuple[list, Context]:
-    """The leaves (tensors, in key order, nested containers included) and the context."""
+def _flatten_view(view: Any, cls: type) -> tuple[list, NodeContext]:
     leaves: list = []
-    context = _inline(container._to_tensordict_view(), type(container), leaves, _level())
-    if fake_tracing() and symbolic(leaves):
-        concrete(context)
-    return leaves, context
-
-
-def _flatten_tensordict(container) -> tuple[list, Context]:
-    """:func:`flatten` for TensorDict classes (the container is its own view)."""
-    leaves: list = []
-    level = None if _dynamo_compiling() else _current_level()
-    context = _inline(container, type(container), leaves, level)
-    if fake_tracing() and symbolic(leaves):
+    if _dynamo_compiling():
+        return leaves, _inline(view, cls, leaves, None, None)
+    if _get_mode(_FAKE) is None:
+        return leaves, _inline(view, cls, leaves, _current_level(), _CONTEXTS)
+    context = _inline(view, cls, leaves, _current_level(), None)
+    if symbolic(leaves):
         concrete(context)  # symbolic sizes are recorded as their example values
     return leaves, context
 
 
-def flatten_shallow(container) -> tuple[list, Context]:
+def flatten_node(container) -> tuple[list, NodeContext]:
+    """The leaves (tensors, in key order, nested containers included) and the context."""
+    return _flatten_view(container._to_tensordict_view(), type(container))
+
+
+def _flatten_tensordict(container) -> tuple[list, NodeContext]:
+    """:func:`flatten_node` for TensorDict classes (the container is its own view)."""
+    return _flatten_view(container, type(container))
+
+
+def flatten_shallow(container) -> tuple[list, NodeContext]:
     """Children of one level: tensors and nested containers (for key paths and optree)."""
     view = container._to_tensordict_view()
     batch_size = view._batch_size
@@ -297,7 +349,7 @@ def flatten_shallow(container) -> tuple[list, Context]:
             children.append(value)
             shapes.append(value.batch_size if _collection(value) else None)
             kinds.append(False)
-    context = Context(
+    context = NodeContext(
         type(container),
         tuple(keys),
         tuple(non_tensor),
@@ -321,7 +373,7 @@ def flatten_with_keys(container):
 
 
 # ---------------------------------------------------------------- serialisation
-def _dumpable(context: Context) -> dict:
+def _dumpable(context: NodeContext) -> dict:
     non_tensor = []
     for key, value, kind in context.non_tensor:
         try:
@@ -350,14 +402,14 @@ def _dumpable(context: Context) -> dict:
     }
 
 
-def to_dumpable_context(context: Context) -> str:
+def to_dumpable_context(context: NodeContext) -> str:
     """The context as JSON, for ``treespec_dumps`` and ``torch.export``."""
     return json.dumps(_dumpable(context))
 
 
-def _loaded(raw: dict, cls: type) -> Context:
+def _loaded(raw: dict, cls: type) -> NodeContext:
     nested = raw.get("nested")
-    return Context(
+    return NodeContext(
         cls,
         tuple(raw["keys"]),
         tuple((k, v, _NON_TENSOR_KINDS[kind]) for k, v, kind in raw["non_tensor"]),
@@ -378,7 +430,7 @@ def _loaded(raw: dict, cls: type) -> Context:
 
 
 def _context_loader(cls: type):
-    def from_dumpable_context(dumped: str) -> Context:
+    def from_dumpable_context(dumped: str) -> NodeContext:
         return _loaded(json.loads(dumped), cls)
 
     return from_dumpable_context
@@ -391,7 +443,7 @@ def _optree_flatten(container):
     return children, context, context.keys
 
 
-def _optree_unflatten(context: Context, children):
+def _optree_unflatten(context: NodeContext, children):
     return unflatten(children, context)
 
 
@@ -399,7 +451,7 @@ def register(cls: type) -> None:
     """Register ``cls`` (TensorDict or a TensorClass subclass) with both pytree libraries."""
     torch_pytree.register_pytree_node(
         cls,
-        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten,
+        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten_node,
         unflatten,
         serialized_type_name=class_name(cls),
         to_dumpable_context=to_dumpable_context,

@@ -40,6 +40,8 @@ input check run only where needed.
 
 from __future__ import annotations
 
+from operator import attrgetter
+from operator import eq as _eq
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -51,12 +53,13 @@ from .symbolic import fake_tracing, symbolic
 from .symbolic import rebuild as symbolic_rebuild
 
 if TYPE_CHECKING:
-    from .node import Context
+    from .node import NodeContext
 
 _dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
 _current_level = _functorch.maybe_current_level
 _get_bdim = _functorch.maybe_get_bdim  # -1 for a tensor that is not batched
 _Tensor = torch.Tensor
+_shape = attrgetter("shape")
 _HOLE = object()  # stands for a leafless nested container until its batch size is known
 _SCALAR = torch.Size([])
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
@@ -73,7 +76,7 @@ def _tensorless(child: Any) -> bool:
     return True
 
 
-def infer_batch_size(children: list, context: Context, guessed=()) -> torch.Size:
+def infer_batch_size(children: list, context: NodeContext, guessed=()) -> torch.Size:
     """The batch size that the (transformed) children of one level imply (module docstring).
 
     ``guessed``: positions of nested containers whose own batch size came from
@@ -82,7 +85,7 @@ def infer_batch_size(children: list, context: Context, guessed=()) -> torch.Size
     return _infer(children, context, guessed)[0]
 
 
-def _infer(children: list, context: Context, guessed=()) -> tuple:
+def _infer(children: list, context: NodeContext, guessed=()) -> tuple:
     """:func:`infer_batch_size` and whether it is exact (steps 1 and 2) or a guess."""
     shapes = []
     candidate = None
@@ -127,7 +130,7 @@ def _infer(children: list, context: Context, guessed=()) -> tuple:
     return _common_prefix(shapes), False
 
 
-def _inconsistent(children: list, context: Context) -> ValueError:
+def _inconsistent(children: list, context: NodeContext) -> ValueError:
     detail = ", ".join(
         f"{key!r}: {list(child.shape if isinstance(child, _Tensor) else child.batch_size)}"
         for key, child in zip(context.keys, children)
@@ -157,7 +160,7 @@ def _common_prefix(shapes: list) -> torch.Size:
     return torch.Size(prefix)
 
 
-def _check_vmap_input(children: list, context: Context) -> None:
+def _check_vmap_input(children: list, context: NodeContext) -> None:
     """Refuse a vmap that maps a feature dim of a leaf instead of a batch dim.
 
     At vmap's input boundary the leaves were flattened outside the transform and
@@ -189,7 +192,7 @@ def _check_vmap_input(children: list, context: Context) -> None:
 
 
 # ---------------------------------------------------------------- names
-def _names_after(context: Context, batch_size: torch.Size, children) -> tuple | None:
+def _names_after(context: NodeContext, batch_size: torch.Size, children) -> tuple | None:
     """The dim names of a level whose batch size changed from the recorded one.
 
     Dims that are still there keep their names, new dims have none (as
@@ -242,23 +245,26 @@ def _embedding(short: torch.Size, long: torch.Size) -> tuple | None:
 
 
 # ---------------------------------------------------------------- unflatten
-def unflatten(children, context: Context):
+def unflatten(children, context: NodeContext):
     """Rebuild a container; children that are not tensors are held without validation."""
     if type(children) is not list:
         children = list(children)
-    if _UNSHAPED.issuperset(map(type, children)):
-        return _recorded(children, 0, context)  # an in_dims tree: nothing to infer from
-    if fake_tracing() and symbolic(children):  # torch.export with dynamic dims
-        return symbolic_rebuild(children, 0, context)[0]
+    # plain tensors (the common case) are neither an in_dims tree nor fake tensors
+    plain = _TENSOR_TYPES.issuperset(map(type, children))
+    if not plain:
+        if _UNSHAPED.issuperset(map(type, children)):
+            return _recorded(children, 0, context)  # an in_dims tree: nothing to infer from
+        if fake_tracing() and symbolic(children):  # torch.export with dynamic dims
+            return symbolic_rebuild(children, 0, context)[0]
     check = False
     if not _dynamo_compiling():
         level = _current_level()
         # only a deeper level than at flatten time can be vmap's input boundary
         check = level is not None and (context.level is None or level > context.level)
-    return _rebuild(children, 0, context, check)[0]
+    return _rebuild(children, 0, context, check, plain)[0]
 
 
-def _recorded(leaves: list, start: int, context: Context) -> Any:
+def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
     """Every level with its recorded batch size (what inference gives without shapes)."""
     nested = context.nested
     if nested is None:
@@ -278,7 +284,7 @@ def _recorded(leaves: list, start: int, context: Context) -> Any:
     return context.cls._from_pytree(data, batch_size, context.device, context.names)
 
 
-def _rebuild(leaves: list, start: int, context: Context, check: bool) -> tuple:
+def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, plain=None) -> tuple:
     """The container of ``context``'s level from ``leaves[start:]``.
 
     Returns ``(container, holds a tensor, batch size, exact)``; ``exact`` is
@@ -291,25 +297,36 @@ def _rebuild(leaves: list, start: int, context: Context, check: bool) -> tuple:
     if context.nested is not None:
         return _rebuild_nested(leaves, start, context, check)
     end = start + context.width
-    children = leaves if not start and end == len(leaves) else leaves[start:end]
-    if _TENSOR_TYPES.issuperset(map(type, children)) and False not in context.tensor_children:
+    if not start and end == len(leaves):
+        children = leaves  # ``plain``: whether they are all plain tensors, if known
+    else:
+        children, plain = leaves[start:end], None
+    if plain is None:
+        plain = _TENSOR_TYPES.issuperset(map(type, children))
+    if plain and False not in context.tensor_children:
         recorded = context.batch_size
         if check and children and max(map(_get_bdim, children)) >= len(recorded):
             _check_vmap_input(children, context)  # perhaps mapped over a feature dim
             check = False
-        shapes = tuple([child.shape for child in children])
         features = context.feature_shapes
         batch_size = None
-        if shapes == context.shapes:  # unchanged (grad, a shape-preserving tree_map)
-            batch_size = recorded
-        elif shapes == features:  # every batch dim mapped away (inside vmap)
-            batch_size = _SCALAR
-        elif shapes:  # the prefix of the first child, if every child has it
-            split = len(shapes[0]) - len(features[0])
-            if split >= 0:
-                candidate = shapes[0][:split]
-                if shapes == tuple([candidate + feature for feature in features]):
-                    batch_size = candidate
+        # one size at a time (no tuple of sizes kept while the common case is checked)
+        if (
+            tuple([child.shape for child in children]) == context.shapes  # dynamo's form
+            if _dynamo_compiling()
+            else all(map(_eq, map(_shape, children), context.shapes))
+        ):
+            batch_size = recorded  # unchanged (grad, a shape-preserving tree_map)
+        else:
+            shapes = tuple([child.shape for child in children])
+            if shapes == features:  # every batch dim mapped away (inside vmap)
+                batch_size = _SCALAR
+            elif shapes:  # the prefix of the first child, if every child has it
+                split = len(shapes[0]) - len(features[0])
+                if split >= 0:
+                    candidate = shapes[0][:split]
+                    if shapes == tuple([candidate + feature for feature in features]):
+                        batch_size = candidate
         if batch_size is not None:
             names = context.names
             if names is not None and batch_size != recorded:
@@ -325,7 +342,7 @@ def _rebuild(leaves: list, start: int, context: Context, check: bool) -> tuple:
     return _rebuild_general(children, context, check, None, None, ())
 
 
-def _rebuild_nested(leaves: list, start: int, context: Context, check: bool) -> tuple:
+def _rebuild_nested(leaves: list, start: int, context: NodeContext, check: bool) -> tuple:
     """:func:`_rebuild` for a level with nested containers: step 1 of the inference
     as the children are rebuilt, when they are tensors of their recorded kind,
     nested containers, or values without a shape."""
@@ -405,7 +422,7 @@ def _rebuild_nested(leaves: list, start: int, context: Context, check: bool) -> 
 
 
 def _rebuild_general(
-    children: list, context: Context, check: bool, holes, hollow, guessed
+    children: list, context: NodeContext, check: bool, holes, hollow, guessed
 ) -> tuple:
     """:func:`_rebuild` through the whole inference (:func:`infer_batch_size`)."""
     if check:
@@ -419,7 +436,7 @@ def _rebuild_general(
     return container, tensorful, batch_size, exact
 
 
-def _assemble(children: list, context: Context, batch_size: torch.Size, holes, hollow) -> Any:
+def _assemble(children: list, context: NodeContext, batch_size: torch.Size, holes, hollow) -> Any:
     """The container of one level once its batch size is known.
 
     ``holes``: positions of leafless nested containers, to build here;
@@ -451,7 +468,7 @@ def _assemble(children: list, context: Context, batch_size: torch.Size, holes, h
     return context.cls._from_pytree(data, batch_size, device, names)
 
 
-def _leafless(context: Context, batch_size: torch.Size) -> Any:
+def _leafless(context: NodeContext, batch_size: torch.Size) -> Any:
     """A nested container that had no leaves, rebuilt with ``batch_size``."""
     data = {}
     if context.nested is not None:
@@ -465,7 +482,9 @@ def _leafless(context: Context, batch_size: torch.Size) -> Any:
     return context.cls._from_pytree(data, batch_size, context.device, names)
 
 
-def _rebatch_tensorless(data: dict, children: list, context: Context, batch_size, where) -> None:
+def _rebatch_tensorless(
+    data: dict, children: list, context: NodeContext, batch_size, where
+) -> None:
     for index in where:
         key, child, feature = context.keys[index], children[index], context.feature_shapes[index]
         # a container without tensors could only guess its batch size when it was built

@@ -23,7 +23,7 @@ import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 if TYPE_CHECKING:
-    from .pytree import Context
+    from .node import NodeContext
 
 _dynamo_compiling = torch.compiler.is_dynamo_compiling
 _get_mode = torch._C._get_dispatch_mode
@@ -54,7 +54,7 @@ def _hinted(size: Any) -> Any:
     return torch.Size([d if type(d) is int else optimization_hint(d, fallback=-1) for d in size])
 
 
-def concrete(context: Context) -> Context:
+def concrete(context: NodeContext) -> NodeContext:
     """Replace the symbolic sizes recorded in ``context`` (and its nested levels) in place."""
     context.batch_size = _hinted(context.batch_size)
     context.shapes = tuple(_hinted(s) for s in context.shapes)
@@ -66,7 +66,7 @@ def concrete(context: Context) -> Context:
     return context
 
 
-def rebuild(leaves: list, start: int, context: Context) -> tuple:
+def rebuild(leaves: list, start: int, context: NodeContext) -> tuple:
     """The container of ``context``'s level from ``leaves[start:]`` and the next position."""
     nested = context.nested
     data = {}

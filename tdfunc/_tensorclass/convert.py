@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._core.class_names import class_name
-from .._core.container import TensorDict
 from .._core.frozen import freeze
 from .._core.mixin import is_tensor_collection
 from .._core.nontensor import NonTensorData
@@ -69,7 +68,7 @@ class TensorClassConvert(TensorClassState):
             raise TypeError(f"{cls.__name__}.from_tensordict: call it on a tensorclass subclass.")
         if _is_tensorclass_instance(tensordict):
             tensordict = tensordict._td
-        if safe and not isinstance(tensordict, TensorDict):
+        if safe and not isinstance(tensordict, cls._plain_tensordict()):
             raise TypeError(
                 f"{cls.__name__}.from_tensordict: expected a TensorDict, got "
                 f"{type(tensordict).__name__}. Pass safe=False to wrap another container."
@@ -121,14 +120,15 @@ class TensorClassConvert(TensorClassState):
             >>> LinearParams.from_module(torch.nn.Linear(3, 4)).weight.shape
             torch.Size([4, 3])
         """
-        source = TensorDict.from_module(module, as_module, use_state_dict=use_state_dict)
+        plain = cls._plain_tensordict()
+        source = plain.from_module(module, as_module, use_state_dict=use_state_dict)
         out = cls.from_tensordict(source)
         return out.lock_() if lock else out
 
     @classmethod
     def from_modules(cls, *modules: nn.Module, lock: bool = True) -> Self:
         """The parameters of several identical modules, stacked along a new batch dim."""
-        out = cls.from_tensordict(TensorDict.from_modules(*modules, lock=False))
+        out = cls.from_tensordict(cls._plain_tensordict().from_modules(*modules, lock=False))
         return out.lock_() if lock else out
 
     # ------------------------------------------------------------------ state dict

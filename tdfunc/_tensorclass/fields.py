@@ -106,14 +106,12 @@ def check_casting(cls_name: str, flags: Mapping[str, bool]) -> None:
         )
 
 
-def resolve_flags(cls, requested: dict[str, bool | None]) -> dict[str, bool]:
-    """The flags of a new class: those of its bases, updated by its own keywords."""
-    from .tensorclass import TensorClass
-
+def resolve_flags(cls, requested: dict[str, bool | None], root: type) -> dict[str, bool]:
+    """The flags of a new class: those of its bases (below ``root``), updated by its keywords."""
     flags = dict.fromkeys(FLAGS, False)
     frozen_base = None
     for base in cls.__mro__[1:]:
-        if not issubclass(base, TensorClass) or "_tc_flags" not in base.__dict__:
+        if not issubclass(base, root) or "_tc_flags" not in base.__dict__:
             continue
         for name, value in base._tc_flags.items():
             flags[name] = flags[name] or value
@@ -265,13 +263,13 @@ def fit_collection(owner: str, name: str, value: Any, size: torch.Size, device):
     return value
 
 
-def _nested_from_mapping(value: Mapping, size: torch.Size, device):
-    from .._core.container import TensorDict
-
-    return TensorDict(value, batch_size=size, device=device)
+def _nested_from_mapping(value: Mapping, size: torch.Size, device, plain: type):
+    return plain(value, batch_size=size, device=device)
 
 
-def convert_default(owner: str, name: str, value: Any, size: torch.Size, device) -> Any:
+def convert_default(
+    owner: str, name: str, value: Any, size: torch.Size, device, plain: type
+) -> Any:
     """What a value becomes under the default casting rules."""
     if isinstance(value, torch.Tensor):
         return fit_tensor(owner, name, value, size, device)
@@ -285,17 +283,19 @@ def convert_default(owner: str, name: str, value: Any, size: torch.Size, device)
             return NonTensorData._make(value, size, device)
         return fit_tensor(owner, name, torch.as_tensor(value, device=device), size, device)
     if isinstance(value, Mapping):
-        return _nested_from_mapping(value, size, device)
+        return _nested_from_mapping(value, size, device, plain)
     return NonTensorData._make(value, size, device)
 
 
-def convert_nocast(owner: str, name: str, value: Any, size: torch.Size, device) -> Any:
+def convert_nocast(owner: str, name: str, value: Any, size: torch.Size, device, plain: type) -> Any:
     if isinstance(value, _SCALARS):
         return NonTensorData._make(value, size, device)
-    return convert_default(owner, name, value, size, device)
+    return convert_default(owner, name, value, size, device, plain)
 
 
-def convert_tensor_only(owner: str, name: str, value: Any, size: torch.Size, device) -> Any:
+def convert_tensor_only(
+    owner: str, name: str, value: Any, size: torch.Size, device, plain: type
+) -> Any:
     if isinstance(value, torch.Tensor):
         return fit_tensor(owner, name, value, size, device)
     if is_tensor_collection(value):
@@ -303,7 +303,7 @@ def convert_tensor_only(owner: str, name: str, value: Any, size: torch.Size, dev
     if isinstance(value, _SCALARS):
         return fit_tensor(owner, name, torch.as_tensor(value, device=device), size, device)
     if isinstance(value, Mapping):
-        return _nested_from_mapping(value, size, device)
+        return _nested_from_mapping(value, size, device, plain)
     raise TypeError(
         f"{owner}(tensor_only): field {name!r} expects a tensor (or a value torch.as_tensor "
         f"accepts), got {type(value).__name__} {value!r}. Drop the tensor_only flag to store "
@@ -314,9 +314,9 @@ def convert_tensor_only(owner: str, name: str, value: Any, size: torch.Size, dev
 def make_autocast(field: Field) -> Callable:
     """The converter of one field of an ``autocast`` class."""
 
-    def convert(owner: str, name: str, value: Any, size: torch.Size, device) -> Any:
+    def convert(owner: str, name: str, value: Any, size: torch.Size, device, plain: type) -> Any:
         target = _resolve(field)
-        return _cast_to(target, owner, name, value, size, device)
+        return _cast_to(target, owner, name, value, size, device, plain)
 
     return convert
 
@@ -328,7 +328,7 @@ def _unwrap_optional(target: Any) -> Any:
     return target
 
 
-def _cast_to(target: Any, owner: str, name: str, value: Any, size, device) -> Any:
+def _cast_to(target: Any, owner: str, name: str, value: Any, size, device, plain: type) -> Any:
     target = _unwrap_optional(target)
     if isinstance(target, tuple):  # a union: keep a value of one of its types
         if any(isinstance(t, type) and isinstance(value, t) for t in target):
@@ -339,7 +339,7 @@ def _cast_to(target: Any, owner: str, name: str, value: Any, size, device) -> An
     if origin is not None and isinstance(origin, type):
         target = origin
     if target is None or target is typing.Any or not isinstance(target, type):
-        return convert_default(owner, name, value, size, device)
+        return convert_default(owner, name, value, size, device, plain)
     if isinstance(value, NonTensorData):
         value = value.data
     if issubclass(target, torch.Tensor):
@@ -348,30 +348,28 @@ def _cast_to(target: Any, owner: str, name: str, value: Any, size, device) -> An
         return fit_tensor(owner, name, value, size, device)
     if getattr(target, "_is_tensor_collection", False):
         return fit_collection(
-            owner, name, _to_collection(target, value, size, device), size, device
+            owner, name, _to_collection(target, value, size, device, plain), size, device
         )
     if is_tensor_collection(value) or (isinstance(value, torch.Tensor) and target is object):
-        return convert_default(owner, name, value, size, device)
+        return convert_default(owner, name, value, size, device, plain)
     if not isinstance(value, target):
         value = _call_cast(target, value, target, owner, name)
     return NonTensorData._make(value, size, device)
 
 
-def _to_collection(target: Any, value: Any, size, device) -> Any:
-    from .._core.container import TensorDict
-
+def _to_collection(target: Any, value: Any, size, device, plain: type) -> Any:
     if is_tensor_collection(value):
         if isinstance(value, target):
             return value
-        if issubclass(target, TensorDict):
-            return value.to_tensordict() if not isinstance(value, TensorDict) else value
+        if issubclass(target, plain):
+            return value.to_tensordict() if not isinstance(value, plain) else value
         view = value._to_tensordict_view()
         return target.from_tensordict(view)
     if isinstance(value, Mapping):
-        if issubclass(target, TensorDict):
-            return TensorDict(value, batch_size=size, device=device)
+        if issubclass(target, plain):
+            return plain(value, batch_size=size, device=device)
         # fields the dict leaves out get their default, or None (as tensordict does)
-        out = target.from_tensordict(TensorDict({}, batch_size=size, device=device))
+        out = target.from_tensordict(plain({}, batch_size=size, device=device))
         for name, item in value.items():
             out._write_unchecked(name, item)
         return out
@@ -408,12 +406,16 @@ def keeps_mappings(field: Field) -> bool:
     return (typing.get_origin(target) or target) in _MAPPING_TYPES
 
 
-def mapping_aware(field: Field, converter: Callable) -> Callable:
-    """``converter``, except that a mapping given to a ``dict``/``Any`` field stays a value."""
+def mapping_aware(field: Field, converter: Callable, plain: type) -> Callable:
+    """``converter``, except that a mapping given to a ``dict``/``Any`` field stays a value.
+
+    ``plain`` is the TensorDict class a nested mapping becomes (the class's
+    ``_plain_tensordict()``).
+    """
 
     def convert(owner: str, name: str, value: Any, size: torch.Size, device) -> Any:
         if type(value) is not torch.Tensor and isinstance(value, Mapping) and keeps_mappings(field):
             return NonTensorData._make(dict(value), size, device)
-        return converter(owner, name, value, size, device)
+        return converter(owner, name, value, size, device, plain)
 
     return convert

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from .._core.container import TensorDict
 from .._core.frozen import FROZEN, freeze
 from .._core.keys.nested import MISSING, key_parts
 from .._core.keys.update import send_for_set
@@ -47,10 +46,11 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
+    from .._core.container import TensorDictCore
+
 _NO_DEFAULT: Any = MISSING
 _new = object.__new__
 _setattr = object.__setattr__
-_new_td = TensorDict._new_unsafe
 # the distributed methods that receive into the tensors: a frozen instance names a way out
 _RECEIVERS = frozenset({"recv", "irecv", "broadcast", "all_reduce", "reduce"})
 
@@ -106,7 +106,7 @@ class TensorClassState(TensorOps):
     def _is_locked(self, value: bool) -> None:
         self._td._is_locked = FROZEN if self._frozen else value
 
-    def _to_tensordict_view(self) -> TensorDict:
+    def _to_tensordict_view(self) -> TensorDictCore:
         """The inner TensorDict (shared, not a copy)."""
         return self._td
 
@@ -114,7 +114,7 @@ class TensorClassState(TensorOps):
     def _like(self, data: dict, batch_size: torch.Size | None = None, names: Any = _NO_DEFAULT):
         """A new instance of this class holding ``data`` (trusted: no copy, no validation)."""
         td = self._td
-        inner = _new_td(
+        inner = self._plain_tensordict()._new_unsafe(
             data,
             td._batch_size if batch_size is None else batch_size,
             td._device,
@@ -129,7 +129,7 @@ class TensorClassState(TensorOps):
     @classmethod
     def _from_pytree(cls, data: dict, batch_size: torch.Size, device=None, names=None) -> Self:
         """Rebuild after a pytree transform or a load (leaves may be ints/None in vmap specs)."""
-        inner = _new_td(data, batch_size, device, names)
+        inner = cls._plain_tensordict()._new_unsafe(data, batch_size, device, names)
         if cls._frozen:
             freeze(inner)
         out = _new(cls)

@@ -1,4 +1,7 @@
-"""``TensorClass``: typed, dataclass-like containers built on a TensorDict.
+"""``TensorClassCore``: typed, dataclass-like containers built on a TensorDict.
+
+The public ``TensorClass`` (and the ``@tensorclass`` decorator) is composed from
+this class and the features' mixins in ``tdfunc/_assembly.py``.
 
 A subclass declares its fields with annotations; the class gets a generated
 ``__init__`` and one property per field (reading straight from the inner
@@ -11,7 +14,8 @@ raises ``AttributeError`` (subclasses get empty ``__slots__``).
 Flags come from brackets (``TensorClass["frozen", "nocast"]``), class keywords
 (``class Foo(TensorClass, autocast=True)``) or the :func:`tensorclass`
 decorator. Each subclass is registered as a pytree node (``vmap``, ``grad`` and
-``torch.compile`` see through it) and in the class registry (persistence).
+``torch.compile`` see through it: the composed class's ``_tc_register`` hook does
+it) and in the class registry (persistence).
 """
 
 from __future__ import annotations
@@ -21,17 +25,15 @@ import inspect
 import re
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from typing_extensions import dataclass_transform
 
 from .._core.class_names import register_class
-from .._core.container import TensorDict
 from .._core.frozen import freeze
 from .._core.nontensor import NonTensorData
 from .._core.shape.sizes import as_size
-from .._pytree.node import register as _register_pytree
 from .convert import TensorClassConvert
 from .fields import (
     FLAGS,
@@ -91,32 +93,15 @@ _RESERVED: list[frozenset[str]] = []
 _CARRIERS: dict[tuple, type] = {}
 
 
-class TensorClass(TensorClassConvert, metaclass=_Meta):
-    """Base class of typed tensor containers (the inheritance form of ``@tensorclass``).
+class TensorClassCore(TensorClassConvert, metaclass=_Meta):
+    """What every TensorClass is, below the features (the public class adds them).
 
-    Subclass it and annotate fields; instances behave like a TensorDict
-    (indexing, reshaping, ``torch.stack``, ``to``, ``apply``, memmap) and every
-    derived result is an instance of the same class. ``TensorClass`` itself is
-    not a tensorclass: only its subclasses are.
-
-    Keyword Args:
-        batch_size: the leading dims every field shares. Defaults to ``[]``.
-        device: if given, every tensor written is moved to this device.
-        names: optional names of the batch dims.
+    The public ``TensorClass`` derives from it and sets ``_tc_abstract = True``
+    (it is a base, not a tensorclass) and the ``_tc_register`` hook.
 
     Example:
-        >>> from typing import Any
-        >>> class Foo(TensorClass):
-        ...     tensor: torch.Tensor
-        ...     non_tensor: Any
-        ...     nested: Any = None
-        >>> foo = Foo(tensor=torch.randn(3), non_tensor="a string!", batch_size=[3])
-        >>> foo[1:].tensor.shape, foo.non_tensor
-        (torch.Size([2]), 'a string!')
-        >>> class Params(TensorClass["frozen"]):
-        ...     weight: torch.Tensor
-        >>> hash(Params(weight=torch.ones(2))) is not None
-        True
+        >>> issubclass(TensorClass, TensorClassCore), is_tensorclass(TensorClass)
+        (True, False)
     """
 
     __slots__ = ("__weakref__",)
@@ -153,8 +138,9 @@ class TensorClass(TensorClassConvert, metaclass=_Meta):
             "frozen": frozen,
             "shadow": shadow,
         }
-        cls._tc_flags = resolve_flags(cls, requested)
-        if cls.__dict__.get("_tc_carrier"):
+        cls._tc_flags = resolve_flags(cls, requested, TensorClassCore)
+        # a flag carrier (TensorClass["frozen"]) or the public TensorClass: bases, not tensorclasses
+        if cls.__dict__.get("_tc_carrier") or cls.__dict__.get("_tc_abstract"):
             cls._tc_ready = False
             return
         _build_class(cls, cls._tc_flags, _defining_locals(cls))
@@ -202,12 +188,15 @@ class TensorClass(TensorClassConvert, metaclass=_Meta):
         return out
 
 
-def _reserved_names() -> frozenset[str]:
+def _reserved_names(cls: type) -> frozenset[str]:
+    """Names a field may not take: every attribute of TensorClass and of TensorDict."""
     if not _RESERVED:
         # "data" is free: the seeds' persistence example declares a field named data
         # without the shadow flag ("sub" too: a common field name; the field wins).
         free = {"data", "sub"}
-        _RESERVED.append((frozenset(dir(TensorClass)) | frozenset(dir(TensorDict))) - free)
+        # the features' methods are the plain TensorDict's too
+        names = frozenset(dir(TensorClassCore)) | frozenset(dir(cls._plain_tensordict()))
+        _RESERVED.append(names - free)
     return _RESERVED[0]
 
 
@@ -220,17 +209,17 @@ def _defining_locals(cls: type) -> dict | None:
     if not wanted:
         return None
     frame: Any = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__") == __name__:
-        frame = frame.f_back  # the decorator form: skip this module's frames
+    while frame is not None and str(frame.f_globals.get("__name__")).startswith("tdfunc."):
+        frame = frame.f_back  # the decorator form: skip tdfunc's frames (and its public wrapper)
     if frame is None or frame.f_locals is frame.f_globals:
         return None
     local_vars = frame.f_locals
     return {name: local_vars[name] for name in wanted if name in local_vars}
 
 
-def _build_class(cls: type[TensorClass], flags: dict[str, bool], localns: dict | None) -> None:
+def _build_class(cls: type[TensorClassCore], flags: dict[str, bool], localns: dict | None) -> None:
     """Fields, properties, ``__init__``, hashing, and the pytree/registry entries."""
-    fields = collect_fields(cls, _reserved_names(), flags["shadow"], localns)
+    fields = collect_fields(cls, _reserved_names(cls), flags["shadow"], localns)
     if flags["tensor_only"]:
         check_tensor_only_annotations(cls, fields)
         converter = convert_tensor_only
@@ -240,8 +229,11 @@ def _build_class(cls: type[TensorClass], flags: dict[str, bool], localns: dict |
         converter = convert_default
     cls._tc_fields = fields
     cls._tc_field_names = frozenset(field.name for field in fields)
+    plain = cls._plain_tensordict()
     cls._tc_converters = {
-        field.name: mapping_aware(field, make_autocast(field) if flags["autocast"] else converter)
+        field.name: mapping_aware(
+            field, make_autocast(field) if flags["autocast"] else converter, plain
+        )
         for field in fields
     }
     cls._tc_frozen = cls._frozen = flags["frozen"]
@@ -265,7 +257,7 @@ def _build_class(cls: type[TensorClass], flags: dict[str, bool], localns: dict |
             cls.__setattr__ = _frozen_setattr  # type: ignore[method-assign, assignment]
         if "__delattr__" not in cls.__dict__:
             cls.__delattr__ = _frozen_delattr  # type: ignore[method-assign, assignment]
-    _register_pytree(cls)
+    cls._tc_register(cls)  # the pytree registration, wired in by the composed class
     register_class(cls)
 
 
@@ -289,7 +281,7 @@ def _dataclass_fields(fields: tuple[Field, ...]) -> dict[str, dataclasses.Field]
     return out
 
 
-def _frozen_setattr(self: TensorClass, name: str, value: Any) -> None:
+def _frozen_setattr(self: TensorClassCore, name: str, value: Any) -> None:
     if name in _STATE:  # the shared mixins' state (e.g. the device of a new result)
         object.__setattr__(self, name, value)
         return
@@ -299,7 +291,7 @@ def _frozen_setattr(self: TensorClass, name: str, value: Any) -> None:
     )
 
 
-def _frozen_delattr(self: TensorClass, name: str) -> None:
+def _frozen_delattr(self: TensorClassCore, name: str) -> None:
     raise FrozenInstanceError(f"{type(self).__name__} is frozen: cannot delete {name!r}.")
 
 
@@ -331,16 +323,16 @@ def _field_property(name: str, tensor_only: bool) -> property:
     source = (_TENSOR_ONLY_SOURCE if tensor_only else _PROPERTY_SOURCE).format(name=name)
     exec(compile(source, f"<tdfunc field {name}>", "exec"), namespace)
 
-    def fset(self: TensorClass, value: Any) -> None:
+    def fset(self: TensorClassCore, value: Any) -> None:
         self._write_field(name, value)
 
-    def fdel(self: TensorClass) -> None:
+    def fdel(self: TensorClassCore) -> None:
         self._write_field(name, None)
 
     return property(namespace["fget"], fset, fdel, doc=f"The field {name!r}.")
 
 
-def _make_init(cls: type[TensorClass], fields: tuple[Field, ...], flags: dict[str, bool]):
+def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dict[str, bool]):
     """Generate ``__init__(self, <fields>, *, batch_size=None, device=None, names=None)``.
 
     Every name the generated code uses besides the parameters starts with ``_tc_``,
@@ -353,7 +345,7 @@ def _make_init(cls: type[TensorClass], fields: tuple[Field, ...], flags: dict[st
         "_tc_Tensor": torch.Tensor,
         "_tc_as_size": as_size,
         "_tc_device": torch.device,
-        "_tc_new_td": TensorDict._new_unsafe,
+        "_tc_new_td": cls._plain_tensordict()._new_unsafe,
         "_tc_set_td": _set_td,
         "_tc_FACTORY": _FACTORY,
         "_tc_api": api,
@@ -441,82 +433,32 @@ def is_tensorclass(obj: Any) -> bool:
         (True, True, False)
     """
     cls = obj if isinstance(obj, type) else type(obj)
-    return issubclass(cls, TensorClass) and cls._tc_ready
+    return issubclass(cls, TensorClassCore) and cls._tc_ready
 
 
-_T = TypeVar("_T")
-
-
-@overload
-def tensorclass(cls: type[_T], /) -> type[_T]: ...
-
-
-@overload
-def tensorclass(
-    cls: None = None,
-    /,
-    *,
-    autocast: bool = False,
-    nocast: bool = False,
-    tensor_only: bool = False,
-    frozen: bool = False,
-    shadow: bool = False,
-) -> Callable[[type[_T]], type[_T]]: ...
-
-
-@dataclass_transform(eq_default=False)
-def tensorclass(
-    cls: type[_T] | None = None,
-    /,
-    *,
-    autocast: bool = False,
-    nocast: bool = False,
-    tensor_only: bool = False,
-    frozen: bool = False,
-    shadow: bool = False,
-) -> Any:
-    """Decorator form of :class:`TensorClass`: ``@tensorclass`` or ``@tensorclass(frozen=True)``.
-
-    The decorated class is rebuilt as a subclass of ``TensorClass`` (its own bases
-    come first), so it has every TensorClass method. Prefer the inheritance form
-    for type checking: checkers do not know the decorated class's TensorDict
-    methods or its ``batch_size`` argument.
-
-    Example:
-        >>> @tensorclass
-        ... class MyData:
-        ...     image: torch.Tensor
-        ...     label: torch.Tensor
-        >>> data = MyData(torch.zeros(4, 3), torch.arange(4), batch_size=[4])
-        >>> data[data.label > 1].batch_size
-        torch.Size([2])
-    """
-    requested = {
-        "autocast": autocast or None,
-        "nocast": nocast or None,
-        "tensor_only": tensor_only or None,
-        "frozen": frozen or None,
-        "shadow": shadow or None,
-    }
+def decorate(root: type, cls: type | None, flags: dict[str, bool]) -> Any:
+    """The ``@tensorclass`` decorator's work: ``cls`` (or, when None, a decorator) rebuilt
+    as a subclass of ``root`` (the public TensorClass) with ``flags`` turned on."""
+    requested = {name: value or None for name, value in flags.items()}
     parse_bracket_flags("tensorclass", tuple(k for k, v in requested.items() if v))
 
-    def wrap(target: type[_T]) -> type[_T]:
-        return _from_plain_class(target, requested)
+    def wrap(target: type) -> Any:
+        return _from_plain_class(target, requested, root)
 
     return wrap if cls is None else wrap(cls)
 
 
-def _from_plain_class(target: type, requested: Mapping[str, bool | None]) -> Any:
+def _from_plain_class(target: type, requested: Mapping[str, bool | None], root: type) -> Any:
     if not isinstance(target, type):
         raise TypeError(f"tensorclass: expected a class, got {type(target).__name__}.")
-    if issubclass(target, TensorClass):
+    if issubclass(target, root):
         raise TypeError(
             f"tensorclass: {target.__name__} is already a TensorClass; pass flags as class "
             f"keywords instead, e.g. class {target.__name__}(Base, frozen=True)."
         )
     namespace = {k: v for k, v in target.__dict__.items() if k not in ("__dict__", "__weakref__")}
     namespace["__qualname__"] = target.__qualname__
-    bases = tuple(base for base in target.__bases__ if base is not object) + (TensorClass,)
+    bases = tuple(base for base in target.__bases__ if base is not object) + (root,)
     flags = {k: v for k, v in requested.items() if v is not None}
     new = type(target.__name__, bases, namespace, **flags)
     _retarget_class_cells(namespace, target, new)

@@ -33,7 +33,7 @@ def test_moving_values_with_a_comprehension_then_loading():
     td = _nested()
     state = td.state_dict()
     assert "_metadata" not in state and state._metadata[""]["batch_size"] == [2]
-    moved = {k: v.to("cpu", torch.float64) for k, v in state.items()}  # the idiom
+    moved = {k: v.to("cpu", torch.float64) for k, v in state.items()}  # a common idiom
     target = td.apply(torch.zeros_like)
     target.load_state_dict(moved)
     assert torch.equal(target["a"], torch.arange(6.0).view(2, 3))

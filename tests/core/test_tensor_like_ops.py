@@ -11,7 +11,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from test_tensor_like import BATCH, NAMES, assert_leafwise, make
+from leafwise_helpers import BATCH, NAMES, assert_leafwise, make
 
 import tdfunc
 from tdfunc import TensorDict

@@ -9,18 +9,13 @@ joins and waits are bounded, so a bug fails instead of hanging.
 
 from __future__ import annotations
 
-import datetime
-import os
-import socket
-import sys
 import time
-import traceback
 from functools import partial
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from process_harness import launch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
@@ -34,54 +29,10 @@ from tdfunc import (
 )
 from tdfunc import _distributed as tdist
 
-GROUP_TIMEOUT = datetime.timedelta(seconds=60)
 pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()),
     reason="this torch build has no torch.distributed gloo backend",
 )
-
-
-# ---------------------------------------------------------------- harness
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _entry(rank: int, fn, world_size: int, port: int) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=GROUP_TIMEOUT)
-    try:
-        fn(rank, world_size)
-        dist.barrier()
-    except BaseException:
-        # the other ranks then fail with "connection closed": show the root cause
-        print(f"---- rank {rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-        raise
-    finally:
-        dist.destroy_process_group()
-
-
-def launch(fn, world_size: int, timeout: float = 150.0) -> None:
-    """Run ``fn(rank, world_size)`` on fresh processes; a failing rank fails the test."""
-    context = mp.start_processes(
-        _entry,
-        args=(fn, world_size, _free_port()),
-        nprocs=world_size,
-        join=False,
-        start_method="spawn",
-    )
-    deadline = time.monotonic() + timeout
-    try:
-        while not context.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the {world_size} ranks did not finish within {timeout} s")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
 
 
 # ---------------------------------------------------------------- data (no tdfunc)

@@ -16,7 +16,7 @@ import dataclasses
 import pytest
 import torch
 import torch.distributed as dist
-from test_distributed import launch
+from process_harness import launch
 
 from tdfunc import DistributedWork, TensorClass, TensorDict
 

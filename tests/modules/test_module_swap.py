@@ -332,8 +332,8 @@ def test_handle_commits_when_shown_at_a_prompt_or_on_request():
 def test_plan_is_built_once_per_module_and_key_structure(monkeypatch):
     model = _mlp()
     builds = []
-    original = module_swap.build_plan
-    monkeypatch.setattr(module_swap, "build_plan", lambda *a: builds.append(1) or original(*a))
+    original = module_swap.build_swap_plan
+    monkeypatch.setattr(module_swap, "build_swap_plan", lambda *a: builds.append(1) or original(*a))
     full = TensorDict.from_module(model).apply(torch.zeros_like)
     part = full.select(("0", "weight"))
     for _ in range(3):

@@ -176,9 +176,9 @@ def test_to_module_and_functional_call_share_one_bounded_cache(plan_kind, monkey
 
     model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
     builds = []
-    original = module_swap.build_plan
+    original = module_swap.build_swap_plan
     monkeypatch.setattr(
-        module_swap, "build_plan", lambda *a, **k: builds.append(1) or original(*a, **k)
+        module_swap, "build_swap_plan", lambda *a, **k: builds.append(1) or original(*a, **k)
     )
     params = TensorDict.from_module(model).apply(torch.zeros_like)
     x = torch.ones(1, 2)

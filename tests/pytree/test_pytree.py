@@ -20,7 +20,7 @@ from corpus import CORPUS, RAW, assert_same_leaves, plain_leaves
 from torch.func import grad, jacrev, vmap
 
 from tdfunc import NonTensorStack, TensorClass, TensorDict
-from tdfunc._pytree.node import NAMESPACE, Context
+from tdfunc._pytree.node import NAMESPACE, NodeContext
 
 
 def _corpus_params():
@@ -38,8 +38,8 @@ def _tensor_leaves_in_order(source: dict) -> list:
     return out
 
 
-def _context_fields(context: Context) -> dict:
-    return {name: getattr(context, name) for name in Context.__slots__}
+def _context_fields(context: NodeContext) -> dict:
+    return {name: getattr(context, name) for name in NodeContext.__slots__}
 
 
 # ---------------------------------------------------------------- registration
@@ -284,7 +284,7 @@ def test_context_is_never_mutated():
     )
     leaves, spec = pytree.tree_flatten(td)
     contexts = [spec.context] + [child.context for child in spec.children()]
-    before = [dict(_context_fields(c)) for c in contexts if isinstance(c, Context)]
+    before = [dict(_context_fields(c)) for c in contexts if isinstance(c, NodeContext)]
 
     def f(t):
         return (t["x"].sin().sum() + t["n", "y"].pow(2).sum()) * 1.0
@@ -295,7 +295,7 @@ def test_context_is_never_mutated():
     grad(f)(td)
     jacrev(lambda t: t.apply(torch.sin))(td)
     pytree.tree_map(lambda t: t.sum(0), td)
-    after = [dict(_context_fields(c)) for c in contexts if isinstance(c, Context)]
+    after = [dict(_context_fields(c)) for c in contexts if isinstance(c, NodeContext)]
     assert before == after
 
 
@@ -346,7 +346,7 @@ def test_importing_tdfunc_leaves_torch_functions_untouched():
     assert report["changed"] == [] and report["new"] == []
     # the only global change: pytree registrations of tdfunc's own classes
     added = report["added"]
-    assert "tdfunc._core.container.TensorDict" in added and "__main__.Point" in added
+    assert "tdfunc.TensorDict" in added and "__main__.Point" in added
     assert all(name.startswith(("tdfunc.", "__main__.")) for name in added), added
 
 

@@ -1,4 +1,4 @@
-"""TensorClass behaves as tensordict documents it (issue 11: a drop-in for tensordict users).
+"""TensorClass behaves as tensordict documents it (a drop-in for tensordict users).
 
 Each test pins one behaviour of tensordict 0.15's tensorclass: attribute typos
 are errors, ``get`` reads attributes (defaults, chains, unset fields),

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..apply import rewrap
-from ..math.leafwise import is_collection, map_leaves, no_names, refuse_frozen, tensor_leaves
+from ..math.leafwise import check_in_place_write, is_collection, map_leaves, no_names, tensor_leaves
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData
 
@@ -29,19 +29,13 @@ def _size_arg(size: tuple) -> torch.Size:
     return torch.Size(size)
 
 
-def _tensordict_class() -> Any:
-    from ..container import TensorDict
-
-    return TensorDict
-
-
 def _build(cls: Any, data: dict, batch_size: Any, device: Any, auto: bool, batch_dims: Any):
     """A ``cls`` (TensorDict or a TensorClass) from a nested dict of values."""
-    TensorDict = _tensordict_class()
-    td = TensorDict(data, batch_size=[] if batch_size is None else batch_size, device=device)
+    plain = cls._plain_tensordict()
+    td = plain(data, batch_size=[] if batch_size is None else batch_size, device=device)
     if batch_size is None and (auto or batch_dims is not None):
         td.auto_batch_size_(batch_dims)
-    if cls is None or getattr(cls, "_is_tensordict", False):
+    if getattr(cls, "_is_tensordict", False):
         return td
     return cls.from_tensordict(td)
 
@@ -413,10 +407,9 @@ class ConstructorsMixin(ContainerMixin):
             >>> td.replace(a=torch.ones(2))["a"].tolist(), td["a"].tolist()
             ([1.0, 1.0], [0.0, 0.0])
         """
-        TensorDict = _tensordict_class()
         source = dict(args[0]) if args else {}
         source.update(kwargs)
-        view = TensorDict._new_unsafe(
+        view = self._plain_tensordict()._new_unsafe(
             _shallow(self._data), self._batch_size, self._device, self._names
         )
         view.update(source)
@@ -458,7 +451,7 @@ class ConstructorsMixin(ContainerMixin):
             >>> td["a"].tolist()
             [0.0, 1.0, 0.0]
         """
-        refuse_frozen(self, "set_at_")
+        check_in_place_write(self, "set_at_")
         target = self._get_leaf(key, "set_at_")
         if is_collection(target) or isinstance(target, _Tensor):
             target[index] = value
@@ -477,7 +470,7 @@ class ConstructorsMixin(ContainerMixin):
             >>> td.update_at_({"a": 1.0, "b": 2.0}, slice(0, 2))["b"].tolist()
             [2.0, 2.0, 0.0]
         """
-        refuse_frozen(self, "update_at_")
+        check_in_place_write(self, "update_at_")
         if isinstance(input_dict, Mapping):
             items = list(input_dict.items())
         else:
@@ -500,7 +493,7 @@ class ConstructorsMixin(ContainerMixin):
             >>> td.copy_at_(TensorDict({"a": torch.ones(2)}, [2]), slice(1, 3))["a"].tolist()
             [0.0, 1.0, 1.0]
         """
-        refuse_frozen(self, "copy_at_")
+        check_in_place_write(self, "copy_at_")
         self[index] = other
         return self
 
@@ -513,7 +506,7 @@ class ConstructorsMixin(ContainerMixin):
             >>> td.auto_batch_size_().batch_size
             torch.Size([3, 4])
         """
-        refuse_frozen(self, "auto_batch_size_")
+        check_in_place_write(self, "auto_batch_size_")
         shapes = []
         for value in self._data.values():
             if is_collection(value):

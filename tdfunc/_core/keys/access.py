@@ -34,7 +34,7 @@ from ..context import (
     record_parent,
     remember,
 )
-from ..frozen import FROZEN, refuse_frozen
+from ..frozen import FROZEN, refuse_frozen_inside
 from ..mixin import ContainerMixin, is_tensor_collection, read_value
 from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
 from .nested import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
@@ -45,10 +45,6 @@ if TYPE_CHECKING:
     from types import EllipsisType
 
     from typing_extensions import Self
-
-    from ..container import TensorDict
-else:
-    TensorDict = None  # bound by container.py: the class derives from this mixin
 
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor
@@ -108,8 +104,10 @@ class AccessMixin(ContainerMixin):
         """Remember which container holds ``value`` (a nested level given to the caller), so
         that its batch size cannot later leave its parent's (``check_parent_batch``)."""
         if type(key) is str or len(key) == 1:
-            if type(value) is TensorDict and type(self) is TensorDict:
-                value._parent = _weak(self)  # the common case, on the path of td["key"]
+            if type(value) is type(self) and getattr(type(self), "_is_tensordict", False):
+                # the common case, on the path of td["key"] (hand_out does the same for
+                # two containers that are their own views)
+                value._parent = _weak(self)
                 return
             hand_out(self, value)
             return
@@ -285,13 +283,14 @@ class AccessMixin(ContainerMixin):
 
     def _iter_items(self, prefix: tuple, include_nested: bool, leaves_only: bool):
         """``(key, stored value)`` pairs; keys are tuples below the top level."""
+        plain = self._plain_tensordict()
         for key, value in self._data.items():
             full = prefix + (key,) if prefix else key
             nested = is_tensor_collection(value)
             if not (nested and leaves_only):
                 yield full, value
             if nested and include_nested:
-                inner = value if type(value) is TensorDict else value._to_tensordict_view()
+                inner = value if type(value) is plain else value._to_tensordict_view()
                 yield from inner._iter_items(
                     full if type(full) is tuple else (full,), include_nested, leaves_only
                 )
@@ -397,11 +396,11 @@ class AccessMixin(ContainerMixin):
         """
         self._check_mutable("update")
         if ignore_lock:  # lifting the lock never lifts frozen: refuse before anything changes
-            refuse_frozen(self, "update")
+            refuse_frozen_inside(self, "update")
         items = update_items(other, clone, keys_to_update, non_blocking, self._device)
         if entries:
             items = list(items) + update_items(entries, clone, keys_to_update, False, None)
-        merge = merge_rule(is_leaf)
+        merge = merge_rule(is_leaf, self._plain_tensordict())
         if update_batch_size:
             plan = resize_plan(self, other, merge)
             return _resized(self, plan, items, inplace, merge, ignore_lock)

@@ -23,6 +23,10 @@ import torch
 from .nested import MISSING, key_parts
 
 _Tensor = torch.Tensor
+# A class first met while dynamo traces is classified without being cached: dynamo
+# replays a store into a global dict after the trace and guards on the dict's
+# length, so the next call would fail that guard and compile the function again.
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 class _TensorKinds(dict):
@@ -30,7 +34,8 @@ class _TensorKinds(dict):
 
     def __missing__(self, kind: type) -> bool:
         answer = isinstance(kind, type) and issubclass(kind, _Tensor)
-        self[kind] = answer
+        if not _dynamo_compiling():
+            self[kind] = answer
         return answer
 
 
@@ -48,7 +53,8 @@ class _NodeKinds(dict):
             how = 2
         else:
             how = 0
-        self[kind] = how
+        if not _dynamo_compiling():
+            self[kind] = how
         return how
 
 

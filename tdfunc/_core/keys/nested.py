@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 NestedKey = str | tuple
 MISSING = object()  # "no value at this key", returned by lookups that do not raise
@@ -140,3 +141,15 @@ class KeysView:
             return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def close_matches_hint(key: Any, names: list) -> str:
+    """The " Did you mean ...?" (or " Available keys: ...") part of a missing-key message.
+
+    Example:
+        >>> close_matches_hint("a.b", ["a.c", "x"])
+        " Did you mean 'a.c'?"
+    """
+    message = str(missing_key_error(key, names).args[0])
+    head = f"tdfunc: key {key!r} not found."
+    return message[len(head) :] if message.startswith(head) else ""

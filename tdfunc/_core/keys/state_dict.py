@@ -278,14 +278,13 @@ def _non_tensor(entry: Any) -> Any:
 
 def _rebuild(td, parsed: _Parsed):
     """Load into an empty TensorDict: take the recorded batch sizes and nested structure."""
-    from ..container import TensorDict
-
+    plain = td._plain_tensordict()
     root = parsed.levels.get((), {})
     batch_size = torch.Size(root.get("batch_size", list(td.batch_size)))
     device = td.device
     if root.get("device") is not None and device is None:
         device = torch.device(root["device"])
-    staged = TensorDict({}, batch_size=batch_size, device=device)
+    staged = plain({}, batch_size=batch_size, device=device)
     nested = {p: meta for p, meta in parsed.levels.items() if p}
     paths = list(parsed.order) + [*nested, *parsed.tensors, *parsed.non_tensor]
     items: list = []
@@ -298,7 +297,7 @@ def _rebuild(td, parsed: _Parsed):
             size = nested[parts].get("batch_size")
             if size is None:  # legacy nested dict without a batch size: the parent's
                 size = list(batch_size)
-            items.append((parts, TensorDict({}, batch_size=size)))
+            items.append((parts, plain({}, batch_size=size)))
         elif parts in parsed.non_tensor:
             items.append((parts, _non_tensor(parsed.non_tensor[parts])))
         elif parts in parsed.tensors:

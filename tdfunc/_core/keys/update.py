@@ -76,7 +76,7 @@ def moved(source: Mapping, device: torch.device) -> dict:
     }
 
 
-def merge_rule(is_leaf):
+def merge_rule(is_leaf, plain: type):
     """``merge`` for the write engine: ``True``, or a callable when ``is_leaf`` is given.
 
     ``is_leaf(type)`` true for the type of a nested value means the value is
@@ -85,10 +85,9 @@ def merge_rule(is_leaf):
     """
     if is_leaf is None:
         return True
-    from ..container import TensorDict
 
     def merges(value: Any) -> bool:
-        kind = type(value) if is_tensor_collection(value) else TensorDict
+        kind = type(value) if is_tensor_collection(value) else plain
         return not is_leaf(kind)
 
     return merges

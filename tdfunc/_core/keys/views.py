@@ -29,9 +29,7 @@ from .writes import write_path
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from ..container import TensorDict
-else:
-    TensorDict = None  # bound by container.py: the class derives from this mixin
+    from ..._assembly import TensorDict
 
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor
@@ -59,6 +57,7 @@ class KeyViewsMixin(ContainerMixin):
             ['a', ('b', 'c')]
         """
         out = self._like({})
+        plain = self._plain_tensordict()
         for key in keys:
             parts = key_parts(key, "TensorDict.select")
             value = self._get_nested(parts)
@@ -72,7 +71,7 @@ class KeyViewsMixin(ContainerMixin):
                 if part not in node._data:
                     node._data[part] = source._like({})
                 node = node._data[part]
-            node._data[parts[-1]] = value._shallow_copy() if type(value) is TensorDict else value
+            node._data[parts[-1]] = value._shallow_copy() if type(value) is plain else value
         if inplace:
             self._check_writable("select", keys)
             self._data = out._data
@@ -86,12 +85,13 @@ class KeyViewsMixin(ContainerMixin):
         if inplace and keys:
             self._check_writable("exclude", keys)
         out = self if inplace else self._shallow_copy()
+        plain = self._plain_tensordict()
         for key in keys:
             parts = key_parts(key, "TensorDict.exclude")
             node: Any = out
             for part in parts[:-1]:
                 node = node._data.get(part)
-                if type(node) is not TensorDict:
+                if type(node) is not plain:
                     node = None
                     break
             if node is not None:
@@ -100,8 +100,9 @@ class KeyViewsMixin(ContainerMixin):
 
     def _shallow_copy(self) -> Self:
         """A copy of the key structure (nested TensorDicts too) sharing the leaves."""
+        plain = self._plain_tensordict()
         return self._like(
-            {k: v._shallow_copy() if type(v) is TensorDict else v for k, v in self._data.items()}
+            {k: v._shallow_copy() if type(v) is plain else v for k, v in self._data.items()}
         )
 
     def copy(self) -> Self:
@@ -162,9 +163,10 @@ class KeyViewsMixin(ContainerMixin):
         out = self._like({})
         leaves: dict = {}  # every leaf path written, to the key it came from
         branches: set = set()  # every path that holds leaves below it
+        plain = self._plain_tensordict()
         for key, value in self._data.items():
             parts = tuple(key.split(separator)) if separator in key else (key,)
-            if type(value) is TensorDict:
+            if type(value) is plain:
                 value = value.unflatten_keys(separator)
                 paths = [parts + unravel_key_tuple(k) for k in value.keys(True, True)]
             else:
@@ -241,7 +243,9 @@ class KeyViewsMixin(ContainerMixin):
             for name in self._field_names:
                 if name not in data:
                     data[name] = NonTensorData._make(None, self._batch_size, self._device)
-        return TensorDict._new_unsafe(data, self._batch_size, self._device, self._names)
+        return self._plain_tensordict()._new_unsafe(
+            data, self._batch_size, self._device, self._names
+        )
 
     def state_dict(
         self, destination=None, prefix: str = "", keep_vars: bool = False, flatten: bool = True

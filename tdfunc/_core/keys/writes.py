@@ -31,12 +31,6 @@ _Tensor = torch.Tensor
 _new = object.__new__
 
 
-def _tensordict():
-    from ..container import TensorDict
-
-    return TensorDict
-
-
 def writable_view(container: Any, api: str, key: Any):
     """The TensorDict to write into for ``container``; frozen data refuses."""
     if getattr(type(container), "_tc_frozen", False):
@@ -56,7 +50,8 @@ def writable_view(container: Any, api: str, key: Any):
 def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, second: int):
     """The data of a dict of ``str`` -> tensor / dict, or None when it needs the full path.
 
-    The public constructor's fast path: nested dicts become ``cls`` instances;
+    The public constructor's fast path (``cls`` is the class being built): nested
+    dicts become plain TensorDicts (``cls._plain_tensordict()``);
     tensors of any class (``nn.Parameter`` too) are stored as they are.
     ``first`` and ``second`` are ``size[0]`` and ``size[1]`` (when they exist): the
     leading-dims test below is ``value.shape[:ndim] == size`` without building a Size.
@@ -86,7 +81,7 @@ def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, secon
             inner = build_fast(cls, value, size, ndim, first, second)
             if inner is None:
                 return None
-            node = _new(cls)
+            node = _new(cls._plain_tensordict())
             node._data = inner
             node._batch_size = size
             node._device = None
@@ -145,7 +140,7 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
             raise shape_error(api, key, value.batch_size, batch_size)
         return NonTensorStack._make(value.data, value.batch_size, td._device)
     if isinstance(value, Mapping):
-        sub = _tensordict()._new_unsafe({}, batch_size, td._device)
+        sub = td._plain_tensordict()._new_unsafe({}, batch_size, td._device)
         write(sub, items_of(value, api), False, True, api, key_parts(key))
         return sub
     if isinstance(value, _SCALARS) or (
@@ -241,7 +236,7 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
             size = node._batch_size
             leaf = convert(node, full_key(prefix, parts), value, size, api)
             for name in reversed(parts[depth + 1 :]):
-                leaf = _tensordict()._new_unsafe({name: leaf}, size, node._device)
+                leaf = node._plain_tensordict()._new_unsafe({name: leaf}, size, node._device)
             undo.append((node._data, part, _NO_DEFAULT))
             node._data[part] = leaf
             return

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..frozen import refuse_frozen
+from ..frozen import refuse_frozen_inside
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, eq_mask
 
@@ -89,7 +89,7 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
 
 def _inplace(self, other: Any, method: str):
     self._check_mutable(method)
-    refuse_frozen(self, method)
+    refuse_frozen_inside(self, method)
     if getattr(type(other), "_is_tensor_collection", False):
         other_data = other._to_tensordict_view()._data
         if other_data.keys() != self._data.keys():

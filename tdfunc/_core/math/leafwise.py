@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..apply import rewrap
-from ..frozen import refuse_frozen as deep_refuse_frozen
+from ..frozen import refuse_frozen_inside
 from ..nontensor import NonTensorData, from_array
 
 _Tensor = torch.Tensor
@@ -142,18 +142,18 @@ def leaf_items(self: Any, prefix: tuple = ()) -> list:
 
 def inplace_leaves(self: Any, api: str) -> list:
     """The tensor leaves to write in place; a frozen TensorClass refuses (locks allow it)."""
-    refuse_frozen(self, api)
+    check_in_place_write(self, api)
     return tensor_leaves(self)
 
 
-def refuse_frozen(self: Any, api: str) -> None:
+def check_in_place_write(self: Any, api: str) -> None:
     """Raise before an in-place write that would reach frozen data (here or nested).
 
     A frozen TensorClass raises its own ``FrozenInstanceError``; a frozen instance
-    anywhere below refuses through :func:`tdfunc._core.frozen.refuse_frozen`.
+    anywhere below refuses through :func:`tdfunc._core.frozen.refuse_frozen_inside`.
     """
     self._check_mutable(api)
-    deep_refuse_frozen(self, api)
+    refuse_frozen_inside(self, api)
 
 
 def drop_names(dims: tuple, keepdim: bool) -> Callable:

@@ -15,12 +15,12 @@ import torch
 
 from ..mixin import ContainerMixin
 from .leafwise import (
+    check_in_place_write,
     inplace_leaves,
     is_collection,
     map_leaves,
     map_pairs,
     others_data,
-    refuse_frozen,
 )
 
 UNARY = [
@@ -155,7 +155,7 @@ def _binary_(name: str) -> Callable:
 
 
 def _inplace_pairs(self: Any, other: Any, method: Callable, api: str, *args: Any) -> None:
-    refuse_frozen(self, api)
+    check_in_place_write(self, api)
     _pairs(self, other, method, api, args)
 
 

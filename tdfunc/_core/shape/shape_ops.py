@@ -14,7 +14,7 @@ import torch
 
 from ..apply import rewrap
 from ..context import check_parent_batch, write_back
-from ..frozen import FROZEN, refuse_frozen
+from ..frozen import FROZEN, refuse_frozen_inside
 from ..keys.fastpath import is_tensor_kind, node_kind
 from ..keys.nested import unravel_key
 from ..keys.writes import check_copy_target, writable_view
@@ -106,12 +106,14 @@ class ShapeOpsMixin(ContainerMixin):
             kind = type(value)
             if kind is torch.Tensor or is_tensor_kind[kind]:
                 data[key] = value[leaf_index] if take is None else take.take(value, leaf_index)
+            elif kind is NonTensorData and len(value.batch_size) == ndim:
+                # before the class lookup: a compiled function that indexes a batch
+                # with a non-tensor field then reads no cache that eager code may grow
+                data[key] = NonTensorData._make(value.data, new_size, value.device)
             elif node_kind[kind] == 1:  # a nested TensorDict
                 inner = value._batch_size
                 inner_size = new_size if len(inner) == ndim else new_size + inner[ndim:]
                 data[key] = value._index_trusted(leaf_index, inner_size, take)
-            elif kind is NonTensorData and len(value.batch_size) == ndim:
-                data[key] = NonTensorData._make(value.data, new_size, value.device)
             else:
                 data[key] = value[leaf_index]
         names = self._names
@@ -127,7 +129,7 @@ class ShapeOpsMixin(ContainerMixin):
             leaf_index = prepare(leaf_index, self._batch_size)[0]
             target = index_batch_size(self._batch_size, leaf_index)
         if self._is_locked == FROZEN:  # frozen levels below refuse in writable_view, planning
-            refuse_frozen(self, "__setitem__")
+            refuse_frozen_inside(self, "__setitem__")
         plan: list = []
         self._plan_index_write(leaf_index, target, value, plan, ())
         for operation, *args in plan:  # nothing is written unless every write can be
@@ -147,9 +149,7 @@ class ShapeOpsMixin(ContainerMixin):
         """
         ndim = len(self._batch_size)
         if isinstance(value, Mapping) and not _collection(value):
-            from ..container import TensorDict
-
-            value = TensorDict(value, batch_size=target, device=self._device)
+            value = self._plain_tensordict()(value, batch_size=target, device=self._device)
         if not _collection(value):
             # one value broadcast into every tensor leaf
             if not isinstance(value, torch.Tensor):

@@ -1,0 +1,276 @@
+"""The composition root: the public classes, put together from the core and the features.
+
+Read from the ground up, tdfunc is built in floors (each imports only floors below it):
+
+1. ``tdfunc._core``: the container core (keys, shapes and indexing, leafwise math,
+   apply, non-tensor data, frozen/lock state). It imports nothing of tdfunc above it.
+2. The features, built on the core: ``_persist`` (memory-mapped persistence),
+   ``_distributed`` (messages and ``map``), ``_modules`` (module swapping,
+   ``functional_call``), ``_pytree`` (pytree registration, ``dims_like``) and
+   ``_tensorclass`` (the TensorClass machinery).
+3. This module: it composes ``TensorDict``, ``TensorClass``, ``TensorDictBase`` and
+   ``ModuleSwap`` from the core classes and the features' mixins, registers them as
+   pytree nodes and under their stable names, and is the only module that imports
+   every feature.
+4. On top: ``Ensemble`` and its batched engine (``_ensemble``), ``tdfunc.optim``, the demo.
+
+The core and the features reach the composed classes only through hooks on
+``self``/``cls``: ``_plain_tensordict()`` (the public ``TensorDict``), ``_swap_handle()``
+(what ``to_module`` returns) and ``TensorClass._tc_register`` (called for every new
+tensorclass). The composed classes say ``__module__ = "tdfunc"``: pickles and class
+names name them by their public path.
+
+Example:
+    >>> from tdfunc import TensorClass, TensorDict
+    >>> TensorDict.__module__, TensorDict({}, [])._plain_tensordict() is TensorDict
+    ('tdfunc', True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, ClassVar, TypeVar, overload
+
+from typing_extensions import dataclass_transform
+
+from ._core.base import TensorDictBaseCore
+from ._core.class_names import register_class
+from ._core.container import TensorDictCore
+from ._core.keys.nested import NestedKey as NestedKey
+from ._core.keys.nested import unravel_key as unravel_key
+from ._core.mixin import is_tensor_collection as is_tensor_collection
+from ._core.nontensor import NonTensorData as NonTensorData
+from ._core.nontensor import NonTensorStack as NonTensorStack
+from ._core.nontensor import is_non_tensor as is_non_tensor
+from ._core.options import get_printoptions as get_printoptions
+from ._core.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
+from ._core.options import set_list_to_stack as set_list_to_stack
+from ._core.options import set_printoptions as set_printoptions
+from ._core.shape.combine import cat as cat
+from ._core.shape.combine import merge_tensordicts as merge_tensordicts
+from ._core.shape.combine import pad as pad
+from ._core.shape.combine import pad_sequence as pad_sequence
+from ._core.shape.combine import stack as stack
+from ._distributed import DistributedMixin, MapMixin
+from ._distributed import DistributedWork as DistributedWork
+from ._distributed.sharded import gather_members as gather_members
+from ._distributed.sharded import shard_ensemble as shard_ensemble
+from ._distributed.sharded import shard_range as shard_range
+from ._modules.functional_call import functional_call as functional_call
+from ._modules.module_swap import ModuleSwapMixin
+from ._modules.swap_handle import SwapHandle
+from ._persist import MemoryMappedTensor as MemoryMappedTensor
+from ._persist import PersistMixin
+from ._persist.memmap_tensor import reduce_collection_for_process
+from ._pytree.dims import dims_like as dims_like
+from ._pytree.node import register as register_pytree_node
+from ._tensorclass.tensorclass import TensorClassCore, _Meta, decorate
+from ._tensorclass.tensorclass import is_tensorclass as is_tensorclass
+
+
+class Features(ModuleSwapMixin, PersistMixin, DistributedMixin, MapMixin):
+    """The methods the features give every container (TensorDict and TensorClass)."""
+
+    __slots__ = ()
+
+
+class TensorDict(TensorDictCore, Features):
+    """A dictionary of tensors that share leading batch dimensions.
+
+    Args:
+        source: a mapping from keys (``str`` or tuples of ``str``) to tensors,
+            nested mappings, ``TensorDict`` instances or any Python object.
+        batch_size: the leading dims every value shares. Defaults to ``[]``.
+        device: if given, every value written is moved to this device.
+        names: optional names of the batch dims.
+        lock: lock the result (see :meth:`lock_`).
+
+    Example:
+        >>> td = TensorDict({"a": torch.zeros(3, 4), "b": {"c": torch.ones(3)}}, [3])
+        >>> td["b", "c"].shape
+        torch.Size([3])
+        >>> td[1:].batch_size
+        torch.Size([2])
+    """
+
+    __module__ = "tdfunc"
+    __slots__ = ()
+
+    @classmethod
+    def _plain_tensordict(cls) -> type[TensorDict]:
+        return TensorDict
+
+    @classmethod
+    def _swap_handle(cls) -> type[ModuleSwap]:
+        return ModuleSwap
+
+
+class ModuleSwap(SwapHandle, TensorDict):
+    """The values a module held before ``td.to_module(module)``; restores them on exit.
+
+    A ``TensorDict`` (batch size ``[]``, the keys of the TensorDict that was
+    loaded) and a context manager: leaving the ``with`` block (also on an
+    exception) puts exactly the previous objects back, the same ``Parameter``
+    instances and ties. Results of its methods are plain TensorDicts.
+
+    Example:
+        >>> model = nn.Linear(2, 2)
+        >>> zeros = TensorDict.from_module(model).apply(torch.zeros_like)
+        >>> with zeros.to_module(model):
+        ...     model.weight.abs().sum().item()
+        0.0
+        >>> model.weight.abs().sum().item() > 0
+        True
+        >>> old = zeros.to_module(model)  # without `with`: loaded for good
+        >>> model.weight.abs().sum().item()
+        0.0
+        >>> _ = old.to_module(model)  # the previous values, put back
+        >>> model.weight.abs().sum().item() > 0
+        True
+    """
+
+    __module__ = "tdfunc"
+    __slots__ = ()
+
+
+class TensorClass(TensorClassCore, Features, metaclass=_Meta):
+    """Base class of typed tensor containers (the inheritance form of ``@tensorclass``).
+
+    Subclass it and annotate fields; instances behave like a TensorDict
+    (indexing, reshaping, ``torch.stack``, ``to``, ``apply``, memmap) and every
+    derived result is an instance of the same class. ``TensorClass`` itself is
+    not a tensorclass: only its subclasses are.
+
+    Keyword Args:
+        batch_size: the leading dims every field shares. Defaults to ``[]``.
+        device: if given, every tensor written is moved to this device.
+        names: optional names of the batch dims.
+
+    Example:
+        >>> from typing import Any
+        >>> class Foo(TensorClass):
+        ...     tensor: torch.Tensor
+        ...     non_tensor: Any
+        ...     nested: Any = None
+        >>> foo = Foo(tensor=torch.randn(3), non_tensor="a string!", batch_size=[3])
+        >>> foo[1:].tensor.shape, foo.non_tensor
+        (torch.Size([2]), 'a string!')
+        >>> class Params(TensorClass["frozen"]):
+        ...     weight: torch.Tensor
+        >>> hash(Params(weight=torch.ones(2))) is not None
+        True
+    """
+
+    __module__ = "tdfunc"
+    __slots__ = ()
+    _tc_abstract: ClassVar[bool] = True  # a base: only its subclasses are tensorclasses
+    # every new tensorclass becomes a pytree node (vmap, grad, torch.compile see through it)
+    _tc_register = staticmethod(register_pytree_node)
+
+    @classmethod
+    def _plain_tensordict(cls) -> type[TensorDict]:
+        return TensorDict
+
+    @classmethod
+    def _swap_handle(cls) -> type[ModuleSwap]:
+        return ModuleSwap
+
+
+class TensorDictBase(TensorDictBaseCore):
+    """Abstract type of ``TensorDict`` (and its subclasses); not instantiable.
+
+    Example:
+        >>> import tempfile, torch
+        >>> from tdfunc import TensorDict, TensorDictBase
+        >>> path = tempfile.mkdtemp()
+        >>> _ = TensorDict({"a": torch.ones(2)}, [2]).memmap(path)
+        >>> loaded = TensorDictBase.load_memmap(path)
+        >>> type(loaded).__name__, loaded["a"].tolist()
+        ('TensorDict', [1.0, 1.0])
+    """
+
+    __module__ = "tdfunc"
+    __slots__ = ()
+    _marks_tensordicts = True  # TensorDict and its subclasses are virtual subclasses
+
+    # One implementation of loading: the classmethods of PersistMixin (a TensorClass
+    # saved on disk comes back as that TensorClass; nothing is converted).
+    load_memmap = PersistMixin.__dict__["load_memmap"]
+    load = PersistMixin.__dict__["load"]
+
+
+# a TensorDict everywhere: transforms flatten the handle (and rebuild plain TensorDicts),
+# and a checkpoint or state_dict written from it loads (as a plain TensorDict)
+for _cls in (TensorDict, ModuleSwap):
+    register_pytree_node(_cls)
+    register_class(_cls)
+# multiprocessing sends file-backed leaves by file, never by torch's shared-memory path
+ForkingPickler.register(TensorDict, reduce_collection_for_process)
+
+
+_T = TypeVar("_T")
+
+
+@overload
+def tensorclass(cls: type[_T], /) -> type[_T]: ...
+
+
+@overload
+def tensorclass(
+    cls: None = None,
+    /,
+    *,
+    autocast: bool = False,
+    nocast: bool = False,
+    tensor_only: bool = False,
+    frozen: bool = False,
+    shadow: bool = False,
+) -> Callable[[type[_T]], type[_T]]: ...
+
+
+@dataclass_transform(eq_default=False)
+def tensorclass(
+    cls: type[_T] | None = None,
+    /,
+    *,
+    autocast: bool = False,
+    nocast: bool = False,
+    tensor_only: bool = False,
+    frozen: bool = False,
+    shadow: bool = False,
+) -> Any:
+    """Decorator form of :class:`TensorClass`: ``@tensorclass`` or ``@tensorclass(frozen=True)``.
+
+    The decorated class is rebuilt as a subclass of ``TensorClass`` (its own bases
+    come first), so it has every TensorClass method. Prefer the inheritance form
+    for type checking: checkers do not know the decorated class's TensorDict
+    methods or its ``batch_size`` argument.
+
+    Example:
+        >>> @tensorclass
+        ... class MyData:
+        ...     image: torch.Tensor
+        ...     label: torch.Tensor
+        >>> data = MyData(torch.zeros(4, 3), torch.arange(4), batch_size=[4])
+        >>> data[data.label > 1].batch_size
+        torch.Size([2])
+    """
+    flags = {
+        "autocast": autocast,
+        "nocast": nocast,
+        "tensor_only": tensor_only,
+        "frozen": frozen,
+        "shadow": shadow,
+    }
+    return decorate(TensorClass, cls, flags)
+
+
+# The composed classes say ``__module__ = "tdfunc"``, so doctest would not look for
+# their examples here: name them.
+__test__ = {
+    "TensorDict": TensorDict,
+    "ModuleSwap": ModuleSwap,
+    "TensorClass": TensorClass,
+    "TensorDictBase": TensorDictBase,
+}
