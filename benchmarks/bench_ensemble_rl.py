@@ -31,8 +31,6 @@ Contenders of one group (read ratios of medians from one run):
 from __future__ import annotations
 
 import copy
-import ctypes
-import ctypes.util
 import functools
 
 import pytest
@@ -43,18 +41,6 @@ from torch.func import functional_call, stack_module_state
 
 from tdfunc import Ensemble
 
-
-def _pin_allocator() -> None:
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return
-    libc = ctypes.CDLL(libc_name)
-    if hasattr(libc, "mallopt"):
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: big buffers come from the heap
-        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: freed memory stays mapped
-
-
-_pin_allocator()
 torch.set_num_threads(1)
 
 # name -> (members, hidden layers, width, activation, batch, in, out, per-member inputs)

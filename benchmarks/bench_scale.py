@@ -17,7 +17,7 @@ ratio of medians per size is read from one run and the growth is visible:
 - ``ensemble``: ``Ensemble`` forward at N = 1 to 256 lives in
   ``bench_ensemble.py``.
 
-The process pins glibc's ``mallopt`` thresholds at import (as
+``conftest.py`` pins glibc's ``mallopt`` thresholds at import (as
 ``benchmarks/conftest.py`` describes), so that freed memory is not handed back
 to the system between rounds and then faulted in again. Run with one thread::
 
@@ -28,8 +28,6 @@ to the system between rounds and then faulted in again. Run with one thread::
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import itertools
 
@@ -39,21 +37,6 @@ import torch.utils._pytree as torch_pytree
 from torch import nn
 
 from tdfunc import TensorDict
-
-
-def _pin_malloc() -> None:
-    """Keep freed memory in the process (``M_TRIM_THRESHOLD``) and serve large blocks
-    from the heap rather than fresh mappings (``M_MMAP_THRESHOLD``)."""
-    name = ctypes.util.find_library("c")
-    if name is None:  # not glibc: nothing to pin
-        return
-    libc = ctypes.CDLL(name)
-    if hasattr(libc, "mallopt"):
-        libc.mallopt(-1, 512 * 1024 * 1024)  # M_TRIM_THRESHOLD
-        libc.mallopt(-3, 256 * 1024 * 1024)  # M_MMAP_THRESHOLD
-
-
-_pin_malloc()
 
 SWAP_SIZES = (10, 100, 1000, 5000)
 PYTREE_SIZES = (10, 100, 1000, 10000)

@@ -10,12 +10,38 @@ their medians can be read from one run::
 ``tensordict`` is imported only inside the fixture that needs it (through
 ``pytest.importorskip``): importing it patches ``torch._functorch.vmap`` for
 the whole process.
+
+Importing this file pins glibc's allocator (:func:`pin_allocator`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import platform
+
 import pytest
 import torch
+
+
+def pin_allocator() -> None:
+    """Keep freed memory in the process (glibc only; a no-op elsewhere).
+
+    Benchmarks allocate on every call. By default glibc serves big buffers with
+    ``mmap`` and returns freed memory to the OS, so a timed call can pay for page
+    faults on fresh pages that the previous call just released; whether it does
+    depends on the allocator's history, not on the code being measured. Big
+    buffers come from the heap and the heap is never trimmed, so that every
+    call after the warm-up reuses memory that is already mapped.
+    """
+    if platform.libc_ver()[0] != "glibc":
+        return
+    mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: no mmap below 1 GiB
+    mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD: keep up to 1 GiB of freed memory
+
+
+pin_allocator()  # at import: every benchmark process, before the first allocation is timed
 
 BATCH = (4, 6)
 

@@ -24,7 +24,8 @@ import torch.utils._pytree as torch_pytree
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_scale import PYTREE_SIZES, SWAP_SIZES, _collections, _nested, _pin_malloc
+from bench_scale import PYTREE_SIZES, SWAP_SIZES, _collections, _nested
+from conftest import pin_allocator
 
 from tdfunc import TensorDict
 
@@ -77,7 +78,7 @@ def _interleaved(ours, floor, size: int, batches: int) -> tuple:
 
 
 def main(batches: int = 15) -> None:
-    _pin_malloc()
+    pin_allocator()
     torch.set_num_threads(1)
     print("| case | leaves | floor (µs) | median ratio | best ratio |")
     print("|---|---|---|---|---|")

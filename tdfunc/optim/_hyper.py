@@ -6,7 +6,7 @@ A hyperparameter is kept in one of three forms until the last moment:
 - a tensor whose shape is a prefix of every leaf's shape (usually ``[N]``, one
   value per member of a stacked ensemble, or ``[]``): derived quantities
   (``1 - beta1``, ``lr / bias_correction``) are computed on this small tensor
-  once per step, then viewed as ``[N, 1, ...]`` per leaf rank (:func:`expand`);
+  once per step, then viewed as ``[N, 1, ...]`` per leaf rank (:class:`PerLeaf`);
 - :class:`Leaves`, one tensor per leaf (a pytree of learning rates shaped like the
   parameters, as in Meta-SGD): derived quantities are computed per leaf.
 
@@ -17,7 +17,9 @@ them in Python floats.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Callable
 from typing import Any, Union
 
@@ -44,10 +46,13 @@ def lead(tensor: torch.Tensor, rank: int) -> torch.Tensor:
     missing = rank - tensor.dim()
     if missing <= 0:
         return tensor
-    return tensor.reshape(tensor.shape + (1,) * missing)
+    # unpacked: concatenating torch.Size objects costs more than the reshape
+    return tensor.reshape(*tensor.shape, *(1,) * missing)
 
 
 def _binary(fn: Callable, left: Hyper, right: Hyper) -> Hyper:
+    if type(left) is float and type(right) is float:  # the common case, first
+        return fn(left, right)
     if isinstance(left, Leaves) or isinstance(right, Leaves):
         count = len(left.values) if isinstance(left, Leaves) else len(right.values)  # type: ignore[union-attr]
         lefts = left.values if isinstance(left, Leaves) else [left] * count
@@ -59,27 +64,53 @@ def _binary(fn: Callable, left: Hyper, right: Hyper) -> Hyper:
     return fn(left, right)
 
 
+def _sub(a, b):
+    # a number minus a tensor through torch.rsub: Tensor.__rsub__ is a Python-level wrapper
+    if isinstance(b, torch.Tensor) and not isinstance(a, torch.Tensor):
+        return torch.rsub(b, a)
+    return a - b
+
+
+def _div(a, b):
+    if isinstance(b, torch.Tensor) and not isinstance(a, torch.Tensor):
+        # Tensor.__rtruediv__ computes a number over a tensor as reciprocal(b) * a, which
+        # rounds twice; divide, as torch.optim does with Python numbers
+        return torch.div(torch.scalar_tensor(a, dtype=b.dtype, device=b.device), b)
+    return a / b
+
+
+def _pow(a, b):
+    if isinstance(b, torch.Tensor) and not isinstance(a, torch.Tensor):
+        return torch.pow(a, b)  # not Tensor.__rpow__, a Python-level wrapper
+    return a**b
+
+
 def mul(left: Hyper, right: Hyper) -> Hyper:
-    return _binary(lambda a, b: a * b, left, right)
+    return _binary(operator.mul, left, right)
 
 
 def div(left: Hyper, right: Hyper) -> Hyper:
-    return _binary(lambda a, b: a / b, left, right)
+    return _binary(_div, left, right)
 
 
 def rsub(value: float, hyper: Hyper) -> Hyper:
     """``value - hyper``."""
-    return _binary(lambda a, b: a - b, value, hyper)
+    return _binary(_sub, value, hyper)
+
+
+def sub(hyper: Hyper, value: float) -> Hyper:
+    """``hyper - value``."""
+    return _binary(_sub, hyper, value)
 
 
 def neg(hyper: Hyper) -> Hyper:
-    return _binary(lambda a, b: a * b, -1.0, hyper)
+    return _binary(operator.mul, -1.0, hyper)
 
 
 def wide(hyper: Hyper) -> Hyper:
     """``hyper`` in float64 for step-count arithmetic (Python floats already are)."""
     if isinstance(hyper, torch.Tensor):
-        return hyper.to(torch.float64)
+        return hyper.to(dtype=torch.float64)  # the keyword parses faster
     if isinstance(hyper, Leaves):
         return Leaves([wide(value) for value in hyper.values])
     return hyper
@@ -89,7 +120,37 @@ def power(base: Hyper, step: float | torch.Tensor) -> Hyper:
     """``base ** step`` (``step`` a Python number or a float64 tensor)."""
     if isinstance(base, float) and not isinstance(step, torch.Tensor):
         return base**step
-    return _binary(lambda a, b: a**b, wide(base), step)
+    return _binary(_pow, wide(base), step)
+
+
+def corrections(beta1: Hyper, beta2: Hyper, step: float | torch.Tensor) -> tuple[Hyper, Hyper]:
+    """Adam's bias corrections ``(beta1**t - 1, 1 - beta2**t)``, the first one negated.
+
+    For float betas and a step tensor, both come from one ``pow`` and one
+    ``addcmul`` on a ``[2, *step.shape]`` tensor, with the same roundings as two
+    ``pow`` and two subtractions (``-1 + p`` is ``p - 1``; the factors are ``±1``).
+    """
+    if (
+        type(beta1) is float
+        and type(beta2) is float
+        and isinstance(step, torch.Tensor)
+        and not _is_compiling()
+    ):
+        bases, offsets, signs = _pair_constants(beta1, beta2, step.device, step.dim())
+        both = torch.addcmul(offsets, signs, torch.pow(bases, step))
+        return both[0], both[1]
+    return sub(power(beta1, step), 1.0), rsub(1.0, power(beta2, step))
+
+
+@functools.lru_cache(maxsize=32)
+def _pair_constants(beta1: float, beta2: float, device: torch.device, rank: int) -> tuple:
+    shape = (2,) + (1,) * rank
+    options = {"dtype": torch.float64, "device": device}
+    return (
+        torch.tensor([beta1, beta2], **options).view(shape),
+        torch.tensor([-1.0, 1.0], **options).view(shape),
+        torch.tensor([1.0, -1.0], **options).view(shape),
+    )
 
 
 def sqrt(hyper: Hyper) -> Hyper:
@@ -105,27 +166,36 @@ def is_zero(hyper: Hyper) -> bool:
     return not isinstance(hyper, (torch.Tensor, Leaves)) and hyper == 0
 
 
-def expand(hyper: Hyper, leaves: list) -> float | list:
-    """``hyper`` per leaf: a float stays a float; tensors are viewed ``[N, 1, ...]``.
+class PerLeaf:
+    """Hyperparameters per leaf for one list of leaves (built once per step).
 
-    Views are shared between leaves of the same rank and dtype.
+    Calling it on a hyperparameter gives a float for a float, and for a tensor
+    one ``[N, 1, ...]`` view per leaf: the tensor is converted once per leaf
+    dtype and viewed once per leaf rank, the views shared by the leaves of that
+    rank. :class:`Leaves` values are converted to their leaf's dtype.
     """
-    if isinstance(hyper, (int, float)):
-        return float(hyper)
-    if isinstance(hyper, Leaves):
-        return [
-            value.to(leaf.dtype) if isinstance(value, torch.Tensor) else value
-            for value, leaf in zip(hyper.values, leaves)
-        ]
-    views: dict = {}
-    out = []
-    for leaf in leaves:
-        key = (leaf.dim(), leaf.dtype)
-        view = views.get(key)
-        if view is None:
-            view = views[key] = lead(hyper.to(leaf.dtype), leaf.dim())
-        out.append(view)
-    return out
+
+    __slots__ = ("dtypes", "kinds", "leaves", "ranks")
+
+    def __init__(self, leaves: list) -> None:
+        self.leaves = leaves
+        self.kinds = kinds = [(leaf.dim(), leaf.dtype) for leaf in leaves]
+        self.ranks = tuple(dict.fromkeys(kinds))  # distinct (rank, dtype), in order
+        self.dtypes = tuple(dict.fromkeys(dtype for _, dtype in self.ranks))
+
+    def __call__(self, hyper: Hyper) -> float | list:
+        if type(hyper) is float:
+            return hyper
+        if isinstance(hyper, (int, float)):
+            return float(hyper)
+        if isinstance(hyper, Leaves):
+            return [
+                value.to(dtype=leaf.dtype) if isinstance(value, torch.Tensor) else value
+                for value, leaf in zip(hyper.values, self.leaves)
+            ]
+        converted = {dtype: hyper.to(dtype=dtype) for dtype in self.dtypes}
+        views = {key: lead(converted[key[1]], key[0]) for key in self.ranks}
+        return [views[key] for key in self.kinds]
 
 
 # ------------------------------------------------------------------ validation

@@ -18,7 +18,7 @@ optimizer state) only in :data:`INPLACE`; ``op_tmp`` mutates its first list
 wherever nothing records a graph (:data:`INPLACE` and :data:`FOREACH`): the rule
 uses it on lists it owns (a fresh result, or the state in :data:`INPLACE`).
 Scalars are Python floats or one tensor per leaf (already shaped
-``[N, 1, ...]`` by :func:`~._hyper.expand`).
+``[N, 1, ...]`` by :class:`~._hyper.PerLeaf`).
 """
 
 from __future__ import annotations

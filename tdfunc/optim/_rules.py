@@ -36,28 +36,34 @@ def adam(
     eps_root=0.0,
 ):
     """Adam (``decoupled=False``: L2 penalty added to the gradient) or AdamW."""
-    leaves = grads
-
-    def per_leaf(hyper):
-        return H.expand(hyper, leaves)
-
-    decay = None
+    # every hyperparameter first, then the kernels back to back: small operations
+    # between big kernels run on caches the kernels have just evicted
+    per_leaf = H.PerLeaf(grads)
+    coupled_decay = decay = None
     if not H.is_zero(weight_decay):
         if decoupled:
             decay = per_leaf(H.mul(H.wide(lr), weight_decay))
         else:
-            grads = K.add(grads, params, per_leaf(weight_decay))
-    exp_avg = K.lerp_(exp_avg, grads, per_leaf(H.rsub(1.0, beta1)))
-    exp_avg_sq = K.addcmul_tmp(
-        K.mul_(exp_avg_sq, per_leaf(beta2)), grads, grads, per_leaf(H.rsub(1.0, beta2))
-    )
-    correction1 = H.rsub(1.0, H.power(beta1, step))
-    correction2 = H.rsub(1.0, H.power(beta2, step))
-    step_size = H.div(H.wide(lr), correction1)
+            coupled_decay = per_leaf(weight_decay)
+    average_weight = per_leaf(H.rsub(1.0, beta1))
+    square_decay = per_leaf(beta2)
+    square_weight = per_leaf(H.rsub(1.0, beta2))
+    # -lr / (1 - beta1**t) as lr / (beta1**t - 1): the same bits (IEEE negation is
+    # exact), one operation fewer on tensor hyperparameters
+    neg_correction1, correction2 = H.corrections(beta1, beta2, step)
+    neg_step_size = per_leaf(H.div(H.wide(lr), neg_correction1))
+    root_correction2 = per_leaf(H.sqrt(correction2))
     # eps_root (optax's name) keeps sqrt differentiable where the second moment is 0
-    second = exp_avg_sq if H.is_zero(eps_root) else K.shift(exp_avg_sq, per_leaf(eps_root))
-    denom = K.shift_tmp(K.div_tmp(K.sqrt(second), per_leaf(H.sqrt(correction2))), per_leaf(eps))
-    updates = K.descend(params, exp_avg, denom, per_leaf(H.neg(step_size)), decay)
+    root_eps = None if H.is_zero(eps_root) else per_leaf(eps_root)
+    eps = per_leaf(eps)
+
+    if coupled_decay is not None:
+        grads = K.add(grads, params, coupled_decay)
+    exp_avg = K.lerp_(exp_avg, grads, average_weight)
+    exp_avg_sq = K.addcmul_tmp(K.mul_(exp_avg_sq, square_decay), grads, grads, square_weight)
+    second = exp_avg_sq if root_eps is None else K.shift(exp_avg_sq, root_eps)
+    denom = K.shift_tmp(K.div_tmp(K.sqrt(second), root_correction2), eps)
+    updates = K.descend(params, exp_avg, denom, neg_step_size, decay)
     return updates, exp_avg, exp_avg_sq
 
 
@@ -70,10 +76,7 @@ def sgd(
     ``grad.clone()`` that ``torch.optim.SGD`` starts from; with dampening the
     first step's gradient is not damped (a weight of 1 instead of ``1 - dampening``).
     """
-    leaves = grads
-
-    def per_leaf(hyper):
-        return H.expand(hyper, leaves)
+    per_leaf = H.PerLeaf(grads)
 
     if not H.is_zero(weight_decay):
         grads = K.add(grads, params, per_leaf(weight_decay))
@@ -91,7 +94,8 @@ def sgd(
             K.mul_(momentum_buffer, per_leaf(momentum)), grads, per_leaf(weight)
         )
         grads = K.add(grads, momentum_buffer, per_leaf(momentum)) if nesterov else momentum_buffer
-    updates = K.descend_add(params, grads, per_leaf(H.neg(H.wide(lr))))
+    # negation is exact: -lr needs no float64 detour
+    updates = K.descend_add(params, grads, per_leaf(H.neg(lr)))
     return updates, momentum_buffer
 
 
@@ -110,10 +114,7 @@ def rmsprop(
     momentum,
 ):
     """RMSprop; ``grad_avg`` is ``None`` unless centered, ``momentum_buffer`` unless momentum."""
-    leaves = grads
-
-    def per_leaf(hyper):
-        return H.expand(hyper, leaves)
+    per_leaf = H.PerLeaf(grads)
 
     if not H.is_zero(weight_decay):
         grads = K.add(grads, params, per_leaf(weight_decay))
@@ -126,7 +127,7 @@ def rmsprop(
     else:
         avg = K.sqrt(square_avg)
     avg = K.shift_tmp(avg, per_leaf(eps))
-    neg_lr = per_leaf(H.neg(H.wide(lr)))
+    neg_lr = per_leaf(H.neg(lr))
     if momentum_buffer is not None:
         momentum_buffer = K.addcdiv_tmp(K.mul_(momentum_buffer, per_leaf(momentum)), grads, avg)
         updates = K.descend_add(params, momentum_buffer, neg_lr)

@@ -14,9 +14,12 @@ a tensor whose ``fill_`` also takes a same-shaped tensor (and copies it).
 
 from __future__ import annotations
 
+import functools
+from itertools import chain
 from typing import Any
 
 import torch
+from torch.optim import optimizer as _torch_optimizer
 
 from . import _hyper as H
 from . import _kernels, _rules
@@ -41,10 +44,76 @@ def _per_member(value: torch.Tensor) -> PerMember:
     return torch.Tensor._make_subclass(PerMember, value.detach().clone())
 
 
+_profiling = torch._C._autograd._profiler_enabled
+
+
+def _hooked(step, self, args: tuple, kwargs: dict):
+    """``step`` between the step pre-hooks and post-hooks, as ``torch.optim`` runs it."""
+    pre_hooks = _torch_optimizer._global_optimizer_pre_hooks
+    post_hooks = _torch_optimizer._global_optimizer_post_hooks
+    own_pre, own_post = self._optimizer_step_pre_hooks, self._optimizer_step_post_hooks
+    if not (pre_hooks or post_hooks or own_pre or own_post):
+        out = step(*args, **kwargs)
+        self._optimizer_step_code()
+        return out
+    for hook in chain(pre_hooks.values(), own_pre.values()):
+        result = hook(self, args, kwargs)
+        if result is not None:
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise RuntimeError(
+                    f"{type(self).__name__}.step: a step pre-hook must return None or a tuple "
+                    f"(new_args, new_kwargs), got {result!r}."
+                )
+            args, kwargs = result
+    out = step(*args, **kwargs)
+    self._optimizer_step_code()
+    for hook in chain(own_post.values(), post_hooks.values()):
+        hook(self, args, kwargs)
+    return out
+
+
+def _without_grad(step):
+    """``step`` run with gradients off, as under ``torch.no_grad()`` (minus its per-call object)."""
+
+    @functools.wraps(step)
+    def run(*args, **kwargs):
+        previous = torch.is_grad_enabled()
+        _set_grad_enabled(False)
+        try:
+            return step(*args, **kwargs)
+        finally:
+            _set_grad_enabled(previous)
+
+    return run
+
+
+_set_grad_enabled = torch._C._set_grad_enabled
+
+
 class _Stacked(torch.optim.Optimizer):
     """The shared machinery: hyperparameter checks and ``PerMember`` storage."""
 
     _tensor_names: tuple[str, ...] = ()
+
+    @staticmethod
+    def profile_hook_step(func):  # type: ignore[override]
+        """Wrap ``step`` with the step hooks, and label it only while a profiler records.
+
+        ``torch.optim.Optimizer`` enters a ``record_function`` on every step,
+        which costs about as much as all the Python work of a foreach step
+        over a few stacked leaves; the hooks and the label are the same here.
+        """
+
+        @functools.wraps(func)
+        def step(*args, **kwargs):
+            self = args[0]
+            if _profiling():
+                label = f"Optimizer.step#{type(self).__name__}.step"
+                with torch.autograd.profiler.record_function(label):
+                    return _hooked(func, self, args, kwargs)
+            return _hooked(func, self, args, kwargs)
+
+        return step
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
@@ -95,24 +164,38 @@ class _Stacked(torch.optim.Optimizer):
                 else:
                     group[name] = _rewrap(value)
 
-    def _gather(self, group: dict, names: tuple[str, ...], fresh) -> dict:
-        """Parameters with gradients, bucketed by their step count, with their state."""
-        buckets: dict = {}
-        api = type(self).__name__
+    def _gather(self, group: dict, fresh) -> dict:
+        """``{step count: (params, grads, states)}`` for the parameters with gradients."""
+        state_of = self.state
+        entries = []
+        started = []
         for param in group["params"]:
-            if param.grad is None:
+            grad = param.grad
+            if grad is None:
                 continue
-            if param.grad.is_sparse:
-                raise RuntimeError(f"{api}: sparse gradients are not supported.")
-            state = self.state[param]
+            if grad.is_sparse:
+                raise RuntimeError(f"{type(self).__name__}: sparse gradients are not supported.")
+            state = state_of[param]
             if not state:
                 state.update(fresh(param))
-            key = float(state["step"]) if "step" in state else not state.get("_started", True)
-            bucket = buckets.setdefault(key, {"params": [], "grads": [], "state": []})
-            bucket["params"].append(param)
-            bucket["grads"].append(param.grad)
-            bucket["state"].append(state)
+                started.append(state)
+            entries.append((param, grad, state))
+        if started:
+            self._on_new_states(started)
+        buckets: dict = {}
+        for param, grad, state in entries:
+            step = state.get("step")
+            key = float(step) if step is not None else not state.get("_started", True)
+            bucket = buckets.get(key)
+            if bucket is None:
+                bucket = buckets[key] = ([], [], [])
+            bucket[0].append(param)
+            bucket[1].append(grad)
+            bucket[2].append(state)
         return buckets
+
+    def _on_new_states(self, states: list) -> None:
+        """Called with the states :meth:`_gather` has just created."""
 
 
 def _plain(value: Any) -> Any:
@@ -129,6 +212,29 @@ def _rewrap(value: Any) -> Any:
 
 def _number(value: Any) -> Any:
     return float(value) if isinstance(value, (int, float)) else value
+
+
+def _fresh_adam(param: torch.Tensor) -> dict:
+    return {
+        "step": None,  # set by Adam._on_new_states
+        "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
+        "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
+    }
+
+
+def _advance(steps: list) -> None:
+    """Add 1 to every step counter: one add when they are, in order, one tensor's elements."""
+    base = steps[0]._base
+    if base is not None and base.dim() == 1 and base.numel() == len(steps):
+        start = base.storage_offset()
+        stride = base.stride(0)
+        for index, step in enumerate(steps):
+            if step._base is not base or step.storage_offset() != start + index * stride:
+                break
+        else:
+            base.add_(1.0)
+            return
+    torch._foreach_add_(steps, 1.0)
 
 
 class Adam(_Stacked):
@@ -160,6 +266,13 @@ class Adam(_Stacked):
     _tensor_names = ("lr", "betas", "weight_decay")
     _decoupled = False
 
+    def _on_new_states(self, states: list) -> None:
+        # the step counters of parameters started together are the elements of one
+        # tensor (each its own 0-dim float32 tensor, as in torch.optim): one add per step
+        counts = torch.zeros(len(states))
+        for index, state in enumerate(states):
+            state["step"] = counts[index]
+
     def __init__(
         self,
         params,
@@ -184,7 +297,7 @@ class Adam(_Stacked):
         }
         super().__init__(params, defaults)
 
-    @torch.no_grad()
+    @_without_grad
     def step(self, closure=None):  # type: ignore[override]
         """One Adam step for every parameter with a gradient; returns ``closure()`` if given."""
         loss = None
@@ -192,23 +305,15 @@ class Adam(_Stacked):
             with torch.enable_grad():
                 loss = closure()
 
-        def fresh(param):
-            return {
-                "step": torch.tensor(0.0),
-                "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
-                "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
-            }
-
         for group in self.param_groups:
-            for bucket in self._gather(group, (), fresh).values():
-                states = bucket["state"]
+            beta1, beta2 = group["betas"]
+            for params, grads, states in self._gather(group, _fresh_adam).values():
                 steps = [state["step"] for state in states]
-                torch._foreach_add_(steps, 1.0)
-                beta1, beta2 = group["betas"]
+                _advance(steps)
                 _rules.adam(
                     _kernels.INPLACE,
-                    bucket["params"],
-                    bucket["grads"],
+                    params,
+                    grads,
                     [state["exp_avg"] for state in states],
                     [state["exp_avg_sq"] for state in states],
                     float(steps[0]),
@@ -293,7 +398,7 @@ class SGD(_Stacked):
         }
         super().__init__(params, defaults)
 
-    @torch.no_grad()
+    @_without_grad
     def step(self, closure=None):  # type: ignore[override]
         """One SGD step for every parameter with a gradient; returns ``closure()`` if given."""
         loss = None
@@ -309,13 +414,12 @@ class SGD(_Stacked):
                 # zero, marked unstarted: the rule's first step makes it the gradient
                 return {"momentum_buffer": torch.zeros_like(param), "_started": False}
 
-            for unstarted, bucket in self._gather(group, (), fresh).items():
-                states = bucket["state"]
+            for unstarted, (params, grads, states) in self._gather(group, fresh).items():
                 buffers = [state["momentum_buffer"] for state in states] if with_momentum else None
                 _rules.sgd(
                     _kernels.INPLACE,
-                    bucket["params"],
-                    bucket["grads"],
+                    params,
+                    grads,
                     buffers,
                     1 if unstarted else 2,
                     lr=group["lr"],

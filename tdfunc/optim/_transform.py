@@ -12,6 +12,7 @@ own steps) and one subtree per moment, shaped like the parameters.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,7 @@ from torch._C import _functorch
 import tdfunc
 
 from . import _hyper as H
-from . import _kernels, _rules
+from . import _kernels, _leaves, _rules
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -36,14 +37,20 @@ def _transformed() -> bool:
     return _is_compiling() or _functorch.maybe_current_level() is not None
 
 
+_requires_grad = operator.attrgetter("requires_grad")
+
+
 def _backend(*groups) -> Any:
     if _transformed():
         return _kernels.TENSORWISE
     if torch.is_grad_enabled():
         for group in groups:
-            for value in group:
-                if isinstance(value, torch.Tensor) and value.requires_grad:
-                    return _kernels.TENSORWISE
+            try:
+                recorded = any(map(_requires_grad, group))
+            except AttributeError:  # a leaf that is not a tensor
+                recorded = any(isinstance(v, torch.Tensor) and v.requires_grad for v in group)
+            if recorded:
+                return _kernels.TENSORWISE
     return _kernels.FOREACH
 
 
@@ -64,6 +71,10 @@ def apply_updates(params: Any, updates: Any) -> Any:
         >>> apply_updates(params, TensorDict({"w": torch.full((2,), -0.5)}))["w"]
         tensor([0.5000, 0.5000])
     """
+    read = None if _is_compiling() else _leaves.read(params, [updates])
+    if read is not None:  # plain TensorDicts of one structure: read once, built like params
+        leaves, (update_leaves,) = read
+        return _leaves.build(params, _add(leaves, update_leaves))
     leaves, spec = _flatten(params)
     update_leaves, update_spec = _flatten(updates)
     if len(update_leaves) != len(leaves):
@@ -72,11 +83,29 @@ def apply_updates(params: Any, updates: Any) -> Any:
             f"{len(leaves)}; pass the updates returned by opt.update(grads, state, params). "
             f"Structures: params {spec}, updates {update_spec}."
         )
+    _same_shapes("apply_updates", "updates", update_leaves, "params", leaves, params)
+    return pytree.tree_unflatten(_add(leaves, update_leaves), spec)
+
+
+def _same_shapes(api: str, name: str, leaves: list, reference: str, expected: list, tree) -> None:
+    """Leaves must have the shapes of ``expected``'s: broadcasting would give wrong shapes."""
+    for index, (leaf, other) in enumerate(zip(leaves, expected)):
+        if (
+            isinstance(leaf, torch.Tensor)
+            and isinstance(other, torch.Tensor)
+            and leaf.shape != other.shape
+        ):
+            raise ValueError(
+                f"{api}: the {name} leaf at {_paths(tree)(index)} has shape "
+                f"{list(leaf.shape)}, but the {reference} leaf has shape "
+                f"{list(other.shape)}; they must be equal."
+            )
+
+
+def _add(leaves: list, update_leaves: list) -> list:
     if _backend(leaves, update_leaves) is _kernels.FOREACH:
-        new = torch._foreach_add(leaves, update_leaves)
-    else:
-        new = [p + u for p, u in zip(leaves, update_leaves)]
-    return pytree.tree_unflatten(new, spec)
+        return torch._foreach_add(leaves, update_leaves)
+    return [p + u for p, u in zip(leaves, update_leaves)]
 
 
 class GradientTransformation:
@@ -109,6 +138,14 @@ class GradientTransformation:
             >>> sorted(state.keys()), state["step"].shape
             (['exp_avg', 'exp_avg_sq', 'step'], torch.Size([4]))
         """
+        read = None if _is_compiling() else _leaves.read(params, [])
+        if read is not None:  # a plain TensorDict: moments built like it, no treespec
+            leaves = read[0]
+            step = torch.zeros(params._batch_size, dtype=torch.float32, device=params._device)
+            state = {"step": step}
+            for name in self._moments:
+                state[name] = _leaves.build(params, [torch.zeros_like(leaf) for leaf in leaves])
+            return type(params)._new_unsafe(state, params._batch_size)
         leaves, spec = _flatten(params)
         api = f"tdfunc.optim.{self._name}(...).init"
         for index, leaf in enumerate(leaves):
@@ -145,9 +182,13 @@ class GradientTransformation:
             tensor([0.5000, 0.5000])
         """
         api = f"tdfunc.optim.{self._name}(...).update"
+        if not _is_compiling():
+            done = self._update_tensordicts(api, grads, state, params)
+            if done is not None:
+                return done
         grad_leaves, grad_spec = _flatten(grads)
         count = len(grad_leaves)
-        step, moments = self._read_state(api, state, count)
+        step, moments = self._read_state(api, state, count, grad_spec)
         if params is None:
             if self._needs_params():
                 raise ValueError(
@@ -162,15 +203,12 @@ class GradientTransformation:
                     f"{api}: grads and params must have the same structure; got grads "
                     f"{grad_spec} and params {param_spec}."
                 )
-        hypers = self._resolve(api, grad_leaves, grads)
-        tensor_hypers = [v for v in hypers.values() if isinstance(v, torch.Tensor)]
-        for value in hypers.values():
-            if isinstance(value, H.Leaves):
-                tensor_hypers += [v for v in value.values if isinstance(v, torch.Tensor)]
-        backend = _backend(grad_leaves, param_leaves, [step], *moments, tensor_hypers)
-        step = step + 1
-        updates, new_moments = self._rule(
-            backend, param_leaves, grad_leaves, moments, step.to(torch.float64), hypers
+        if params is not None:
+            _same_shapes(api, "params", param_leaves, "grads", grad_leaves, grads)
+        for name, moment in zip(self._moments, moments):
+            _same_shapes(api, f"state[{name!r}]", moment, "grads", grad_leaves, grads)
+        updates, step, new_moments = self._compute(
+            api, grads, grad_leaves, param_leaves, step, moments
         )
         new_state = {"step": step}
         for name, moment in zip(self._moments, new_moments):
@@ -179,11 +217,55 @@ class GradientTransformation:
             new_state = tdfunc.TensorDict(new_state, batch_size=state.batch_size)
         return pytree.tree_unflatten(updates, grad_spec), new_state
 
-    def _read_state(self, api: str, state: Any, count: int) -> tuple:
-        """The step count and the moments' flat leaves, checked against ``count`` leaves.
+    def _update_tensordicts(self, api: str, grads: Any, state: Any, params: Any) -> Any:
+        """``update`` for plain TensorDicts of one structure, or ``None`` (the generic path).
 
-        One flatten of the whole state; the top-level keys say where each part
-        sits among the leaves (a saved and reloaded state may order them differently).
+        Every tree is read once, in the gradients' key order, and the results are
+        built like the gradients, as the generic path builds them.
+        """
+        kind = _leaves.tensordict_type()
+        if type(state) is not kind:
+            return None
+        entries = state._data
+        step = entries.get("step")
+        if len(entries) != 1 + len(self._moments) or not isinstance(step, torch.Tensor):
+            return None
+        others = [entries.get(name) for name in self._moments]
+        if params is not None:
+            others.append(params)
+        elif self._needs_params():
+            return None
+        read = _leaves.read(grads, others)
+        # the new state nests the moments, shaped like the gradients, under its batch size
+        batch_size = state._batch_size
+        if read is None or grads._batch_size[: len(batch_size)] != batch_size:
+            return None
+        grad_leaves, other_leaves = read
+        param_leaves = grad_leaves if params is None else other_leaves.pop()
+        updates, step, new_moments = self._compute(
+            api, grads, grad_leaves, param_leaves, step, other_leaves
+        )
+        new_state = {"step": step}
+        for name, moment in zip(self._moments, new_moments):
+            new_state[name] = _leaves.build(grads, moment)
+        return _leaves.build(grads, updates), kind._new_unsafe(new_state, batch_size)
+
+    def _compute(self, api, grads, grad_leaves, param_leaves, step, moments) -> tuple:
+        """The rule on flat lists: update leaves, the new step count, the new moments."""
+        hypers, tensor_hypers = self._resolve(api, grad_leaves, grads)
+        backend = _backend(grad_leaves, param_leaves, [step], *moments, tensor_hypers)
+        step = step + 1
+        updates, new_moments = self._rule(
+            backend, param_leaves, grad_leaves, moments, step.to(dtype=torch.float64), hypers
+        )
+        return updates, step, new_moments
+
+    def _read_state(self, api: str, state: Any, count: int, grad_spec: Any) -> tuple:
+        """The step count and the moments' flat leaves, checked against the gradients.
+
+        Each moment is read by its key (a saved and reloaded state may order the
+        top-level keys differently) and must have the gradients' structure, so
+        that its leaves line up with theirs.
         """
         names = ("step", *self._moments)
         keys = list(state.keys()) if hasattr(state, "keys") else None
@@ -193,38 +275,51 @@ class GradientTransformation:
                 f"{api}: the state must hold {list(names)}, got {found}. Make it with "
                 f"opt.init(params) of this optimizer."
             )
-        leaves = _flatten(state)[0]
-        if len(leaves) != 1 + count * len(self._moments):
-            for name in self._moments:
-                found = len(_flatten(state[name])[0])
-                if found != count:
-                    raise ValueError(
-                        f"{api}: state[{name!r}] has {found} leaves but grads has {count}; "
-                        f"make the state with opt.init(params) for these parameters."
-                    )
+        step = state["step"]
+        if not isinstance(step, torch.Tensor):
             raise ValueError(f"{api}: state['step'] must be one tensor.")
-        parts: dict = {}
-        position = 0
-        for key in keys:
-            width = 1 if key == "step" else count
-            parts[key] = leaves[position : position + width]
-            position += width
-        return parts["step"][0], [parts[name] for name in self._moments]
+        moments = []
+        for name in self._moments:
+            leaves, spec = _flatten(state[name])
+            if len(leaves) != count:
+                raise ValueError(
+                    f"{api}: state[{name!r}] has {len(leaves)} leaves but grads has {count}; "
+                    f"make the state with opt.init(params) for these parameters."
+                )
+            if spec != grad_spec:
+                raise ValueError(
+                    f"{api}: state[{name!r}] and grads must have the same structure; got "
+                    f"{spec} and grads {grad_spec}. Make the state with opt.init(params) for "
+                    f"these parameters."
+                )
+            moments.append(leaves)
+        return step, moments
 
     def _needs_params(self) -> bool:
         decay = self.hyperparameters.get("weight_decay", 0.0)
         return not H.is_zero(decay)
 
-    def _resolve(self, api: str, leaves: list, grads: Any) -> dict:
-        """The hyperparameters for this step; tensors checked against the leaves."""
-        resolved = {}
-        paths = _paths(grads)
-        for name, value in self.hyperparameters.items():
-            if not isinstance(value, (float, int, bool, torch.Tensor)) and value is not None:
-                value = H.Leaves(_flatten(value)[0])
+    def _resolve(self, api: str, leaves: list, grads: Any) -> tuple[dict, list]:
+        """The hyperparameters for this step, and their tensors (checked against the leaves).
+
+        Numbers need no check; tensors and pytrees are read and checked on every
+        step (``hyperparameters`` may have been changed, a pytree may hold other tensors).
+        """
+        resolved = dict(self.hyperparameters)
+        tensors = []
+        paths = None
+        for name, value in resolved.items():
+            if type(value) is float or value is None or isinstance(value, (int, float)):
+                continue
+            if not isinstance(value, torch.Tensor):
+                value = resolved[name] = H.Leaves(_flatten(value)[0])
+                tensors += [v for v in value.values if isinstance(v, torch.Tensor)]
+            else:
+                tensors.append(value)
+            if paths is None:
+                paths = _paths(grads)
             H.check_leading(api, name, value, leaves, paths)
-            resolved[name] = value
-        return resolved
+        return resolved, tensors
 
 
 def _brief(value: Any) -> str:

@@ -8,6 +8,7 @@ import io
 import pytest
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from tdfunc import Ensemble, TensorDict, optim
 
@@ -233,3 +234,74 @@ def test_bad_hyperparameters(cls, kwargs, error, message):
     ensemble = Ensemble(*make_models())
     with pytest.raises(error, match=message):
         cls(ensemble.parameters(), **kwargs)
+
+
+# ------------------------------------------------------------------ torch.optim machinery
+def test_step_hooks_and_profiler_label_as_torch_optim():
+    ensemble = Ensemble(*make_models())
+    opt = optim.Adam(ensemble.parameters(), lr=LRS)
+    calls = []
+
+    def pre_hook(optimizer, args, kwargs):
+        calls.append(("pre", optimizer is opt))
+        return args, {"closure": lambda: torch.tensor(5.0)}
+
+    handles = [
+        opt.register_step_pre_hook(pre_hook),
+        opt.register_step_post_hook(lambda optimizer, args, kwargs: calls.append(("post", kwargs))),
+        register_optimizer_step_pre_hook(
+            lambda optimizer, args, kwargs: calls.append(("global", None))
+        ),
+    ]
+    try:
+        ensemble(torch.randn(2, 3)).sum().backward()
+        with torch.profiler.profile() as profiler:
+            loss = opt.step()
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert float(loss) == 5.0
+    assert [name for name, _ in calls] == ["global", "pre", "post"] and calls[1][1]
+    names = {event.name for event in profiler.events()}
+    assert "Optimizer.step#Adam.step" in names
+    opt.step()  # no hook left, no profiler: nothing recorded
+    assert len(calls) == 3
+
+
+def test_parameters_started_at_different_steps_match_torch():
+    """Step counters of parameters whose gradients appear at different steps."""
+    models = make_models()
+    ensemble = Ensemble(*copy.deepcopy(models))
+    opt = optim.Adam(ensemble.parameters(), lr=LRS)
+    references = [torch.optim.Adam(m.parameters(), lr=float(LRS[i])) for i, m in enumerate(models)]
+    generator = torch.Generator().manual_seed(5)
+    for index in range(5):
+        x = torch.randn(6, 3, generator=generator)
+        for module, optimizer in [(ensemble, opt), *zip(models, references)]:
+            optimizer.zero_grad()
+            module(x).pow(2).sum().backward()
+            for name, param in module.named_parameters():
+                if index < 2 and name.endswith("bias"):  # biases start training at step 3
+                    param.grad = None
+            optimizer.step()
+    assert_same(ensemble, opt, models, references, ("step", "exp_avg", "exp_avg_sq"))
+
+
+def test_state_dict_loads_into_torch_optim_adam():
+    """A stacked state with float hyperparameters continues in torch.optim.Adam unchanged."""
+    ensemble, opt, *_ = train_both(optim.Adam, torch.optim.Adam, {"lr": 0.01}, steps=3)
+    twin = copy.deepcopy(ensemble)
+    theirs = torch.optim.Adam(twin.parameters(), lr=0.01)
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    buffer.seek(0)
+    theirs.load_state_dict(torch.load(buffer, weights_only=True))
+    x = torch.randn(5, 3)
+    for module, optimizer in ((ensemble, opt), (twin, theirs)):
+        for _ in range(2):
+            optimizer.zero_grad()
+            module(x).pow(2).sum().backward()
+            optimizer.step()
+    torch.testing.assert_close(twin.params.detach(), ensemble.params.detach(), rtol=0, atol=0)
+    for ours, other in zip(ensemble.parameters(), twin.parameters()):
+        assert float(opt.state[ours]["step"]) == float(theirs.state[other]["step"]) == 5.0
