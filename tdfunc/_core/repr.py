@@ -20,24 +20,7 @@ def leaf_repr(value: Any) -> str:
         kind = type(value).__name__
         if kind == "Buffer":
             kind = "Tensor"
-        options = PRINT
-        parts = []
-        if options["show_shape"]:
-            parts.append(f"shape={value.shape}")
-        if options["show_field_device"]:
-            parts.append(f"device={value.device}")
-        if options["show_dtype"]:
-            parts.append(f"dtype={value.dtype}")
-        if options["show_field_is_shared"]:
-            parts.append(f"is_shared={_is_shared(value)}")
-        if options["show_grad"]:
-            parts.append(f"requires_grad={value.requires_grad}")
-        if options["show_is_contiguous"]:
-            parts.append(f"is_contiguous={value.is_contiguous()}")
-        if options["show_is_view"]:
-            parts.append(f"is_view={value._base is not None}")
-        if options["show_storage_size"]:
-            parts.append(f"storage_size={_storage_size(value)}")
+        parts = [f"{label}={read(value)}" for option, label, read in _FIELDS if PRINT[option]]
         return f"{kind}({', '.join(parts)})"
     return repr(value)
 
@@ -84,3 +67,16 @@ def td_repr(td) -> str:
         tail.append(f"is_shared={is_shared(td)}")
     body = textwrap.indent(",\n".join(tail), "    ")
     return f"{type(td).__name__}(\n{body})"
+
+
+# (print option, label, how to read it): the order of a tensor's description
+_FIELDS = (
+    ("show_shape", "shape", lambda t: t.shape),
+    ("show_field_device", "device", lambda t: t.device),
+    ("show_dtype", "dtype", lambda t: t.dtype),
+    ("show_field_is_shared", "is_shared", _is_shared),
+    ("show_grad", "requires_grad", lambda t: t.requires_grad),
+    ("show_is_contiguous", "is_contiguous", lambda t: t.is_contiguous()),
+    ("show_is_view", "is_view", lambda t: t._base is not None),
+    ("show_storage_size", "storage_size", _storage_size),
+)
