@@ -1,4 +1,5 @@
-"""``bench_scale.py``'s pytree and ``to_module`` cases, each side interleaved with its floor.
+"""``bench_scale.py``'s pytree and ``to_module`` cases and ``bench_ensemble_rl.py``'s
+forward overhead, each side interleaved with its floor.
 
 A pytest-benchmark run times one side, then the other: on a shared machine the
 load moves between the two and so does their ratio. Here the two sides
@@ -8,11 +9,12 @@ the table gives the ratio of the medians and of the best batches. The
 checkpoint case is left to ``bench_scale.py``: its cost is the disk's, which
 CPU time does not see. Run with one thread::
 
-    OMP_NUM_THREADS=1 python benchmarks/interleaved_scale.py [batches]
+    OMP_NUM_THREADS=1 python benchmarks/interleaved_scale.py [batches] [case ...]
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 import sys
 import time
@@ -24,10 +26,11 @@ import torch.utils._pytree as torch_pytree
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_ensemble_rl import OVERHEAD_MEMBERS, baddbmm_chain, overhead_setup
 from bench_scale import PYTREE_SIZES, SWAP_SIZES, _collections, _nested
 from conftest import pin_allocator
 
-from tdfunc import TensorDict
+from tdfunc import Ensemble, TensorDict
 
 
 def _pytree_pair(size: int) -> tuple:
@@ -64,9 +67,16 @@ def _swap_pair(size: int) -> tuple:
     return ours, floor
 
 
-def _interleaved(ours, floor, size: int, batches: int) -> tuple:
+def _ensemble_pair(members: int) -> tuple:
+    """``Ensemble`` forward (MLP 32-32-32-1, batch 16) against a hand-written ``baddbmm`` chain."""
+    models, x = overhead_setup(members)
+    ensemble = Ensemble(*copy.deepcopy(models))
+    chain = baddbmm_chain(models)
+    return (lambda: ensemble(x)), (lambda: chain(x))
+
+
+def _interleaved(ours, floor, batches: int, number: int) -> tuple:
     ours(), floor()
-    number = max(1, 20000 // size)
     times: dict = {"ours": [], "floor": []}
     for _ in range(batches):
         for name, function in (("ours", ours), ("floor", floor)):
@@ -77,18 +87,25 @@ def _interleaved(ours, floor, size: int, batches: int) -> tuple:
     return statistics.median(times["floor"]), median, best
 
 
-def main(batches: int = 15) -> None:
+CASES = {  # name -> (sizes, make the pair, calls per batch at a size)
+    "to_module": (SWAP_SIZES, _swap_pair, lambda size: max(1, 20000 // size)),
+    "pytree": (PYTREE_SIZES, _pytree_pair, lambda size: max(1, 20000 // size)),
+    "ensemble": (OVERHEAD_MEMBERS, _ensemble_pair, lambda members: max(20, 2000 // members)),
+}
+
+
+def main(batches: int = 15, *cases: str) -> None:
     pin_allocator()
     torch.set_num_threads(1)
-    print("| case | leaves | floor (µs) | median ratio | best ratio |")
+    print("| case | size | floor (µs) | median ratio | best ratio |")
     print("|---|---|---|---|---|")
-    for case, sizes, pair in (
-        ("to_module", SWAP_SIZES, _swap_pair),
-        ("pytree", PYTREE_SIZES, _pytree_pair),
-    ):
+    for case in cases or CASES:
+        sizes, pair, number = CASES[case]
         for size in sizes:
-            floor_time, median, best = _interleaved(*pair(size), size, batches)
+            floor_time, median, best = _interleaved(*pair(size), batches, number(size))
             print(f"| {case} | {size:,} | {floor_time * 1e6:,.1f} | {median:.2f} | {best:.2f} |")
+    if "pytree" not in (cases or CASES):
+        return
     print("\ngarbage collections per 20 pytree round trips (tdfunc, torch's pytree on dicts):")
     for size in PYTREE_SIZES:
         tree = _nested(size)
@@ -96,4 +113,4 @@ def main(batches: int = 15) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(arg) for arg in sys.argv[1:]))
+    main(*(int(arg) if arg.isdigit() else arg for arg in sys.argv[1:]))

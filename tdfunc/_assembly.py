@@ -15,7 +15,7 @@ Read from the ground up, tdfunc is built in floors (each imports only floors bel
 4. On top: ``Ensemble`` and its batched engine (``_ensemble``), ``tdfunc.optim``, the demo.
 
 The core and the features reach the composed classes only through hooks on
-``self``/``cls``: ``_plain_tensordict()`` (the public ``TensorDict``), ``_swap_handle()``
+``self``/``cls``: ``_plain_tensordict()`` (the public ``TensorDict``), ``_swap_handle``
 (what ``to_module`` returns) and ``TensorClass._tc_register`` (called for every new
 tensorclass). The composed classes say ``__module__ = "tdfunc"``: pickles and class
 names name them by their public path.
@@ -101,10 +101,6 @@ class TensorDict(TensorDictCore, Features):
     def _plain_tensordict(cls) -> type[TensorDict]:
         return TensorDict
 
-    @classmethod
-    def _swap_handle(cls) -> type[ModuleSwap]:
-        return ModuleSwap
-
 
 class ModuleSwap(SwapHandle, TensorDict):
     """The values a module held before ``td.to_module(module)``; restores them on exit.
@@ -172,9 +168,10 @@ class TensorClass(TensorClassCore, Features, metaclass=_Meta):
     def _plain_tensordict(cls) -> type[TensorDict]:
         return TensorDict
 
-    @classmethod
-    def _swap_handle(cls) -> type[ModuleSwap]:
-        return ModuleSwap
+
+# what to_module returns, for TensorDict and TensorClass: a class attribute rather
+# than a call, as to_module reads it on every swap
+Features._swap_handle = ModuleSwap
 
 
 class TensorDictBase(TensorDictBaseCore):

@@ -9,5 +9,5 @@
 - ``functional_call.py``: ``tdfunc.functional_call``.
 
 May import: ``tdfunc._core`` only (the handle class comes from the container's
-``_swap_handle()`` hook).
+``_swap_handle`` hook).
 """

@@ -5,7 +5,7 @@ it runs a *swap plan* (:mod:`tdfunc._modules.swap_plan`) built once per
 (module, key structure) and cached here, weakly keyed on the module; what it
 returns is a ``ModuleSwap`` (a TensorDict: its behaviour is
 :class:`~tdfunc._modules.swap_handle.SwapHandle`, the class is composed in
-``tdfunc/_assembly.py`` and reached through the container's ``_swap_handle()``). No
+``tdfunc/_assembly.py`` and reached through the container's ``_swap_handle``). No
 ``nn.Parameter`` is constructed on that path (it would break
 ``torch.compile`` of ``vmap(grad(...))``). While ``torch.compile`` traces,
 plans are built afresh and run as plain loops instead: the module-keyed cache,
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -43,17 +43,22 @@ _MAX_PLANS = 4  # a module rarely sees more than one or two key structures
 # WeakKeyDictionary lookup; the weak reference's callback drops the entry.
 _PLANS: dict[int, tuple[weakref.ref, list]] = {}
 
-# The swaps in effect, oldest first: (weak reference to the handle, thread id).
-# Swaps nest: each one saved what the one before it put in. One that ends out of
-# order (handles exited in another order, two threads on one module) hands what
-# it saved to the next swap above it on the same slot, so that the last one to
-# end puts back what was there before all of them. The lock makes "save, write,
-# record" and "unwind" atomic between threads.
+# The swaps in effect, oldest first, as records ``[olds, plan, state, thread id]``:
+# ``olds`` what the swap saved (one object per slot of ``plan``), ``state`` 0 swapped,
+# 1 inside ``with``, 2 restored, 3 committed for good. A record is a list, shared by
+# the stack and the swap's handle (no weak reference to make, no handle kept alive:
+# a handle dropped without ``with`` is still freed at once and commits). Swaps nest:
+# each one saved what the one before it put in. One that ends out of order (handles
+# exited in another order, two threads on one module) hands what it saved to the
+# next swap above it on the same slot, so that the last one to end puts back what was
+# there before all of them. The lock makes "save, write, record" and "unwind" atomic
+# between threads; it is taken by ``acquire``/``release`` (cheaper than ``with``).
 _ACTIVE: list = []
 _LOCK = threading.RLock()  # reentrant: a handle dropped (__del__) while a swap holds it
+_acquire = _LOCK.acquire
+_release = _LOCK.release
 _ident = threading.get_ident
 _new = object.__new__
-_EMPTY = torch.Size()
 
 
 # ------------------------------------------------------------------ the cache
@@ -99,19 +104,13 @@ def load_through_state_dict(td, module: nn.Module):
     return td._plain_tensordict()(old, []).unflatten_keys(".")
 
 
-def swap_in(td, module: nn.Module) -> ModuleSwap:
-    """Swap ``td``'s tensors into ``module``: a cached plan that fits, or a new one."""
-    # TensorDict slot; TensorClass property (its TensorDict's dict)
-    return swap_mapping(td._data, module, td._swap_handle())
-
-
 def swap_mapping(
     data, module: nn.Module, handle_class: type, api: str = "to_module", tie: bool = True
 ):
     """Swap the values of ``data`` (a container's ``_data``, or a dict) into ``module``.
 
     The swap returns a ``handle_class`` instance: a ``ModuleSwap`` (given by the
-    container's ``_swap_handle()``) or, for ``functional_call``, a :class:`CallSwap`.
+    container's ``_swap_handle``) or, for ``functional_call``, a :class:`CallSwap`.
     """
     if _is_compiling():
         plan = build_swap_plan(data, module, api, tie, traced=True)
@@ -155,66 +154,55 @@ def swap_mapping(
 
 def _swap(plan: SwapPlan, data, handle_class: type) -> Any:
     """Save the slots, write ``data``'s values, record the swap; the handle."""
-    with _LOCK:
-        olds = plan.enter(data)
-        handle = _new(handle_class)
-        handle._olds = olds
-        handle._state = 0
-        handle._plan = plan
+    _acquire()
+    try:
+        record = [plan.enter(data), plan, 0, _ident()]
         active = _ACTIVE
-        # handles that are gone or were never entered, left by this thread: loads
-        # for good (not a layer that will end)
-        ident = _ident()
-        while active and _dropped(active[-1], ident):
+        # records left on top that will not end as layers: swaps that ended or were
+        # committed, and loads for good (never entered) made by this thread
+        while active and _dropped(active[-1], record[3]):
             active.pop()
-        active.append((weakref.ref(handle), ident))
-    if handle_class._is_tensor_collection:  # a ModuleSwap: the state of an empty TensorDict
-        handle._batch_size = _EMPTY
-        handle._device = None
-        handle._names = None
-        handle._is_locked = False
+        active.append(record)
+    finally:
+        _release()
+    handle = _new(handle_class)
+    handle._rec = record
     return handle
 
 
-def _dropped(entry: tuple, ident: int) -> bool:
-    handle = entry[0]()
-    return handle is None or handle._state > 1 or (handle._state == 0 and entry[1] == ident)
+def _dropped(record: list, ident: int) -> bool:
+    state = record[2]
+    return state > 1 or (state == 0 and record[3] == ident)
 
 
-def _unwind(handle: SwapState) -> None:
-    """End ``handle``'s swap when it is not the latest one still in effect.
+def _unwind(record: list) -> None:
+    """End the swap of ``record`` when it is not the latest one still in effect.
 
     Each slot goes to the next swap above that covers it (what that one will
     put back on its exit) or, when none does, back into the module. Swaps above
     that were never entered (loads for good made during this one) end with it,
-    as they would in nested order.
+    as they would in nested order. Called with the lock held.
     """
-    olds = handle._olds
-    plan = handle._plan
+    olds, plan = record[0], record[1]
     active = _ACTIVE
-    position = next((i for i in range(len(active) - 1, -1, -1) if active[i][0]() is handle), None)
+    position = next((i for i in range(len(active) - 1, -1, -1) if active[i] is record), None)
     if position is None:  # not recorded (or already ended): put back what it saved
         plan.write(olds)
         return
-    kept = [entry for entry in active[position + 1 :] if _entered(entry)]
+    kept = [entry for entry in active[position + 1 :] if entry[2] == 1]
     active[position:] = kept
-    above = [(entry[0](), entry[0]()._plan.slot_of()) for entry in kept]
+    above = [(entry[0], entry[1].slot_of()) for entry in kept]
     if not above:
         plan.write(olds)
         return
     for slot, key in enumerate(zip(map(id, plan.owners), plan.names)):
-        for other, index in above:
+        for other_olds, index in above:
             found = index.get(key)
             if found is not None:
-                other._olds[found] = olds[slot]
+                other_olds[found] = olds[slot]
                 break
         else:
             plan.owners[slot][plan.names[slot]] = olds[slot]
-
-
-def _entered(entry: tuple) -> bool:
-    handle = entry[0]()
-    return handle is not None and handle._state == 1
 
 
 # ------------------------------------------------------------------ loading for good
@@ -250,60 +238,66 @@ def _as_parameter(value: torch.Tensor, requires_grad: bool) -> nn.Parameter:
 
 
 class SwapState:
-    """What every swap handle does with its ``(plan, old objects, state)``.
+    """What every swap handle does with its record ``[olds, plan, state, thread id]``.
 
-    ``_state``: 0 swapped, 1 inside ``with``, 2 restored, 3 committed for good.
-    Shared by :class:`TracedSwap` and ``ModuleSwap``.
+    ``state``: 0 swapped, 1 inside ``with``, 2 restored, 3 committed for good.
+    Shared by :class:`TracedSwap`, :class:`CallSwap` and ``ModuleSwap``.
     """
 
     __slots__ = ()
-    _plan: SwapPlan
-    _olds: Any
-    _state: int
+    _rec: list
+
+    @property
+    def _olds(self) -> list:
+        """The objects the slots held before the swap, one per slot of the plan."""
+        return self._rec[0]
+
+    @property
+    def _plan(self) -> SwapPlan:
+        return self._rec[1]
+
+    @property
+    def _state(self) -> int:
+        return self._rec[2]
 
     def __enter__(self) -> Any:
-        self._state = 1
+        self._rec[2] = 1
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        if self._state == 2:
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        record = self._rec
+        if record[2] == 2:
             return
-        self._state = 2
-        with _LOCK:
+        record[2] = 2
+        _acquire()
+        try:
             active = _ACTIVE
-            if active and active[-1][0]() is self:  # the latest swap: nested order
+            if active and active[-1] is record:  # the latest swap: nested order
                 active.pop()
-                self._plan.write(self._olds)
-                return
-        self._undo()
+                record[1].write(record[0])
+            else:
+                _unwind(record)
+        finally:
+            _release()
 
     def restore(self) -> None:
         """Put back the objects the module held before the swap (also after a commit)."""
-        if self._state != 2:
-            self._state = 2
-            self._undo()
-
-    def _undo(self) -> None:
-        with _LOCK:
-            active = _ACTIVE
-            if active and active[-1][0]() is self:  # the latest swap: nested order
-                active.pop()
-                self._plan.write(self._olds)
-            else:
-                _unwind(self)
+        if self._rec[2] != 2:
+            self.__exit__(None, None, None)
 
     def commit(self) -> None:
         """Keep the swapped values for good: plain tensors in ``Parameter`` slots
         become ``Parameter``s (sharing storage; tied slots stay one object)."""
-        if self._state < 2:
-            self._state = 3
-            commit_swap(self._plan, self._olds)
+        record = self._rec
+        if record[2] < 2:
+            record[2] = 3
+            commit_swap(record[1], record[0])
 
 
 class CallSwap(SwapState):
     """The handle of ``functional_call``'s swap: only its ``with`` block uses it."""
 
-    __slots__ = ("__weakref__", "_olds", "_plan", "_state")  # swaps in effect are weakly held
+    __slots__ = ("_rec",)
     _is_tensor_collection = False
 
 
@@ -314,20 +308,16 @@ class TracedSwap(SwapState):
     handle is not a TensorDict (dynamo traces this small class cheaply).
     """
 
-    __slots__ = ("_olds", "_plan", "_state")
+    __slots__ = ("_rec",)
 
     def __init__(self, plan: SwapPlan, olds: list) -> None:
-        self._plan = plan
-        self._olds = olds
-        self._state = 0
+        self._rec = [olds, plan, 0, None]
 
-    def __exit__(self, *exc_info) -> None:  # no lock, no record: dynamo traces this
-        if self._state != 2:
-            self._state = 2
-            self._plan.restore_interpreted(self._olds)
-
-    def _undo(self) -> None:
-        self._plan.restore_interpreted(self._olds)
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        record = self._rec  # no lock, no record of swaps in effect: dynamo traces this
+        if record[2] != 2:
+            record[2] = 2
+            record[1].restore_interpreted(record[0])
 
 
 # ------------------------------------------------------------------ from_module
@@ -363,6 +353,7 @@ class ModuleSwapMixin:
     """``from_module``, ``from_modules`` and ``to_module`` (methods of ``TensorDict``)."""
 
     __slots__ = ()
+    _swap_handle: ClassVar[type]  # what to_module returns: set by tdfunc/_assembly.py
 
     @classmethod
     def from_module(
@@ -459,4 +450,5 @@ class ModuleSwapMixin:
         """
         if use_state_dict:
             return load_through_state_dict(self, module)
-        return swap_in(self, module)
+        # TensorDict slot; TensorClass property (its TensorDict's dict)
+        return swap_mapping(self._data, module, self._swap_handle)

@@ -38,6 +38,33 @@ _DATA = TensorDictCore.__dict__["_data"]  # the slot descriptor the property bel
 _wrapped = _functorch.is_functorch_wrapped_tensor
 _EMPTY = torch.Size()
 
+
+class _EmptyState:
+    """A slot of the container that reads as an empty TensorDict's until written.
+
+    A swap fills in only its record: the handle's container state (batch size
+    ``[]``, no device, no names, unlocked) is read through these defaults, so
+    the hot path of ``with params.to_module(module):`` stores one attribute.
+    """
+
+    __slots__ = ("default", "slot")
+
+    def __init__(self, name: str, default: Any) -> None:
+        self.slot = TensorDictCore.__dict__[name]  # the slot descriptor this stands for
+        self.default = default
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        try:
+            return self.slot.__get__(instance, owner)
+        except AttributeError:
+            return self.default
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        self.slot.__set__(instance, value)
+
+
 # id(module) -> the forward pre-hook handle of a pending error (one per module)
 _TRAPS: dict[int, Any] = {}
 
@@ -54,11 +81,14 @@ class SwapHandle(SwapState, TensorDictCore):
         (True, True)
     """
 
-    # _state: 0 swapped, 1 inside a with block, 2 restored, 3 committed (loaded for good)
-    __slots__ = ("_olds", "_plan", "_state")
-    _olds: list
-    _plan: SwapPlan
-    _state: int
+    # the swap's record, [olds, plan, state, thread id], shared with the stack of swaps
+    # in effect (module_swap.py); state: 0 swapped, 1 inside a with block, 2 restored,
+    # 3 committed (loaded for good)
+    __slots__ = ("_rec",)
+    _batch_size = _EmptyState("_batch_size", _EMPTY)  # type: ignore[assignment]
+    _device = _EmptyState("_device", None)  # type: ignore[assignment]
+    _names = _EmptyState("_names", None)  # type: ignore[assignment]
+    _is_locked = _EmptyState("_is_locked", False)  # type: ignore[assignment]
 
     @property  # type: ignore[override]
     def _data(self) -> dict:
@@ -105,11 +135,13 @@ class SwapHandle(SwapState, TensorDictCore):
 
     def __del__(self) -> None:
         try:
-            state = self._state
+            record = self._rec
         except AttributeError:  # a handle whose swap raised before it was filled in
             return
-        if state == 0:
+        if record[2] == 0:
             self._release()
+        elif record[2] == 1:  # entered and never exited: its swap ends as it stands
+            record[2] = 2
 
     def __repr__(self) -> str:
         # A handle shown at a prompt (REPL `_`, IPython `Out`) stays referenced:

@@ -67,8 +67,10 @@ class SwapPlan:
 
     Attributes:
         depths: per depth past the root: ``(pick the parent levels, keys,
-            getter)``; the getter turns a value read into the level's mapping
-            (``None``: the values are dicts).
+            getter, whole)``; the getter turns a value read into the level's
+            mapping (``None``: the values are dicts); ``whole``: the one level
+            whose entries, all of them and in order, are this depth's (its
+            values are read after one comparison of its keys), else ``None``.
         sizes, keys: every level's ``len()`` and all keys, levels in order (the
             key structure the mapping must have).
         slot_levels, slot_keys: where each slot's value is read (``slot_levels``
@@ -139,8 +141,14 @@ class SwapPlan:
         the plan's size.
         """
         levels = [data]
-        for parents, keys, getter in self.depths:
-            found = map(getitem, parents(levels), keys)
+        for parents, keys, getter, whole in self.depths:
+            if whole is None:
+                found: Any = map(getitem, parents(levels), keys)
+            else:  # every entry of one level: the same keys in the same order, then its values
+                level = levels[whole]
+                if list(level) != keys:
+                    raise Mismatch
+                found = level.values()
             levels += found if getter is None else map(getter, found)
         # every key is read below and each level has the plan's size: the same keys
         if list(map(len, levels)) != self.sizes:
@@ -148,17 +156,22 @@ class SwapPlan:
         values = list(map(getitem, self.slot_levels(levels), self.slot_keys))
         for level, key in self.unread:
             levels[level][key]
-        if self.parents:
-            parents = self.parents
+        parents = self.parents
+        if parents:
             if parents[0] is None:  # the root, held weakly
                 parents = [self.module(), *parents[1:]]
-            held = list(map(_modules_of, parents))
-            if (
-                list(map(len, held)) != self.child_counts
-                or list(chain.from_iterable(held)) != self.child_names
-                or list(chain.from_iterable(map(dict.values, held))) != self.children
-            ):
-                raise Mismatch
+            if len(parents) == 1:  # one walked module (a Sequential): two list comparisons
+                held = parents[0]._modules
+                if list(held) != self.child_names or list(held.values()) != self.children:
+                    raise Mismatch
+            else:
+                held = list(map(_modules_of, parents))
+                if (
+                    list(map(len, held)) != self.child_counts
+                    or list(chain.from_iterable(held)) != self.child_names
+                    or list(chain.from_iterable(map(dict.values, held))) != self.children
+                ):
+                    raise Mismatch
         olds = list(map(getitem, self.owners, self.names))
         for first_slot, other in self.tied:
             if olds[first_slot] is not olds[other]:
@@ -333,8 +346,14 @@ class _Builder:
             inner = nodes[depth_starts[depth + 1] - 1 : end - 1]
             kinds = {is_dict for _, _, _, is_dict in inner}
             getter = None if kinds == {True} else _data_of if kinds == {False} else _level_of
-            parents = _picker([parent for parent, _, _, _ in inner])
-            plan.depths.append((parents, [key for _, _, key, _ in inner], getter))
+            parents = [parent for parent, _, _, _ in inner]
+            depth_keys = [key for _, _, key, _ in inner]
+            # the whole of one level, in order (a Sequential's root): read its values
+            # after one comparison of its keys, instead of a lookup per key
+            whole = parents[0] if parents == [parents[0]] * len(parents) else None
+            if whole is not None and keys[whole] != depth_keys:
+                whole = None
+            plan.depths.append((_picker(parents), depth_keys, getter, whole))
         plan.sizes = sizes
         plan.keys = list(chain.from_iterable(keys))
         plan.slot_levels = _picker([self.leaf_levels[value] for value in self.spread])
@@ -453,19 +472,25 @@ def _straight_line(plan: SwapPlan, root: nn.Module, keys: list, nodes: list, bui
     for value, (level, key) in enumerate(zip(built.leaf_levels, built.leaf_keys)):
         read_at[(level, key)] = value
         lines.append(f"    v{value} = l{level}[{key!r}]")
+    read_at.update(((parent, key), None) for parent, _, key, _ in nodes)  # the levels
     for level, level_keys in enumerate(keys):  # keys without a place (metadata) exist too
         lines += [f"    l{level}[{key!r}]" for key in level_keys if (level, key) not in read_at]
     lines.append("    root = ROOT()")
     seen: set = set()
+    held: dict = {}  # id(module) -> the local holding its _modules
     for number, (module, name, child) in enumerate(built.steps):
         if (id(module), name) in seen:
             continue
         seen.add((id(module), name))
-        holder = "root" if module is root else f"M{number}"
-        if module is not root:  # the plan must not keep the root module alive
-            constants[holder] = module
+        local = held.get(id(module))
+        if local is None:
+            local = held[id(module)] = f"m{len(held)}"
+            holder = "root" if module is root else f"M{number}"
+            if module is not root:  # the plan must not keep the root module alive
+                constants[holder] = module
+            lines.append(f"    {local} = {holder}._modules")
         constants[f"C{number}"] = child
-        lines.append(f"    if {holder}._modules[{name!r}] is not C{number}: raise Mismatch")
+        lines.append(f"    if {local}[{name!r}] is not C{number}: raise Mismatch")
     for slot, name in enumerate(plan.names):
         constants[f"O{slot}"] = plan.owners[slot]
         lines.append(f"    x{slot} = O{slot}[{name!r}]")

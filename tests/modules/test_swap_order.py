@@ -191,3 +191,55 @@ def test_to_module_and_functional_call_share_one_bounded_cache(plan_kind, monkey
             pass
     plans = module_swap._PLANS[id(model)][1]
     assert len(plans) == module_swap._MAX_PLANS
+
+
+# ---------------------------------------------------------------- plan fits
+def test_reordered_extra_and_missing_root_keys(plan_kind):
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
+    original = _slots(model)
+    params = TensorDict.from_module(model).apply(torch.zeros_like)
+    with params.to_module(model):
+        pass
+    # the same keys in another order: the same values go to the same slots
+    reordered = TensorDict({key: params[key] for key in reversed(list(params.keys()))}, [])
+    with reordered.to_module(model):
+        assert all(model[i].weight is params[str(i), "weight"] for i in range(30))
+    assert all(_slots(model)[k] is original[k] for k in original)
+    extra = params.clone(recurse=False)
+    extra["30"] = TensorDict({"weight": torch.zeros(2, 2)}, [])
+    with pytest.raises(KeyError, match="30"):
+        with extra.to_module(model):
+            pass
+    fewer = params.exclude("29")
+    with fewer.to_module(model):
+        assert model[29].weight is original["29.weight"]
+        assert model[28].weight is params["28", "weight"]
+    assert all(_slots(model)[k] is original[k] for k in original)
+
+
+def test_a_handle_dropped_inside_its_with_block_ends_as_it_stands(plan_kind):
+    model = nn.Linear(2, 2)
+    original = dict(model.named_parameters())
+    zeros = TensorDict.from_module(model).apply(torch.zeros_like)
+    ones = TensorDict.from_module(model).apply(torch.ones_like)
+    handle = zeros.to_module(model)
+    handle.__enter__()
+    del handle  # never exited: the module keeps the zeros, the swap is over
+    assert model.weight is zeros["weight"]
+    with ones.to_module(model):
+        assert model.weight is ones["weight"]
+    assert model.weight is zeros["weight"]
+    with zeros.to_module(model) as old:  # puts back what it found
+        pass
+    assert model.weight is old["weight"] is zeros["weight"]
+    assert original["weight"] is not zeros["weight"]
+
+
+def test_the_handle_is_an_empty_batch_tensordict_until_changed(plan_kind):
+    model = nn.Linear(2, 2)
+    params = TensorDict.from_module(model).apply(torch.zeros_like)
+    with params.to_module(model) as old:
+        assert old.batch_size == torch.Size([]) and old.device is None
+        assert old.names == [] and not old.is_locked
+        old.lock_()
+        assert old.is_locked
