@@ -27,7 +27,7 @@ The batch size is inferred level by level on unflatten
 from __future__ import annotations
 
 import json
-from operator import attrgetter, eq, is_
+from operator import eq, is_
 from typing import Any
 
 import optree
@@ -50,7 +50,7 @@ _new = object.__new__
 _NOTHING: tuple = ()
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
 _ALL_TENSORS: dict[int, tuple] = {}  # width -> (True,) * width, shared by every context
-_shape = attrgetter("shape")
+_tensor_shape = _Tensor.shape.__get__  # type: ignore[attr-defined]  # TypeError for non-tensors
 # Contexts of earlier flattens, by what identifies a level besides its shapes: (class,
 # keys, batch size, device, names, functorch level). An entry is reused when the
 # shapes (and, for a level with nested containers, the kinds of its children and the
@@ -177,15 +177,22 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
     values = data.values()
     batch_size = view._batch_size
     ndim = len(batch_size)
+    found = None
+    if cache is not None:
+        cache_key = (cls, tuple(data), batch_size, view._device, view._names, level)
+        found = cache.get(cache_key)
+        if found is not None and found.nested is None:
+            # A level without nested containers seen before: the shape getter of tensors
+            # refuses anything else, so one read per value checks its kind and its
+            # shape (one size at a time, each freed after its comparison).
+            try:
+                if all(map(eq, map(_tensor_shape, values), found.shapes)):
+                    out.extend(values)
+                    return found
+            except TypeError:
+                pass
     # plain tensors only: fewer steps per leaf (dynamo traces the general loop below)
     if _TENSOR_TYPES.issuperset(map(type, values)) and not _dynamo_compiling():
-        if cache is not None:
-            key = (cls, tuple(data), batch_size, view._device, view._names, level)
-            context = cache.get(key)
-            # one size at a time, each freed after its comparison
-            if context is not None and all(map(eq, map(_shape, values), context.shapes)):
-                out.extend(values)
-                return context
         out.extend(values)
         shapes = tuple([value.shape for value in values])
         width = len(shapes)
@@ -208,7 +215,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
         context.nested = None
         context.width = width
         if cache is not None:
-            _remember(cache, key, context)
+            _remember(cache, cache_key, context)
         return context
     if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
         out.extend(values)
@@ -272,8 +279,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
             nested.append(None)
     width = len(out) - start
     if cache is not None and non_tensor is None:
-        key = (cls, tuple(keys), batch_size, view._device, view._names, level)
-        context = cache.get(key)
+        context = found  # looked up above: without non-tensor values, the keys are the same
         if (
             context is not None
             and context.width == width
@@ -300,7 +306,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
     context.nested = None if nested is None else tuple(nested)
     context.width = width
     if cache is not None and non_tensor is None:
-        _remember(cache, key, context)
+        _remember(cache, cache_key, context)
     return context
 
 

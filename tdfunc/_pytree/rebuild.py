@@ -40,7 +40,6 @@ input check run only where needed.
 
 from __future__ import annotations
 
-from operator import attrgetter
 from operator import eq as _eq
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +48,7 @@ from torch._C import _functorch
 
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData
-from .symbolic import fake_tracing, symbolic
+from .symbolic import _FAKE, _get_mode, symbolic
 from .symbolic import rebuild as symbolic_rebuild
 
 if TYPE_CHECKING:
@@ -59,7 +58,7 @@ _dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the 
 _current_level = _functorch.maybe_current_level
 _get_bdim = _functorch.maybe_get_bdim  # -1 for a tensor that is not batched
 _Tensor = torch.Tensor
-_shape = attrgetter("shape")
+_tensor_shape = _Tensor.shape.__get__  # type: ignore[attr-defined]  # TypeError for non-tensors
 _HOLE = object()  # stands for a leafless nested container until its batch size is known
 _SCALAR = torch.Size([])
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
@@ -249,19 +248,17 @@ def unflatten(children, context: NodeContext):
     """Rebuild a container; children that are not tensors are held without validation."""
     if type(children) is not list:
         children = list(children)
-    # plain tensors (the common case) are neither an in_dims tree nor fake tensors
-    plain = _TENSOR_TYPES.issuperset(map(type, children))
-    if not plain:
-        if _UNSHAPED.issuperset(map(type, children)):
-            return _recorded(children, 0, context)  # an in_dims tree: nothing to infer from
-        if fake_tracing() and symbolic(children):  # torch.export with dynamic dims
-            return symbolic_rebuild(children, 0, context)[0]
-    check = False
-    if not _dynamo_compiling():
-        level = _current_level()
-        # only a deeper level than at flatten time can be vmap's input boundary
-        check = level is not None and (context.level is None or level > context.level)
-    return _rebuild(children, 0, context, check, plain)[0]
+    # an in_dims tree (ints and None) is recognised by its first child
+    if children and type(children[0]) in _UNSHAPED and _UNSHAPED.issuperset(map(type, children)):
+        return _recorded(children, 0, context)  # nothing to infer from
+    if _dynamo_compiling():
+        return _rebuild(children, 0, context, False, True)[0]
+    if _get_mode(_FAKE) is not None and symbolic(children):  # torch.export with dynamic dims
+        return symbolic_rebuild(children, 0, context)[0]
+    level = _current_level()
+    # only a deeper level than at flatten time can be vmap's input boundary
+    check = level is not None and (context.level is None or level > context.level)
+    return _rebuild(children, 0, context, check, False)[0]
 
 
 def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
@@ -284,7 +281,7 @@ def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
     return context.cls._from_pytree(data, batch_size, context.device, context.names)
 
 
-def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, plain=None) -> tuple:
+def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, traced: bool) -> tuple:
     """The container of ``context``'s level from ``leaves[start:]``.
 
     Returns ``(container, holds a tensor, batch size, exact)``; ``exact`` is
@@ -292,33 +289,36 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, plain=
     that all end in their feature shapes after one common prefix (step 1 of
     the inference) is recognised by comparing all shapes at once; see
     :func:`_rebuild_nested` for levels with nested containers and
-    :func:`_rebuild_general` for anything else.
+    :func:`_rebuild_general` for anything else. ``traced``: dynamo traces this call.
     """
     if context.nested is not None:
-        return _rebuild_nested(leaves, start, context, check)
+        return _rebuild_nested(leaves, start, context, check, traced)
     end = start + context.width
-    if not start and end == len(leaves):
-        children = leaves  # ``plain``: whether they are all plain tensors, if known
-    else:
-        children, plain = leaves[start:end], None
-    if plain is None:
-        plain = _TENSOR_TYPES.issuperset(map(type, children))
-    if plain and False not in context.tensor_children:
+    children = leaves if not start and end == len(leaves) else leaves[start:end]
+    if False not in context.tensor_children:
         recorded = context.batch_size
-        if check and children and max(map(_get_bdim, children)) >= len(recorded):
-            _check_vmap_input(children, context)  # perhaps mapped over a feature dim
-            check = False
         features = context.feature_shapes
         batch_size = None
-        # one size at a time (no tuple of sizes kept while the common case is checked)
-        if (
-            tuple([child.shape for child in children]) == context.shapes  # dynamo's form
-            if _dynamo_compiling()
-            else all(map(_eq, map(_shape, children), context.shapes))
-        ):
-            batch_size = recorded  # unchanged (grad, a shape-preserving tree_map)
+        shapes = None
+        if traced:  # dynamo's form: plain tensors only, sizes compared as one tuple
+            if _TENSOR_TYPES.issuperset(map(type, children)):
+                shapes = tuple([child.shape for child in children])
+                if shapes == context.shapes:
+                    batch_size = recorded
         else:
-            shapes = tuple([child.shape for child in children])
+            # The shape getter of tensors refuses anything else (a jacobian's block, an
+            # object held by a transform), which the general rules handle: one read per
+            # child, no separate type check, one size at a time in the common case.
+            try:
+                if all(map(_eq, map(_tensor_shape, children), context.shapes)):
+                    batch_size = recorded  # unchanged (grad, a shape-preserving tree_map)
+                else:
+                    shapes = tuple(map(_tensor_shape, children))
+            except TypeError:
+                return _rebuild_general(children, context, check, None, None, ())
+        if check and children and max(map(_get_bdim, children)) >= len(recorded):
+            _check_vmap_input(children, context)  # perhaps mapped over a feature dim
+        if shapes is not None and batch_size is None:
             if shapes == features:  # every batch dim mapped away (inside vmap)
                 batch_size = _SCALAR
             elif shapes:  # the prefix of the first child, if every child has it
@@ -339,10 +339,13 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, plain=
                 data[key] = kind._make(value, batch_size, context.device)
             container = context.cls._from_pytree(data, batch_size, device, names)
             return container, bool(children), batch_size, True
+        check = False  # checked above
     return _rebuild_general(children, context, check, None, None, ())
 
 
-def _rebuild_nested(leaves: list, start: int, context: NodeContext, check: bool) -> tuple:
+def _rebuild_nested(
+    leaves: list, start: int, context: NodeContext, check: bool, traced: bool
+) -> tuple:
     """:func:`_rebuild` for a level with nested containers: step 1 of the inference
     as the children are rebuilt, when they are tensors of their recorded kind,
     nested containers, or values without a shape."""
@@ -375,7 +378,7 @@ def _rebuild_nested(leaves: list, start: int, context: NodeContext, check: bool)
                     hollow.append(index)
                 continue
         elif inner.width:
-            child, child_tensorful, shape, exact = _rebuild(leaves, start, inner, check)
+            child, child_tensorful, shape, exact = _rebuild(leaves, start, inner, check, traced)
             start += inner.width
             children.append(child)
             if not child_tensorful:

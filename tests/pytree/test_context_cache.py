@@ -49,3 +49,51 @@ def test_non_tensor_values_are_never_shared():
     assert first.non_tensor[0][1] == "train"
     assert second.non_tensor[0][1] == "eval"
     assert first != second
+
+
+def test_a_level_seen_as_tensors_is_not_reused_for_other_kinds_of_values():
+    tensors = TensorDict({"a": torch.zeros(2), "b": torch.ones(2)}, [])
+    torch_pytree.tree_structure(tensors)  # cached: a level of two tensors of shape [2]
+    inner = TensorDict({"x": torch.ones(2, 3)}, [2])  # its shape is the cached one
+    nested = TensorDict({"a": torch.zeros(2), "b": inner}, [])
+    leaves, spec = torch_pytree.tree_flatten(nested)
+    assert [leaf.shape for leaf in leaves] == [torch.Size([2]), torch.Size([2, 3])]
+    assert spec.context.nested is not None and spec.context.nested[1] is not None
+    assert torch_pytree.tree_unflatten(leaves, spec)["b", "x"] is inner["x"]
+    text = TensorDict({"a": torch.zeros(2)}, [])
+    text["b"] = "metadata"
+    leaves, spec = torch_pytree.tree_flatten(text)
+    assert len(leaves) == 1 and spec.context.non_tensor[0][1] == "metadata"
+    assert torch_pytree.tree_unflatten(leaves, spec)["b"] == "metadata"
+
+
+def test_a_level_seen_with_a_nested_container_is_not_reused_for_tensors():
+    inner = TensorDict({"x": torch.ones(2, 3)}, [2])
+    torch_pytree.tree_structure(TensorDict({"c": torch.zeros(2), "d": inner}, []))
+    flat = TensorDict({"c": torch.zeros(2), "d": torch.ones(2)}, [])  # same keys and shapes
+    leaves, spec = torch_pytree.tree_flatten(flat)
+    assert spec.context.nested is None and len(leaves) == 2
+    out = torch_pytree.tree_unflatten(leaves, spec)
+    assert out["c"] is flat["c"] and out["d"] is flat["d"]
+
+
+def test_tensor_children_that_come_back_as_containers_follow_the_general_rules():
+    td = TensorDict({"a": torch.zeros(2), "b": torch.ones(2)}, [])
+    leaves, spec = torch_pytree.tree_flatten(td)
+    # what a jacobian gives for each leaf: blocks whose batch sizes are the leaves' shapes
+    blocks = [TensorDict({"x": torch.ones(2, 3)}, [2]) for _ in leaves]
+    out = torch_pytree.tree_unflatten(blocks, spec)
+    assert out.batch_size == torch.Size([2])  # the longest prefix the blocks share
+    assert out["a"] is blocks[0] and out["b"] is blocks[1]
+    # one leaf still a tensor of its recorded shape: it proposes the recorded batch size
+    assert torch_pytree.tree_unflatten([leaves[0], blocks[1]], spec).batch_size == torch.Size([])
+
+
+def test_tensor_subclasses_rebuild_like_plain_tensors():
+    td = TensorDict({"a": torch.zeros(3, 2), "b": torch.ones(3)}, [3])
+    leaves, spec = torch_pytree.tree_flatten(td)
+    params = [torch.nn.Parameter(leaf[0]) for leaf in leaves]  # the batch dim mapped away
+    out = torch_pytree.tree_unflatten(params, spec)
+    assert out.batch_size == torch.Size([]) and out["a"] is params[0]
+    same = torch_pytree.tree_unflatten([torch.nn.Parameter(leaf) for leaf in leaves], spec)
+    assert same.batch_size == torch.Size([3])
