@@ -42,6 +42,10 @@ _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 # check to a few hundred nanoseconds (it is a visible part of a small forward).
 _requires_grad = operator.attrgetter("requires_grad")
 _data_ptr = torch.Tensor.data_ptr
+_version = operator.attrgetter("_version")
+_is = operator.is_
+_grad_enabled = torch.is_grad_enabled
+_inference_mode = torch.is_inference_mode_enabled
 
 
 def tracing() -> bool:
@@ -67,10 +71,13 @@ class DerivedCache:
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        self.entries: dict = {}
+        # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf, storage
+        # per leaf, versions of the copied leaves (pick them, their versions) or None,
+        # the extended leaves)
+        self.entries: list = [None] * 4
 
     def clear(self) -> None:
-        self.entries.clear()
+        self.entries[:] = [None] * 4
 
     def extend(
         self, context: BatchContext, leaves: tuple, prepare: Callable | None = None
@@ -84,25 +91,36 @@ class DerivedCache:
             return leaves
         if tracing() or not _PLAIN.issuperset(map(type, leaves)):
             return context.extend(leaves if prepare is None else prepare(leaves))
-        key = (torch.is_grad_enabled(), torch.is_inference_mode_enabled())
-        grads = tuple(map(_requires_grad, leaves))
-        pointers = tuple(map(_data_ptr, leaves))
-        entry = self.entries.get(key)
+        mode = _grad_enabled() + 2 * _inference_mode()
+        entry = self.entries[mode]
+        # cheapest first: the objects, then one pass per property (no tuple kept)
         if (
             entry is not None
-            and entry[1] == grads
-            and entry[2] == pointers
-            and all(map(operator.is_, entry[0], leaves))
-            and (not entry[3] or all([leaves[i]._version == v for i, v in entry[3]]))
+            and all(map(_is, entry[0], leaves))
+            and list(map(_requires_grad, leaves)) == entry[1]
+            and list(map(_data_ptr, leaves)) == entry[2]
+            and (entry[3] is None or list(map(_version, entry[3][0](leaves))) == entry[3][1])
         ):
             return entry[4]
         extended = context.extend(leaves if prepare is None else prepare(leaves))
         count = len(leaves)
-        copied = {
-            i
-            for offset, (_, i) in enumerate(context.derivations)
-            if not _aliases(extended[count + offset], leaves[i])
-        }
-        versions = tuple((i, leaves[i]._version) for i in sorted(copied))
-        self.entries[key] = (leaves, grads, pointers, versions, extended)
+        copied = sorted(
+            {
+                i
+                for offset, (_, i) in enumerate(context.derivations)
+                if not _aliases(extended[count + offset], leaves[i])
+            }
+        )
+        versions = None
+        if copied:
+            pick = operator.itemgetter(*copied) if len(copied) > 1 else _one(copied[0])
+            versions = (pick, list(map(_version, pick(leaves))))
+        grads = list(map(_requires_grad, leaves))
+        pointers = list(map(_data_ptr, leaves))
+        self.entries[mode] = (leaves, grads, pointers, versions, extended)
         return extended
+
+
+def _one(index: int) -> Callable:
+    """``itemgetter`` for one index, as a tuple (what it gives for several)."""
+    return lambda values: (values[index],)

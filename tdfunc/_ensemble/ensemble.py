@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from itertools import starmap
+from operator import getitem
 from typing import Any
 
 import torch
@@ -322,7 +324,7 @@ class Ensemble(nn.Module):
             and isinstance(args[0], torch.Tensor)
         ):  # the common call: one input shared by all members
             x = args[0]
-            leaves = self._extended(tuple([owner[key] for owner, key in self._slots]))
+            leaves = self._extended(tuple(starmap(getitem, self._slots)))
             return batched(leaves, x.expand(self._num_members, *x.shape))
         return self._run(None, args, kwargs, in_dims, self._num_members)
 
@@ -358,7 +360,7 @@ class Ensemble(nn.Module):
                 x = args[0]
                 leaves = self._derived.extend(  # self._extended, one frame less
                     self._context,
-                    tuple([owner[key] for owner, key in self._slots]),
+                    tuple(starmap(getitem, self._slots)),  # owner[key] per slot
                     self._with_shared if self._shared else None,
                 )
                 return batched(leaves, x.expand(self._num_members, *x.shape))

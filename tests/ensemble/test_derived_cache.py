@@ -1,0 +1,77 @@
+"""The ensemble's cache of derived leaves, against the same derivations computed afresh.
+
+Each case changes one thing the derived leaves depend on and checks that the
+cache gives what ``BatchContext.extend`` (no cache) gives: the reference is
+the derivation applied to the leaves as they are now.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tdfunc._ensemble.cache import DerivedCache
+from tdfunc._ensemble.registry import BatchContext
+
+
+def _doubled(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor * 2  # a copy: it does not see in-place edits
+
+
+def _transposed(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.mT  # a view: it sees them
+
+
+def _context() -> BatchContext:
+    context = BatchContext(3)
+    for position in range(3):
+        context.derived(_doubled, position)
+    context.derived(_transposed, 0)
+    return context
+
+
+def _leaves() -> tuple:
+    generator = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(2, 3, generator=generator).requires_grad_(i != 1) for i in range(3))
+
+
+def _same(cached: tuple, leaves: tuple, context: BatchContext) -> None:
+    expected = context.extend(leaves)
+    assert len(cached) == len(expected)
+    for got, want in zip(cached, expected):
+        torch.testing.assert_close(got, want)
+        assert got.requires_grad == want.requires_grad
+
+
+def test_reused_while_nothing_changed():
+    cache, context, leaves = DerivedCache(), _context(), _leaves()
+    first = cache.extend(context, leaves)
+    assert cache.extend(context, tuple(leaves)) is first
+    _same(first, leaves, context)
+
+
+def test_every_change_it_depends_on_gives_a_new_entry():
+    cache, context, leaves = DerivedCache(), _context(), _leaves()
+    cache.extend(context, leaves)
+    with torch.no_grad():  # an in-place edit of a leaf whose derived tensor is a copy
+        leaves[2].add_(1)
+    _same(cache.extend(context, leaves), leaves, context)
+    leaves[1].requires_grad_(True)  # unfrozen
+    _same(cache.extend(context, leaves), leaves, context)
+    leaves[0].data = torch.ones(2, 3)  # new storage, same object
+    _same(cache.extend(context, leaves), leaves, context)
+    replaced = (leaves[0], torch.zeros(2, 3), leaves[2])  # another object
+    _same(cache.extend(context, replaced), replaced, context)
+
+
+def test_grad_and_inference_modes_have_their_own_entries():
+    cache, context, leaves = DerivedCache(), _context(), _leaves()
+    with torch.no_grad():
+        frozen = cache.extend(context, leaves)
+    assert not frozen[3].requires_grad
+    trained = cache.extend(context, leaves)
+    assert trained[3].requires_grad and trained[3].grad_fn is not None
+    with torch.inference_mode():
+        inferred = cache.extend(context, leaves)
+    assert inferred is not frozen and inferred is not trained
+    with torch.no_grad():
+        assert cache.extend(context, leaves) is frozen
