@@ -119,11 +119,23 @@ def swap_mapping(
     if entry is not None and entry[0]() is module:
         plans = entry[1]
         plan = plans[0]
-        if plan.tie is tie:  # the most recent plan nearly always fits
+        if plan.tie is tie:  # the most recent plan nearly always fits: _swap, inlined
+            record = None
+            _acquire()
             try:
-                return _swap(plan, data, handle_class)
+                record = [plan.enter(data), plan, 0, _ident()]
+                active = _ACTIVE  # _push, inlined
+                while active and _dropped(active[-1], record[3]):
+                    active.pop()
+                active.append(record)
             except _MISMATCH:
                 pass
+            finally:
+                _release()
+            if record is not None:
+                handle = _new(handle_class)
+                handle._rec = record
+                return handle
         for position, plan in enumerate(plans):
             if plan.tie is not tie:
                 continue
@@ -157,17 +169,22 @@ def _swap(plan: SwapPlan, data, handle_class: type) -> Any:
     _acquire()
     try:
         record = [plan.enter(data), plan, 0, _ident()]
-        active = _ACTIVE
-        # records left on top that will not end as layers: swaps that ended or were
-        # committed, and loads for good (never entered) made by this thread
-        while active and _dropped(active[-1], record[3]):
-            active.pop()
-        active.append(record)
+        _push(record)
     finally:
         _release()
     handle = _new(handle_class)
     handle._rec = record
     return handle
+
+
+def _push(record: list) -> None:
+    """Record a swap in effect (with the lock held)."""
+    active = _ACTIVE
+    # records left on top that will not end as layers: swaps that ended or were
+    # committed, and loads for good (never entered) made by this thread
+    while active and _dropped(active[-1], record[3]):
+        active.pop()
+    active.append(record)
 
 
 def _dropped(record: list, ident: int) -> bool:
