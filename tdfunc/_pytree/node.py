@@ -38,7 +38,7 @@ from torch._C import _functorch
 from .._core.class_names import ALIASES, class_name, lookup_class
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
-from .rebuild import _TENSOR_TYPES, unflatten
+from .rebuild import _FEW, _TENSOR_TYPES, _tensor_shape, unflatten
 from .symbolic import _FAKE, _get_mode, concrete, fake_tracing, symbolic
 
 NAMESPACE = "tdfunc"
@@ -50,7 +50,6 @@ _new = object.__new__
 _NOTHING: tuple = ()
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
 _ALL_TENSORS: dict[int, tuple] = {}  # width -> (True,) * width, shared by every context
-_tensor_shape = _Tensor.shape.__get__  # type: ignore[attr-defined]  # TypeError for non-tensors
 # Contexts of earlier flattens, by what identifies a level besides its shapes: (class,
 # keys, batch size, device, names, functorch level). An entry is reused when the
 # shapes (and, for a level with nested containers, the kinds of its children and the
@@ -186,7 +185,12 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
             # refuses anything else, so one read per value checks its kind and its
             # shape (one size at a time, each freed after its comparison).
             try:
-                if all(map(eq, map(_tensor_shape, values), found.shapes)):
+                shapes = found.shapes
+                if (
+                    tuple(map(_tensor_shape, values)) == shapes  # one C comparison
+                    if len(shapes) <= _FEW
+                    else all(map(eq, map(_tensor_shape, values), shapes))
+                ):
                     out.extend(values)
                     return found
             except TypeError:

@@ -59,6 +59,10 @@ _current_level = _functorch.maybe_current_level
 _get_bdim = _functorch.maybe_get_bdim  # -1 for a tensor that is not batched
 _Tensor = torch.Tensor
 _tensor_shape = _Tensor.shape.__get__  # type: ignore[attr-defined]  # TypeError for non-tensors
+# Up to this many children a level's sizes are read into one tuple and compared at
+# once; wider levels compare one size at a time (no sizes kept alive to count towards
+# a garbage collection).
+_FEW = 256
 _HOLE = object()  # stands for a leafless nested container until its batch size is known
 _SCALAR = torch.Size([])
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
@@ -310,8 +314,12 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, traced
             # object held by a transform), which the general rules handle: one read per
             # child, no separate type check, one size at a time in the common case.
             try:
-                if all(map(_eq, map(_tensor_shape, children), context.shapes)):
-                    batch_size = recorded  # unchanged (grad, a shape-preserving tree_map)
+                if len(children) <= _FEW:
+                    shapes = tuple(map(_tensor_shape, children))
+                    if shapes == context.shapes:
+                        batch_size = recorded  # unchanged (grad, a shape-preserving tree_map)
+                elif all(map(_eq, map(_tensor_shape, children), context.shapes)):
+                    batch_size = recorded
                 else:
                     shapes = tuple(map(_tensor_shape, children))
             except TypeError:
