@@ -51,15 +51,19 @@ _NOTHING: tuple = ()
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
 _ALL_TENSORS: dict[int, tuple] = {}  # width -> (True,) * width, shared by every context
 # Contexts of earlier flattens, by what identifies a level besides its shapes: (class,
-# keys, batch size, device, names, functorch level). An entry is reused when the
-# shapes (and, for a level with nested containers, the kinds of its children and the
-# very contexts of its nested levels) are the ones it records; a level with
-# non-tensor values is never reused. Flattening the same structure again then keeps
-# no new object per leaf alive (a tree of 10,000 leaves would otherwise keep 10,000
-# sizes per call, enough to start several garbage collections per call). Contexts are
-# never mutated, so sharing one between calls is safe; while fake tensors are traced
-# (symbolic sizes, rewritten in place by ``concrete``) and under dynamo no cache is used.
-_CONTEXTS: dict[tuple, NodeContext] = {}
+# keys, batch size, device, names, functorch level, depth below the container
+# flattened). An entry is reused when the shapes (and, for a level with nested
+# containers, the kinds of its children and the very contexts of its nested levels)
+# are the ones it records; a level with non-tensor values is never reused. Flattening
+# the same structure again then keeps no new object per leaf alive (a tree of 10,000
+# leaves would otherwise keep 10,000 sizes per call, enough to start several garbage
+# collections per call). Contexts are never mutated, so sharing one between calls is
+# safe; while fake tensors are traced (symbolic sizes, rewritten in place by
+# ``concrete``) and under dynamo no cache is used.
+# Per key two entries, [level without nested containers, level with them]. Levels of
+# one tree often share keys ("0", "1", ... or "k0", ...): the depth and the two
+# entries keep them from evicting each other on every flatten.
+_CONTEXTS: dict[tuple, list] = {}
 _CONTEXTS_MAX = 4096  # emptied when full: a bound on memory, at the price of rebuilds
 
 
@@ -162,25 +166,33 @@ def _level() -> int | None:
 
 
 def _remember(cache: dict, key: tuple, context: NodeContext) -> None:
-    if len(cache) >= _CONTEXTS_MAX:
-        cache.clear()
-    cache[key] = context
+    pair = cache.get(key)
+    if pair is None:
+        if len(cache) >= _CONTEXTS_MAX:
+            cache.clear()
+        pair = cache[key] = [None, None]
+    pair[context.nested is not None] = context
 
 
-def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | None) -> NodeContext:
+def _inline(
+    view: Any, cls: type, out: list, level: int | None, cache: dict | None, depth: int = 0
+) -> NodeContext:
     """Append the leaves of ``view`` and of its nested containers to ``out``.
 
-    ``cache``: :data:`_CONTEXTS`, or ``None`` where contexts must be new.
+    ``cache``: :data:`_CONTEXTS`, or ``None`` where contexts must be new; ``depth``:
+    how deep ``view`` is nested in the container flattened (part of the cache key).
     """
     data = view._data
     values = data.values()
     batch_size = view._batch_size
     ndim = len(batch_size)
-    found = None
+    found = found_nested = None
     if cache is not None:
-        cache_key = (cls, tuple(data), batch_size, view._device, view._names, level)
-        found = cache.get(cache_key)
-        if found is not None and found.nested is None:
+        cache_key = (cls, tuple(data), batch_size, view._device, view._names, level, depth)
+        pair = cache.get(cache_key)
+        if pair is not None:
+            found, found_nested = pair
+        if found is not None:
             # A level without nested containers seen before: the shape getter of tensors
             # refuses anything else, so one read per value checks its kind and its
             # shape (one size at a time, each freed after its comparison).
@@ -195,6 +207,11 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
                     return found
             except TypeError:
                 pass
+        if found_nested is not None:  # with nested containers: walked against what it was
+            start = len(out)
+            if _as_before(values, found_nested, out, level, cache, depth):
+                return found_nested
+            del out[start:]
     # plain tensors only: fewer steps per leaf (dynamo traces the general loop below)
     if _TENSOR_TYPES.issuperset(map(type, values)) and not _dynamo_compiling():
         out.extend(values)
@@ -261,7 +278,7 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
                     value = value._to_tensordict_view()
                 if nested is None:
                     nested = [None] * len(keys)
-                nested.append(_inline(value, kind, out, level, cache))
+                nested.append(_inline(value, kind, out, level, cache, depth + 1))
                 keys.append(key)
                 shape = value._batch_size
                 shapes.append(shape)
@@ -283,7 +300,8 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
             nested.append(None)
     width = len(out) - start
     if cache is not None and non_tensor is None:
-        context = found  # looked up above: without non-tensor values, the keys are the same
+        # looked up above: without non-tensor values, the keys are the same
+        context = found if nested is None else found_nested
         if (
             context is not None
             and context.width == width
@@ -312,6 +330,31 @@ def _inline(view: Any, cls: type, out: list, level: int | None, cache: dict | No
     if cache is not None and non_tensor is None:
         _remember(cache, cache_key, context)
     return context
+
+
+def _as_before(
+    values: Any, found: NodeContext, out: list, level: Any, cache: dict, depth: int
+) -> bool:
+    """Append the leaves of a level with nested TensorDicts to ``out`` if ``found`` (its
+    cached context, without non-tensor values) still describes it: every tensor of its
+    recorded shape, every nested TensorDict of its recorded class and batch size, whose
+    own flatten gives the very context recorded. Anything else: ``False`` (the caller
+    drops what was appended and takes the general path).
+    """
+    kinds = found.tensor_children
+    for value, inner, shape, is_tensor in zip(values, found.nested, found.shapes, kinds):  # type: ignore[arg-type]
+        if inner is None:
+            if not is_tensor or type(value) not in _TENSOR_TYPES or value.shape != shape:
+                return False
+            out.append(value)
+        elif (
+            type(value) is not inner.cls
+            or not getattr(inner.cls, "_is_tensordict", False)
+            or value._batch_size != shape
+            or _inline(value, inner.cls, out, level, cache, depth + 1) is not inner
+        ):
+            return False
+    return True
 
 
 def _flatten_view(view: Any, cls: type) -> tuple[list, NodeContext]:

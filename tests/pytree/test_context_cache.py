@@ -97,3 +97,38 @@ def test_tensor_subclasses_rebuild_like_plain_tensors():
     assert out.batch_size == torch.Size([]) and out["a"] is params[0]
     same = torch_pytree.tree_unflatten([torch.nn.Parameter(leaf) for leaf in leaves], spec)
     assert same.batch_size == torch.Size([3])
+
+
+def _shared_keys(inner_shape=(3,)) -> TensorDict:
+    """Every level has the keys "0" and "1" (as a Sequential's parameters do)."""
+    leaf = {"0": torch.zeros(*inner_shape), "1": torch.ones(2)}
+    return TensorDict({"0": dict(leaf), "1": {"0": dict(leaf), "1": torch.zeros(4)}}, [])
+
+
+def _contexts(context) -> list:
+    found = [context]
+    for inner in context.nested or ():
+        if inner is not None:
+            found += _contexts(inner)
+    return found
+
+
+def test_levels_that_share_keys_keep_their_contexts():
+    first = _contexts(torch_pytree.tree_structure(_shared_keys()).context)
+    second = _contexts(torch_pytree.tree_structure(_shared_keys()).context)
+    assert len(first) == 4 and all(a is b for a, b in zip(first, second))
+
+
+def test_a_changed_nested_level_is_flattened_anew():
+    torch_pytree.tree_structure(_shared_keys())
+    changed = _shared_keys(inner_shape=(5,))  # a leaf two levels down has another shape
+    leaves, spec = torch_pytree.tree_flatten(changed)
+    assert [leaf.shape[0] for leaf in leaves] == [5, 2, 5, 2, 4]
+    assert spec.context.nested[1].nested[0].shapes == (torch.Size([5]), torch.Size([2]))
+    out = torch_pytree.tree_unflatten(leaves, spec)
+    assert out["1", "0", "0"] is changed["1", "0", "0"]
+    flat = _shared_keys()
+    flat["1", "0"] = torch.zeros(2)  # a nested level replaced by a tensor of its batch size
+    leaves, spec = torch_pytree.tree_flatten(flat)
+    assert [leaf.shape[0] for leaf in leaves] == [3, 2, 2, 4]
+    assert torch_pytree.tree_unflatten(leaves, spec)["1", "0"] is flat["1", "0"]
