@@ -337,6 +337,7 @@ CASES: dict[str, tuple[Callable, str]] = {
     "load_memmap": (_loaded("load_memmap"), "sample"),
     "load_memmap_": (_loaded("load_memmap_"), "sample"),
     "from_consolidated": (_from_consolidated, "sample"),
+    "__reduce_ex__": (lambda o: pickle.loads(pickle.dumps(o.consolidate())), "sample"),
     "load_state_dict": (lambda o: o.load_state_dict((o * 2).state_dict()), "sample"),
     "log": (lambda o: abs(o).log(), "sample"),
     "map": (lambda o: o.map(_map_double, dim=0, num_workers=1, chunksize=2), "sample"),

@@ -52,6 +52,7 @@ class TensorDictCore(TensorOps):
     __slots__ = (
         "__weakref__",
         "_batch_size",
+        "_consolidation",  # the storage consolidate() packed the leaves into (unset: none)
         "_data",
         "_device",
         "_exits",  # the exit actions of the `with` blocks entered, innermost last (context.py)

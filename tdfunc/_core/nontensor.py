@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from . import options
+from .class_names import lookup_class
 from .keys.nested import MISSING, key_parts
 from .shape.sizes import checked_names, index_batch_size, normalize_dim, resolve_shape
 
@@ -46,7 +47,12 @@ class NonTensorData:
         'a string!'
     """
 
-    __slots__ = ("_names", "batch_size", "data", "device")
+    # ``__dict__`` holds only what a leaf gains after construction (lock, shared and
+    # memory-mapped marks, a write-back to its file): building one stays four stores.
+    __slots__ = ("__dict__", "_names", "batch_size", "data", "device")
+    _is_locked = False  # set while a locked container holds it (lock_, share_memory_, memmap_)
+    _is_shared = False  # set by the container's share_memory_()
+    _is_memmap = False  # set when a container's memmap writes it to a file
 
     def __init__(self, data: Any, batch_size=(), device=None, names=None) -> None:
         if isinstance(data, NonTensorData):  # tensordict unwraps a NonTensorData
@@ -75,6 +81,62 @@ class NonTensorData:
         self.batch_size = batch_size
         self.device = device
         return self
+
+    @property
+    def _tensordict(self) -> Any:
+        """A ``TensorDict`` view holding this leaf under ``"data"`` (tensordict's layout).
+
+        It shares this leaf (not a copy) and reports its lock, shared and memory-mapped
+        state.
+
+        Example:
+            >>> NonTensorData("a", batch_size=[2])._tensordict["data"]
+            'a'
+        """
+        view = lookup_class("tdfunc.TensorDict")._new_unsafe(
+            {"data": self}, self.batch_size, self.device, None
+        )
+        return view.lock_() if self._is_locked else view
+
+    def update(self, other: Any, *, inplace: bool = False, non_blocking: bool = False, **kw):
+        """Take the value of ``other`` (a ``NonTensorData``, or a mapping with ``"data"``).
+
+        Every container holding this leaf sees the new value; a leaf written to a
+        file by ``memmap`` writes it there too. A leaf held by a locked container
+        refuses unless ``inplace=True`` (or :meth:`update_`), as tensordict's does.
+
+        Example:
+            >>> leaf = NonTensorData("a")
+            >>> leaf.update(NonTensorData("b")).data
+            'b'
+        """
+        if not inplace and self._is_locked:
+            raise RuntimeError(
+                f"{type(self).__name__}.update: this leaf belongs to a locked container; "
+                f"use update_(...) or update(..., inplace=True) to change its value in place."
+            )
+        if isinstance(other, NonTensorData):
+            value = other._value()
+        elif hasattr(other, "keys") and "data" in other:
+            value = other["data"]
+        else:
+            raise TypeError(
+                f"{type(self).__name__}.update: expected a NonTensorData or a mapping with a "
+                f"'data' entry, got {type(other).__name__}."
+            )
+        if type(self) is not NonTensorData:  # a stack keeps one value per element
+            size = tuple(self.batch_size)
+            source = other if isinstance(other, NonTensorData) else value
+            value = _nested_list(np.broadcast_to(as_array(source, self.batch_size), size))
+        self.data = value
+        write_back = self.__dict__.get("_write_back")
+        if write_back is not None:
+            write_back(value)
+        return self
+
+    def update_(self, other: Any, *, non_blocking: bool = False, **kw):
+        """:meth:`update` in place: allowed while a locked container holds the leaf."""
+        return self.update(other, inplace=True, non_blocking=non_blocking, **kw)
 
     def tolist(self) -> Any:
         """The values as a nested list shaped like the batch (the value itself without one).

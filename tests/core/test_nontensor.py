@@ -128,3 +128,61 @@ def test_tensorclass_get_gives_the_content():
     with pytest.raises(KeyError):
         item.get("nope")
     assert item.get("nope", 3) == 3
+
+
+# ---------------------------------------------------------------- tensordict's leaf surface
+def test_leaf_has_a_dict_without_its_data_and_a_tensordict_view():
+    leaf = NonTensorData("a", batch_size=[2])
+    assert "data" not in leaf.__dict__
+    view = leaf._tensordict
+    assert view["data"] == "a" and view.batch_size == torch.Size([2])
+    assert view.get("data") is leaf  # a view, not a copy
+
+
+@pytest.mark.parametrize("how", ["update_", "update-inplace", "update"])
+@pytest.mark.parametrize("values", [("x", "y"), (0, 1), ([0, "s"], [9, "t"]), ({"k": 1}, {"k": 2})])
+def test_update_of_a_leaf_reaches_every_holder(how, values):
+    before, after = values
+    td = TensorDict({"val": NonTensorData(before)}, [])
+    other = td.copy()  # shares the leaf, as a shallow copy does
+    leaf = td.get("val")
+    if how == "update_":
+        leaf.update_(NonTensorData(after))
+    elif how == "update-inplace":
+        leaf.update(NonTensorData(after), inplace=True)
+    else:
+        leaf.update({"data": after})
+    assert td["val"] == after and other["val"] == after
+
+
+def test_a_locked_container_locks_its_leaves_for_update():
+    td = TensorDict({"val": "x", "n": {"s": "y"}}, []).lock_()
+    for key in ("val", ("n", "s")):
+        with pytest.raises(RuntimeError, match="lock"):
+            td.get(key).update(NonTensorData("z"))
+        td.get(key).update_(NonTensorData("z"))
+        assert td[key] == "z"
+    with td.unlock_():
+        td.get("val").update(NonTensorData("w"))
+        assert td["val"] == "w"
+    with pytest.raises(RuntimeError, match="lock"):
+        td.get("val").update(NonTensorData("v"))
+    td.unlock_()
+    td.get("val").update(NonTensorData("v"))
+    assert td["val"] == "v"
+
+
+def test_share_memory_marks_non_tensor_leaves_and_locks():
+    td = TensorDict({"val": "x"}, [])
+    assert not td._is_shared and not td.get("val")._is_shared
+    td.share_memory_()
+    assert td.is_locked and td._is_shared and td.is_shared()
+    assert td.get("val")._is_shared and td.get("val")._tensordict._is_shared
+
+
+def test_a_stack_update_keeps_one_value_per_element():
+    stack = NonTensorStack.from_list(["a", "b"])
+    stack.update_(NonTensorData("c", batch_size=[2]))
+    assert stack.tolist() == ["c", "c"]
+    stack.update_(NonTensorStack.from_list(["d", "e"]))
+    assert stack.tolist() == ["d", "e"]
