@@ -186,3 +186,49 @@ def test_a_stack_update_keeps_one_value_per_element():
     assert stack.tolist() == ["c", "c"]
     stack.update_(NonTensorStack.from_list(["d", "e"]))
     assert stack.tolist() == ["d", "e"]
+
+
+def test_reading_a_stack_gives_a_linked_list():
+    from tdfunc.utils import LinkedList
+
+    reference = ["foo", "bar"]
+    td = TensorDict({"a": NonTensorStack(*reference)}, [2])
+    read = td["a"]
+    assert isinstance(read, LinkedList) and read == reference
+    assert repr(read) == str(read) == "LinkedList(['foo', 'bar'])"
+    read[0] = "baz"
+    reference[0] = "baz"
+    assert td["a"] == reference and read._td() is td.get("a")
+    read[:2] = ["x", "y"]
+    assert td["a"] == ["x", "y"]
+    read.extend(["z"])  # a change of length detaches the list
+    assert read._td() is None and td["a"] == ["x", "y"]
+    import pickle
+
+    assert pickle.loads(pickle.dumps(read)) == ["x", "y", "z"]
+
+
+def test_calling_a_stored_function():
+    td0, td1 = TensorDict({"a": 0, "b": 0}), TensorDict({"a": 1, "b": 1})
+    funcs = TensorDict({"a": lambda x, y: x - y, "b": lambda x, y: x + y})
+    out = td0.apply(lambda x, y, f: f(x, y), td1, funcs)
+    assert out["a"] == 0 - 1 and out["b"] == 0 + 1
+
+
+@pytest.mark.parametrize("dims", [(None, None), (0, -1), (None, 0), (0, None), (0, 0)])
+def test_flatten_accepts_none_for_the_first_and_last_dims(dims):
+    leaf = NonTensorData(0)
+    reference = np.zeros(()).flatten()  # numpy's flatten of a 0-d array
+    out = leaf.flatten(*dims)
+    assert out.shape == reference.shape and out.tolist() == reference.astype(int).tolist()
+    stack = NonTensorStack.from_list([["a", "b"], ["c", "d"]])
+    assert stack.flatten(None, None).tolist() == ["a", "b", "c", "d"]
+
+
+def test_item_assignment_into_a_stack():
+    stack = NonTensorStack("0", "1")
+    other = NonTensorStack(NonTensorStack("2", "3"), stack_dim=1)
+    stack[:, None] = other
+    assert stack.tolist() == ["2", "3"]
+    stack[0] = "x"
+    assert stack.tolist() == ["x", "3"]
