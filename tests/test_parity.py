@@ -337,6 +337,8 @@ CASES: dict[str, tuple[Callable, str]] = {
     "load_memmap": (_loaded("load_memmap"), "sample"),
     "load_memmap_": (_loaded("load_memmap_"), "sample"),
     "from_consolidated": (_from_consolidated, "sample"),
+    "cat_from_tensordict": (lambda o: o.select("obs").cat_from_tensordict(dim=-1), "sample"),
+    "stack_from_tensordict": (lambda o: o.select("obs").stack_from_tensordict(dim=1), "sample"),
     "__reduce_ex__": (lambda o: pickle.loads(pickle.dumps(o.consolidate())), "sample"),
     "load_state_dict": (lambda o: o.load_state_dict((o * 2).state_dict()), "sample"),
     "log": (lambda o: abs(o).log(), "sample"),

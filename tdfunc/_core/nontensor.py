@@ -51,6 +51,7 @@ class NonTensorData:
     # ``__dict__`` holds only what a leaf gains after construction (lock, shared and
     # memory-mapped marks, a write-back to its file): building one stays four stores.
     __slots__ = ("__dict__", "__weakref__", "_names", "batch_size", "data", "device")
+    _is_non_tensor = True  # what keys(leaves_only=True) leaves out, as tensordict does
     _is_locked = False  # set while a locked container holds it (lock_, share_memory_, memmap_)
     _is_shared = False  # set by the container's share_memory_()
     _is_memmap = False  # set when a container's memmap writes it to a file

@@ -41,7 +41,7 @@ def _is_shared(tensor: torch.Tensor) -> bool:
 
 
 def is_shared(td) -> bool:
-    values = list(td.values(True, True))
+    values = [v for _, v in td._iter_items((), True, True)]  # non-tensor data included
     leaves = [v for v in values if isinstance(v, torch.Tensor)]
     if not leaves:  # only non-tensor data: shared when its share_memory_() marked it so
         marks = [getattr(v, "_is_shared", False) for v in values if is_non_tensor(v)]

@@ -501,7 +501,7 @@ class PersistMixin:
         A container without tensors is memory-mapped when it was saved, or when all
         its non-tensor leaves were written to files by ``memmap``.
         """
-        values = list(self.values(True, True))  # type: ignore[attr-defined]
+        values = [v for _, v in self._iter_items((), True, True)]  # type: ignore[attr-defined]
         leaves = [v for v in values if isinstance(v, torch.Tensor)]
         if not leaves:
             if self.saved_path is not None:

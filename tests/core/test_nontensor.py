@@ -42,7 +42,8 @@ def test_get_items_values_give_non_tensor_data_getitem_gives_value():
     td = TensorDict({"a": torch.zeros(2), "s": "text", "n": {"t": "more"}}, [2])
     assert td["s"] == "text" and td["n", "t"] == "more"
     assert isinstance(td.get("s"), NonTensorData) and td.get("s").data == "text"
-    values = dict(td.items(True, True))
+    assert set(dict(td.items(True, True))) == {"a"}  # tensordict's default leaves: tensors
+    values = dict(td.items(True, True, is_leaf=lambda cls: cls is not TensorDict))
     assert isinstance(values["s"], NonTensorData) and isinstance(values[("n", "t")], NonTensorData)
     assert [type(v).__name__ for v in td.values()] == ["Tensor", "NonTensorData", "TensorDict"]
     assert [k for k, _ in td.non_tensor_items(include_nested=True)] == ["s", ("n", "t")]

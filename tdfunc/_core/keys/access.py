@@ -277,6 +277,8 @@ class AccessMixin(ContainerMixin):
         """``(key, stored value)`` for keys/values/items with ``is_leaf`` and ``sort``."""
         if is_leaf is None:
             pairs = self._iter_items((), include_nested, leaves_only)
+            if leaves_only:  # tensordict's default leaves: tensors, not non-tensor data
+                pairs = ((k, v) for k, v in pairs if not isinstance(v, NonTensorData))
         else:
             pairs = (
                 (k, v)
