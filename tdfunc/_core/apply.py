@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .device import as_device
 from .frozen import refuse_frozen_inside
 from .keys.nested import MISSING
 from .keys.writes import inplace_source
@@ -471,7 +472,7 @@ class ApplyMixin(ContainerMixin):
         return out
 
     def _set_device(self, device) -> None:
-        self._device = torch.device(device)  # type: ignore[misc]
+        self._device = as_device(device)  # type: ignore[misc]
         for value in self._data.values():
             if isinstance(value, NonTensorData):
                 value.device = self._device
