@@ -112,7 +112,7 @@ class KeyViewsMixin(ContainerMixin):
         Example:
             >>> td = TensorDict(a=0, b=TensorDict(c=0, d=0))
             >>> out = td.separates("a", ("b", "d"))
-            >>> sorted(out.keys(True, True)), sorted(td.keys(True, True))
+            >>> list(out.keys(True, True)), list(td.keys(True, True))
             (['a', ('b', 'd')], [('b', 'c')])
         """
         present, missing = [], []
