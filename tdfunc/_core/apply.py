@@ -473,9 +473,12 @@ class ApplyMixin(ContainerMixin):
 
     def _set_device(self, device) -> None:
         self._device = as_device(device)  # type: ignore[misc]
-        for value in self._data.values():
+        data = self._data
+        for key, value in data.items():
             if isinstance(value, NonTensorData):
-                value.device = self._device
+                # a copy: the leaf object may be shared with the source container
+                data[key] = moved = value._with(value.batch_size)
+                moved.device = self._device
             elif _collection(value):
                 value._to_tensordict_view()._set_device(device)
 

@@ -33,3 +33,18 @@ def test_without_the_accelerator_the_name_is_kept(monkeypatch):
 def test_to_sets_the_same_device_the_leaves_report(device):
     td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, batch_size=[2]).to(device)
     assert td.device == td["a"].device == td["n"].device
+
+
+def test_moving_leaves_the_source_non_tensor_values_where_they_were():
+    source = TensorDict({"label": "x", "n": {"tags": ["a", "b"]}, "a": torch.zeros(2)}, [2])
+    moved = source.to("meta")
+    assert moved.get("label").device == torch.device("meta")
+    assert moved.get(("n", "tags")).device == torch.device("meta")
+    assert source.get("label").device is None
+    assert source.get(("n", "tags")).device is None
+    assert moved["label"] == source["label"] == "x"
+    # a shallow clone shares the leaf objects; moving it in place must not move the source's
+    shallow = source.clone(False)
+    shallow.to("meta", inplace=True)
+    assert shallow.get("label").device == torch.device("meta")
+    assert source.get("label").device is None
