@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import os
 
-from ._core.nontensor import is_non_tensor
+from ._core.convert.consolidate import TensorDictFuture
+from ._core.nontensor import LinkedList, is_non_tensor
 from ._core.options import (
     capture_non_tensor_stack,
     get_printoptions,
@@ -31,6 +32,8 @@ from ._core.options import (
 logger = logging.getLogger("tdfunc")
 
 __all__ = [
+    "LinkedList",
+    "TensorDictFuture",
     "capture_non_tensor_stack",
     "get_printoptions",
     "is_non_tensor",

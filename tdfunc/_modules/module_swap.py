@@ -283,11 +283,13 @@ class SwapState:
 
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         record = self._rec
-        if record[2] == 2:
-            return
-        record[2] = 2
+        # The state changes under the lock: another thread's swap drops records of
+        # ended swaps, and must not drop this one before its slots are put back.
         _acquire()
         try:
+            if record[2] == 2:
+                return
+            record[2] = 2
             active = _ACTIVE
             if active and active[-1] is record:  # the latest swap: nested order
                 active.pop()
@@ -299,16 +301,19 @@ class SwapState:
 
     def restore(self) -> None:
         """Put back the objects the module held before the swap (also after a commit)."""
-        if self._rec[2] != 2:
-            self.__exit__(None, None, None)
+        self.__exit__(None, None, None)
 
     def commit(self) -> None:
         """Keep the swapped values for good: plain tensors in ``Parameter`` slots
         become ``Parameter``s (sharing storage; tied slots stay one object)."""
         record = self._rec
-        if record[2] < 2:
-            record[2] = 3
-            commit_swap(record[1], record[0])
+        _acquire()
+        try:
+            if record[2] < 2:
+                record[2] = 3
+                commit_swap(record[1], record[0])
+        finally:
+            _release()
 
 
 class CallSwap(SwapState):
