@@ -48,9 +48,12 @@ _grad_enabled = torch.is_grad_enabled
 _inference_mode = torch.is_inference_mode_enabled
 
 
-def tracing() -> bool:
-    """Whether the current call is traced or transformed (then nothing may be cached)."""
-    if _is_compiling() or _is_exporting():
+def tracing(compiling: bool | None = None) -> bool:
+    """Whether the current call is traced or transformed (then nothing may be cached).
+
+    ``compiling``: ``torch.compiler.is_compiling()``, when the caller has read it.
+    """
+    if (_is_compiling() if compiling is None else compiling) or _is_exporting():
         return True
     if _get_mode(_FAKE) is not None:
         return True
@@ -80,16 +83,21 @@ class DerivedCache:
         self.entries[:] = [None] * 4
 
     def extend(
-        self, context: BatchContext, leaves: tuple, prepare: Callable | None = None
+        self,
+        context: BatchContext,
+        leaves: tuple,
+        prepare: Callable | None = None,
+        compiling: bool | None = None,
     ) -> tuple:
         """``context.extend(leaves)``, from the cache when nothing it depends on changed.
 
         ``prepare`` (views of the leaves, such as shared tensors expanded to the
-        member dim) runs before the derivations and is cached with them.
+        member dim) runs before the derivations and is cached with them;
+        ``compiling``: as for :func:`tracing`.
         """
         if not context.derivations and prepare is None:
             return leaves
-        if tracing() or not _PLAIN.issuperset(map(type, leaves)):
+        if tracing(compiling) or not _PLAIN.issuperset(map(type, leaves)):
             return context.extend(leaves if prepare is None else prepare(leaves))
         mode = _grad_enabled() + 2 * _inference_mode()
         entry = self.entries[mode]

@@ -362,6 +362,7 @@ class Ensemble(nn.Module):
                     self._context,
                     tuple(starmap(getitem, self._slots)),  # owner[key] per slot
                     self._with_shared if self._shared else None,
+                    False,  # not compiling: read above
                 )
                 return batched(leaves, x.expand(self._num_members, *x.shape))
             return self.forward(*args, **kwargs)

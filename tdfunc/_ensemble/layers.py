@@ -147,7 +147,7 @@ def _linear(module: nn.Module, slots: dict, context: BatchContext):
     if b is None:
 
         def step(leaves, x):
-            if x.stride(0) == 0 and _wide(x):
+            if x.stride()[0] == 0 and _wide(x):  # stride(): no argument to parse
                 return shared(leaves, x)
             if x.dim() == 3:
                 return torch.bmm(x, leaves[w])
@@ -158,7 +158,7 @@ def _linear(module: nn.Module, slots: dict, context: BatchContext):
         return step
 
     def step(leaves, x):
-        if x.stride(0) == 0 and _wide(x):
+        if x.stride()[0] == 0 and _wide(x):  # stride(): no argument to parse
             return shared(leaves, x)
         if x.dim() == 3:
             return torch.baddbmm(leaves[b], x, leaves[w])
