@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..context import check_parent_batch
+from ..keys.writes import check_batch_dims
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, NonTensorStack
 from .sizes import as_size, checked_names
@@ -63,6 +64,41 @@ class BatchMixin(ContainerMixin):
         if self._names is not None and len(size) != len(self._names):
             self._names = None
         self._batch_size = size
+
+    # ------------------------------------------------------------ validators
+    def _check_batch_size(self) -> None:
+        """Check that every value's shape starts with the batch size, at every depth.
+
+        Writes are checked one by one (``set``); this checks the whole container at
+        once, for a container whose values could have changed shape behind its back
+        (a stored tensor resized in place). A nested container's batch size must
+        start with its parent's. Raises ``ValueError`` naming the first bad key.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3, 4)}, [3])
+            >>> td._check_batch_size()
+            >>> _ = td.get("a").resize_(2, 4)
+            >>> td._check_batch_size()
+            Traceback (most recent call last):
+            ...
+            ValueError: TensorDict._check_batch_size: the value at key 'a' has shape [2, 4], ...
+        """
+        _check_batch(self, self._batch_size, ())
+
+    def _check_device(self) -> None:
+        """Check that every tensor sits on the container's device (when it has one).
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(3)}, [3], device="cpu")._check_device()
+        """
+        if self._device is None:
+            return
+        for key, leaf in self.items(include_nested=True, leaves_only=True):  # type: ignore[attr-defined]
+            if isinstance(leaf, torch.Tensor) and leaf.device != self._device:
+                raise RuntimeError(
+                    f"{type(self).__name__}._check_device: the tensor at key {key!r} is on "
+                    f"{leaf.device}, but the container's device is {self._device}."
+                )
 
     @property
     def shape(self) -> torch.Size:
@@ -157,3 +193,17 @@ class BatchMixin(ContainerMixin):
             f"{name}: the truth value of a {name} is ambiguous (Converting a tensordict to "
             f"boolean value is not permitted); use .all() or .any()."
         )
+
+
+def _check_batch(container, batch_size: torch.Size, prefix: tuple) -> None:
+    for key, item in container._data.items():
+        path = prefix + (key,)
+        shown = path[0] if len(path) == 1 else path
+        shape = item.batch_size if isinstance(item, (ContainerMixin, NonTensorData)) else None
+        if shape is None:
+            shape = getattr(item, "shape", None)
+        if shape is None:
+            continue
+        check_batch_dims("_check_batch_size", shown, torch.Size(shape), batch_size)
+        if isinstance(item, ContainerMixin):
+            _check_batch(item, item._batch_size, path)
