@@ -378,7 +378,8 @@ def test_torch_autograd_grad_with_containers():
     v = torch.randn(3, requires_grad=True)
     params = TensorDict({"w": w, "n": {"v": v}}, [3])
     out = TensorDict({"y": (w**2).sum(1) * v}, [3])
-    (grads,) = torch.autograd.grad(out.sum(reduce=True), params, retain_graph=True)
+    grads = torch.autograd.grad(out.sum(reduce=True), params, retain_graph=True)
+    assert type(grads) is TensorDict  # one container in, that container of gradients out
     ref_w, ref_v = torch.autograd.grad((w**2).sum(1).mul(v).sum(), (w, v), retain_graph=True)
     assert_leafwise(grads, {("w",): ref_w, ("n", "v"): ref_v}, [3])
     cotangent = TensorDict({"y": torch.arange(3.0)}, [3])
@@ -386,6 +387,11 @@ def test_torch_autograd_grad_with_containers():
     ref_w, ref_v = torch.autograd.grad((w**2).sum(1) * v, (w, v), torch.arange(3.0))
     assert_leafwise(grads, {("w",): ref_w, ("n", "v"): ref_v}, [3])
     torch.testing.assert_close(extra, ref_w)
+    # torch hands a lone input over as a one-tuple: (params,) cannot differ from params
+    w0, v0 = w.detach(), v.detach()
+    out = TensorDict({"y": (w**2).sum(1) * v}, [3])
+    lone = torch.autograd.grad(out.sum(reduce=True), (params,))
+    assert_leafwise(lone, {("w",): 2 * w0 * v0[:, None], ("n", "v"): (w0**2).sum(1)}, [3])
 
 
 # ---------------------------------------------------------------- consolidate
