@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 
+from ._core.mixin import LOCK_ERROR as _LOCK_ERROR
 from ._core.nontensor import is_non_tensor
 from ._core.options import (
     capture_non_tensor_stack,
@@ -30,7 +31,10 @@ from ._core.options import (
 
 logger = logging.getLogger("tdfunc")
 
+# ``_LOCK_ERROR`` keeps tensordict's name: code written for tensordict matches lock
+# errors against ``tensordict.utils._LOCK_ERROR``, and every lock error contains it.
 __all__ = [
+    "_LOCK_ERROR",
     "capture_non_tensor_stack",
     "get_printoptions",
     "is_non_tensor",

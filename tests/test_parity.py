@@ -576,7 +576,7 @@ def test_error_texts_name_the_tensorclass():
         bool(instance)
     with pytest.raises(ValueError, match=r"^Sample\.batch_size: cannot set batch size"):
         instance.batch_size = [5]
-    with pytest.raises(RuntimeError, match=r"^Sample\.del_: cannot add, delete or rename"):
+    with pytest.raises(RuntimeError, match=r"^Sample\.del_: cannot add, replace, delete or rename"):
         instance.lock_().del_("obs")
     with pytest.raises(AttributeError, match=r"^Sample\.set: 'ob' is not a field of Sample"):
         instance.set("ob", torch.zeros(4, 3))

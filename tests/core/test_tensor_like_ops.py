@@ -416,7 +416,7 @@ def test_consolidate_one_storage_locked_and_equal():
     assert out.is_locked
     with pytest.raises(RuntimeError, match="locked"):
         out["new"] = torch.zeros(3, 4)
-    out["a"] = torch.ones(3, 4, 2)  # in place
+    out.set_("a", torch.ones(3, 4, 2))
     assert out["a"].untyped_storage().data_ptr() in pointers
     assert out.consolidate() is out
     again = pickle.loads(pickle.dumps(out))

@@ -35,7 +35,7 @@ from ..context import (
     remember,
 )
 from ..frozen import FROZEN, refuse_frozen_inside
-from ..mixin import ContainerMixin, is_tensor_collection, read_value
+from ..mixin import LOCK_ERROR, ContainerMixin, is_tensor_collection, read_value
 from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
 from .nested import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .update import merge_rule, resize_plan, send_for_set, update_items
@@ -318,11 +318,9 @@ class AccessMixin(ContainerMixin):
                     f"TensorDict.{api}: cannot write key {key!r}: this TensorDict belongs to a "
                     f"frozen TensorClass, which refuses every write."
                 )
-            name = type(self).__name__
             raise RuntimeError(
-                f"{name}.{api}: cannot add, delete or rename key {key!r}: the {name} is "
-                f"locked (Cannot modify locked {name}). Write in place (td.set_(key, value)) "
-                f"or call td.unlock_() first."
+                f"{type(self).__name__}.{api}: cannot add, replace, delete or rename key "
+                f"{key!r}: it is locked. {LOCK_ERROR} Or call td.unlock_() first."
             )
 
     def _write(self, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None:
@@ -332,8 +330,9 @@ class AccessMixin(ContainerMixin):
     def set(self, key, value: Any, *, inplace: bool = False, non_blocking: bool = False) -> Self:
         """Write ``value`` at ``key`` (creating nested TensorDicts as needed); returns self.
 
-        With ``inplace=True`` an existing tensor is written in place. On a locked
-        TensorDict existing entries are always written in place. With
+        With ``inplace=True`` an existing tensor is written in place. A locked
+        TensorDict refuses to replace an entry: write it in place (``inplace=True``
+        or ``set_``). With
         ``non_blocking=True`` a tensor that must change device is sent without
         blocking (``Tensor.to(..., non_blocking=True)``).
 
@@ -535,16 +534,19 @@ class AccessMixin(ContainerMixin):
 
     # ------------------------------------------------------------------ locking
     def lock_(self) -> Self:
-        """Refuse new, deleted and renamed keys (in-place writes stay allowed); returns self.
+        """Refuse new, replaced, deleted and renamed keys; returns self.
 
-        Used as ``with td.lock_():``, the lock state from before the call is
-        restored when the block exits (blocks nest like a stack).
+        Writes into the existing tensors stay allowed (``set_``, ``update_``,
+        ``set(..., inplace=True)``); ``set``, ``td[key] = value`` and ``update``
+        raise ``RuntimeError``, as they would replace the stored tensor. Used as
+        ``with td.lock_():``, the lock state from before the call is restored when
+        the block exits (blocks nest like a stack).
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(2)}, [2]).lock_()
-            >>> td["a"] = torch.ones(2)  # written in place
-            >>> td.is_locked
-            True
+            >>> _ = td.set_("a", torch.ones(2))  # written in place
+            >>> td.is_locked, td["a"].tolist()
+            (True, [1.0, 1.0])
         """
         before = LockState(self)
         _lock_tree(self)

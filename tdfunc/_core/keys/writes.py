@@ -288,11 +288,7 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
         if inplace == "strict":
             raise td._missing(parts, api, prefix)
         node._check_writable(api, full)
-    elif (
-        inplace
-        or node._is_locked
-        or (merge and is_tensor_collection(existing) and (merge is True or merge(value)))
-    ):
+    elif inplace or (merge and is_tensor_collection(existing) and (merge is True or merge(value))):
         if isinstance(existing, _Tensor):
             if node._is_locked == FROZEN:
                 writable_view(node, api, full)
@@ -315,12 +311,18 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
                         prefix + parts,
                     )
                 return
-            if inplace or node._is_locked:
+            if inplace:
                 raise TypeError(
                     f"TensorDict.{api}: cannot write a {type(value).__name__} in place into "
                     f"the {type(existing).__name__} at key {full!r}; pass a mapping."
                 )
     new = convert(node, full, value, node._batch_size, api)
+    if existing is not _NO_DEFAULT and node._is_locked:
+        # Replacing an entry is structural; a bad value is reported first, as by set. A
+        # non-tensor value has no storage to copy into: written in place, it is replaced.
+        swaps_value = inplace and isinstance(existing, NonTensorData)
+        if not (swaps_value and isinstance(new, NonTensorData)) or node._is_locked == FROZEN:
+            node._check_writable(api, full)
     undo.append((node._data, key, existing))
     node._data[key] = new
     if is_tensor_collection(new):
