@@ -387,7 +387,8 @@ class AccessMixin(ContainerMixin):
 
         Atomic: when an entry is invalid, nothing is written. ``clone=True``
         writes copies, ``keys_to_update`` limits the update to these keys (and
-        what is below them), keyword ``entries`` are written too, and
+        what is below them; a level of a listed key that this container lacks is
+        written whole, as in tensordict), keyword ``entries`` are written too, and
         ``ignore_lock=True`` writes into a locked TensorDict as if it were not.
         ``is_leaf(type)`` true for a nested container (or ``TensorDict`` for a
         nested mapping) writes it whole instead of merging it into the existing
@@ -403,7 +404,9 @@ class AccessMixin(ContainerMixin):
         self._check_mutable("update")
         if ignore_lock:  # lifting the lock never lifts frozen: refuse before anything changes
             refuse_frozen_inside(self, "update")
-        items = update_items(other, clone, keys_to_update, non_blocking, self._device)
+        items = update_items(
+            other, clone, keys_to_update, non_blocking, self._device, "update", self
+        )
         if entries:
             items = list(items) + update_items(entries, clone, keys_to_update, False, None)
         merge = merge_rule(is_leaf, self._plain_tensordict())
