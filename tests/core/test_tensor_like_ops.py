@@ -347,6 +347,19 @@ def test_auto_batch_size():
     assert td.auto_batch_size_(batch_dims=1).batch_size == torch.Size([3])
 
 
+def test_auto_batch_size_ignores_non_tensors_and_keeps_levels_without_tensors():
+    plain = {"a": torch.zeros(4, 3, 5), "b": torch.zeros(4, 3)}
+    td = TensorDict(plain, [4, 3])
+    td.set_non_tensor(("data", "text"), "some text")  # a level holding no tensor
+    td["label"] = "top"
+    td.batch_size = []
+    assert td["data"].batch_size == (4, 3)  # nested levels keep theirs
+    assert td.auto_batch_size_().batch_size == plain["b"].shape  # what every tensor shares
+    assert td["data"].batch_size == (4, 3) and td["data", "text"] == "some text"
+    assert TensorDict({}, [2]).auto_batch_size_().batch_size == (2,)
+    assert TensorDict({"s": "x"}, [2]).auto_batch_size_(batch_dims=0).batch_size == ()
+
+
 # ---------------------------------------------------------------- autograd
 def test_backward_grad_data_requires_grad_zero_grad():
     w = torch.randn(3, 2, requires_grad=True)
