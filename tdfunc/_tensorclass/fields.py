@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._core.keys.writes import stacked_list
 from .._core.mixin import is_tensor_collection
 from .._core.nontensor import NonTensorData
 
@@ -284,6 +285,9 @@ def convert_default(
         return fit_tensor(owner, name, torch.as_tensor(value, device=device), size, device)
     if isinstance(value, Mapping):
         return _nested_from_mapping(value, size, device, plain)
+    stack = stacked_list(value, size, device, owner, name)  # a list: one item per element
+    if stack is not None:
+        return stack
     return NonTensorData._make(value, size, device)
 
 

@@ -171,3 +171,32 @@ def test_error_texts_name_the_tensorclass():
 
 class Frozen(TensorClass["frozen"]):
     x: torch.Tensor
+
+
+class Labelled(TensorClass):
+    x: torch.Tensor
+    labels: list
+
+
+@pytest.mark.parametrize("batch_size", [[3], [3, 2]])
+def test_a_list_field_holds_one_item_per_element_like_a_tensordict_entry(batch_size):
+    labels = [["a", "b"], ["c", "d"], ["e", "f"]] if len(batch_size) == 2 else ["a", "b", "c"]
+    data = Labelled(x=torch.zeros(*batch_size, 4), labels=labels, batch_size=batch_size)
+    assert data.labels == labels
+    for i in range(3):  # the reference: the plain list indexed the same way
+        assert data[i].labels == labels[i]
+    assert data[1:].labels == labels[1:]
+    td = TensorDict({"labels": labels}, batch_size)  # the same rule as a TensorDict's
+    assert td[0]["labels"] == data[0].labels
+
+
+def test_a_list_field_that_does_not_fit_the_batch_raises_unless_list_to_stack_is_off():
+    from tdfunc import set_list_to_stack
+
+    with pytest.raises(RuntimeError, match="batch dimension mismatch for the list at key"):
+        Labelled(x=torch.zeros(3, 2), labels=["a", "b", "c"], batch_size=[3, 2])
+    with set_list_to_stack(False):
+        data = Labelled(x=torch.zeros(3, 2), labels=["a", "b", "c"], batch_size=[3, 2])
+    assert data[0, 1].labels == ["a", "b", "c"]  # one value, shared by every element
+    unbatched = Labelled(x=torch.zeros(4), labels=["a", "b", "c"], batch_size=[])
+    assert unbatched.labels == ["a", "b", "c"]
