@@ -192,7 +192,11 @@ def _resolve(field: Field) -> Any:
     if field.target is not MISSING:
         return field.target
     annotation = field.annotation
-    if isinstance(annotation, str):
+    # a quoted annotation under ``from __future__ import annotations`` ("'Node'") is a
+    # string twice: evaluate until it is not a string
+    for _ in range(3):
+        if not isinstance(annotation, str):
+            break
         module = sys.modules.get(field.owner.__module__)
         localns = dict(field.localns or {})
         localns.setdefault(field.owner.__name__, field.owner)

@@ -116,6 +116,10 @@ class TensorClassCore(TensorClassConvert, metaclass=_Meta):
     _tc_field_names: ClassVar[frozenset[str]] = frozenset()
     _tc_converters: ClassVar[dict[str, Callable]] = {}
     _tc_frozen: ClassVar[bool] = False
+    # the casting flags under tensordict's class attribute names (code written for
+    # tensordict reads them); ``_tc_flags`` holds every flag
+    _autocast: ClassVar[bool] = False
+    _nocast: ClassVar[bool] = False
     _get_reads_value: ClassVar[bool] = True  # tensordict: a tensorclass's get gives the value
     _tc_ready: ClassVar[bool] = False  # a real tensorclass (not TensorClass, not a flag carrier)
     _tc_init: ClassVar[Callable[..., None]]
@@ -237,6 +241,7 @@ def _build_class(cls: type[TensorClassCore], flags: dict[str, bool], localns: di
         for field in fields
     }
     cls._tc_frozen = cls._frozen = flags["frozen"]
+    cls._autocast, cls._nocast = flags["autocast"], flags["nocast"]
     cls._field_names = cls._tc_field_names
     cls._tc_ready = True
     cls.__dataclass_fields__ = _dataclass_fields(fields)  # type: ignore[attr-defined]

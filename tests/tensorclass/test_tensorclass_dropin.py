@@ -200,3 +200,26 @@ def test_a_list_field_that_does_not_fit_the_batch_raises_unless_list_to_stack_is
     assert data[0, 1].labels == ["a", "b", "c"]  # one value, shared by every element
     unbatched = Labelled(x=torch.zeros(4), labels=["a", "b", "c"], batch_size=[])
     assert unbatched.labels == ["a", "b", "c"]
+
+
+def test_casting_flags_under_tensordict_class_attribute_names():
+    class Cast(TensorClass["autocast"]):
+        a: int
+
+    @tensorclass(nocast=True)
+    class NoCast:
+        a: int
+
+    assert Cast._autocast and not Cast._nocast
+    assert NoCast._nocast and not NoCast._autocast
+    assert not TensorClass._autocast and not Inner._autocast
+
+
+class Node(TensorClass["autocast"]):
+    value: torch.Tensor
+    child: "Node" = None  # noqa: UP037 (quoted on purpose: a string twice under postponed annotations)
+
+
+def test_a_quoted_self_reference_casts_to_the_class():
+    node = Node(value=torch.zeros(()), child={"value": torch.ones(()), "child": None})
+    assert type(node.child) is Node and node.child.value.item() == 1.0
