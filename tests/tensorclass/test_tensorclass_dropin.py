@@ -223,3 +223,12 @@ class Node(TensorClass["autocast"]):
 def test_a_quoted_self_reference_casts_to_the_class():
     node = Node(value=torch.zeros(()), child={"value": torch.ones(()), "child": None})
     assert type(node.child) is Node and node.child.value.item() == 1.0
+
+
+def test_get_reads_the_properties_of_the_instance():
+    inner = Inner(torch.zeros(2, 3), torch.ones(2), batch_size=[2], names=["n"])
+    for name in ("batch_size", "device", "names", "shape", "batch_dims"):
+        assert inner.get(name) == getattr(inner, name), name
+    with pytest.raises(KeyError, match="'nope' not found"):
+        inner.get("nope")  # neither a field, a key nor a property
+    assert TensorDict({}, [2]).get("batch_size") is None  # a TensorDict reads keys only

@@ -170,6 +170,9 @@ class AccessMixin(ContainerMixin):
         if len(parts) == 1:
             if parts[0] in self._field_names:
                 return None
+            if self._get_reads_value and isinstance(getattr(type(self), parts[0], None), property):
+                # tensordict: a tensorclass's get reads its attributes (get("batch_size"))
+                return getattr(self, parts[0])
         else:
             inner = self._data.get(parts[0])
             if is_tensor_collection(inner):
