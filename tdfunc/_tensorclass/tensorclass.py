@@ -389,6 +389,23 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         "_tc_s0 = _tc_size[0] if _tc_n == 1 else (-2 if _tc_n == 0 else -1)",
     ]
     fast = not flags["autocast"]  # a tensor is stored as it is unless autocast casts it
+    if not flags["frozen"] and _own_setattr(cls):
+        # a class's own __setattr__ sees every field the constructor sets, as a dataclass's
+        # does: start empty, then assign each given field through it
+        body += [
+            "_tc_td = _tc_new_td(_tc_data, _tc_size, _tc_dev, None)",
+            "if names is not None: _tc_td.names = names" if "names" in extra else "pass",
+            "_tc_set_td(_tc_self, _tc_td)",
+        ]
+        for field in fields:
+            if field.default_factory is not MISSING:
+                body.append(
+                    f"if {field.name} is _tc_FACTORY: {field.name} = _tc_factory_{field.name}()"
+                )
+            body.append(f"if {field.name} is not None: _tc_self.{field.name} = {field.name}")
+        if hasattr(cls, "__post_init__"):
+            body.append("_tc_self.__post_init__()")
+        return _compile_init(cls, fields, signature, body, namespace)
     for field in fields:
         name = field.name
         namespace[f"_tc_convert_{name}"] = cls._tc_converters[name]
@@ -416,6 +433,21 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
     body.append("_tc_set_td(_tc_self, _tc_td)")
     if hasattr(cls, "__post_init__"):
         body.append("_tc_self.__post_init__()")
+    return _compile_init(cls, fields, signature, body, namespace)
+
+
+def _own_setattr(cls: type) -> bool:
+    """True when the class, or a user base of it, defines ``__setattr__``."""
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("tdfunc."):
+            return False
+        if "__setattr__" in klass.__dict__ and klass.__dict__["__setattr__"] is not _frozen_setattr:
+            return True
+    return False
+
+
+def _compile_init(cls: type, fields: tuple[Field, ...], signature: str, body: list, namespace):
+    api = cls.__name__
     source = f"def __init__({signature}):\n" + "\n".join("    " + line for line in body)
     exec(compile(source, f"<tdfunc {api}.__init__>", "exec"), namespace)
     init = namespace["__init__"]

@@ -124,9 +124,10 @@ def test_a_subclass_may_override_setattr():
             seen.append(name)
             super().__setattr__(name, value * 2 if name == "x" else value)
 
-    logged = Logged(torch.ones(2), batch_size=[2])
-    logged.x = torch.ones(2)
+    logged = Logged(torch.ones(2), batch_size=[2])  # the constructor assigns through it too
     assert seen == ["x"] and torch.equal(logged.x, torch.full((2,), 2.0))
+    logged.x = torch.full((2,), 3.0)
+    assert seen == ["x", "x"] and torch.equal(logged.x, torch.full((2,), 6.0))
     with pytest.raises(AttributeError):
         logged.y = 1  # still not a field
 
@@ -232,3 +233,28 @@ def test_get_reads_the_properties_of_the_instance():
     with pytest.raises(KeyError, match="'nope' not found"):
         inner.get("nope")  # neither a field, a key nor a property
     assert TensorDict({}, [2]).get("batch_size") is None  # a TensorDict reads keys only
+
+
+def test_the_constructor_assigns_fields_through_a_class_own_setattr():
+    seen = []
+
+    class Shifted(TensorClass, nocast=True):
+        a: int
+        b: int = 0
+
+        def __setattr__(self, key, value):
+            seen.append(key)
+            super().__setattr__(key, value + 1 if key == "b" else value)
+
+    class Child(Shifted):
+        pass
+
+    plain = {"a": torch.zeros(2, 3), "b": torch.zeros(2)}  # the reference: b shifted by one
+    for cls in (Shifted, Child):
+        seen.clear()
+        obj = cls(a=plain["a"], b=plain["b"], batch_size=[2])
+        assert seen == ["a", "b"]
+        assert torch.equal(obj.a, plain["a"]) and torch.equal(obj.b, plain["b"] + 1)
+        obj.b = torch.ones(2)
+        assert seen == ["a", "b", "b"] and torch.equal(obj.b, torch.full((2,), 2.0))
+    assert Shifted(a=torch.zeros(2), batch_size=[2]).b == 1  # the default goes through too
