@@ -52,7 +52,7 @@ def write_back(out: Any, source: Any, inverse: Callable[[Any], Any] | None = Non
     is stored as it is (no closure), so shape operations pay a slot write only.
     """
     try:  # noqa: SIM105 (contextlib.suppress costs more on this hot path)
-        out._last_op = (source, inverse)
+        _holder(out)._last_op = (source, inverse)  # a TensorClass keeps it in its TensorDict
     except AttributeError:
         pass
     return out

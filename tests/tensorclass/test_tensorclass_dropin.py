@@ -258,3 +258,23 @@ def test_the_constructor_assigns_fields_through_a_class_own_setattr():
         obj.b = torch.ones(2)
         assert seen == ["a", "b", "b"] and torch.equal(obj.b, torch.full((2,), 2.0))
     assert Shifted(a=torch.zeros(2), batch_size=[2]).b == 1  # the default goes through too
+
+
+@pytest.mark.parametrize("op", ["view", "reshape", "unsqueeze", "permute"])
+def test_a_shape_block_writes_new_fields_back_into_the_instance(op):
+    @tensorclass
+    class Sample:
+        x: torch.Tensor
+        label: str
+
+    data = Sample(x=None, label="t", batch_size=[3, 4])
+    args = {"view": (-1,), "reshape": (12,), "unsqueeze": (0,), "permute": (1, 0)}[op]
+    value = torch.arange(60.0)  # the reference: the same values viewed back to [3, 4, 5]
+    with getattr(data, op)(*args) as shaped:
+        assert isinstance(shaped, Sample)
+        shaped.x = (
+            value.reshape(*shaped.batch_size, 5)
+            if op != "permute"
+            else (value.reshape(3, 4, 5).permute(1, 0, 2))
+        )
+    assert torch.equal(data.x, value.reshape(3, 4, 5))
