@@ -423,7 +423,7 @@ def mapping_aware(field: Field, converter: Callable, plain: type) -> Callable:
 
     def convert(owner: str, name: str, value: Any, size: torch.Size, device) -> Any:
         if type(value) is not torch.Tensor and isinstance(value, Mapping) and keeps_mappings(field):
-            return NonTensorData._make(dict(value), size, device)
+            return NonTensorData._make(value, size, device)  # the object given, as tensordict
         return converter(owner, name, value, size, device, plain)
 
     return convert

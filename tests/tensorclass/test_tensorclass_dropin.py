@@ -96,6 +96,10 @@ def test_dict_values_stay_dicts_in_dict_and_any_fields():
     assert plain[0].meta == {"a": [1, 2]}  # indexing keeps the value
     plain.meta = {"c": 3}
     assert plain.meta == {"c": 3}
+    from collections import UserDict
+
+    mapping = UserDict({"metadata": "value"})
+    assert Plain(mapping, other=mapping).other is mapping  # the object given, not a copy
 
 
 # ---------------------------------------------------------------------- dataclass
