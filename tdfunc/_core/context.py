@@ -222,7 +222,8 @@ class ContextMixin(ContainerMixin):
                 if type(action) is tuple:
                     source, inverse = action
                     back = self.reshape(source.batch_size) if inverse is None else inverse(self)
-                    source.update(back)
+                    # a locked source keeps its tensors: the block's values are copied in
+                    source.update(back, inplace=bool(source._is_locked))
                 else:
                     action(self)
             finally:

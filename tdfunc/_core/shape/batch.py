@@ -132,8 +132,18 @@ class BatchMixin(ContainerMixin):
 
     @names.setter
     def names(self, value) -> None:
+        """Name the batch dims; nested containers take the names of the dims they share.
+
+        A nested container's leading dims are its parent's, so they carry the same
+        names (its own further dims keep theirs), as in tensordict.
+        """
         self._check_mutable("names")
-        self._names = checked_names(value, self._batch_size, f"{type(self).__name__}.names")
+        api = f"{type(self).__name__}.names"
+        names = checked_names(value, self._batch_size, api)
+        plan = [(self, names)]
+        _plan_shared_names(self, names, plan, api)  # every level checked before any changes
+        for node, new in plan:
+            node._names = new
 
     def refine_names(self, *names) -> Self:
         """Name the batch dims in place, as ``Tensor.refine_names``; returns self.
@@ -207,3 +217,18 @@ def _check_batch(container, batch_size: torch.Size, prefix: tuple) -> None:
         check_batch_dims("_check_batch_size", shown, torch.Size(shape), batch_size)
         if isinstance(item, ContainerMixin):
             _check_batch(item, item._batch_size, path)
+
+
+def _plan_shared_names(node, names: tuple | None, plan: list, api: str) -> None:
+    """Append ``(nested container, its new names)`` for every level below ``node``."""
+    shared = list(names) if names is not None else [None] * len(node._batch_size)
+    for value in node._data.values():
+        if not isinstance(value, ContainerMixin):
+            continue
+        inner = value._to_tensordict_view()
+        own = inner.names[len(shared) :]
+        if inner._names is None and names is None:
+            continue  # nothing named above or here: nothing to share
+        new = checked_names(shared + own, inner._batch_size, api)
+        plan.append((inner, new))
+        _plan_shared_names(inner, new, plan, api)
