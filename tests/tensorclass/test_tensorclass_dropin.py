@@ -282,3 +282,13 @@ def test_a_shape_block_writes_new_fields_back_into_the_instance(op):
             else (value.reshape(3, 4, 5).permute(1, 0, 2))
         )
     assert torch.equal(data.x, value.reshape(3, 4, 5))
+
+
+def test_the_inner_tensordict_under_tensordicts_attribute_name():
+    inner = Inner(torch.zeros(2, 3), torch.ones(2), batch_size=[2])
+    assert type(inner._tensordict) is TensorDict
+    assert inner._tensordict is inner._tensordict  # the instance's own, not a copy
+    inner._tensordict["a"] += 1  # writes reach the instance
+    assert torch.equal(inner.a, torch.ones(2, 3))
+    holder = TensorDict({"inner": inner}, [2])
+    assert holder.get("inner")._tensordict is inner._tensordict
