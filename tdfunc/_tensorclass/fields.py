@@ -220,7 +220,8 @@ def check_tensor_only_annotations(cls, fields: tuple[Field, ...]) -> None:
             raise TypeError(
                 f"{cls.__name__}(tensor_only): field {field.name!r} is annotated {target!r}, "
                 f"which is not a tensor type. tensor_only fields hold tensors (or "
-                f"Optional[Tensor], numbers, arrays, TensorDict/TensorClass); drop "
+                f"Optional[Tensor], numbers, arrays, TensorDict/TensorClass, NonTensorData for a "
+                f"wrapped value); drop "
                 f"tensor_only to store other Python values."
             )
 
@@ -232,10 +233,24 @@ def _tensor_compatible_annotation(target: Any) -> bool:
     if origin is typing.Union or (origin is not None and _is_union(target)):
         return all(_tensor_compatible_annotation(a) for a in typing.get_args(target))
     if isinstance(target, type):
-        return issubclass(target, (torch.Tensor, *_SCALARS)) or getattr(
+        return issubclass(target, (torch.Tensor, *_SCALARS, NonTensorData)) or getattr(
             target, "_is_tensor_collection", False
         )
     return False
+
+
+def holds_non_tensor(field: Field) -> bool:
+    """True for a field annotated ``NonTensorData``: a ``tensor_only`` class keeps its value
+    wrapped (reading the field gives the ``NonTensorData``), as tensordict does."""
+    target = _resolve(field)
+    return isinstance(target, type) and issubclass(target, NonTensorData)
+
+
+def convert_non_tensor(owner: str, name: str, value: Any, size: torch.Size, device, plain) -> Any:
+    """The converter of a ``NonTensorData`` field of a ``tensor_only`` class."""
+    if isinstance(value, NonTensorData):
+        value = value.data
+    return NonTensorData._make(value, size, device)
 
 
 def _is_union(target: Any) -> bool:

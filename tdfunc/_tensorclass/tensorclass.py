@@ -43,7 +43,9 @@ from .fields import (
     collect_fields,
     convert_default,
     convert_nocast,
+    convert_non_tensor,
     convert_tensor_only,
+    holds_non_tensor,
     make_autocast,
     mapping_aware,
     parse_bracket_flags,
@@ -236,7 +238,11 @@ def _build_class(cls: type[TensorClassCore], flags: dict[str, bool], localns: di
     plain = cls._plain_tensordict()
     cls._tc_converters = {
         field.name: mapping_aware(
-            field, make_autocast(field) if flags["autocast"] else converter, plain
+            field,
+            convert_non_tensor
+            if flags["tensor_only"] and holds_non_tensor(field)
+            else (make_autocast(field) if flags["autocast"] else converter),
+            plain,
         )
         for field in fields
     }

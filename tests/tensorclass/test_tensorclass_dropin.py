@@ -292,3 +292,21 @@ def test_the_inner_tensordict_under_tensordicts_attribute_name():
     assert torch.equal(inner.a, torch.ones(2, 3))
     holder = TensorDict({"inner": inner}, [2])
     assert holder.get("inner")._tensordict is inner._tensordict
+
+
+def test_a_tensor_only_class_keeps_a_non_tensor_data_field_wrapped():
+    from collections import UserDict
+
+    from tdfunc import NonTensorData
+
+    class Tagged(TensorClass["tensor_only"]):
+        tag: NonTensorData
+        x: torch.Tensor | None = None
+
+    mapping = UserDict({"metadata": "value"})
+    tagged = Tagged(tag=mapping)
+    assert isinstance(tagged.tag, NonTensorData) and tagged.tag.data is mapping
+    batched = Tagged(tag=NonTensorData("s"), x=torch.zeros(3), batch_size=[3])
+    assert batched.tag.batch_size == (3,) and batched[1].tag.data == "s"
+    with pytest.raises(TypeError, match="expects a tensor"):
+        batched.x = "not a tensor"  # the other fields stay tensor-only
