@@ -241,6 +241,10 @@ CASES: dict[str, tuple[Callable, str]] = {
     "copy_at_": (lambda o: o.copy_at_(o[0] * 0, 1), "sample"),
     "from_dict": (lambda o: type(o).from_dict(o.to_dict(), batch_size=[4, 3]), "sample"),
     "from_any": (lambda o: type(o).from_any(o.to_dict(), batch_size=[4, 3]), "sample"),
+    "from_list": (
+        lambda o: type(o).from_list([o[i].to_dict() for i in range(4)], batch_size=[4, 3]),
+        "sample",
+    ),
     "from_dataclass": (
         lambda o: type(o).from_dataclass(
             _Plain(o["obs"], o["reward"], o["extra"], "train"), batch_size=[4, 3]
