@@ -531,3 +531,23 @@ def test_to_inplace_on_a_locked_container_refuses_only_a_change():
     with td.unlock_():
         td.to(torch.float64, inplace=True)
     assert td["n", "b"].dtype == torch.float64 and td.is_locked
+
+
+def test_a_shallow_copy_has_its_own_nested_tensorclasses_sharing_the_tensors():
+    from tdfunc import TensorClass
+
+    class Pair(TensorClass):
+        x: torch.Tensor
+        label: str
+
+    plain = {"a": torch.zeros(3), "x": torch.ones(3, 2)}
+    td = TensorDict({"a": plain["a"], "pair": Pair(plain["x"], "p", batch_size=[3])}, [3])
+    for copy in (td.clone(False), td.copy()):
+        assert type(copy["pair"]) is Pair and copy["pair"] is not td["pair"]
+        assert copy["pair"].x is plain["x"] and copy["a"] is plain["a"]  # the same tensors
+        copy["pair"].x = torch.full((3, 2), 5.0)  # replacing in the copy leaves td alone
+        assert td["pair"].x is plain["x"]
+    shallow = td.clone(False)
+    td.load_state_dict({"a": torch.ones(3), "pair.x": torch.zeros(3, 2)}, assign=True)
+    assert shallow["pair"].x is plain["x"] and shallow["a"] is plain["a"]  # not reassigned
+    assert torch.equal(td["pair"].x, torch.zeros(3, 2))
