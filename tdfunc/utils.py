@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 import os
 
+from ._core.convert.consolidate import TensorDictFuture
 from ._core.mixin import LOCK_ERROR as _LOCK_ERROR
-from ._core.nontensor import is_non_tensor
+from ._core.nontensor import LinkedList, is_non_tensor
 from ._core.options import (
     capture_non_tensor_stack,
     get_printoptions,
@@ -35,6 +36,8 @@ logger = logging.getLogger("tdfunc")
 # errors against ``tensordict.utils._LOCK_ERROR``, and every lock error contains it.
 __all__ = [
     "_LOCK_ERROR",
+    "LinkedList",
+    "TensorDictFuture",
     "capture_non_tensor_stack",
     "get_printoptions",
     "is_non_tensor",

@@ -209,7 +209,9 @@ def plain_leaves(source: dict, prefix: tuple = ()) -> dict[tuple, object]:
 def leaves_of(td) -> dict[tuple, object]:
     """``{key path: stored value}`` of a TensorDict, read through its public API."""
     out: dict[tuple, object] = {}
-    for key in td.keys(include_nested=True, leaves_only=True):
+    # non-tensor data too: tensordict's default is_leaf leaves it out
+    is_leaf = lambda cls: not getattr(cls, "_is_tensor_collection", False)  # noqa: E731
+    for key in td.keys(include_nested=True, leaves_only=True, is_leaf=is_leaf):
         path = key if isinstance(key, tuple) else (key,)
         out[path] = td.get(key)
     return out

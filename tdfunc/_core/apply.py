@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .device import as_device
 from .frozen import refuse_frozen_inside
 from .keys.nested import MISSING
 from .keys.writes import inplace_source
@@ -467,16 +468,21 @@ class ApplyMixin(ContainerMixin):
             if device is not None:
                 self._set_device(device)
             return self
+        if dtype is None and self.is_consolidated():  # type: ignore[attr-defined]
+            return self._moved_consolidated(device, non_blocking)  # type: ignore[attr-defined]
         out = self._apply_tree(convert, (), None, None, False, check=False)
         if device is not None:
             out._set_device(device)
         return out
 
     def _set_device(self, device) -> None:
-        self._device = torch.device(device)  # type: ignore[misc]
-        for value in self._data.values():
+        self._device = as_device(device)  # type: ignore[misc]
+        data = self._data
+        for key, value in data.items():
             if isinstance(value, NonTensorData):
-                value.device = self._device
+                # a copy: the leaf object may be shared with the source container
+                data[key] = moved = value._with(value.batch_size)
+                moved.device = self._device
             elif _collection(value):
                 value._to_tensordict_view()._set_device(device)
 
@@ -499,16 +505,35 @@ class ApplyMixin(ContainerMixin):
         return self.to(torch.bfloat16)
 
     def share_memory_(self) -> Self:
-        """Move every tensor leaf to shared memory (in place); returns self."""
+        """Move every tensor leaf to shared memory (in place) and lock; returns self.
+
+        As in tensordict, the container is then locked (in-place writes only), and
+        its non-tensor leaves are marked shared (``leaf._is_shared``).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2), "s": "text"}, [2]).share_memory_()
+            >>> td.is_shared(), td.is_locked, td.get("s")._is_shared
+            (True, True, True)
+        """
         for value in self._tensor_leaves():
             value.share_memory_()
-        return self
+        for _, leaf in self.non_tensor_items(True):  # type: ignore[attr-defined]
+            leaf._is_shared = True
+        return self.lock_()  # type: ignore[attr-defined]
 
     def is_shared(self) -> bool:
-        """True when every tensor leaf is in shared memory (and there is at least one)."""
+        """True when every tensor leaf is in shared memory (and there is at least one).
+
+        A container holding only non-tensor data is shared after its ``share_memory_()``.
+        """
         from .repr import is_shared
 
         return is_shared(self)
+
+    @property
+    def _is_shared(self) -> bool:
+        """tensordict's attribute for :meth:`is_shared`."""
+        return self.is_shared()
 
     # last in the class body: these names shadow the builtins for what follows them
     def int(self) -> Self:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .class_names import lookup_class
+from .device import as_device
 from .keys.nested import MISSING
 from .keys.update import moved
 from .keys.writes import build_fast, items_of
@@ -52,6 +53,7 @@ class TensorDictCore(TensorOps):
     __slots__ = (
         "__weakref__",
         "_batch_size",
+        "_consolidation",  # the storage consolidate() packed the leaves into (unset: none)
         "_data",
         "_device",
         "_exits",  # the exit actions of the `with` blocks entered, innermost last (context.py)
@@ -108,7 +110,7 @@ class TensorDictCore(TensorOps):
         size = given.batch_size if inherit else as_size(batch_size)
         self._data = {}
         self._batch_size = size
-        self._device = None if device is None else torch.device(device)
+        self._device = None if device is None else as_device(device)
         self._names = given._to_tensordict_view()._names if inherit else None
         self._is_locked = False
         if names is not None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from .frozen import FROZEN
 from .mixin import ContainerMixin, is_tensor_collection
+from .nontensor import NonTensorData
 
 
 def _holder(container: Any) -> Any:
@@ -157,9 +158,15 @@ class LockState:
                 parent = parent_ref
             record_parent(parent, view)
         ref = weakref.ref(view)
+        locked = bool(view._is_locked)
         for value in view._data.values():
             if is_tensor_collection(value):
-                self._restore(value, bool(view._is_locked), ref)
+                self._restore(value, locked, ref)
+            elif isinstance(value, NonTensorData):  # a leaf is locked with its container
+                if locked:
+                    value._is_locked = True
+                else:
+                    value.__dict__.pop("_is_locked", None)
 
 
 # pending exit actions, entered blocks and the weak link to a parent are not state

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from .nontensor import NonTensorData
+from .nontensor import LinkedList, NonTensorData, NonTensorStack
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -42,6 +42,8 @@ def is_tensor_collection(obj: object) -> bool:
 def read_value(value: Any) -> Any:
     """What reading a stored value returns: non-tensor leaves give their Python value."""
     if isinstance(value, NonTensorData):
+        if type(value) is NonTensorStack:  # item writes to the list reach the stack
+            return LinkedList(value)
         return value._value()
     return value
 

@@ -12,12 +12,14 @@ Both are treated as immutable by tdfunc: writes replace the leaf object.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
 import torch
 
 from . import options
+from .class_names import lookup_class
 from .keys.nested import MISSING, key_parts
 from .shape.sizes import checked_names, index_batch_size, normalize_dim, resolve_shape
 
@@ -46,7 +48,13 @@ class NonTensorData:
         'a string!'
     """
 
-    __slots__ = ("_names", "batch_size", "data", "device")
+    # ``__dict__`` holds only what a leaf gains after construction (lock, shared and
+    # memory-mapped marks, a write-back to its file): building one stays four stores.
+    __slots__ = ("__dict__", "__weakref__", "_names", "batch_size", "data", "device")
+    _is_non_tensor = True  # what keys(leaves_only=True) leaves out, as tensordict does
+    _is_locked = False  # set while a locked container holds it (lock_, share_memory_, memmap_)
+    _is_shared = False  # set by the container's share_memory_()
+    _is_memmap = False  # set when a container's memmap writes it to a file
 
     def __init__(self, data: Any, batch_size=(), device=None, names=None) -> None:
         if isinstance(data, NonTensorData):  # tensordict unwraps a NonTensorData
@@ -75,6 +83,70 @@ class NonTensorData:
         self.batch_size = batch_size
         self.device = device
         return self
+
+    @property
+    def _tensordict(self) -> Any:
+        """A ``TensorDict`` view holding this leaf under ``"data"`` (tensordict's layout).
+
+        It shares this leaf (not a copy) and reports its lock, shared and memory-mapped
+        state.
+
+        Example:
+            >>> NonTensorData("a", batch_size=[2])._tensordict["data"]
+            'a'
+        """
+        view = lookup_class("tdfunc.TensorDict")._new_unsafe(
+            {"data": self}, self.batch_size, self.device, None
+        )
+        return view.lock_() if self._is_locked else view
+
+    def update(self, other: Any, *, inplace: bool = False, non_blocking: bool = False, **kw):
+        """Take the value of ``other`` (a ``NonTensorData``, or a mapping with ``"data"``).
+
+        Every container holding this leaf sees the new value; a leaf written to a
+        file by ``memmap`` writes it there too. A leaf held by a locked container
+        refuses unless ``inplace=True`` (or :meth:`update_`), as tensordict's does.
+
+        Example:
+            >>> leaf = NonTensorData("a")
+            >>> leaf.update(NonTensorData("b")).data
+            'b'
+        """
+        if not inplace and self._is_locked:
+            raise RuntimeError(
+                f"{type(self).__name__}.update: this leaf belongs to a locked container; "
+                f"use update_(...) or update(..., inplace=True) to change its value in place."
+            )
+        if isinstance(other, NonTensorData):
+            value = other._value()
+        elif hasattr(other, "keys") and "data" in other:
+            value = other["data"]
+        else:
+            raise TypeError(
+                f"{type(self).__name__}.update: expected a NonTensorData or a mapping with a "
+                f"'data' entry, got {type(other).__name__}."
+            )
+        if type(self) is not NonTensorData:  # a stack keeps one value per element
+            size = tuple(self.batch_size)
+            source = other if isinstance(other, NonTensorData) else value
+            value = _nested_list(np.broadcast_to(as_array(source, self.batch_size), size))
+        self._set_value(value)
+        return self
+
+    def _set_value(self, value: Any) -> None:
+        """Replace the value in place (a memory-mapped leaf writes it to its file too)."""
+        self.data = value
+        write_back = self.__dict__.get("_write_back")
+        if write_back is not None:
+            write_back(value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the value (a function stored as non-tensor data), as tensordict does."""
+        return self.data(*args, **kwargs)
+
+    def update_(self, other: Any, *, non_blocking: bool = False, **kw):
+        """:meth:`update` in place: allowed while a locked container holds the leaf."""
+        return self.update(other, inplace=True, non_blocking=non_blocking, **kw)
 
     def tolist(self) -> Any:
         """The values as a nested list shaped like the batch (the value itself without one).
@@ -135,8 +207,9 @@ class NonTensorData:
     def expand(self, *shape) -> NonTensorData:
         return self._with(_meta(self.batch_size).expand(_dims(shape)).shape)
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> NonTensorData:
-        return self._with(_meta(self.batch_size).flatten(start_dim, end_dim).shape)
+    def flatten(self, start_dim: int | None = 0, end_dim: int | None = -1) -> NonTensorData:
+        """Flatten batch dims ``start_dim..end_dim`` (None: the first / the last)."""
+        return self._with(_flat_shape(self.batch_size, start_dim, end_dim))
 
     def unflatten(self, dim: int, sizes) -> NonTensorData:
         return self._with(_meta(self.batch_size).unflatten(dim, sizes).shape)
@@ -337,9 +410,13 @@ class NonTensorStack(NonTensorData):
         target = tuple(_meta(self.batch_size).expand(_dims(shape)).shape)
         return self._from(np.broadcast_to(self._array(), target).copy())
 
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> NonTensorData:
-        target = _meta(self.batch_size).flatten(start_dim, end_dim).shape
+    def flatten(self, start_dim: int | None = 0, end_dim: int | None = -1) -> NonTensorData:
+        target = _flat_shape(self.batch_size, start_dim, end_dim)
         return self._from(self._array().reshape(tuple(target)))
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Write ``value`` (a value, a list or a non-tensor leaf) at ``index``, in place."""
+        self._set_value(write_at(self, index, value).data)
 
     def unflatten(self, dim: int, sizes) -> NonTensorData:
         target = _meta(self.batch_size).unflatten(dim, sizes).shape
@@ -376,7 +453,79 @@ class NonTensorStack(NonTensorData):
         )
 
 
+class LinkedList(list):
+    """The list that reading a ``NonTensorStack`` entry returns; item writes reach the stack.
+
+    Writing an item (``td["a"][0] = "x"``) writes it into the stack the list was read
+    from; a change of length (``append``, ``extend``, ...) cannot, so it detaches
+    the list (``_td()`` is then None) and changes only the list.
+
+    Example:
+        >>> td = TensorDict({"a": NonTensorStack("foo", "bar")}, [2])
+        >>> td["a"][0] = "baz"
+        >>> td["a"]
+        LinkedList(['baz', 'bar'])
+    """
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, stack: NonTensorData) -> None:
+        super().__init__(stack.data)
+        self._ref: Any = weakref.ref(stack)
+
+    def _td(self) -> NonTensorData | None:
+        """The stack this list writes to, or None once detached."""
+        return None if self._ref is None else self._ref()
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        before = len(self)
+        list.__setitem__(self, index, value)
+        stack = self._td()
+        if stack is None:
+            return
+        if len(self) != before:  # a slice write that changed the length: the stack cannot
+            self._ref = None
+            return
+        stack._set_value(list(self))
+
+    def _detached(name: str):
+        method = getattr(list, name)
+
+        def detach(self, *args: Any, **kwargs: Any) -> Any:
+            self._ref = None
+            return method(self, *args, **kwargs)
+
+        detach.__name__ = name
+        detach.__doc__ = f"``list.{name}``; the list no longer writes to the stack after it."
+        return detach
+
+    append = _detached("append")
+    extend = _detached("extend")
+    insert = _detached("insert")
+    pop = _detached("pop")
+    remove = _detached("remove")
+    clear = _detached("clear")
+    __delitem__ = _detached("__delitem__")
+    __iadd__ = _detached("__iadd__")
+    __imul__ = _detached("__imul__")
+    del _detached
+
+    def __repr__(self) -> str:
+        return f"LinkedList({list.__repr__(self)})"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> Any:  # pickles as the plain list it holds
+        return list, (list(self),)
+
+
 # ---------------------------------------------------------------------- helpers
+def _flat_shape(batch_size: torch.Size, start_dim: int | None, end_dim: int | None):
+    start = 0 if start_dim is None else start_dim
+    end = -1 if end_dim is None else end_dim
+    return _meta(batch_size).flatten(start, end).shape
+
+
 def _equal(left: Any, right: Any) -> bool:
     try:
         return bool(left == right)

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .nontensor import is_non_tensor
 from .options import PRINT
 
 
@@ -40,8 +41,12 @@ def _is_shared(tensor: torch.Tensor) -> bool:
 
 
 def is_shared(td) -> bool:
-    leaves = [v for v in td.values(True, True) if isinstance(v, torch.Tensor)]
-    return bool(leaves) and all(_is_shared(v) for v in leaves)
+    values = [v for _, v in td._iter_items((), True, True)]  # non-tensor data included
+    leaves = [v for v in values if isinstance(v, torch.Tensor)]
+    if not leaves:  # only non-tensor data: shared when its share_memory_() marked it so
+        marks = [getattr(v, "_is_shared", False) for v in values if is_non_tensor(v)]
+        return bool(marks) and all(marks)
+    return all(_is_shared(v) for v in leaves)
 
 
 def fields_block(items: list[tuple[str, str]], separator: str = ": ") -> str:

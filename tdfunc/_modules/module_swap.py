@@ -266,22 +266,25 @@ class SwapState:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        if self._state == 2:
-            return
-        self._state = 2
+        # The state changes under the lock: another thread's swap drops records of
+        # ended handles, and must not drop this one before its slots are put back.
         with _LOCK:
+            if self._state == 2:
+                return
+            self._state = 2
             active = _ACTIVE
             if active and active[-1][0]() is self:  # the latest swap: nested order
                 active.pop()
                 self._plan.write(self._olds)
                 return
-        self._undo()
+            _unwind(self)
 
     def restore(self) -> None:
         """Put back the objects the module held before the swap (also after a commit)."""
-        if self._state != 2:
-            self._state = 2
-            self._undo()
+        with _LOCK:
+            if self._state != 2:
+                self._state = 2
+                self._undo()
 
     def _undo(self) -> None:
         with _LOCK:
@@ -295,9 +298,10 @@ class SwapState:
     def commit(self) -> None:
         """Keep the swapped values for good: plain tensors in ``Parameter`` slots
         become ``Parameter``s (sharing storage; tied slots stay one object)."""
-        if self._state < 2:
-            self._state = 3
-            commit_swap(self._plan, self._olds)
+        with _LOCK:
+            if self._state < 2:
+                self._state = 3
+                commit_swap(self._plan, self._olds)
 
 
 class CallSwap(SwapState):

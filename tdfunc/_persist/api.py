@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .._core.frozen import refuse_frozen_inside
+from .._core.nontensor import is_non_tensor
 from . import load as _persist_load
 from . import save as _persist_save
 from .memmap_tensor import MemoryMappedTensor
@@ -495,9 +496,21 @@ class PersistMixin:
         return path
 
     def is_memmap(self) -> bool:
-        """True when every tensor leaf is a ``MemoryMappedTensor`` (and there is one)."""
-        values = self.values(True, True)  # type: ignore[attr-defined]
+        """True when every tensor leaf is a ``MemoryMappedTensor`` (and there is one).
+
+        A container without tensors is memory-mapped when it was saved, or when all
+        its non-tensor leaves were written to files by ``memmap``.
+        """
+        values = [v for _, v in self._iter_items((), True, True)]  # type: ignore[attr-defined]
         leaves = [v for v in values if isinstance(v, torch.Tensor)]
         if not leaves:
-            return self.saved_path is not None
+            if self.saved_path is not None:
+                return True
+            marks = [getattr(v, "_is_memmap", False) for v in values if is_non_tensor(v)]
+            return bool(marks) and all(marks)
         return all(isinstance(v, MemoryMappedTensor) for v in leaves)
+
+    @property
+    def _is_memmap(self) -> bool:
+        """tensordict's attribute for :meth:`is_memmap`."""
+        return self.is_memmap()

@@ -28,6 +28,7 @@ from .directory import worker_pool
 from .format import DTYPES, META, decode_object, open_meta, same_meta
 from .memmap_tensor import check_file, map_file, nbytes_of
 from .save import remember_path
+from .write_back import bind
 
 _ATTEMPTS = 5
 
@@ -104,8 +105,11 @@ class _Load:
                         value = decode_object(path, self.api)
                     except FileNotFoundError as error:
                         raise _Gone(error) from None
-                leaf = NonTensorStack if entry["stack"] else NonTensorData
-                data[key] = leaf._make(value, torch.Size(entry["batch_size"]), self.result_device)
+                kind_ = NonTensorStack if entry["stack"] else NonTensorData
+                leaf = kind_._make(value, torch.Size(entry["batch_size"]), self.result_device)
+                if self.device is None and not self.placeholder:
+                    bind(leaf, directory, key)  # mapped, like the tensors: updates reach disk
+                data[key] = leaf
         names = node["names"]
         names = None if names is None or all(n is None for n in names) else tuple(names)
         return _Planned(klass, data, torch.Size(node["batch_size"]), names, directory)

@@ -740,7 +740,11 @@ def reduce_collection_for_process(container: Any) -> tuple:
             if maps is False:
                 maps = read_maps()
             shipped[key] = _as_file_view(value, maps)  # type: ignore[arg-type]
-    if len(shipped) and any(shipped[k] is not data[k] for k in data):
-        slots = dict(slots, _data=shipped)
+    changed = len(shipped) and any(shipped[k] is not data[k] for k in data)
+    if changed or "_consolidation" in slots:
+        # the receiver maps each leaf's file itself: its leaves no longer share one
+        # storage, so it is not consolidated (and the storage is not sent).
+        slots = {k: v for k, v in slots.items() if k != "_consolidation"}
+        slots["_data"] = shipped
         reduced = (*reduced[:2], (state[0], slots), *reduced[3:])
     return reduced

@@ -60,6 +60,7 @@ from .format import (
     write_meta,
 )
 from .memmap_tensor import MemoryMappedTensor, allocate_file, map_file, nbytes_of, write_file
+from .write_back import bind
 
 _CPU = torch.device("cpu")
 _SHOWN = 5  # entries named in a "directory in the way" error
@@ -337,9 +338,10 @@ class _Save:
     def _plan_object(self, level: _Level, key: str, value: NonTensorData, path) -> dict:
         stack = type(value) is NonTensorStack
         entry: dict = {"kind": "non_tensor", "batch_size": list(value.batch_size), "stack": stack}
-        level.results[key] = type(value)._make(value.data, value.batch_size, _CPU)
+        leaf = level.results[key] = type(value)._make(value.data, value.batch_size, _CPU)
         if level.directory is None:
             return entry
+        bind(leaf, level.directory, key)
         if is_json_exact(value.data):
             entry["value"] = value.data
             return entry

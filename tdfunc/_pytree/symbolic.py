@@ -50,11 +50,20 @@ def _hinted(size: Any) -> Any:
         return None
     if all(type(d) is int for d in size):
         return size
+    hint = _size_hint()
+    return torch.Size([d if type(d) is int else hint(d) for d in size])
+
+
+def _size_hint() -> Any:
+    """torch's example value for a symbolic size (-1 where it has none)."""
     # imported here: the module costs about 0.3 s of `import tdfunc` and only symbolic
     # sizes (torch.export with dynamic shapes) ever reach this line
-    from torch.fx.experimental.symbolic_shapes import optimization_hint
+    from torch.fx.experimental import symbolic_shapes
 
-    return torch.Size([d if type(d) is int else optimization_hint(d, fallback=-1) for d in size])
+    hint = getattr(symbolic_shapes, "optimization_hint", None)
+    if hint is None:  # torch before 2.13 names it hint_int
+        hint = symbolic_shapes.hint_int
+    return lambda size: hint(size, fallback=-1)
 
 
 def concrete(context: NodeContext) -> NodeContext:

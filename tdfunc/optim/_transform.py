@@ -54,6 +54,17 @@ def _backend(*groups) -> Any:
     return _kernels.FOREACH
 
 
+def _leaf_device(device: torch.device | None, leaves: list) -> torch.device | None:
+    """Where the step counter lives: the container's device, else its first leaf's.
+
+    A container built from modules carries no device of its own; a counter made on
+    the CPU beside CUDA leaves would fail at the first update.
+    """
+    if device is not None:
+        return device
+    return leaves[0].device if leaves else None
+
+
 def _paths(tree: Any) -> Callable[[int], str]:
     def path(index: int) -> str:
         entries, _ = pytree.tree_flatten_with_path(tree)
@@ -141,7 +152,8 @@ class GradientTransformation:
         read = None if _is_compiling() else _leaves.read(params, [])
         if read is not None:  # a plain TensorDict: moments built like it, no treespec
             leaves = read[0]
-            step = torch.zeros(params._batch_size, dtype=torch.float32, device=params._device)
+            device = _leaf_device(params._device, leaves)
+            step = torch.zeros(params._batch_size, dtype=torch.float32, device=device)
             state = {"step": step}
             for name in self._moments:
                 state[name] = _leaves.build(params, [torch.zeros_like(leaf) for leaf in leaves])
@@ -156,10 +168,10 @@ class GradientTransformation:
                 )
         if tdfunc.is_tensor_collection(params):
             batch_size = params.batch_size
-            device = params.device
+            device = _leaf_device(params.device, leaves)
         else:
             batch_size = torch.Size([])
-            device = leaves[0].device if leaves else None
+            device = _leaf_device(None, leaves)
         step = torch.zeros(batch_size, dtype=torch.float32, device=device)
         moments = {
             name: pytree.tree_unflatten([torch.zeros_like(leaf) for leaf in leaves], spec)

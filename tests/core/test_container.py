@@ -35,6 +35,11 @@ def test_batch_size_spellings(batch_size):
     assert type(td.batch_size) is torch.Size
 
 
+def _not_a_container(cls: type) -> bool:
+    """An ``is_leaf`` that counts non-tensor data as leaves (tensordict's default does not)."""
+    return not getattr(cls, "_is_tensor_collection", False)
+
+
 def test_batch_size_int_and_default():
     assert TensorDict({"x": torch.zeros(3)}, 3).batch_size == torch.Size([3])
     assert TensorDict({"x": torch.zeros(3)}).batch_size == torch.Size([])
@@ -64,7 +69,13 @@ def test_nested_dict_value_gets_parent_batch_size():
 
 def test_construct_with_tuple_keys_and_mixed_values():
     td = TensorDict({("a", "b"): torch.zeros(2), "a": {"c": torch.ones(2)}, "s": "hi"}, [2])
-    assert sorted(td.keys(True, True), key=str) == [("a", "b"), ("a", "c"), "s"]
+    # tensordict's default leaves are tensors: non-tensor data needs is_leaf
+    assert sorted(td.keys(True, True), key=str) == [("a", "b"), ("a", "c")]
+    assert sorted(td.keys(True, True, is_leaf=_not_a_container), key=str) == [
+        ("a", "b"),
+        ("a", "c"),
+        "s",
+    ]
     assert td["s"] == "hi"
 
 
@@ -156,10 +167,17 @@ def test_keys_top_level_and_nested():
         ("b", "d", "e"),
         "s",
     ]
-    assert list(td.keys(True, True)) == ["a", ("b", "c"), ("b", "d", "e"), "s"]
-    assert list(td.keys(leaves_only=True)) == ["a", "s"]
-    assert len(td.keys()) == 3 and len(td.keys(True, True)) == 4
-    assert list(td.keys(True, True, sort=True)) == ["a", ("b", "c"), ("b", "d", "e"), "s"]
+    assert list(td.keys(True, True)) == ["a", ("b", "c"), ("b", "d", "e")]
+    assert list(td.keys(leaves_only=True)) == ["a"]
+    assert "s" in td and "s" not in td.keys(leaves_only=True)
+    assert len(td.keys()) == 3 and len(td.keys(True, True)) == 3
+    assert list(td.keys(True, True, sort=True)) == ["a", ("b", "c"), ("b", "d", "e")]
+    assert list(td.keys(True, True, is_leaf=_not_a_container)) == [
+        "a",
+        ("b", "c"),
+        ("b", "d", "e"),
+        "s",
+    ]
 
 
 def test_keys_membership_unravels_nested_tuples():
@@ -176,7 +194,8 @@ def test_keys_membership_unravels_nested_tuples():
 
 def test_values_and_items():
     td = _nested()
-    items = dict(td.items(True, True))
+    assert set(dict(td.items(True, True))) == {"a", ("b", "c"), ("b", "d", "e")}
+    items = dict(td.items(True, True, is_leaf=_not_a_container))
     assert set(items) == {"a", ("b", "c"), ("b", "d", "e"), "s"}
     assert items["s"] == "x"
     assert items[("b", "c")] is td["b", "c"]
@@ -382,7 +401,7 @@ def test_select_and_exclude_share_leaves():
     assert ("b", "new") not in td  # the structure is a copy
     assert td.select("a", "zz", strict=False).keys() == {"a"}
     ex = td.exclude("a", ("b", "d"), "not-there")
-    assert set(ex.keys(True, True)) == {("b", "c"), "s"}
+    assert set(ex.keys(True, True, is_leaf=_not_a_container)) == {("b", "c"), "s"}
     assert "a" in td and ("b", "d", "e") in td
     assert ex["b", "c"] is td["b", "c"]
 

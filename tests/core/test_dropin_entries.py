@@ -199,14 +199,6 @@ def test_expand_as_a_container_expands_leaf_by_leaf():
     assert small.expand_as(torch.zeros(2, 3)).batch_size == torch.Size([2, 3])
 
 
-def test_consolidate_refuses_nested_tensors_clearly():
-    jagged = torch.nested.nested_tensor([torch.zeros(1), torch.zeros(2)], layout=torch.jagged)
-    td = TensorDict({"a": jagged, "b": torch.zeros(2)}, [2])
-    assert not td.is_consolidated()
-    with pytest.raises(TypeError, match="nested"):
-        td.consolidate()
-
-
 def test_reflected_logical_operators():
     mask = torch.tensor([True, False, True])
     td = TensorDict({"m": mask, "n": {"k": ~mask}}, [3])

@@ -90,14 +90,20 @@ def test_apply_is_leaf_gives_non_tensor_and_nested_values_whole():
     assert sorted(seen) == ["Tensor", "TensorDict"] and out["n"] is td["n"]
 
 
+def _not_a_container(cls: type) -> bool:
+    return not getattr(cls, "_is_tensor_collection", False)
+
+
 def test_keys_values_items_is_leaf_and_sort():
     td = TensorDict({"z": torch.zeros(()), "a": {"y": torch.zeros(()), "b": "s"}})
-    assert list(td.keys(True, True, sort=True)) == [("a", "b"), ("a", "y"), "z"]
+    assert list(td.keys(True, True, sort=True)) == [("a", "y"), "z"]  # non-tensor left out
+    everything = td.keys(True, True, is_leaf=_not_a_container, sort=True)
+    assert list(everything) == [("a", "b"), ("a", "y"), "z"]
     only_tensors = td.keys(True, True, is_leaf=lambda cls: issubclass(cls, torch.Tensor))
     assert sorted(map(str, only_tensors)) == ["('a', 'y')", "z"]
     values = list(td.values(True, True, is_leaf=lambda cls: cls is TensorDict))
     assert values == [td["a"]]
-    assert [k for k, _ in td.items(True, True, sort=True)] == [("a", "b"), ("a", "y"), "z"]
+    assert [k for k, _ in td.items(True, True, sort=True)] == [("a", "y"), "z"]
 
 
 def test_to_inplace_and_to_another_container():

@@ -42,7 +42,8 @@ def test_get_items_values_give_non_tensor_data_getitem_gives_value():
     td = TensorDict({"a": torch.zeros(2), "s": "text", "n": {"t": "more"}}, [2])
     assert td["s"] == "text" and td["n", "t"] == "more"
     assert isinstance(td.get("s"), NonTensorData) and td.get("s").data == "text"
-    values = dict(td.items(True, True))
+    assert set(dict(td.items(True, True))) == {"a"}  # tensordict's default leaves: tensors
+    values = dict(td.items(True, True, is_leaf=lambda cls: cls is not TensorDict))
     assert isinstance(values["s"], NonTensorData) and isinstance(values[("n", "t")], NonTensorData)
     assert [type(v).__name__ for v in td.values()] == ["Tensor", "NonTensorData", "TensorDict"]
     assert [k for k, _ in td.non_tensor_items(include_nested=True)] == ["s", ("n", "t")]
@@ -128,3 +129,107 @@ def test_tensorclass_get_gives_the_content():
     with pytest.raises(KeyError):
         item.get("nope")
     assert item.get("nope", 3) == 3
+
+
+# ---------------------------------------------------------------- tensordict's leaf surface
+def test_leaf_has_a_dict_without_its_data_and_a_tensordict_view():
+    leaf = NonTensorData("a", batch_size=[2])
+    assert "data" not in leaf.__dict__
+    view = leaf._tensordict
+    assert view["data"] == "a" and view.batch_size == torch.Size([2])
+    assert view.get("data") is leaf  # a view, not a copy
+
+
+@pytest.mark.parametrize("how", ["update_", "update-inplace", "update"])
+@pytest.mark.parametrize("values", [("x", "y"), (0, 1), ([0, "s"], [9, "t"]), ({"k": 1}, {"k": 2})])
+def test_update_of_a_leaf_reaches_every_holder(how, values):
+    before, after = values
+    td = TensorDict({"val": NonTensorData(before)}, [])
+    other = td.copy()  # shares the leaf, as a shallow copy does
+    leaf = td.get("val")
+    if how == "update_":
+        leaf.update_(NonTensorData(after))
+    elif how == "update-inplace":
+        leaf.update(NonTensorData(after), inplace=True)
+    else:
+        leaf.update({"data": after})
+    assert td["val"] == after and other["val"] == after
+
+
+def test_a_locked_container_locks_its_leaves_for_update():
+    td = TensorDict({"val": "x", "n": {"s": "y"}}, []).lock_()
+    for key in ("val", ("n", "s")):
+        with pytest.raises(RuntimeError, match="lock"):
+            td.get(key).update(NonTensorData("z"))
+        td.get(key).update_(NonTensorData("z"))
+        assert td[key] == "z"
+    with td.unlock_():
+        td.get("val").update(NonTensorData("w"))
+        assert td["val"] == "w"
+    with pytest.raises(RuntimeError, match="lock"):
+        td.get("val").update(NonTensorData("v"))
+    td.unlock_()
+    td.get("val").update(NonTensorData("v"))
+    assert td["val"] == "v"
+
+
+def test_share_memory_marks_non_tensor_leaves_and_locks():
+    td = TensorDict({"val": "x"}, [])
+    assert not td._is_shared and not td.get("val")._is_shared
+    td.share_memory_()
+    assert td.is_locked and td._is_shared and td.is_shared()
+    assert td.get("val")._is_shared and td.get("val")._tensordict._is_shared
+
+
+def test_a_stack_update_keeps_one_value_per_element():
+    stack = NonTensorStack.from_list(["a", "b"])
+    stack.update_(NonTensorData("c", batch_size=[2]))
+    assert stack.tolist() == ["c", "c"]
+    stack.update_(NonTensorStack.from_list(["d", "e"]))
+    assert stack.tolist() == ["d", "e"]
+
+
+def test_reading_a_stack_gives_a_linked_list():
+    from tdfunc.utils import LinkedList
+
+    reference = ["foo", "bar"]
+    td = TensorDict({"a": NonTensorStack(*reference)}, [2])
+    read = td["a"]
+    assert isinstance(read, LinkedList) and read == reference
+    assert repr(read) == str(read) == "LinkedList(['foo', 'bar'])"
+    read[0] = "baz"
+    reference[0] = "baz"
+    assert td["a"] == reference and read._td() is td.get("a")
+    read[:2] = ["x", "y"]
+    assert td["a"] == ["x", "y"]
+    read.extend(["z"])  # a change of length detaches the list
+    assert read._td() is None and td["a"] == ["x", "y"]
+    import pickle
+
+    assert pickle.loads(pickle.dumps(read)) == ["x", "y", "z"]
+
+
+def test_calling_a_stored_function():
+    td0, td1 = TensorDict({"a": 0, "b": 0}), TensorDict({"a": 1, "b": 1})
+    funcs = TensorDict({"a": lambda x, y: x - y, "b": lambda x, y: x + y})
+    out = td0.apply(lambda x, y, f: f(x, y), td1, funcs)
+    assert out["a"] == 0 - 1 and out["b"] == 0 + 1
+
+
+@pytest.mark.parametrize("dims", [(None, None), (0, -1), (None, 0), (0, None), (0, 0)])
+def test_flatten_accepts_none_for_the_first_and_last_dims(dims):
+    leaf = NonTensorData(0)
+    reference = np.zeros(()).flatten()  # numpy's flatten of a 0-d array
+    out = leaf.flatten(*dims)
+    assert out.shape == reference.shape and out.tolist() == reference.astype(int).tolist()
+    stack = NonTensorStack.from_list([["a", "b"], ["c", "d"]])
+    assert stack.flatten(None, None).tolist() == ["a", "b", "c", "d"]
+
+
+def test_item_assignment_into_a_stack():
+    stack = NonTensorStack("0", "1")
+    other = NonTensorStack(NonTensorStack("2", "3"), stack_dim=1)
+    stack[:, None] = other
+    assert stack.tolist() == ["2", "3"]
+    stack[0] = "x"
+    assert stack.tolist() == ["x", "3"]

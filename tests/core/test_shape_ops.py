@@ -190,3 +190,36 @@ def test_names_follow_shape_ops():
     assert torch.cat([td, td], 0).names == ["a", "b"]
     assert td.clone().names == ["a", "b"]
     assert (td + 1).names == ["a", "b"]
+
+
+# ---------------------------------------------------------------- torch's error types
+def _torch_error(fn) -> type:
+    try:
+        fn()
+    except Exception as error:  # the type torch raises for the same call on a tensor
+        return type(error)
+    raise AssertionError("torch did not raise")
+
+
+@pytest.mark.parametrize("op", ["fliplr", "rot90"])
+def test_two_dim_ops_on_one_batch_dim_raise_like_torch(op):
+    expected = _torch_error(lambda: getattr(torch, op)(torch.zeros(3)))
+    with pytest.raises(expected, match="requires at least 2"):
+        getattr(TensorDict({"a": torch.zeros(3)}, [3]), op)()
+
+
+def test_movedim_repeated_dims_raise_like_torch():
+    td = TensorDict({"a": torch.zeros(2, 3, 4)}, [2, 3, 4])
+    plain = torch.zeros(2, 3, 4)
+    for source, destination, where in (((0, 0), (1, 2), "source"), ((0, 1), (2, 2), "destination")):
+        expected = _torch_error(lambda s=source, d=destination: plain.movedim(s, d))
+        with pytest.raises(expected, match=f"repeated dim in {where}"):
+            td.movedim(source, destination)
+    with pytest.raises(ValueError, match="same number of elements"):
+        td.movedim((0,), (1, 2))
+
+
+def test_gather_out_and_inplace_are_exclusive():
+    td = TensorDict({"a": torch.zeros(3, 4)}, [3, 4])
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        td.gather(0, torch.zeros(3, 4, dtype=torch.long), out=td.clone(), inplace=True)

@@ -9,6 +9,7 @@ checked against a reference computed without tdfunc: the module's own
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 
 import pytest
@@ -146,6 +147,19 @@ def test_a_load_for_good_inside_a_with_block_ends_with_it(plan_kind):
 
 
 def test_two_threads_on_one_module(plan_kind):
+    # A thread switch after every few bytecodes: an exit that marks its handle
+    # ended outside the lock let the other thread's swap drop its record first,
+    # and the module kept one thread's values after both blocks ended.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(4):
+            _swap_from_two_threads(100)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _swap_from_two_threads(rounds: int) -> None:
     model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(20)])
     original = _slots(model)
     start = threading.Barrier(2)
@@ -155,7 +169,7 @@ def test_two_threads_on_one_module(plan_kind):
         params = TensorDict.from_module(model).apply(lambda t: torch.full_like(t, value))
         try:
             start.wait()
-            for _ in range(300):
+            for _ in range(rounds):
                 with params.to_module(model):
                     model(torch.ones(1, 2))
         except Exception as error:  # reported below: a thread cannot fail the test

@@ -258,3 +258,18 @@ def test_grads_and_params_structures_must_match():
 def test_apply_updates_checks_structure():
     with pytest.raises(ValueError, match="apply_updates: updates has 1 leaves but params has 2"):
         optim.apply_updates({"a": torch.ones(1), "b": torch.ones(1)}, {"a": torch.ones(1)})
+
+
+@pytest.mark.parametrize("make", ["tensordict", "dict"])
+def test_init_puts_the_step_counter_beside_the_leaves(make):
+    # A container built from modules has no device of its own: the counter must
+    # follow the leaves (``meta`` stands in for an accelerator on a CPU machine).
+    leaves = {"w": torch.zeros(3, 2, device="meta"), "b": torch.zeros(3, device="meta")}
+    params = TensorDict(leaves, batch_size=[3]) if make == "tensordict" else leaves
+    if make == "tensordict":
+        assert params.device is None
+    for opt in (optim.adam(lr=torch.ones(3, device="meta")), optim.sgd(lr=0.1)):
+        state = opt.init(params)
+        assert state["step"].device.type == "meta"
+        updates, state = opt.update(params, state, params)
+        assert updates["w"].device.type == "meta"

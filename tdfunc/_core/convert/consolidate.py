@@ -12,7 +12,8 @@ import json
 import os
 import secrets
 import struct
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -26,8 +27,40 @@ from ..nontensor import NonTensorData, NonTensorStack
 _ALIGN = 16
 
 
+def _parts(leaf: torch.Tensor) -> list[torch.Tensor]:
+    """The dense tensors a leaf is stored as: itself, or a jagged tensor's buffers.
+
+    A jagged nested tensor is its ``values()`` and ``offsets()`` (and ``lengths()``
+    when it has holes); it is rebuilt over their views by ``_jagged``.
+    """
+    if not leaf.is_nested:
+        return [leaf]
+    if leaf.layout is not torch.jagged:
+        raise TypeError(
+            "consolidate: only jagged nested tensors (layout=torch.jagged) can be packed into "
+            "one storage; convert a strided nested tensor first "
+            "(torch.nested.nested_tensor(list(t.unbind()), layout=torch.jagged))."
+        )
+    parts = [leaf.values(), leaf.offsets()]
+    if leaf.lengths() is not None:
+        parts.append(leaf.lengths())
+    return parts
+
+
+def _jagged(parts: list[torch.Tensor], ragged_idx: int) -> torch.Tensor:
+    """The jagged tensor over ``parts`` (values, offsets[, lengths]): views, no copy."""
+    lengths = parts[2] if len(parts) > 2 else None
+    return torch.nested.nested_tensor_from_jagged(
+        parts[0], parts[1], lengths, jagged_dim=ragged_idx
+    )
+
+
+def _all_parts(leaves: list) -> list[torch.Tensor]:
+    return [part for leaf in leaves for part in _parts(leaf)]
+
+
 def _layout(leaves: list) -> tuple[list[int], int]:
-    """The byte offset of each leaf in the storage, and the storage size."""
+    """The byte offset of each leaf (dense part) in the storage, and the storage size."""
     offsets = []
     total = 0
     for leaf in leaves:
@@ -42,19 +75,37 @@ _TRAILER = struct.Struct("<Q8s")  # length of the JSON description, magic
 
 
 def _describe(container: Any, offsets: list, total: int) -> dict | None:
-    """The JSON description of ``container`` (leaf order = ``tensor_leaves`` order)."""
+    """The JSON description of ``container``, or None when a value is not JSON."""
+    description = _description(container, offsets, total)
+    try:
+        json.dumps(description)
+    except (TypeError, ValueError):
+        return None  # a non-tensor value JSON cannot hold: from_consolidated will say so
+    return description
+
+
+def _description(container: Any, offsets: list, total: int) -> dict:
+    """Where each leaf lies in the storage (part order = ``_all_parts(tensor_leaves)``)."""
     position = iter(offsets)
+
+    def dense(item: torch.Tensor) -> dict:
+        return {
+            "offset": next(position),
+            "dtype": str(item.dtype).removeprefix("torch."),
+            "shape": list(item.shape),
+        }
 
     def node(value: Any) -> Any:
         view = value._to_tensordict_view()
         entries = {}
         for key, item in view._data.items():
-            if isinstance(item, torch.Tensor):
+            if isinstance(item, torch.Tensor) and item.is_nested:
                 entries[key] = {
-                    "offset": next(position),
-                    "dtype": str(item.dtype).removeprefix("torch."),
-                    "shape": list(item.shape),
+                    "jagged": [dense(part) for part in _parts(item)],
+                    "ragged_idx": item._ragged_idx,  # type: ignore[attr-defined]
                 }
+            elif isinstance(item, torch.Tensor):
+                entries[key] = dense(item)
             elif _collection(item):
                 entries[key] = {"node": node(item)}
             elif isinstance(item, NonTensorData):
@@ -75,10 +126,6 @@ def _describe(container: Any, offsets: list, total: int) -> dict | None:
 
     description = {"format": "tdfunc.consolidated", "version": 1, "size": total}
     description["root"] = node(container)
-    try:
-        json.dumps(description)
-    except (TypeError, ValueError):
-        return None  # a non-tensor value JSON cannot hold: from_consolidated will say so
     return description
 
 
@@ -115,20 +162,26 @@ def read_consolidated(path: str, cls: Any) -> Any:
     storage = torch.from_file(path, shared=True, size=total, dtype=torch.uint8)
     tensordict_class = lookup_class("tdfunc.TensorDict")
 
+    def dense(entry: dict, key: str) -> torch.Tensor:
+        dtype = getattr(torch, entry["dtype"], None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"{api}: unknown dtype {entry['dtype']!r} at {key!r}.")
+        shape = torch.Size(entry["shape"])
+        nbytes = shape.numel() * torch.empty((), dtype=dtype).element_size()
+        start = entry["offset"]
+        if start < 0 or start + nbytes > total:
+            raise ValueError(f"{api}: {path} is corrupt (entry {key!r} out of range).")
+        return storage[start : start + nbytes].view(dtype).view(shape)
+
     def build(node: dict, maker: Any) -> Any:
         data: dict = {}
         size_ = torch.Size(node["batch_size"])
         for key, entry in node["entries"].items():
             if "offset" in entry:
-                dtype = getattr(torch, entry["dtype"], None)
-                if not isinstance(dtype, torch.dtype):
-                    raise ValueError(f"{api}: unknown dtype {entry['dtype']!r} at {key!r}.")
-                shape = torch.Size(entry["shape"])
-                nbytes = shape.numel() * torch.empty((), dtype=dtype).element_size()
-                start = entry["offset"]
-                if start < 0 or start + nbytes > total:
-                    raise ValueError(f"{api}: {path} is corrupt (entry {key!r} out of range).")
-                data[key] = storage[start : start + nbytes].view(dtype).view(shape)
+                data[key] = dense(entry, key)
+            elif "jagged" in entry:
+                parts = [dense(part, key) for part in entry["jagged"]]
+                data[key] = _jagged(parts, entry["ragged_idx"])
             elif "node" in entry:
                 data[key] = build(entry["node"], tensordict_class._new_unsafe)
             else:
@@ -142,7 +195,9 @@ def read_consolidated(path: str, cls: Any) -> Any:
             out.names = node["names"]
         return out
 
-    return build(description["root"], tensordict_class._new_unsafe).lock_()
+    out = build(description["root"], tensordict_class._new_unsafe)
+    out._consolidation = storage
+    return out.lock_()
 
 
 def _file_storage(filename, nbytes: int, existsok: bool) -> torch.Tensor:
@@ -178,6 +233,16 @@ def _file_storage(filename, nbytes: int, existsok: bool) -> torch.Tensor:
     if not nbytes:
         return torch.empty(0, dtype=torch.uint8)
     return torch.from_file(final, shared=True, size=nbytes, dtype=torch.uint8)
+
+
+class TensorDictFuture(Future):
+    """The result of ``consolidate(return_early=True)``, a ``concurrent.futures.Future``.
+
+    Example:
+        >>> future = TensorDict({"a": torch.zeros(2)}, [2]).consolidate(return_early=True)
+        >>> future.result().is_consolidated()
+        True
+    """
 
 
 class ConsolidateMixin(ContainerMixin):
@@ -216,8 +281,8 @@ class ConsolidateMixin(ContainerMixin):
         (mappings of the old file keep their content). ``share_memory`` puts the
         storage in shared memory; ``device`` places it there. With
         ``inplace=True`` this container's leaves are replaced by the views. With
-        ``return_early=True`` (and ``num_threads > 0``) a
-        ``concurrent.futures.Future`` of the result is returned at once.
+        ``return_early=True`` a :class:`TensorDictFuture` (a
+        ``concurrent.futures.Future``) of the result is returned at once.
         ``metadata`` is accepted for compatibility (the structure is always kept).
 
         Example:
@@ -236,26 +301,28 @@ class ConsolidateMixin(ContainerMixin):
                     f"{type(self).__name__}.consolidate: use_buffer=True is not supported with "
                     "return_early=True."
                 )
-            executor = ThreadPoolExecutor(max_workers=1)
-            future = executor.submit(
-                self.consolidate,
-                filename,
-                device=device,
-                inplace=inplace,
-                share_memory=share_memory,
-                pin_memory=pin_memory,
-                existsok=existsok,
-            )
-            executor.shutdown(wait=False)
+            future = TensorDictFuture()
+            future.set_running_or_notify_cancel()
+
+            def work() -> None:
+                try:
+                    future.set_result(
+                        self.consolidate(
+                            filename,
+                            device=device,
+                            inplace=inplace,
+                            share_memory=share_memory,
+                            pin_memory=pin_memory,
+                            existsok=existsok,
+                        )
+                    )
+                except BaseException as error:  # the caller gets it from result()
+                    future.set_exception(error)
+
+            threading.Thread(target=work, name="tdfunc-consolidate", daemon=True).start()
             return future
         leaves = tensor_leaves(self)
-        nested = [leaf for leaf in leaves if leaf.is_nested]
-        if nested:
-            raise TypeError(
-                f"{type(self).__name__}.consolidate: nested (jagged) tensors cannot be packed "
-                f"into one storage; found {len(nested)} nested tensor leaf/leaves. Convert them "
-                f"first (e.g. td.apply(lambda t: t.to_padded_tensor(0.0) if t.is_nested else t))."
-            )
+        parts = _all_parts(leaves)
         if (
             self.is_consolidated()
             and filename is None
@@ -263,7 +330,7 @@ class ConsolidateMixin(ContainerMixin):
             and not any(leaf.requires_grad for leaf in leaves)
         ):
             return self
-        offsets, total = _layout(leaves)
+        offsets, total = _layout(parts)
         target = (
             torch.device(device)
             if device is not None
@@ -280,23 +347,87 @@ class ConsolidateMixin(ContainerMixin):
             elif pin_memory and torch.cuda.is_available():
                 storage = storage.pin_memory()
         views = []
-        for leaf, offset in zip(leaves, offsets):
-            nbytes = leaf.numel() * leaf.element_size()
-            view = storage[offset : offset + nbytes].view(leaf.dtype).view(leaf.shape)
-            view.copy_(leaf.detach(), non_blocking=non_blocking)
+        end = 0
+        for part, offset in zip(parts, offsets):
+            if offset > end:  # alignment padding: zeros, so equal containers give equal bytes
+                storage[end:offset].zero_()
+            nbytes = part.numel() * part.element_size()
+            end = offset + nbytes
+            view = storage[offset : offset + nbytes].view(part.dtype).view(part.shape)
+            view.copy_(part.detach(), non_blocking=non_blocking)
             views.append(view)
         if filename is not None:
             _append_description(os.fspath(filename), total, description)
-        values = iter(views)
-        result = map_leaves(self, lambda t: next(values), None, True, None)
+        packed = iter(views)
+
+        def rebuilt(leaf: torch.Tensor) -> torch.Tensor:
+            if not leaf.is_nested:
+                return next(packed)
+            own = [next(packed) for _ in _parts(leaf)]
+            return _jagged(own, leaf._ragged_idx)  # type: ignore[attr-defined]
+
+        result = map_leaves(self, rebuilt, None, True, None)
         if (device is not None or filename is not None) and hasattr(result, "_set_device"):
             result._set_device(target)
         if inplace:
             self._check_writable("consolidate", "(every leaf)")
             self._data.clear()
             self._data.update(result._data)
-            return self.lock_()
+            result = self
+        result._to_tensordict_view()._consolidation = storage
         return result.lock_()
+
+    @property
+    def _consolidated(self) -> dict:
+        """The storage every leaf views and where each leaf lies in it (read-only).
+
+        ``"storage"`` is the flat ``uint8`` tensor the tensor leaves are views of
+        (a jagged tensor's values and offsets too): writing to it writes every
+        leaf. ``"metadata"`` describes the tree (batch sizes, names, non-tensor
+        values, and each leaf's byte offset, dtype and shape). Only a container
+        returned by :meth:`consolidate` (or :meth:`from_consolidated`) has it, and
+        only while it stays locked: ``unlock_()`` ends the consolidation.
+
+        Example:
+            >>> td = TensorDict({"a": torch.ones(2), "b": torch.ones(2, 3)}, [2]).consolidate()
+            >>> td._consolidated["storage"].mul_(0)
+            ... # doctest: +ELLIPSIS
+            tensor([0, 0, ...], dtype=torch.uint8)
+            >>> td["a"].tolist(), td["b"].sum().item()
+            ([0.0, 0.0], 0.0)
+        """
+        if not self.is_consolidated():
+            raise AttributeError(
+                f"{type(self).__name__}._consolidated: this container is not consolidated "
+                f"(call consolidate(); unlock_() ends a consolidation)."
+            )
+        storage = self._to_tensordict_view()._consolidation
+        offsets = [
+            part.storage_offset() * part.element_size() for part in _all_parts(tensor_leaves(self))
+        ]
+        return {"storage": storage, "metadata": _description(self, offsets, storage.numel())}
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A consolidated container pickles as its one storage and the place of each
+        # leaf in it: torch cannot pickle views of one storage with different dtypes.
+        # A file-backed storage keeps the default (it travels by file between processes).
+        storage = getattr(self, "_consolidation", None)
+        if (
+            storage is None
+            or not self.is_consolidated()
+            or (storage.device.type == "cpu" and storage.untyped_storage().filename is not None)
+        ):
+            return super().__reduce_ex__(protocol)
+        skeleton = map_leaves(self, lambda t: _PLACEHOLDER, None, True, None)
+        return _unpickle_consolidated, (storage, skeleton, _places(self))
+
+    def _moved_consolidated(self, device: Any, non_blocking: bool = False) -> Any:
+        """``to(device)`` of a consolidated container: the storage moves in one copy."""
+        storage = self._to_tensordict_view()._consolidation
+        moved = storage.to(device, non_blocking=non_blocking)
+        out = _unpickle_consolidated(moved, self, _places(self))
+        out._set_device(moved.device)
+        return out
 
     @classmethod
     def from_consolidated(cls, filename: str | os.PathLike):
@@ -317,15 +448,55 @@ class ConsolidateMixin(ContainerMixin):
         return cls._adopt(read_consolidated(os.fspath(filename), cls))  # type: ignore[attr-defined]
 
     def is_consolidated(self) -> bool:
-        """True when every tensor leaf is a view of one storage (one leaf: always).
+        """True for what :meth:`consolidate` returned, while its leaves view its storage.
+
+        ``unlock_()`` ends the consolidation (the container may then change shape).
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(2), "b": torch.zeros(2)}, [2])
             >>> td.is_consolidated(), td.consolidate().is_consolidated()
             (False, True)
         """
-        leaves = tensor_leaves(self)
-        if not leaves or any(leaf.is_nested for leaf in leaves):
+        storage = getattr(self._to_tensordict_view(), "_consolidation", None)
+        if storage is None:
             return False
-        first = leaves[0].untyped_storage().data_ptr()
-        return all(leaf.untyped_storage().data_ptr() == first for leaf in leaves[1:])
+        first = storage.untyped_storage().data_ptr()
+        return all(
+            part.untyped_storage().data_ptr() == first for part in _all_parts(tensor_leaves(self))
+        )
+
+
+_PLACEHOLDER = torch.empty(0, device="meta")  # a pickled skeleton's leaf: no data
+
+
+def _places(container: Any) -> list:
+    """Where each tensor leaf lies in its storage: (dtype, offset, shape, stride) per
+    dense part, then the ragged dim for a jagged leaf."""
+    return [
+        [(p.dtype, p.storage_offset(), tuple(p.shape), p.stride()) for p in _parts(leaf)]
+        + ([leaf._ragged_idx] if leaf.is_nested else [])  # type: ignore[attr-defined]
+        for leaf in tensor_leaves(container)
+    ]
+
+
+def _unpickle_consolidated(storage: torch.Tensor, skeleton: Any, places: list) -> Any:
+    """``skeleton``'s structure over views of ``storage`` at ``places``, consolidated."""
+    untyped = storage.untyped_storage()
+    rebuilt = []
+    for place in places:
+        parts = [
+            torch.empty(0, dtype=dtype, device=storage.device).set_(untyped, offset, shape, stride)
+            for dtype, offset, shape, stride in (p for p in place if isinstance(p, tuple))
+        ]
+        rebuilt.append(parts[0] if not isinstance(place[-1], int) else _jagged(parts, place[-1]))
+    values = iter(rebuilt)
+    out = map_leaves(skeleton, lambda t: next(values), None, True, None)
+    out._to_tensordict_view()._consolidation = storage
+    return out.lock_()
+
+
+def end_consolidation(container: Any) -> None:
+    """Forget that ``container`` is consolidated (``unlock_``: its structure may change)."""
+    view = container._to_tensordict_view()
+    if getattr(view, "_consolidation", None) is not None:
+        del view._consolidation

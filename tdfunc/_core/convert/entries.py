@@ -256,3 +256,60 @@ class EntriesMixin(ContainerMixin):
         return self._join_entries(
             keys, out_key, keep_entries, lambda v: torch.stack(v, dim), "stack_tensors"
         )
+
+    def _leaf_tensors(self, sorted: Any, api: str) -> list:
+        """The tensor leaves in key order, sorted order, or the order of the keys given."""
+        if sorted is None or sorted is False:
+            keys = list(self.keys(True, True))  # type: ignore[attr-defined]
+        elif sorted is True:
+            keys = list(self.keys(True, True, sort=True))  # type: ignore[attr-defined]
+        else:
+            keys = list(sorted)
+        values = [self.get(key) for key in keys]  # type: ignore[attr-defined]
+        if not values:
+            raise ValueError(f"{type(self).__name__}.{api}: there is no tensor leaf to join.")
+        for key, value in zip(keys, values):
+            if not isinstance(value, _Tensor):
+                raise TypeError(
+                    f"{type(self).__name__}.{api}: the entry at {key!r} is a "
+                    f"{type(value).__name__}; only tensor leaves can be joined."
+                )
+        return values
+
+    def cat_from_tensordict(
+        self,
+        dim: int = 0,
+        *,
+        sorted: Any = None,
+        out: _Tensor | None = None,
+    ) -> _Tensor:
+        """Every tensor leaf concatenated along ``dim`` into one tensor.
+
+        Leaves come in key order (``keys(True, True)``), sorted with ``sorted=True``, or
+        in the order of the keys ``sorted`` lists.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2, 1), "b": {"c": torch.ones(2, 1)}}, [2])
+            >>> td.cat_from_tensordict(dim=1).tolist()
+            [[0.0, 1.0], [0.0, 1.0]]
+        """
+        values = self._leaf_tensors(sorted, "cat_from_tensordict")
+        return torch.cat(values, dim) if out is None else torch.cat(values, dim, out=out)
+
+    def stack_from_tensordict(
+        self,
+        dim: int = 0,
+        *,
+        sorted: Any = None,
+        out: _Tensor | None = None,
+    ) -> _Tensor:
+        """Every tensor leaf stacked along a new ``dim`` into one tensor (see
+        :meth:`cat_from_tensordict` for the order).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2), "b": {"c": torch.ones(2)}}, [2])
+            >>> td.stack_from_tensordict(dim=1).tolist()
+            [[0.0, 1.0], [0.0, 1.0]]
+        """
+        values = self._leaf_tensors(sorted, "stack_from_tensordict")
+        return torch.stack(values, dim) if out is None else torch.stack(values, dim, out=out)

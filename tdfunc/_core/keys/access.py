@@ -34,8 +34,10 @@ from ..context import (
     record_parent,
     remember,
 )
+from ..convert.consolidate import end_consolidation
 from ..frozen import FROZEN, refuse_frozen_inside
 from ..mixin import LOCK_ERROR, ContainerMixin, is_tensor_collection, read_value
+from ..nontensor import NonTensorData
 from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
 from .nested import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
 from .update import merge_rule, resize_plan, send_for_set, update_items
@@ -278,6 +280,8 @@ class AccessMixin(ContainerMixin):
         """``(key, stored value)`` for keys/values/items with ``is_leaf`` and ``sort``."""
         if is_leaf is None:
             pairs = self._iter_items((), include_nested, leaves_only)
+            if leaves_only:  # tensordict's default leaves: tensors, not non-tensor data
+                pairs = ((k, v) for k, v in pairs if not isinstance(v, NonTensorData))
         else:
             pairs = (
                 (k, v)
@@ -580,7 +584,9 @@ def _lock_tree(node) -> None:
         node._is_locked = True
     ref = None
     for value in node._data.values():
-        if is_tensor_collection(value):
+        if isinstance(value, NonTensorData):
+            value._is_locked = True  # its update() refuses, as a locked entry's set does
+        elif is_tensor_collection(value):
             _lock_tree(value)
             if ref is None:
                 ref = weakref.ref(node)
@@ -592,8 +598,11 @@ def _unlock_tree(node) -> None:
         return
     _refuse_locked_by_parent(node)
     node._is_locked = False
+    end_consolidation(node)
     for value in node._data.values():
-        if is_tensor_collection(value):
+        if isinstance(value, NonTensorData):
+            value.__dict__.pop("_is_locked", None)
+        elif is_tensor_collection(value):
             _unlock_tree(value)
 
 

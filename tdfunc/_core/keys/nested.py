@@ -95,6 +95,11 @@ def missing_key_error(
     return KeyError(message)
 
 
+def is_non_tensor_leaf(value: Any) -> bool:
+    """A ``NonTensorData`` / ``NonTensorStack`` entry (which ``leaves_only`` leaves out)."""
+    return getattr(type(value), "_is_non_tensor", False)
+
+
 class KeysView:
     """The keys of a TensorDict; membership accepts any nested-tuple spelling."""
 
@@ -109,7 +114,14 @@ class KeysView:
     def __iter__(self):
         if not self._include_nested and not self._leaves_only and not self._sort:
             return iter(self._td._data)
-        keys = self._td._iter_keys((), self._include_nested, self._leaves_only)
+        if self._leaves_only:  # tensordict's default leaves: tensors, not non-tensor data
+            keys = (
+                key
+                for key, value in self._td._iter_items((), self._include_nested, True)
+                if not is_non_tensor_leaf(value)
+            )
+        else:
+            keys = self._td._iter_keys((), self._include_nested, False)
         if self._sort:
             return iter(sorted(keys, key=lambda k: k if type(k) is tuple else (k,)))
         return keys
@@ -129,7 +141,11 @@ class KeysView:
         value = self._td._get_nested(parts)
         if value is MISSING:
             return False
-        return not (self._leaves_only and getattr(type(value), "_is_tensor_collection", False))
+        if not self._leaves_only:
+            return True
+        return not (
+            getattr(type(value), "_is_tensor_collection", False) or is_non_tensor_leaf(value)
+        )
 
     def __repr__(self) -> str:
         return f"KeysView({list(self)})"

@@ -100,6 +100,38 @@ class KeyViewsMixin(ContainerMixin):
                 node._data.pop(parts[-1], None)
         return out
 
+    def separates(
+        self, *keys, default: Any = MISSING, strict: bool = True, filter_empty: bool = True
+    ) -> Self:
+        """Move the entries at ``keys`` out of this container into a new one; returns it.
+
+        A missing key is a ``KeyError`` unless ``default`` is given (the new container
+        then holds ``default`` there) or ``strict=False`` (it is skipped). With
+        ``filter_empty`` (the default) nested containers left empty here are removed.
+
+        Example:
+            >>> td = TensorDict(a=0, b=TensorDict(c=0, d=0))
+            >>> out = td.separates("a", ("b", "d"))
+            >>> list(out.keys(True, True)), list(td.keys(True, True))
+            (['a', ('b', 'd')], [('b', 'c')])
+        """
+        present, missing = [], []
+        for key in keys:
+            parts = key_parts(key, f"{type(self).__name__}.separates")
+            (missing if self._get_nested(parts) is MISSING else present).append(parts)
+        if missing and default is MISSING and strict:
+            raise self._missing(missing[0], "separates")
+        if present:
+            self._check_writable("separates", present[0])
+        out = self.select(*present)
+        if default is not MISSING:
+            for parts in missing:
+                out.set(parts, default)
+        self.exclude(*present, inplace=True)
+        if filter_empty:
+            self.filter_empty_()
+        return out
+
     def _shallow_copy(self) -> Self:
         """A copy of the key structure (nested TensorDicts and TensorClasses too) sharing
         the leaves."""
@@ -208,7 +240,7 @@ class KeyViewsMixin(ContainerMixin):
             parts = tuple(key.split(separator)) if separator in key else (key,)
             if type(value) is plain:
                 value = value.unflatten_keys(separator)
-                paths = [parts + unravel_key_tuple(k) for k in value.keys(True, True)]
+                paths = [parts + unravel_key_tuple(k) for k in value._iter_keys((), True, True)]
             else:
                 paths = [parts]
             for path in paths:

@@ -69,6 +69,11 @@ class IndexOpsMixin(ContainerMixin):
             >>> td.gather(1, torch.tensor([[2], [0]]))["a"].squeeze(-1).tolist()
             [[2.0], [3.0]]
         """
+        if inplace and out is not None:
+            raise ValueError(
+                f"{type(self).__name__}.gather: out= and inplace=True are mutually exclusive "
+                f"(inplace writes the result into this container)."
+            )
         ndim = len(self._batch_size)
         (d,) = batch_dims(self, dim, "gather")
         if index.dim() != ndim:
@@ -160,9 +165,15 @@ class IndexOpsMixin(ContainerMixin):
         sources = [source] if isinstance(source, int) else list(source)
         targets = [destination] if isinstance(destination, int) else list(destination)
         if len(sources) != len(targets):
-            raise ValueError(f"{api}: source and destination must have the same length.")
+            raise ValueError(
+                f"{api}: source and destination must have the same number of elements, got "
+                f"{sources} and {targets}."
+            )
         sources = [normalize_dim(d, ndim, api) for d in sources]
         targets = [normalize_dim(d, ndim, api) for d in targets]
+        for name, dims in (("source", sources), ("destination", targets)):
+            if len(set(dims)) != len(dims):  # RuntimeError, as torch.movedim
+                raise RuntimeError(f"{api}: repeated dim in {name} {dims}.")
         order: list = [None] * ndim
         for src, dst in zip(sources, targets):
             order[dst] = src
@@ -216,8 +227,11 @@ class IndexOpsMixin(ContainerMixin):
             >>> TensorDict({"a": torch.arange(4.0).reshape(2, 2)}, [2, 2]).fliplr()["a"].tolist()
             [[1.0, 0.0], [3.0, 2.0]]
         """
-        if len(self._batch_size) < 2:
-            raise ValueError("TensorDict.fliplr: needs at least 2 batch dims.")
+        if len(self._batch_size) < 2:  # RuntimeError, as torch.fliplr of a 1-d tensor
+            raise RuntimeError(
+                f"TensorDict.fliplr: requires at least 2 batch dims, got batch size "
+                f"{list(self._batch_size)}."
+            )
         return self.flip(1)
 
     def flipud(self):
@@ -227,8 +241,8 @@ class IndexOpsMixin(ContainerMixin):
             >>> TensorDict({"a": torch.arange(2.0)}, [2]).flipud()["a"].tolist()
             [1.0, 0.0]
         """
-        if not self._batch_size:
-            raise ValueError("TensorDict.flipud: needs at least 1 batch dim.")
+        if not self._batch_size:  # RuntimeError, as torch.flipud of a 0-d tensor
+            raise RuntimeError("TensorDict.flipud: requires at least 1 batch dim, got none.")
         return self.flip(0)
 
     def roll(self, shifts: Any, dims: Any, *, inplace: bool = False):
@@ -255,6 +269,11 @@ class IndexOpsMixin(ContainerMixin):
             [[1.0, 3.0], [0.0, 2.0]]
         """
         ndim = len(self._batch_size)
+        if ndim < 2:  # RuntimeError, as torch.rot90 of a 1-d tensor
+            raise RuntimeError(
+                f"TensorDict.rot90: requires at least 2 batch dims, got batch size "
+                f"{list(self._batch_size)}."
+            )
         d0, d1 = (normalize_dim(d, ndim, "TensorDict.rot90") for d in dims)
         new_size = torch.rot90(_meta(self._batch_size), k, (d0, d1)).shape
         names = keep_names
