@@ -18,6 +18,7 @@ import logging
 import os
 
 from ._core.convert.consolidate import TensorDictFuture
+from ._core.mixin import LOCK_ERROR as _LOCK_ERROR
 from ._core.nontensor import LinkedList, is_non_tensor
 from ._core.options import (
     capture_non_tensor_stack,
@@ -31,7 +32,10 @@ from ._core.options import (
 
 logger = logging.getLogger("tdfunc")
 
+# ``_LOCK_ERROR`` keeps tensordict's name: code written for tensordict matches lock
+# errors against ``tensordict.utils._LOCK_ERROR``, and every lock error contains it.
 __all__ = [
+    "_LOCK_ERROR",
     "LinkedList",
     "TensorDictFuture",
     "capture_non_tensor_stack",

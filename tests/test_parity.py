@@ -241,6 +241,10 @@ CASES: dict[str, tuple[Callable, str]] = {
     "copy_at_": (lambda o: o.copy_at_(o[0] * 0, 1), "sample"),
     "from_dict": (lambda o: type(o).from_dict(o.to_dict(), batch_size=[4, 3]), "sample"),
     "from_any": (lambda o: type(o).from_any(o.to_dict(), batch_size=[4, 3]), "sample"),
+    "from_list": (
+        lambda o: type(o).from_list([o[i].to_dict() for i in range(4)], batch_size=[4, 3]),
+        "sample",
+    ),
     "from_dataclass": (
         lambda o: type(o).from_dataclass(
             _Plain(o["obs"], o["reward"], o["extra"], "train"), batch_size=[4, 3]
@@ -579,7 +583,7 @@ def test_error_texts_name_the_tensorclass():
         bool(instance)
     with pytest.raises(ValueError, match=r"^Sample\.batch_size: cannot set batch size"):
         instance.batch_size = [5]
-    with pytest.raises(RuntimeError, match=r"^Sample\.del_: cannot add, delete or rename"):
+    with pytest.raises(RuntimeError, match=r"^Sample\.del_: cannot add, replace, delete or rename"):
         instance.lock_().del_("obs")
     with pytest.raises(AttributeError, match=r"^Sample\.set: 'ob' is not a field of Sample"):
         instance.set("ob", torch.zeros(4, 3))

@@ -460,6 +460,10 @@ class ApplyMixin(ContainerMixin):
             return tensor.to(device=device, dtype=dtype, non_blocking=non_blocking)
 
         if inplace:
+            if self._is_locked:  # a leaf that would change is replaced: structural
+                for key, leaf in self.items(True, True):
+                    if isinstance(leaf, _Tensor) and _changed_by_to(leaf, device, dtype):
+                        self._check_writable("to", key)
             self._replace_leaves(convert)
             if device is not None:
                 self._set_device(device)
@@ -569,4 +573,16 @@ def _result_error(result: Any, key, expected: torch.Size) -> Exception:
         f"TensorDict.apply: the function returned a tensor of shape {list(result.shape)} for "
         f"key {key!r}, which does not start with the batch size {list(expected)}. Pass "
         f"batch_size=... to apply when the function changes the batch dims."
+    )
+
+
+def _changed_by_to(tensor: _Tensor, device, dtype) -> bool:
+    """Would ``tensor.to(device, dtype)`` give another tensor? (``"cuda"`` is any index.)"""
+    if dtype is not None and tensor.dtype != dtype:
+        return True
+    if device is None:
+        return False
+    device = torch.device(device)
+    return tensor.device.type != device.type or (
+        device.index is not None and tensor.device.index != device.index
     )

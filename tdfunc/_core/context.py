@@ -53,7 +53,7 @@ def write_back(out: Any, source: Any, inverse: Callable[[Any], Any] | None = Non
     is stored as it is (no closure), so shape operations pay a slot write only.
     """
     try:  # noqa: SIM105 (contextlib.suppress costs more on this hot path)
-        out._last_op = (source, inverse)
+        _holder(out)._last_op = (source, inverse)  # a TensorClass keeps it in its TensorDict
     except AttributeError:
         pass
     return out
@@ -229,7 +229,8 @@ class ContextMixin(ContainerMixin):
                 if type(action) is tuple:
                     source, inverse = action
                     back = self.reshape(source.batch_size) if inverse is None else inverse(self)
-                    source.update(back)
+                    # a locked source keeps its tensors: the block's values are copied in
+                    source.update(back, inplace=bool(source._is_locked))
                 else:
                     action(self)
             finally:

@@ -50,6 +50,13 @@ def read_value(value: Any) -> Any:
 
 FROZEN = 2  # the value of ``_is_locked`` in a frozen TensorClass's TensorDicts (frozen.py)
 
+# Every refusal of a locked container carries this sentence, word for word as tensordict
+# words it, so that code matching tensordict's lock errors keeps matching tdfunc's.
+LOCK_ERROR = (
+    "Cannot modify locked TensorDict. For in-place modification, consider using the "
+    "`set_()` method and make sure the key is present."
+)
+
 # Public methods ending in "_" change the container in place, so each one asks
 # ``_check_mutable`` first (wrapped below, when the class is defined: a new in-place
 # method cannot forget). The exceptions, with why they are allowed on frozen data:

@@ -328,7 +328,8 @@ class MemoryMappedTensor(torch.Tensor):
             >>> MemoryMappedTensor.from_tensor(t) is t
             True
         """
-        if isinstance(input, MemoryMappedTensor) and input._is_whole_file():
+        if isinstance(input, MemoryMappedTensor) and input._is_whole_file() and copy_data:
+            # (copy_data=False asks for a new, empty file: never the input itself)
             if filename is None or _same_file(input.filename, filename):
                 return input
             if not copy_existing:

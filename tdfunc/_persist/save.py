@@ -306,7 +306,8 @@ class _Save:
                 f"{self.api}: cannot save key {_show(path)}: only dense (strided, "
                 f"non-quantized) tensors can be memory-mapped, got layout {value.layout}."
             )
-        if isinstance(value, MemoryMappedTensor) and value._is_whole_file():  # not a view
+        if isinstance(value, MemoryMappedTensor) and value._is_whole_file() and not self.like:
+            # (not a view; memmap_like wants new, empty files, so it never reuses one)
             real = None if level.directory is None else os.path.realpath(level.directory)
             if real is None or _reusable(value, real):
                 # already stored where it belongs: keep the same file and object

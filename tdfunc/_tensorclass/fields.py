@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._core.keys.writes import stacked_list
 from .._core.mixin import is_tensor_collection
 from .._core.nontensor import NonTensorData
 
@@ -191,7 +192,11 @@ def _resolve(field: Field) -> Any:
     if field.target is not MISSING:
         return field.target
     annotation = field.annotation
-    if isinstance(annotation, str):
+    # a quoted annotation under ``from __future__ import annotations`` ("'Node'") is a
+    # string twice: evaluate until it is not a string
+    for _ in range(3):
+        if not isinstance(annotation, str):
+            break
         module = sys.modules.get(field.owner.__module__)
         localns = dict(field.localns or {})
         localns.setdefault(field.owner.__name__, field.owner)
@@ -215,7 +220,8 @@ def check_tensor_only_annotations(cls, fields: tuple[Field, ...]) -> None:
             raise TypeError(
                 f"{cls.__name__}(tensor_only): field {field.name!r} is annotated {target!r}, "
                 f"which is not a tensor type. tensor_only fields hold tensors (or "
-                f"Optional[Tensor], numbers, arrays, TensorDict/TensorClass); drop "
+                f"Optional[Tensor], numbers, arrays, TensorDict/TensorClass, NonTensorData for a "
+                f"wrapped value); drop "
                 f"tensor_only to store other Python values."
             )
 
@@ -227,10 +233,24 @@ def _tensor_compatible_annotation(target: Any) -> bool:
     if origin is typing.Union or (origin is not None and _is_union(target)):
         return all(_tensor_compatible_annotation(a) for a in typing.get_args(target))
     if isinstance(target, type):
-        return issubclass(target, (torch.Tensor, *_SCALARS)) or getattr(
+        return issubclass(target, (torch.Tensor, *_SCALARS, NonTensorData)) or getattr(
             target, "_is_tensor_collection", False
         )
     return False
+
+
+def holds_non_tensor(field: Field) -> bool:
+    """True for a field annotated ``NonTensorData``: a ``tensor_only`` class keeps its value
+    wrapped (reading the field gives the ``NonTensorData``), as tensordict does."""
+    target = _resolve(field)
+    return isinstance(target, type) and issubclass(target, NonTensorData)
+
+
+def convert_non_tensor(owner: str, name: str, value: Any, size: torch.Size, device, plain) -> Any:
+    """The converter of a ``NonTensorData`` field of a ``tensor_only`` class."""
+    if isinstance(value, NonTensorData):
+        value = value.data
+    return NonTensorData._make(value, size, device)
 
 
 def _is_union(target: Any) -> bool:
@@ -284,6 +304,9 @@ def convert_default(
         return fit_tensor(owner, name, torch.as_tensor(value, device=device), size, device)
     if isinstance(value, Mapping):
         return _nested_from_mapping(value, size, device, plain)
+    stack = stacked_list(value, size, device, owner, name)  # a list: one item per element
+    if stack is not None:
+        return stack
     return NonTensorData._make(value, size, device)
 
 
@@ -415,7 +438,7 @@ def mapping_aware(field: Field, converter: Callable, plain: type) -> Callable:
 
     def convert(owner: str, name: str, value: Any, size: torch.Size, device) -> Any:
         if type(value) is not torch.Tensor and isinstance(value, Mapping) and keeps_mappings(field):
-            return NonTensorData._make(dict(value), size, device)
+            return NonTensorData._make(value, size, device)  # the object given, as tensordict
         return converter(owner, name, value, size, device, plain)
 
     return convert

@@ -110,6 +110,12 @@ class TensorClassState(TensorOps):
         """The inner TensorDict (shared, not a copy)."""
         return self._td
 
+    @property
+    def _tensordict(self) -> TensorDictCore:
+        """The inner TensorDict under tensordict's attribute name (code written for
+        tensordict reads ``instance._tensordict``); the same object as the instance holds."""
+        return self._td
+
     # ------------------------------------------------------------------ building
     def _like(self, data: dict, batch_size: torch.Size | None = None, names: Any = _NO_DEFAULT):
         """A new instance of this class holding ``data`` (trusted: no copy, no validation)."""

@@ -43,7 +43,9 @@ from .fields import (
     collect_fields,
     convert_default,
     convert_nocast,
+    convert_non_tensor,
     convert_tensor_only,
+    holds_non_tensor,
     make_autocast,
     mapping_aware,
     parse_bracket_flags,
@@ -116,6 +118,10 @@ class TensorClassCore(TensorClassConvert, metaclass=_Meta):
     _tc_field_names: ClassVar[frozenset[str]] = frozenset()
     _tc_converters: ClassVar[dict[str, Callable]] = {}
     _tc_frozen: ClassVar[bool] = False
+    # the casting flags under tensordict's class attribute names (code written for
+    # tensordict reads them); ``_tc_flags`` holds every flag
+    _autocast: ClassVar[bool] = False
+    _nocast: ClassVar[bool] = False
     _get_reads_value: ClassVar[bool] = True  # tensordict: a tensorclass's get gives the value
     _tc_ready: ClassVar[bool] = False  # a real tensorclass (not TensorClass, not a flag carrier)
     _tc_init: ClassVar[Callable[..., None]]
@@ -232,11 +238,16 @@ def _build_class(cls: type[TensorClassCore], flags: dict[str, bool], localns: di
     plain = cls._plain_tensordict()
     cls._tc_converters = {
         field.name: mapping_aware(
-            field, make_autocast(field) if flags["autocast"] else converter, plain
+            field,
+            convert_non_tensor
+            if flags["tensor_only"] and holds_non_tensor(field)
+            else (make_autocast(field) if flags["autocast"] else converter),
+            plain,
         )
         for field in fields
     }
     cls._tc_frozen = cls._frozen = flags["frozen"]
+    cls._autocast, cls._nocast = flags["autocast"], flags["nocast"]
     cls._field_names = cls._tc_field_names
     cls._tc_ready = True
     cls.__dataclass_fields__ = _dataclass_fields(fields)  # type: ignore[attr-defined]
@@ -384,6 +395,23 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         "_tc_s0 = _tc_size[0] if _tc_n == 1 else (-2 if _tc_n == 0 else -1)",
     ]
     fast = not flags["autocast"]  # a tensor is stored as it is unless autocast casts it
+    if not flags["frozen"] and _own_setattr(cls):
+        # a class's own __setattr__ sees every field the constructor sets, as a dataclass's
+        # does: start empty, then assign each given field through it
+        body += [
+            "_tc_td = _tc_new_td(_tc_data, _tc_size, _tc_dev, None)",
+            "if names is not None: _tc_td.names = names" if "names" in extra else "pass",
+            "_tc_set_td(_tc_self, _tc_td)",
+        ]
+        for field in fields:
+            if field.default_factory is not MISSING:
+                body.append(
+                    f"if {field.name} is _tc_FACTORY: {field.name} = _tc_factory_{field.name}()"
+                )
+            body.append(f"if {field.name} is not None: _tc_self.{field.name} = {field.name}")
+        if hasattr(cls, "__post_init__"):
+            body.append("_tc_self.__post_init__()")
+        return _compile_init(cls, fields, signature, body, namespace)
     for field in fields:
         name = field.name
         namespace[f"_tc_convert_{name}"] = cls._tc_converters[name]
@@ -411,6 +439,21 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
     body.append("_tc_set_td(_tc_self, _tc_td)")
     if hasattr(cls, "__post_init__"):
         body.append("_tc_self.__post_init__()")
+    return _compile_init(cls, fields, signature, body, namespace)
+
+
+def _own_setattr(cls: type) -> bool:
+    """True when the class, or a user base of it, defines ``__setattr__``."""
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("tdfunc."):
+            return False
+        if "__setattr__" in klass.__dict__ and klass.__dict__["__setattr__"] is not _frozen_setattr:
+            return True
+    return False
+
+
+def _compile_init(cls: type, fields: tuple[Field, ...], signature: str, body: list, namespace):
+    api = cls.__name__
     source = f"def __init__({signature}):\n" + "\n".join("    " + line for line in body)
     exec(compile(source, f"<tdfunc {api}.__init__>", "exec"), namespace)
     init = namespace["__init__"]

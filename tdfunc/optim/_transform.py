@@ -54,7 +54,6 @@ def _backend(*groups) -> Any:
     return _kernels.FOREACH
 
 
-
 def _leaf_device(device: torch.device | None, leaves: list) -> torch.device | None:
     """Where the step counter lives: the container's device, else its first leaf's.
 

@@ -221,16 +221,18 @@ def test_locked_error_message():
     with pytest.raises(RuntimeError) as info:
         td["a"] = torch.zeros(1)
     assert str(info.value) == (
-        "TensorDict.set: cannot add, delete or rename key 'a': the TensorDict is locked "
-        "(Cannot modify locked TensorDict). Write in place (td.set_(key, value)) or call "
-        "td.unlock_() first."
+        "TensorDict.set: cannot add, replace, delete or rename key 'a': it is locked. "
+        "Cannot modify locked TensorDict. For in-place modification, consider using the "
+        "`set_()` method and make sure the key is present. Or call td.unlock_() first."
     )
 
 
 def test_locked_nested_replacement_by_a_tensor_is_refused():
     td = _td().lock_()
-    with pytest.raises(TypeError, match="cannot write a Tensor in place into the TensorDict"):
+    with pytest.raises(RuntimeError, match="cannot add, replace, delete or rename key 'n'"):
         td["n"] = torch.zeros(3)
+    with pytest.raises(TypeError, match="cannot write a Tensor in place into the TensorDict"):
+        td.set("n", torch.zeros(3), inplace=True)
 
 
 # ---------------------------------------------------------------- atomic writes

@@ -38,7 +38,9 @@ def test_dict_comparison_compares_non_tensor_leaves_and_checks_keys():
         _ = _td() == {"a": _values()["a"]}
 
 
-@pytest.mark.parametrize("other", ["z", None, object(), [1, 2]], ids=["str", "none", "object", "list"])
+@pytest.mark.parametrize(
+    "other", ["z", None, object(), [1, 2]], ids=["str", "none", "object", "list"]
+)
 def test_other_types_give_false_and_true(other):
     td = _td()
     assert (td == other) is False

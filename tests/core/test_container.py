@@ -456,14 +456,19 @@ def test_lock_refuses_structure_but_allows_in_place():
     td = TensorDict({"a": torch.zeros(3), "n": {"b": torch.zeros(3)}}, [3]).lock_()
     assert td.is_locked and td["n"].is_locked
     a = td["a"]
-    td["a"] = torch.ones(3)  # in place
+    td.set("a", torch.ones(3), inplace=True)
     assert td["a"] is a and a.tolist() == [1.0, 1.0, 1.0]
     td.set_(("n", "b"), torch.ones(3))
     td[0] = TensorDict({"a": torch.tensor(5.0)}, [])
     assert a[0] == 5
-    td.update({"a": torch.zeros(3)})
+    td.update({"a": torch.zeros(3)}, inplace=True)
     assert td["a"] is a and a.sum() == 0
+    td.update_({"n": {"b": torch.full((3,), 2.0)}})
+    assert td["n", "b"].tolist() == [2.0, 2.0, 2.0]
     for action in [
+        lambda: td.__setitem__("a", torch.ones(3)),  # replacing an entry is structural
+        lambda: td.set(("n", "b"), torch.ones(3)),
+        lambda: td.update({"a": torch.ones(3)}),
         lambda: td.set("new", torch.zeros(3)),
         lambda: td.__setitem__(("n", "new"), torch.zeros(3)),
         lambda: td.__delitem__("a"),
@@ -523,3 +528,45 @@ def test_weakref_and_no_dict():
     assert weakref.ref(td)() is td
     with pytest.raises(AttributeError):
         td.some_attribute = 1
+
+
+def test_lock_refuses_to_replace_but_writes_non_tensor_values_in_place():
+    td = TensorDict({"a": torch.zeros(3), "label": "cat"}, [3]).lock_()
+    with pytest.raises(RuntimeError, match="Cannot modify locked TensorDict"):
+        td.set("label", "dog")
+    td.set_("label", "dog")  # a value has no storage: written in place, it is replaced
+    assert td["label"] == "dog" and td.is_locked
+    assert sorted(td.keys()) == ["a", "label"]
+
+
+def test_to_inplace_on_a_locked_container_refuses_only_a_change():
+    plain = {"a": torch.zeros(3), "b": torch.zeros(3, 2)}
+    td = TensorDict({"a": plain["a"], "n": {"b": plain["b"]}}, [3]).lock_()
+    assert td.to(torch.float32, inplace=True) is td  # nothing changes: allowed
+    assert td.to("cpu", inplace=True) is td and td.device == torch.device("cpu")
+    with pytest.raises(RuntimeError, match=r"TensorDict\.to: .*Cannot modify locked TensorDict"):
+        td.to(torch.float64, inplace=True)
+    assert td["a"] is plain["a"] and td["n", "b"] is plain["b"]  # nothing was replaced
+    with td.unlock_():
+        td.to(torch.float64, inplace=True)
+    assert td["n", "b"].dtype == torch.float64 and td.is_locked
+
+
+def test_a_shallow_copy_has_its_own_nested_tensorclasses_sharing_the_tensors():
+    from tdfunc import TensorClass
+
+    class Pair(TensorClass):
+        x: torch.Tensor
+        label: str
+
+    plain = {"a": torch.zeros(3), "x": torch.ones(3, 2)}
+    td = TensorDict({"a": plain["a"], "pair": Pair(plain["x"], "p", batch_size=[3])}, [3])
+    for copy in (td.clone(False), td.copy()):
+        assert type(copy["pair"]) is Pair and copy["pair"] is not td["pair"]
+        assert copy["pair"].x is plain["x"] and copy["a"] is plain["a"]  # the same tensors
+        copy["pair"].x = torch.full((3, 2), 5.0)  # replacing in the copy leaves td alone
+        assert td["pair"].x is plain["x"]
+    shallow = td.clone(False)
+    td.load_state_dict({"a": torch.ones(3), "pair.x": torch.zeros(3, 2)}, assign=True)
+    assert shallow["pair"].x is plain["x"] and shallow["a"] is plain["a"]  # not reassigned
+    assert torch.equal(td["pair"].x, torch.zeros(3, 2))

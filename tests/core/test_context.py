@@ -115,3 +115,21 @@ def test_results_used_without_with_pickle_and_copy_without_the_pending_action():
     with clone:  # nothing pending: a no-op
         pass
     assert set(td.keys()) == {"a", "n"}
+
+
+@pytest.mark.parametrize("op", ["flatten_keys", "view", "unsqueeze"])
+def test_a_block_on_a_locked_container_writes_back_in_place(tmp_path, op):
+    plain = {"a": torch.arange(24.0).view(2, 3, 4), ("n", "b"): torch.arange(6).view(2, 3)}
+    for td in (_td().lock_(), _td().memmap(tmp_path / op)):
+        stored = {key: td.get(key) for key in plain}
+        args = {"flatten_keys": (), "view": (-1,), "unsqueeze": (0,)}[op]
+        with getattr(td, op)(*args) as shaped:
+            for value in shaped.values(True, True):
+                value.mul_(2)  # the views share storage: the write-back copies them in place
+        assert td.is_locked
+        for key, ref in plain.items():
+            assert td.get(key) is stored[key]  # the same tensors (memory-mapped ones too)
+            assert torch.equal(td.get(key), ref * 2)
+        with pytest.raises(RuntimeError, match="Cannot modify locked TensorDict"):
+            with td.flatten_keys() as flat:
+                flat["new"] = torch.zeros(2, 3)  # a new key cannot be written back

@@ -294,3 +294,29 @@ def test_repeat_interleave_without_dim_flattens_like_torch():
     out = td.repeat_interleave(2)
     assert torch.equal(out["a"], td["a"].repeat_interleave(2))
     assert out["s"] == ["x"] * 12
+
+
+def test_from_list_stacks_dicts_like_torch_stack_of_their_tensors():
+    rows = [{"a": torch.full((3, 2), float(i)), "n": {"b": torch.arange(3) + i}} for i in range(4)]
+    for kwargs, batch in [
+        ({"auto_batch_size": True}, [4, 3]),
+        ({"batch_size": [4, 3]}, [4, 3]),
+        ({"batch_dims": 1}, [4]),
+        ({}, [4]),
+    ]:
+        td = TensorDict.from_list(rows, **kwargs)
+        assert td.batch_size == torch.Size(batch), kwargs
+        # the reference: torch.stack of each key's plain tensors
+        assert torch.equal(td["a"], torch.stack([r["a"] for r in rows]))
+        assert torch.equal(td["n", "b"], torch.stack([r["n"]["b"] for r in rows]))
+    named = TensorDict.from_list(rows, batch_size=[4, 3], names=["row", "col"])
+    assert named.names == ["row", "col"]
+    assert TensorDict.from_list(named.unbind(0)).batch_size == (4, 3)  # containers as they are
+    listed = [[element["a"].tolist() for element in row] for row in named.tolist()]
+    assert listed == [[x.tolist() for x in r["a"]] for r in rows]  # tolist undoes from_list
+    with pytest.raises(ValueError, match="must start with the length of the list"):
+        TensorDict.from_list(rows, batch_size=[3])
+    with pytest.raises(NotImplementedError, match="lazy stacks are not part of tdfunc"):
+        TensorDict.from_list(rows, lazy=True)
+    with pytest.raises(TypeError, match="expected dicts or containers"):
+        TensorDict.from_list([1, 2])

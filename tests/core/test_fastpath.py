@@ -115,8 +115,10 @@ def test_set_new_levels_and_wrong_shapes():
 def test_set_on_locked_or_device_containers_takes_the_full_path():
     td = TensorDict(_deep((4,)), batch_size=[4]).lock_()
     before = td["b", "d", "e"]
-    td.set(("b", "d", "e"), torch.ones(4))  # locked: written in place
+    td.set(("b", "d", "e"), torch.ones(4), inplace=True)
     assert td["b", "d", "e"] is before and torch.equal(before, torch.ones(4))
+    with pytest.raises(RuntimeError, match="locked"):
+        td.set(("b", "d", "e"), torch.ones(4))  # replacing the tensor is refused
     with pytest.raises(RuntimeError, match="locked"):
         td.set(("b", "d", "new"), torch.ones(4))
     with pytest.raises(RuntimeError, match="locked"):

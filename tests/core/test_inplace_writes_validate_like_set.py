@@ -46,7 +46,9 @@ def test_the_file_of_a_memmap_is_untouched_by_a_refused_write(tmp_path):
     with pytest.raises(ValueError, match=r"shape \[\], which does not start with the batch"):
         m["a"] = torch.tensor(5.0)
     assert torch.equal(TensorDict.load_memmap(tmp_path / "m")["a"], torch.zeros(3, 2))
-    m["a"] = torch.ones(3, 2)  # a right-shaped value is written into the file
+    with pytest.raises(RuntimeError, match="Cannot modify locked TensorDict"):
+        m["a"] = torch.ones(3, 2)  # replacing the memory-mapped tensor is refused
+    m.set_("a", torch.ones(3, 2))  # a right-shaped value is written into the file
     assert torch.equal(TensorDict.load_memmap(tmp_path / "m")["a"], torch.ones(3, 2))
 
 

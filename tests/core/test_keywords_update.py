@@ -180,3 +180,59 @@ def test_select_as_tensordict_no_effect_on_tensordict():
     flagged = td.select("a", as_tensordict=True)
     assert type(flagged) is TensorDict
     _same(flagged, _flat(plain))
+
+
+def _plain_update(dest: dict, source: dict, wanted: list) -> dict:
+    """tensordict's keys_to_update rule on plain nested dicts: a source leaf is written
+    when it lies under a wanted key, or when a level leading to a wanted key is missing
+    from ``dest`` (that level then comes whole)."""
+
+    def leaves(tree, prefix=()):
+        for k, v in tree.items():
+            yield from leaves(v, prefix + (k,)) if isinstance(v, dict) else [(prefix + (k,), v)]
+
+    def has(tree, parts):
+        for p in parts:
+            if not isinstance(tree, dict) or p not in tree:
+                return False
+            tree = tree[p]
+        return True
+
+    out = dict(leaves(dest))
+    for parts, value in list(leaves(source)):
+        for w in wanted:
+            shared = [d for d in range(1, min(len(w), len(parts))) if parts[:d] == w[:d]]
+            if parts[: len(w)] == w or any(not has(dest, parts[:d]) for d in shared):
+                out[parts] = value
+                break
+    return {k[0] if len(k) == 1 else k: v for k, v in out.items()}  # keys as td gives them
+
+
+@pytest.mark.parametrize(
+    "wanted",
+    [
+        [("my", "father", "was"), ("my", "relentlessly")],
+        [("my", "relentlessly")],
+        [("n", "b")],
+        [("n", "new", "deep")],
+        [("x",), ("my",)],
+    ],
+)
+def test_update_keys_to_update_brings_missing_levels_whole(wanted):
+    def source() -> dict:
+        return {
+            "my": {
+                "father": {"was": torch.ones(2), "a": torch.ones(2)},
+                "relentlessly": torch.ones(2),
+            },
+            "n": {"b": torch.full((2,), 3.0), "c": torch.ones(2), "new": {"deep": torch.ones(2)}},
+            "x": torch.full((2,), 5.0),
+        }
+
+    dest = {"n": {"b": torch.zeros(2), "c": torch.zeros(2)}, "x": torch.zeros(2)}
+    td = TensorDict({"n": dict(dest["n"]), "x": dest["x"]}, [2])
+    td.update(TensorDict(source(), [2]), keys_to_update=wanted)
+    _same(td, _plain_update(dest, source(), wanted))
+    mixed = TensorDict({"n": dict(dest["n"]), "x": dest["x"]}, [2])
+    mixed.update(source(), keys_to_update=[(w[0], w[1:]) if len(w) > 1 else w for w in wanted])
+    _same(mixed, _plain_update(dest, source(), wanted))

@@ -59,7 +59,7 @@ def test_every_program_restores_each_level_as_the_model_stack_says(tmp_path, mem
             assert top == nested == deep == expected, program
         if memmap and td.is_locked:
             leaf = td["a"]
-            td["a"] = torch.full((3,), float(number))
+            td.set_("a", torch.full((3,), float(number)))
             assert td["a"] is leaf  # written into the file, not replaced
             on_disk = TensorDict.load_memmap(tmp_path / str(number))["a"]
             assert torch.equal(on_disk, torch.full((3,), float(number)))
@@ -72,7 +72,7 @@ def test_the_issue_order_leaves_a_memmap_locked_and_writing_to_its_file(tmp_path
             pass
         assert not m.is_locked
     assert m.is_locked and m["n"].is_locked
-    m["a"] = torch.ones(3)
+    m.set_("a", torch.ones(3))
     assert torch.equal(TensorDict.load_memmap(tmp_path / "m")["a"], torch.ones(3))
 
 

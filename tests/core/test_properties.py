@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -403,3 +404,19 @@ def test_unflatten_keys_inverts_flatten_keys(structure):
     for path, value in leaf_paths(source):
         _same(back[path], value)
     assert back["s"] == "text"
+
+
+def test_setting_names_names_the_dims_nested_levels_share():
+    inner = TensorDict({"b": torch.zeros(3, 2)}, [3, 2], names=[None, "x"])
+    td = TensorDict({"n": {"a": torch.zeros(3, 4)}, "m": inner}, [3])
+    td.names = ["batch"]
+    # the reference: each level's names are the parent's, then its own further dims'
+    assert td["n"].names == ["batch"] and td["m"].names == ["batch", "x"]
+    td.lock_()
+    td.names = ["time"]  # a lock does not fix names
+    assert td["n"].names == ["time"] and td["m"].names == ["time", "x"]
+    with pytest.raises(ValueError, match="names must be unique"):
+        td.names = ["x"]  # would name two dims of "m" "x": nothing changes
+    assert td.names == ["time"] and td["m"].names == ["time", "x"]
+    td.names = None
+    assert td["n"].names == [None] and td["m"].names == [None, "x"]

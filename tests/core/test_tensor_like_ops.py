@@ -347,6 +347,19 @@ def test_auto_batch_size():
     assert td.auto_batch_size_(batch_dims=1).batch_size == torch.Size([3])
 
 
+def test_auto_batch_size_ignores_non_tensors_and_keeps_levels_without_tensors():
+    plain = {"a": torch.zeros(4, 3, 5), "b": torch.zeros(4, 3)}
+    td = TensorDict(plain, [4, 3])
+    td.set_non_tensor(("data", "text"), "some text")  # a level holding no tensor
+    td["label"] = "top"
+    td.batch_size = []
+    assert td["data"].batch_size == (4, 3)  # nested levels keep theirs
+    assert td.auto_batch_size_().batch_size == plain["b"].shape  # what every tensor shares
+    assert td["data"].batch_size == (4, 3) and td["data", "text"] == "some text"
+    assert TensorDict({}, [2]).auto_batch_size_().batch_size == (2,)
+    assert TensorDict({"s": "x"}, [2]).auto_batch_size_(batch_dims=0).batch_size == ()
+
+
 # ---------------------------------------------------------------- autograd
 def test_backward_grad_data_requires_grad_zero_grad():
     w = torch.randn(3, 2, requires_grad=True)
@@ -378,7 +391,8 @@ def test_torch_autograd_grad_with_containers():
     v = torch.randn(3, requires_grad=True)
     params = TensorDict({"w": w, "n": {"v": v}}, [3])
     out = TensorDict({"y": (w**2).sum(1) * v}, [3])
-    (grads,) = torch.autograd.grad(out.sum(reduce=True), params, retain_graph=True)
+    grads = torch.autograd.grad(out.sum(reduce=True), params, retain_graph=True)
+    assert type(grads) is TensorDict  # one container in, that container of gradients out
     ref_w, ref_v = torch.autograd.grad((w**2).sum(1).mul(v).sum(), (w, v), retain_graph=True)
     assert_leafwise(grads, {("w",): ref_w, ("n", "v"): ref_v}, [3])
     cotangent = TensorDict({"y": torch.arange(3.0)}, [3])
@@ -386,6 +400,11 @@ def test_torch_autograd_grad_with_containers():
     ref_w, ref_v = torch.autograd.grad((w**2).sum(1) * v, (w, v), torch.arange(3.0))
     assert_leafwise(grads, {("w",): ref_w, ("n", "v"): ref_v}, [3])
     torch.testing.assert_close(extra, ref_w)
+    # torch hands a lone input over as a one-tuple: (params,) cannot differ from params
+    w0, v0 = w.detach(), v.detach()
+    out = TensorDict({"y": (w**2).sum(1) * v}, [3])
+    lone = torch.autograd.grad(out.sum(reduce=True), (params,))
+    assert_leafwise(lone, {("w",): 2 * w0 * v0[:, None], ("n", "v"): (w0**2).sum(1)}, [3])
 
 
 # ---------------------------------------------------------------- consolidate
@@ -410,7 +429,7 @@ def test_consolidate_one_storage_locked_and_equal():
     assert out.is_locked
     with pytest.raises(RuntimeError, match="locked"):
         out["new"] = torch.zeros(3, 4)
-    out["a"] = torch.ones(3, 4, 2)  # in place
+    out.set_("a", torch.ones(3, 4, 2))
     assert out["a"].untyped_storage().data_ptr() in pointers
     assert out.consolidate() is out
     again = pickle.loads(pickle.dumps(out))

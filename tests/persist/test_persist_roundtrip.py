@@ -132,6 +132,25 @@ def test_corpus_memmap_like_keeps_shapes_and_reads_zeros(tmp_path, name, plain, 
             assert not got.any()
 
 
+@pytest.mark.parametrize("where", ["temporary", "directory"])
+@pytest.mark.parametrize("copy_existing", [False, True])
+def test_memmap_like_of_a_memory_mapped_container_gets_new_empty_files(
+    tmp_path, where, copy_existing
+):
+    plain = {"a": torch.arange(6.0).reshape(3, 2), ("n", "b"): torch.ones(3)}
+    td = TensorDict({"a": plain["a"].clone(), "n": {"b": plain[("n", "b")].clone()}}, [3])
+    td = td.memmap(tmp_path / "source")
+    prefix = tmp_path / "like" if where == "directory" else None
+    like = td.memmap_like(prefix, copy_existing=copy_existing)
+    for key, ref in plain.items():
+        got = like.get(key)
+        assert type(got) is MemoryMappedTensor and got.shape == ref.shape
+        assert not got.any()  # no content, whatever the source holds
+        assert got.untyped_storage().data_ptr() != td.get(key).untyped_storage().data_ptr()
+        got.fill_(-1.0)  # writing the new container leaves the source alone
+        assert torch.equal(td.get(key), ref)
+
+
 def test_layout_is_the_seeds_layout(tmp_path):
     td = TensorDict({"a": torch.rand(10), "b": {"c": torch.rand(10)}}, [10])
     td.memmap_(prefix=tmp_path / "tensordict")

@@ -96,6 +96,10 @@ def test_dict_values_stay_dicts_in_dict_and_any_fields():
     assert plain[0].meta == {"a": [1, 2]}  # indexing keeps the value
     plain.meta = {"c": 3}
     assert plain.meta == {"c": 3}
+    from collections import UserDict
+
+    mapping = UserDict({"metadata": "value"})
+    assert Plain(mapping, other=mapping).other is mapping  # the object given, not a copy
 
 
 # ---------------------------------------------------------------------- dataclass
@@ -124,9 +128,10 @@ def test_a_subclass_may_override_setattr():
             seen.append(name)
             super().__setattr__(name, value * 2 if name == "x" else value)
 
-    logged = Logged(torch.ones(2), batch_size=[2])
-    logged.x = torch.ones(2)
+    logged = Logged(torch.ones(2), batch_size=[2])  # the constructor assigns through it too
     assert seen == ["x"] and torch.equal(logged.x, torch.full((2,), 2.0))
+    logged.x = torch.full((2,), 3.0)
+    assert seen == ["x", "x"] and torch.equal(logged.x, torch.full((2,), 6.0))
     with pytest.raises(AttributeError):
         logged.y = 1  # still not a field
 
@@ -171,3 +176,137 @@ def test_error_texts_name_the_tensorclass():
 
 class Frozen(TensorClass["frozen"]):
     x: torch.Tensor
+
+
+class Labelled(TensorClass):
+    x: torch.Tensor
+    labels: list
+
+
+@pytest.mark.parametrize("batch_size", [[3], [3, 2]])
+def test_a_list_field_holds_one_item_per_element_like_a_tensordict_entry(batch_size):
+    labels = [["a", "b"], ["c", "d"], ["e", "f"]] if len(batch_size) == 2 else ["a", "b", "c"]
+    data = Labelled(x=torch.zeros(*batch_size, 4), labels=labels, batch_size=batch_size)
+    assert data.labels == labels
+    for i in range(3):  # the reference: the plain list indexed the same way
+        assert data[i].labels == labels[i]
+    assert data[1:].labels == labels[1:]
+    td = TensorDict({"labels": labels}, batch_size)  # the same rule as a TensorDict's
+    assert td[0]["labels"] == data[0].labels
+
+
+def test_a_list_field_that_does_not_fit_the_batch_raises_unless_list_to_stack_is_off():
+    from tdfunc import set_list_to_stack
+
+    with pytest.raises(RuntimeError, match="batch dimension mismatch for the list at key"):
+        Labelled(x=torch.zeros(3, 2), labels=["a", "b", "c"], batch_size=[3, 2])
+    with set_list_to_stack(False):
+        data = Labelled(x=torch.zeros(3, 2), labels=["a", "b", "c"], batch_size=[3, 2])
+    assert data[0, 1].labels == ["a", "b", "c"]  # one value, shared by every element
+    unbatched = Labelled(x=torch.zeros(4), labels=["a", "b", "c"], batch_size=[])
+    assert unbatched.labels == ["a", "b", "c"]
+
+
+def test_casting_flags_under_tensordict_class_attribute_names():
+    class Cast(TensorClass["autocast"]):
+        a: int
+
+    @tensorclass(nocast=True)
+    class NoCast:
+        a: int
+
+    assert Cast._autocast and not Cast._nocast
+    assert NoCast._nocast and not NoCast._autocast
+    assert not TensorClass._autocast and not Inner._autocast
+
+
+class Node(TensorClass["autocast"]):
+    value: torch.Tensor
+    child: "Node" = None  # noqa: UP037 (quoted on purpose: a string twice under postponed annotations)
+
+
+def test_a_quoted_self_reference_casts_to_the_class():
+    node = Node(value=torch.zeros(()), child={"value": torch.ones(()), "child": None})
+    assert type(node.child) is Node and node.child.value.item() == 1.0
+
+
+def test_get_reads_the_properties_of_the_instance():
+    inner = Inner(torch.zeros(2, 3), torch.ones(2), batch_size=[2], names=["n"])
+    for name in ("batch_size", "device", "names", "shape", "batch_dims"):
+        assert inner.get(name) == getattr(inner, name), name
+    with pytest.raises(KeyError, match="'nope' not found"):
+        inner.get("nope")  # neither a field, a key nor a property
+    assert TensorDict({}, [2]).get("batch_size") is None  # a TensorDict reads keys only
+
+
+def test_the_constructor_assigns_fields_through_a_class_own_setattr():
+    seen = []
+
+    class Shifted(TensorClass, nocast=True):
+        a: int
+        b: int = 0
+
+        def __setattr__(self, key, value):
+            seen.append(key)
+            super().__setattr__(key, value + 1 if key == "b" else value)
+
+    class Child(Shifted):
+        pass
+
+    plain = {"a": torch.zeros(2, 3), "b": torch.zeros(2)}  # the reference: b shifted by one
+    for cls in (Shifted, Child):
+        seen.clear()
+        obj = cls(a=plain["a"], b=plain["b"], batch_size=[2])
+        assert seen == ["a", "b"]
+        assert torch.equal(obj.a, plain["a"]) and torch.equal(obj.b, plain["b"] + 1)
+        obj.b = torch.ones(2)
+        assert seen == ["a", "b", "b"] and torch.equal(obj.b, torch.full((2,), 2.0))
+    assert Shifted(a=torch.zeros(2), batch_size=[2]).b == 1  # the default goes through too
+
+
+@pytest.mark.parametrize("op", ["view", "reshape", "unsqueeze", "permute"])
+def test_a_shape_block_writes_new_fields_back_into_the_instance(op):
+    @tensorclass
+    class Sample:
+        x: torch.Tensor
+        label: str
+
+    data = Sample(x=None, label="t", batch_size=[3, 4])
+    args = {"view": (-1,), "reshape": (12,), "unsqueeze": (0,), "permute": (1, 0)}[op]
+    value = torch.arange(60.0)  # the reference: the same values viewed back to [3, 4, 5]
+    with getattr(data, op)(*args) as shaped:
+        assert isinstance(shaped, Sample)
+        shaped.x = (
+            value.reshape(*shaped.batch_size, 5)
+            if op != "permute"
+            else (value.reshape(3, 4, 5).permute(1, 0, 2))
+        )
+    assert torch.equal(data.x, value.reshape(3, 4, 5))
+
+
+def test_the_inner_tensordict_under_tensordicts_attribute_name():
+    inner = Inner(torch.zeros(2, 3), torch.ones(2), batch_size=[2])
+    assert type(inner._tensordict) is TensorDict
+    assert inner._tensordict is inner._tensordict  # the instance's own, not a copy
+    inner._tensordict["a"] += 1  # writes reach the instance
+    assert torch.equal(inner.a, torch.ones(2, 3))
+    holder = TensorDict({"inner": inner}, [2])
+    assert holder.get("inner")._tensordict is inner._tensordict
+
+
+def test_a_tensor_only_class_keeps_a_non_tensor_data_field_wrapped():
+    from collections import UserDict
+
+    from tdfunc import NonTensorData
+
+    class Tagged(TensorClass["tensor_only"]):
+        tag: NonTensorData
+        x: torch.Tensor | None = None
+
+    mapping = UserDict({"metadata": "value"})
+    tagged = Tagged(tag=mapping)
+    assert isinstance(tagged.tag, NonTensorData) and tagged.tag.data is mapping
+    batched = Tagged(tag=NonTensorData("s"), x=torch.zeros(3), batch_size=[3])
+    assert batched.tag.batch_size == (3,) and batched[1].tag.data == "s"
+    with pytest.raises(TypeError, match="expects a tensor"):
+        batched.x = "not a tensor"  # the other fields stay tensor-only

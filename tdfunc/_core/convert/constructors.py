@@ -545,6 +545,9 @@ class ConstructorsMixin(ContainerMixin):
     def auto_batch_size_(self, batch_dims: int | None = None):
         """Set the batch size (nested containers first) to the leading dims all leaves share.
 
+        Non-tensor values do not count; a level without tensors (at any depth) keeps
+        its batch size (cut to ``batch_dims`` when given).
+
         Example:
             >>> td = TensorDict({"a": torch.zeros(3, 4, 5), "b": torch.zeros(3, 4)}, [])
             >>> td.auto_batch_size_().batch_size
@@ -562,6 +565,8 @@ class ConstructorsMixin(ContainerMixin):
                 shapes.append(tuple(view._batch_size))
             elif isinstance(value, _Tensor):
                 shapes.append(tuple(value.shape))
+        if not shapes:  # no tensor below this level constrains it: it keeps its batch size
+            return self
         common: list[int] = []
         if shapes:
             for sizes in zip(*shapes):

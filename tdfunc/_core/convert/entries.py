@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -97,6 +98,73 @@ class EntriesMixin(ContainerMixin):
             )
             for item in self.unbind(0)  # type: ignore[attr-defined]
         ]
+
+    @classmethod
+    def from_list(
+        cls,
+        input: list,
+        *,
+        auto_batch_size: bool | None = None,
+        batch_size=None,
+        device=None,
+        batch_dims: int | None = None,
+        names=None,
+        lazy: bool | None = None,
+    ) -> Self:
+        """A container stacking a list of dicts (or containers) along a new leading dim.
+
+        The inverse of :meth:`tolist` over one dim: each dict is built with
+        :meth:`from_dict` (``batch_size`` and ``batch_dims`` count the list's dim
+        first, so each element gets ``batch_size[1:]``), a container is stacked as
+        it is, and the elements are stacked with ``torch.stack``. tdfunc's stacks are
+        dense: ``lazy=True`` is refused.
+
+        Example:
+            >>> td = TensorDict.from_list([{"a": torch.zeros(2)}, {"a": torch.ones(2)}],
+            ...                           auto_batch_size=True)
+            >>> td.batch_size, td["a"][1].tolist()
+            (torch.Size([2, 2]), [1.0, 1.0])
+        """
+        api = f"{cls.__name__}.from_list"
+        if lazy:
+            raise NotImplementedError(
+                f"{api}: lazy stacks are not part of tdfunc; lazy=None or False builds the "
+                f"dense stack (elements of one structure and shape)."
+            )
+        if not isinstance(input, (list, tuple)) or not input:
+            raise ValueError(f"{api}: expected a non-empty list of dicts or containers.")
+        inner_size = None
+        if batch_size is not None:
+            size = torch.Size(batch_size)
+            if not size or size[0] != len(input):
+                raise ValueError(
+                    f"{api}: batch_size {list(size)} must start with the length of the list "
+                    f"({len(input)})."
+                )
+            inner_size = size[1:]
+        inner_dims = None if batch_dims is None else max(batch_dims - 1, 0)
+        items = []
+        for element in input:
+            if _collection(element):
+                items.append(element)
+            elif isinstance(element, Mapping):
+                items.append(
+                    cls.from_dict(  # type: ignore[attr-defined]
+                        element,
+                        batch_size=inner_size,
+                        device=device,
+                        batch_dims=inner_dims,
+                        auto_batch_size=bool(auto_batch_size),
+                    )
+                )
+            else:
+                raise TypeError(
+                    f"{api}: expected dicts or containers, got a {type(element).__name__}."
+                )
+        out = torch.stack(items, 0)
+        if names is not None:
+            out.names = names
+        return out
 
     def __getitems__(self, indices: list) -> Self:
         """``self[indices]`` for a list of indices (what a ``DataLoader`` reads per batch).

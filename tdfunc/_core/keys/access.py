@@ -36,7 +36,7 @@ from ..context import (
 )
 from ..convert.consolidate import end_consolidation
 from ..frozen import FROZEN, refuse_frozen_inside
-from ..mixin import ContainerMixin, is_tensor_collection, read_value
+from ..mixin import LOCK_ERROR, ContainerMixin, is_tensor_collection, read_value
 from ..nontensor import NonTensorData
 from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
 from .nested import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
@@ -172,6 +172,9 @@ class AccessMixin(ContainerMixin):
         if len(parts) == 1:
             if parts[0] in self._field_names:
                 return None
+            if self._get_reads_value and isinstance(getattr(type(self), parts[0], None), property):
+                # tensordict: a tensorclass's get reads its attributes (get("batch_size"))
+                return getattr(self, parts[0])
         else:
             inner = self._data.get(parts[0])
             if is_tensor_collection(inner):
@@ -322,11 +325,9 @@ class AccessMixin(ContainerMixin):
                     f"TensorDict.{api}: cannot write key {key!r}: this TensorDict belongs to a "
                     f"frozen TensorClass, which refuses every write."
                 )
-            name = type(self).__name__
             raise RuntimeError(
-                f"{name}.{api}: cannot add, delete or rename key {key!r}: the {name} is "
-                f"locked (Cannot modify locked {name}). Write in place (td.set_(key, value)) "
-                f"or call td.unlock_() first."
+                f"{type(self).__name__}.{api}: cannot add, replace, delete or rename key "
+                f"{key!r}: it is locked. {LOCK_ERROR} Or call td.unlock_() first."
             )
 
     def _write(self, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None:
@@ -336,8 +337,9 @@ class AccessMixin(ContainerMixin):
     def set(self, key, value: Any, *, inplace: bool = False, non_blocking: bool = False) -> Self:
         """Write ``value`` at ``key`` (creating nested TensorDicts as needed); returns self.
 
-        With ``inplace=True`` an existing tensor is written in place. On a locked
-        TensorDict existing entries are always written in place. With
+        With ``inplace=True`` an existing tensor is written in place. A locked
+        TensorDict refuses to replace an entry: write it in place (``inplace=True``
+        or ``set_``). With
         ``non_blocking=True`` a tensor that must change device is sent without
         blocking (``Tensor.to(..., non_blocking=True)``).
 
@@ -392,7 +394,8 @@ class AccessMixin(ContainerMixin):
 
         Atomic: when an entry is invalid, nothing is written. ``clone=True``
         writes copies, ``keys_to_update`` limits the update to these keys (and
-        what is below them), keyword ``entries`` are written too, and
+        what is below them; a level of a listed key that this container lacks is
+        written whole, as in tensordict), keyword ``entries`` are written too, and
         ``ignore_lock=True`` writes into a locked TensorDict as if it were not.
         ``is_leaf(type)`` true for a nested container (or ``TensorDict`` for a
         nested mapping) writes it whole instead of merging it into the existing
@@ -408,7 +411,9 @@ class AccessMixin(ContainerMixin):
         self._check_mutable("update")
         if ignore_lock:  # lifting the lock never lifts frozen: refuse before anything changes
             refuse_frozen_inside(self, "update")
-        items = update_items(other, clone, keys_to_update, non_blocking, self._device)
+        items = update_items(
+            other, clone, keys_to_update, non_blocking, self._device, "update", self
+        )
         if entries:
             items = list(items) + update_items(entries, clone, keys_to_update, False, None)
         merge = merge_rule(is_leaf, self._plain_tensordict())
@@ -539,16 +544,19 @@ class AccessMixin(ContainerMixin):
 
     # ------------------------------------------------------------------ locking
     def lock_(self) -> Self:
-        """Refuse new, deleted and renamed keys (in-place writes stay allowed); returns self.
+        """Refuse new, replaced, deleted and renamed keys; returns self.
 
-        Used as ``with td.lock_():``, the lock state from before the call is
-        restored when the block exits (blocks nest like a stack).
+        Writes into the existing tensors stay allowed (``set_``, ``update_``,
+        ``set(..., inplace=True)``); ``set``, ``td[key] = value`` and ``update``
+        raise ``RuntimeError``, as they would replace the stored tensor. Used as
+        ``with td.lock_():``, the lock state from before the call is restored when
+        the block exits (blocks nest like a stack).
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(2)}, [2]).lock_()
-            >>> td["a"] = torch.ones(2)  # written in place
-            >>> td.is_locked
-            True
+            >>> _ = td.set_("a", torch.ones(2))  # written in place
+            >>> td.is_locked, td["a"].tolist()
+            (True, [1.0, 1.0])
         """
         before = LockState(self)
         _lock_tree(self)

@@ -30,10 +30,40 @@ def _leaves(source: Any, prefix: tuple):
             yield parts, value
 
 
+def _selected(parts: tuple, wanted: list, dest: Any) -> bool:
+    """Is the source leaf at ``parts`` written by an update limited to ``wanted`` keys?
+
+    It is when it lies under a wanted key. As in tensordict, a wanted key whose level
+    ``dest`` (the container updated, or None) does not have yet brings the source's
+    whole level: updating ``("a", "b")`` into a container without ``"a"`` writes all
+    of the source's ``"a"``.
+    """
+    for w in wanted:
+        if parts[: len(w)] == w:
+            return True
+        if dest is None:
+            continue
+        for depth in range(1, min(len(w), len(parts))):
+            if parts[depth - 1] != w[depth - 1]:
+                break
+            if dest._get_nested(parts[:depth]) is MISSING:
+                return True
+    return False
+
+
 def update_items(
-    source: Any, clone: bool, keys_to_update, non_blocking: bool, device, api: str = "update"
+    source: Any,
+    clone: bool,
+    keys_to_update,
+    non_blocking: bool,
+    device,
+    api: str = "update",
+    dest: Any = None,
 ) -> list:
-    """The pairs to write for ``td.update(source, clone=..., keys_to_update=...)``."""
+    """The pairs to write for ``td.update(source, clone=..., keys_to_update=...)``.
+
+    ``dest`` is the container updated, when levels it lacks come whole (``update``).
+    """
     if source is None:
         return []
     if keys_to_update is None and not clone and not (non_blocking and device is not None):
@@ -43,7 +73,7 @@ def update_items(
         wanted = [key_parts(key, f"TensorDict.{api}") for key in keys_to_update]
     items = []
     for parts, value in _leaves(source, ()):
-        if wanted is not None and not any(parts[: len(w)] == w for w in wanted):
+        if wanted is not None and not _selected(parts, wanted, dest):
             continue
         if isinstance(value, torch.Tensor):
             if clone:

@@ -133,10 +133,10 @@ class KeyViewsMixin(ContainerMixin):
         return out
 
     def _shallow_copy(self) -> Self:
-        """A copy of the key structure (nested TensorDicts too) sharing the leaves."""
-        plain = self._plain_tensordict()
+        """A copy of the key structure (nested TensorDicts and TensorClasses too) sharing
+        the leaves."""
         return self._like(
-            {k: v._shallow_copy() if type(v) is plain else v for k, v in self._data.items()}
+            {k: v._shallow_copy() if is_tensor_collection(v) else v for k, v in self._data.items()}
         )
 
     def copy(self) -> Self:

@@ -161,17 +161,28 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
         else:
             check_batch_dims(api, key, tensor.shape, batch_size)
             return tensor
-        if ndim and type(value) is list and options.list_to_stack():  # one item per element
-            stack = stack_of_list(value, batch_size, td._device)
-            if stack is None:  # as tensordict: a list is one value per element, or an error
-                raise BatchSizeMismatchError(
-                    f"TensorDict.{api}: batch dimension mismatch for the list at key {key!r}: "
-                    f"its nesting {_list_shape(value)} does not start with the batch size "
-                    f"{list(batch_size)}. Store it as one value with "
-                    f"td.set_non_tensor(key, value), or under set_list_to_stack(False)."
-                )
+        stack = stacked_list(value, batch_size, td._device, f"TensorDict.{api}", key)
+        if stack is not None:
             return stack
     return NonTensorData._make(value, batch_size, td._device)
+
+
+def stacked_list(value: Any, batch_size, device, api: str, key) -> NonTensorStack | None:
+    """Under ``set_list_to_stack(True)``, a list written with batch dims holds one item per
+    element: its ``NonTensorStack``, or a ``BatchSizeMismatchError`` when its nesting does
+    not start with the batch size (tensordict's rule). None when the rule does not apply.
+    """
+    if not (batch_size and type(value) is list and options.list_to_stack()):
+        return None
+    stack = stack_of_list(value, batch_size, device)
+    if stack is None:
+        raise BatchSizeMismatchError(
+            f"{api}: batch dimension mismatch for the list at key {key!r}: its nesting "
+            f"{_list_shape(value)} does not start with the batch size {list(batch_size)}. "
+            f"Store it as one value with td.set_non_tensor(key, value), or under "
+            f"set_list_to_stack(False)."
+        )
+    return stack
 
 
 def _list_shape(value: Any) -> list[int]:
@@ -288,11 +299,7 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
         if inplace == "strict":
             raise td._missing(parts, api, prefix)
         node._check_writable(api, full)
-    elif (
-        inplace
-        or node._is_locked
-        or (merge and is_tensor_collection(existing) and (merge is True or merge(value)))
-    ):
+    elif inplace or (merge and is_tensor_collection(existing) and (merge is True or merge(value))):
         if isinstance(existing, _Tensor):
             if node._is_locked == FROZEN:
                 writable_view(node, api, full)
@@ -315,12 +322,18 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
                         prefix + parts,
                     )
                 return
-            if inplace or node._is_locked:
+            if inplace:
                 raise TypeError(
                     f"TensorDict.{api}: cannot write a {type(value).__name__} in place into "
                     f"the {type(existing).__name__} at key {full!r}; pass a mapping."
                 )
     new = convert(node, full, value, node._batch_size, api)
+    if existing is not _NO_DEFAULT and node._is_locked:
+        # Replacing an entry is structural; a bad value is reported first, as by set. A
+        # non-tensor value has no storage to copy into: written in place, it is replaced.
+        swaps_value = inplace and isinstance(existing, NonTensorData)
+        if not (swaps_value and isinstance(new, NonTensorData)) or node._is_locked == FROZEN:
+            node._check_writable(api, full)
     undo.append((node._data, key, existing))
     node._data[key] = new
     if is_tensor_collection(new):

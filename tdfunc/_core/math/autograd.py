@@ -171,11 +171,13 @@ def autograd_grad(outputs: Any, inputs: Any, grad_outputs: Any = None, **kwargs:
     """``torch.autograd.grad`` where outputs, inputs and grad_outputs may be containers.
 
     The gradient with respect to a container input is a container of the same class and
-    structure. Returns a tuple, one entry per input, like torch.
+    structure. When ``inputs`` is one container, that container of gradients is returned
+    (as tensordict does); otherwise a tuple with one entry per input, like torch. torch
+    hands a lone input over as a one-tuple, so ``inputs=(td,)`` also gives the container.
 
     Example:
         >>> x = TensorDict({"w": torch.ones(2, requires_grad=True)}, [2])
-        >>> (g,) = torch.autograd.grad((x * x).sum(reduce=True), x)
+        >>> g = torch.autograd.grad((x * x).sum(reduce=True), x)
         >>> g["w"].tolist()
         [2.0, 2.0]
     """
@@ -195,6 +197,8 @@ def autograd_grad(outputs: Any, inputs: Any, grad_outputs: Any = None, **kwargs:
         else:
             values = iter(chunk)
             results.append(map_leaves(container, lambda t, it=values: next(it), None, True, None))
+    if len(spans) == 1 and spans[0][0] is not None:
+        return results[0]
     return tuple(results)
 
 

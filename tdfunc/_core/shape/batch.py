@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..context import check_parent_batch
+from ..keys.writes import check_batch_dims
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, NonTensorStack
 from .sizes import as_size, checked_names
@@ -64,6 +65,41 @@ class BatchMixin(ContainerMixin):
             self._names = None
         self._batch_size = size
 
+    # ------------------------------------------------------------ validators
+    def _check_batch_size(self) -> None:
+        """Check that every value's shape starts with the batch size, at every depth.
+
+        Writes are checked one by one (``set``); this checks the whole container at
+        once, for a container whose values could have changed shape behind its back
+        (a stored tensor resized in place). A nested container's batch size must
+        start with its parent's. Raises ``ValueError`` naming the first bad key.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3, 4)}, [3])
+            >>> td._check_batch_size()
+            >>> _ = td.get("a").resize_(2, 4)
+            >>> td._check_batch_size()
+            Traceback (most recent call last):
+            ...
+            ValueError: TensorDict._check_batch_size: the value at key 'a' has shape [2, 4], ...
+        """
+        _check_batch(self, self._batch_size, ())
+
+    def _check_device(self) -> None:
+        """Check that every tensor sits on the container's device (when it has one).
+
+        Example:
+            >>> TensorDict({"a": torch.zeros(3)}, [3], device="cpu")._check_device()
+        """
+        if self._device is None:
+            return
+        for key, leaf in self.items(include_nested=True, leaves_only=True):  # type: ignore[attr-defined]
+            if isinstance(leaf, torch.Tensor) and leaf.device != self._device:
+                raise RuntimeError(
+                    f"{type(self).__name__}._check_device: the tensor at key {key!r} is on "
+                    f"{leaf.device}, but the container's device is {self._device}."
+                )
+
     @property
     def shape(self) -> torch.Size:
         return self._batch_size
@@ -96,8 +132,18 @@ class BatchMixin(ContainerMixin):
 
     @names.setter
     def names(self, value) -> None:
+        """Name the batch dims; nested containers take the names of the dims they share.
+
+        A nested container's leading dims are its parent's, so they carry the same
+        names (its own further dims keep theirs), as in tensordict.
+        """
         self._check_mutable("names")
-        self._names = checked_names(value, self._batch_size, f"{type(self).__name__}.names")
+        api = f"{type(self).__name__}.names"
+        names = checked_names(value, self._batch_size, api)
+        plan = [(self, names)]
+        _plan_shared_names(self, names, plan, api)  # every level checked before any changes
+        for node, new in plan:
+            node._names = new
 
     def refine_names(self, *names) -> Self:
         """Name the batch dims in place, as ``Tensor.refine_names``; returns self.
@@ -157,3 +203,32 @@ class BatchMixin(ContainerMixin):
             f"{name}: the truth value of a {name} is ambiguous (Converting a tensordict to "
             f"boolean value is not permitted); use .all() or .any()."
         )
+
+
+def _check_batch(container, batch_size: torch.Size, prefix: tuple) -> None:
+    for key, item in container._data.items():
+        path = prefix + (key,)
+        shown = path[0] if len(path) == 1 else path
+        shape = item.batch_size if isinstance(item, (ContainerMixin, NonTensorData)) else None
+        if shape is None:
+            shape = getattr(item, "shape", None)
+        if shape is None:
+            continue
+        check_batch_dims("_check_batch_size", shown, torch.Size(shape), batch_size)
+        if isinstance(item, ContainerMixin):
+            _check_batch(item, item._batch_size, path)
+
+
+def _plan_shared_names(node, names: tuple | None, plan: list, api: str) -> None:
+    """Append ``(nested container, its new names)`` for every level below ``node``."""
+    shared = list(names) if names is not None else [None] * len(node._batch_size)
+    for value in node._data.values():
+        if not isinstance(value, ContainerMixin):
+            continue
+        inner = value._to_tensordict_view()
+        own = inner.names[len(shared) :]
+        if inner._names is None and names is None:
+            continue  # nothing named above or here: nothing to share
+        new = checked_names(shared + own, inner._batch_size, api)
+        plan.append((inner, new))
+        _plan_shared_names(inner, new, plan, api)
