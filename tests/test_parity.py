@@ -252,6 +252,10 @@ CASES: dict[str, tuple[Callable, str]] = {
         "sample",
     ),
     "from_namedtuple": (lambda o: type(o).from_namedtuple(o.to_namedtuple()), "sample"),
+    "from_dict_instance": (lambda o: o.from_dict_instance(o.to_dict(), [4, 3]), "sample"),
+    "from_pytree": (lambda o: type(o).from_pytree([o["obs"]]).to_pytree()[0], "sample"),
+    "to_pytree": (lambda o: type(o).from_pytree({"r": o["reward"]}).to_pytree()["r"], "sample"),
+    "to_struct_array": (lambda o: torch.as_tensor(o.to_struct_array()["obs"]), "sample"),
     "from_struct_array": (
         lambda o: type(o).from_struct_array(_struct_array()).select("obs", "reward", "extra"),
         "sample",

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from .._core.convert.consolidate import file_backed_consolidation
 from .sharing import geometry, mapped_inode, open_identified, read_maps
 
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -723,7 +724,11 @@ def reduce_collection_for_process(container: Any) -> tuple:
     instead (file name, identity, offset and strides). Other leaves, and plain
     ``pickle``, are unchanged.
     """
-    reduced = container.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    if file_backed_consolidation(container):
+        # its leaves go by file (below), not as a copy of the consolidated storage
+        reduced = object.__reduce_ex__(container, pickle.HIGHEST_PROTOCOL)
+    else:
+        reduced = container.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
     state = reduced[2] if len(reduced) > 2 else None
     slots = state[1] if type(state) is tuple and len(state) == 2 else None
     data = slots.get("_data") if type(slots) is dict else None

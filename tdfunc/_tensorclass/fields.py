@@ -29,7 +29,7 @@ import torch
 
 from .._core.keys.writes import stacked_list
 from .._core.mixin import is_tensor_collection
-from .._core.nontensor import NonTensorData
+from .._core.nontensor import NonTensorData, NonTensorStack
 
 FLAGS = ("autocast", "nocast", "tensor_only", "frozen", "shadow")
 CASTING_FLAGS = ("autocast", "nocast", "tensor_only")
@@ -293,7 +293,8 @@ def convert_default(
     """What a value becomes under the default casting rules."""
     if isinstance(value, torch.Tensor):
         return fit_tensor(owner, name, value, size, device)
-    if is_tensor_collection(value):
+    if is_tensor_collection(value) or isinstance(value, NonTensorStack):
+        # a stack holds one value per element: it stays a stack (not one list value)
         return fit_collection(owner, name, value, size, device)
     if isinstance(value, NonTensorData):
         return NonTensorData._make(value.data, size, device)
@@ -363,6 +364,8 @@ def _cast_to(target: Any, owner: str, name: str, value: Any, size, device, plain
         target = origin
     if target is None or target is typing.Any or not isinstance(target, type):
         return convert_default(owner, name, value, size, device, plain)
+    if isinstance(value, NonTensorStack) and not issubclass(target, torch.Tensor):
+        return fit_collection(owner, name, value, size, device)  # one value per element
     if isinstance(value, NonTensorData):
         value = value.data
     if issubclass(target, torch.Tensor):

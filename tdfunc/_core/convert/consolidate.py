@@ -138,6 +138,17 @@ def _append_description(path: str, total: int, description: dict | None) -> None
         f.truncate()
 
 
+def file_backed_consolidation(container: Any) -> bool:
+    """True for a consolidated container whose storage maps a file (on the CPU)."""
+    storage = getattr(container, "_consolidation", None)
+    return (
+        storage is not None
+        and container.is_consolidated()
+        and storage.device.type == "cpu"
+        and storage.untyped_storage().filename is not None
+    )
+
+
 def read_consolidated(path: str, cls: Any) -> Any:
     """The container a ``consolidate(filename=path)`` wrote, its leaves views of the file."""
     api = f"{cls.__name__}.from_consolidated"
@@ -410,13 +421,9 @@ class ConsolidateMixin(ContainerMixin):
     def __reduce_ex__(self, protocol: Any) -> Any:
         # A consolidated container pickles as its one storage and the place of each
         # leaf in it: torch cannot pickle views of one storage with different dtypes.
-        # A file-backed storage keeps the default (it travels by file between processes).
+        # (multiprocessing sends a file-backed one by file: see file_backed_consolidation)
         storage = getattr(self, "_consolidation", None)
-        if (
-            storage is None
-            or not self.is_consolidated()
-            or (storage.device.type == "cpu" and storage.untyped_storage().filename is not None)
-        ):
+        if storage is None or not self.is_consolidated():
             return super().__reduce_ex__(protocol)
         skeleton = map_leaves(self, lambda t: _PLACEHOLDER, None, True, None)
         return _unpickle_consolidated, (storage, skeleton, _places(self))

@@ -17,7 +17,7 @@ import torch
 from ..apply import rewrap
 from ..math.leafwise import check_in_place_write, is_collection, map_leaves, no_names, tensor_leaves
 from ..mixin import ContainerMixin
-from ..nontensor import NonTensorData
+from ..nontensor import NonTensorData, NonTensorStack
 
 _Tensor = torch.Tensor
 _KEEP: Any = object()
@@ -71,6 +71,21 @@ def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
 
 
+def struct_leaf(obj: np.ndarray) -> Any:
+    """An array (or one field of a structured array) as a container value: numbers share
+    its memory, strings and objects become Python values, nested dtypes dicts."""
+    if obj.dtype.names:
+        return {name: struct_leaf(obj[name]) for name in obj.dtype.names}
+    if obj.dtype.kind in "USO":  # strings and objects: Python values, one per element
+        if obj.ndim == 0:
+            return obj.item()
+        return NonTensorStack(obj.tolist(), batch_size=obj.shape)
+    try:  # a field of a structured array is a strided view: keep sharing its memory
+        return torch.from_numpy(obj)
+    except (TypeError, ValueError, RuntimeError):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+
+
 def _plain(obj: Any) -> Any:
     """``obj`` with dataclasses, named tuples and structured arrays turned into dicts."""
     if is_collection(obj):
@@ -79,10 +94,8 @@ def _plain(obj: Any) -> Any:
         return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if _is_namedtuple(obj):
         return {k: _plain(v) for k, v in obj._asdict().items()}
-    if isinstance(obj, np.ndarray) and obj.dtype.names:
-        return {name: _plain(obj[name]) for name in obj.dtype.names}
     if isinstance(obj, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(obj))
+        return struct_leaf(obj)
     if isinstance(obj, Mapping):
         return {k: _plain(v) for k, v in obj.items()}
     return obj
@@ -129,18 +142,36 @@ class ConstructorsMixin(ContainerMixin):
             lambda t: t.new_ones(shape, dtype=dtype, device=device, requires_grad=requires_grad),
         )
 
-    def new_empty(self, *size, dtype=None, device=None, requires_grad: bool = False):
+    def new_empty(
+        self,
+        *size,
+        dtype=None,
+        device=None,
+        requires_grad: bool = False,
+        empty_lazy: bool = False,
+    ):
         """A container with the same keys whose leaves are uninitialised, of shape ``size``.
+
+        ``empty_lazy=True`` also empties the ``NonTensorStack`` entries (one value per
+        element, which cannot be resized): like the tensors, they become stacks of
+        ``None`` of shape ``size``.
 
         Example:
             >>> TensorDict({"a": torch.ones(2)}, [2]).new_empty(3)["a"].shape
             torch.Size([3])
         """
         shape = _size_arg(size)
-        return self._new(
+        source, stacks = self, []
+        if empty_lazy:
+            stacks = [k for k, v in self.items(True) if isinstance(v, NonTensorStack)]
+            source = self.exclude(*stacks)
+        out = source._new(
             shape,
             lambda t: t.new_empty(shape, dtype=dtype, device=device, requires_grad=requires_grad),
         )
+        for key in stacks:
+            out.set(key, NonTensorStack(_nones(shape), batch_size=shape))
+        return out
 
     def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad: bool = False):
         """A container with the same keys whose leaves hold ``fill_value``, of shape ``size``.
@@ -261,34 +292,6 @@ class ConstructorsMixin(ContainerMixin):
                 f"{type(named_tuple).__name__}."
             )
         return _build(cls, _plain(named_tuple), batch_size, device, auto_batch_size, batch_dims)
-
-    @classmethod
-    def from_struct_array(
-        cls,
-        struct_array: np.ndarray,
-        *,
-        auto_batch_size: bool = False,
-        batch_dims=None,
-        device=None,
-        batch_size=None,
-    ):
-        """A container from a NumPy structured array: one leaf per field, batch = array shape.
-
-        Example:
-            >>> import numpy as np
-            >>> arr = np.zeros(3, dtype=[("x", "f4"), ("y", "i8")])
-            >>> td = TensorDict.from_struct_array(arr)
-            >>> td.batch_size, td["y"].dtype
-            (torch.Size([3]), torch.int64)
-        """
-        if not isinstance(struct_array, np.ndarray) or not struct_array.dtype.names:
-            raise TypeError(
-                "TensorDict.from_struct_array: expected a NumPy structured array (with named "
-                f"fields), got {type(struct_array).__name__}."
-            )
-        if batch_size is None and not auto_batch_size and batch_dims is None:
-            batch_size = struct_array.shape
-        return _build(cls, _plain(struct_array), batch_size, device, auto_batch_size, batch_dims)
 
     @classmethod
     def from_any(
@@ -590,6 +593,13 @@ def _shallow(data: dict) -> dict:
             value = rewrap(value, view._like(_shallow(view._data)))
         out[key] = value
     return out
+
+
+def _nones(shape: torch.Size) -> Any:
+    """A nested list of ``None`` shaped like ``shape``."""
+    if not shape:
+        return None
+    return [_nones(shape[1:]) for _ in range(shape[0])]
 
 
 def _set_non_tensor_at(td: Any, key: Any, target: NonTensorData, value: Any, index: Any) -> None:

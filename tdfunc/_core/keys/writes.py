@@ -265,6 +265,15 @@ def check_copy_target(target: torch.Tensor, source: Any, key, api: str) -> None:
         )
 
 
+def _strict_missing(td, parts, api, prefix) -> KeyError:
+    """The error of an in-place write to a key that does not exist (with a hint to add it)."""
+    message = td._missing(parts, api, prefix).args[0]
+    return KeyError(
+        f"{message} {api} writes into existing entries only and this key was not found; "
+        f"use {'set' if api == 'set_' else 'update'} to add it."
+    )
+
+
 def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> None:
     node = td
     last = len(parts) - 1
@@ -274,7 +283,7 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
         if inner is _NO_DEFAULT:
             # create the missing sub-TensorDicts, with the batch size of their parent
             if inplace == "strict":
-                raise td._missing(parts, api, prefix)
+                raise _strict_missing(td, parts, api, prefix)
             node._check_writable(api, full_key(prefix, parts))
             size = node._batch_size
             leaf = convert(node, full_key(prefix, parts), value, size, api)
@@ -297,7 +306,7 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
     existing = node._data.get(key, _NO_DEFAULT)
     if existing is _NO_DEFAULT:
         if inplace == "strict":
-            raise td._missing(parts, api, prefix)
+            raise _strict_missing(td, parts, api, prefix)
         node._check_writable(api, full)
     elif inplace or (merge and is_tensor_collection(existing) and (merge is True or merge(value))):
         if isinstance(existing, _Tensor):

@@ -58,6 +58,22 @@ def _is_none(value: Any) -> bool:
     return value is None or (type(value) is NonTensorData and value.data is None)
 
 
+_BITWISE = (operator.and_, operator.or_, operator.xor)
+
+
+def _bitwise_values(value: Any, rhs: Any, op: Callable) -> Any:
+    """``&``, ``|``, ``^`` of two non-tensor booleans or integers apply to the values (as
+    on the Python values); any other op or value keeps the left operand's leaf."""
+    if (
+        op in _BITWISE
+        and isinstance(rhs, NonTensorData)
+        and isinstance(value.data, (bool, int))
+        and isinstance(rhs.data, (bool, int))
+    ):
+        return type(value)(op(value.data, rhs.data), batch_size=value.batch_size)
+    return value
+
+
 def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
     keyed = getattr(type(other), "_is_tensor_collection", False)
     if isinstance(other, Mapping) and not keyed:
@@ -85,7 +101,7 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
     for key, value, rhs in pairs:
         if isinstance(value, NonTensorData):
             if not compare:
-                data[key] = value
+                data[key] = _bitwise_values(value, rhs, op)
             elif keyed and api in ("__eq__", "__ne__"):
                 mask = eq_mask(value, rhs)
                 data[key] = mask if api == "__eq__" else ~mask

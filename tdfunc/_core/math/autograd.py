@@ -95,7 +95,7 @@ class AutogradMixin(ContainerMixin):
         """
         if all(t.grad is None for t in tensor_leaves(self)):
             return None
-        return _grads(self)
+        return _locked_like(self, _grads(self))
 
     @property
     def data(self):
@@ -106,7 +106,7 @@ class AutogradMixin(ContainerMixin):
             >>> TensorDict({"x": x * 2}, [2]).data["x"].requires_grad
             False
         """
-        return map_leaves(self, lambda t: t.data, None, True, None)
+        return _locked_like(self, map_leaves(self, lambda t: t.data, None, True, None))
 
     @property
     def requires_grad(self) -> bool:
@@ -136,6 +136,11 @@ class AutogradMixin(ContainerMixin):
             else:
                 leaf.grad.zero_()
         return self
+
+
+def _locked_like(self: Any, out: Any) -> Any:
+    """``out`` locked when ``self`` is (a view of a locked container stays read-only)."""
+    return out.lock_() if self.is_locked else out
 
 
 def _grads(self: Any) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..convert.consolidate import ConsolidateMixin
 from ..convert.constructors import ConstructorsMixin
+from ..convert.interop import InteropMixin
 from ..shape.index_ops import IndexOpsMixin
 from .autograd import AutogradMixin
 from .pointwise import PointwiseMixin
@@ -26,6 +27,7 @@ class TensorLikeMixin(
     PointwiseMixin,
     IndexOpsMixin,
     ConstructorsMixin,
+    InteropMixin,
     AutogradMixin,
     ConsolidateMixin,
 ):

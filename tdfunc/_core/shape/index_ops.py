@@ -76,6 +76,12 @@ class IndexOpsMixin(ContainerMixin):
             )
         ndim = len(self._batch_size)
         (d,) = batch_dims(self, dim, "gather")
+        if index.dim() != ndim and inplace:
+            raise NotImplementedError(
+                f"{type(self).__name__}.gather(inplace=True): index.ndim ({index.dim()}) must "
+                f"equal the batch dims ({ndim}); an in-place gather keeps the container's "
+                f"rank. Call gather without inplace."
+            )
         if index.dim() != ndim:
             raise ValueError(
                 f"TensorDict.gather: index must have as many dims as the batch size "
@@ -179,6 +185,8 @@ class IndexOpsMixin(ContainerMixin):
             order[dst] = src
         rest = iter(d for d in range(ndim) if d not in sources)
         order = [next(rest) if d is None else d for d in order]
+        if order == list(range(ndim)):
+            return self  # nothing moves: the container itself, as tensordict returns
         return self.permute(*order) if ndim else self._like(dict(self._data))
 
     moveaxis = movedim

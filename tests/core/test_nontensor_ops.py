@@ -1,0 +1,42 @@
+"""Bitwise ops and ``new_empty(empty_lazy=True)`` on non-tensor entries (``_core/math/arith.py``,
+``_core/convert/constructors.py``), checked against the Python values."""
+
+import operator
+
+import pytest
+import torch
+
+from tdfunc import NonTensorData, NonTensorStack, TensorDict
+
+
+@pytest.mark.parametrize("op", [operator.and_, operator.or_, operator.xor])
+@pytest.mark.parametrize(("left", "right"), [(True, True), (True, False), (3, 5)])
+def test_bitwise_ops_apply_to_non_tensor_values(op, left, right):
+    a = TensorDict({"t": torch.ones((), dtype=torch.bool), "v": NonTensorData(left)}, [])
+    b = TensorDict({"t": torch.ones((), dtype=torch.bool), "v": NonTensorData(right)}, [])
+    out = op(a, b)
+    assert out["v"] == op(left, right)
+    assert type(out["v"]) is type(op(left, right))
+
+
+def test_other_ops_keep_the_left_value():
+    a = TensorDict({"t": torch.ones((), dtype=torch.int64), "v": NonTensorData("x")}, [])
+    assert (a | a)["v"] == "x"
+    assert (a + a)["v"] == "x"
+
+
+def test_new_empty_empty_lazy_empties_stacks():
+    td = TensorDict(
+        {"a": NonTensorStack("a", "b").unsqueeze(-1), "n": {"s": NonTensorStack("x", "y")}},
+        [2],
+    )
+    td["t"] = torch.zeros(2, 3)
+    out = td.new_empty((4,), empty_lazy=True)
+    assert isinstance(out.get("a"), NonTensorStack)
+    assert out.get("a").batch_size == torch.Size([4])  # shaped like the tensors
+    assert out.get("a").tolist() == [None] * 4
+    assert out.get(("n", "s")).tolist() == [None] * 4
+    assert out["t"].shape == torch.empty(2, 3).new_empty((4,)).shape
+    assert td["a"] == [["a"], ["b"]]  # the source is unchanged
+    with pytest.raises(TypeError, match="NonTensorStack"):
+        td.new_empty((4,))
