@@ -8,7 +8,7 @@ Example:
     >>> import numpy as np
     >>> arr = np.zeros(2, dtype=[("x", "f4"), ("name", "U5")])
     >>> td = TensorDict.from_struct_array(arr)
-    >>> td["x"].tolist(), (td.to_struct_array() == arr).all()
+    >>> td["x"].tolist(), bool((td.to_struct_array() == arr).all())
     ([0.0, 0.0], True)
 """
 
