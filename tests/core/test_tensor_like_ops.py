@@ -14,6 +14,7 @@ import torch
 from leafwise_helpers import BATCH, NAMES, assert_leafwise, make
 
 import tdfunc
+import tdfunc.functional
 from tdfunc import TensorDict
 
 
@@ -164,8 +165,12 @@ def test_pad_method_and_function():
     assert td.pad([0, 1, 2, 1]).names == ["x", "y"]
     assert_leafwise(tdfunc.pad(td, [0, 1, 2, 1]), expected, [4, 7])
     assert tdfunc.pad(td, [1, 1], value=3.0)["a"][0].unique().tolist() == [3.0]
-    with pytest.raises(ValueError, match="even length"):
+    with pytest.raises(RuntimeError) as torch_error:  # the error torch raises for a bad pad
+        torch.nn.functional.pad(torch.zeros(2), [1])
+    with pytest.raises(type(torch_error.value), match="even length"):
         td.pad([1])
+    with pytest.raises(RuntimeError, match="even length"):
+        tdfunc.functional.pad(td, [0, 1, 0, 1, 0, 1])
 
 
 def test_tensor_split_and_split_keys():

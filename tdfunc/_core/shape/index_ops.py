@@ -443,7 +443,7 @@ class IndexOpsMixin(ContainerMixin):
         ndim = len(self._batch_size)
         pad_size = list(pad_size)
         if len(pad_size) % 2 or len(pad_size) > 2 * ndim:
-            raise ValueError(
+            raise RuntimeError(  # RuntimeError, as torch.nn.functional.pad
                 f"TensorDict.pad: pad_size must have an even length of at most {2 * ndim} "
                 f"(two per batch dim), got {pad_size}."
             )
