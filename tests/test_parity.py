@@ -354,6 +354,22 @@ CASES: dict[str, tuple[Callable, str]] = {
     "memmap": (_saved("memmap"), "sample"),
     "memmap_": (_saved("memmap_"), "sample"),
     "memmap_like": (lambda o, tmp_path: o.memmap_like(str(tmp_path / "like")), "sample"),
+    "make_memmap": (
+        lambda o, tmp_path: o.memmap_(str(tmp_path / "m")).make_memmap(("extra", "n"), [4, 3]),
+        "sample",
+    ),
+    "make_memmap_from_tensor": (
+        lambda o, tmp_path: o.memmap_(str(tmp_path / "t")).make_memmap_from_tensor(
+            ("extra", "new"), torch.ones(4, 3)
+        ),
+        "sample",
+    ),
+    "make_memmap_from_storage": (
+        lambda o, tmp_path: o.memmap_(str(tmp_path / "s")).make_memmap_from_storage(
+            ("extra", "n"), torch.arange(12.0).untyped_storage(), [4, 3], dtype=torch.float32
+        ),
+        "sample",
+    ),
     "memmap_refresh_": (_refresh, "sample"),
     "mul_": (lambda o: o.mul_(2), "sample"),
     "named_apply": (lambda o: o.named_apply(lambda k, t: t + len(k), nested_keys=True), "sample"),

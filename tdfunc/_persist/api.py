@@ -22,6 +22,7 @@ from .._core.frozen import refuse_frozen_inside
 from .._core.nontensor import is_non_tensor
 from . import load as _persist_load
 from . import save as _persist_save
+from .make import MakeMemmapMixin
 from .memmap_tensor import MemoryMappedTensor
 from .tensordict_layout import (
     is_tensordict_layout,
@@ -143,7 +144,7 @@ def load_collection(
     return loaded
 
 
-class PersistMixin:
+class PersistMixin(MakeMemmapMixin):
     """Methods of ``TensorDict``: memmap, memmap_, memmap_like, load_memmap, save, load."""
 
     __slots__ = ()
