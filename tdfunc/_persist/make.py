@@ -111,8 +111,8 @@ class MakeMemmapMixin:
             >>> import tempfile
             >>> td = TensorDict().memmap_(tempfile.mkdtemp())
             >>> storage = torch.arange(4.0).untyped_storage()
-            >>> td.make_memmap_from_storage("a", storage, [2, 2], dtype=torch.float32).sum()
-            MemoryMappedTensor(6.)
+            >>> td.make_memmap_from_storage("a", storage, [2, 2], dtype=torch.float32).tolist()
+            [[0.0, 1.0], [2.0, 3.0]]
         """
         api = "make_memmap_from_storage"
         parts = self._memmap_target(key, api)

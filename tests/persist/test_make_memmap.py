@@ -46,7 +46,7 @@ def test_make_memmap_from_storage_reads_the_storage(tmp_path):
     elsewhere = MemoryMappedTensor.ones([2], filename=tmp_path / "elsewhere.memmap")
     with pytest.raises(RuntimeError, match="associated filename"):
         td.make_memmap_from_storage("e", elsewhere.untyped_storage(), [2], dtype=torch.float32)
-    assert "e" not in td.keys()
+    assert "e" not in td
 
 
 def test_make_memmap_on_a_tensorclass(tmp_path):
