@@ -359,6 +359,8 @@ CASES: dict[str, tuple[Callable, str]] = {
     "recv": (lambda o: o.recv(0), "sample"),
     "reduce": (lambda o: o.reduce(0), "sample"),
     "refine_names": (lambda o: o.refine_names("a", "b").names, "sample"),
+    "rename": (lambda o: (o.rename("a", "b").rename(b="t").names, o.rename(None).names), "sample"),
+    "rename_": (lambda o: o.rename_("a", ...).names, "sample"),
     "rename_key_": (lambda o: o.rename_key_(("extra", "value"), ("extra", "v")), "sample"),
     "reshape": (lambda o: o.reshape(12), "sample"),
     "save": (_saved("save"), "sample"),
