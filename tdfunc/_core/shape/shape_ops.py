@@ -331,7 +331,7 @@ class ShapeOpsMixin(ContainerMixin):
         return write_back(out, self, lambda unsqueezed: unsqueezed.squeeze(dim))
 
     def permute(self, *args, dims=None) -> Self:
-        """Reorder the batch dims: ``permute(1, 0)``, ``permute([1, 0])`` or ``permute(dims=[1, 0])``."""
+        """Reorder the batch dims: ``permute(1, 0)``, ``([1, 0])`` or ``(dims=[1, 0])``."""
         if dims is not None and args:
             raise TypeError(
                 f"{type(self).__name__}.permute: give the dims positionally or as dims=, "
