@@ -354,6 +354,7 @@ CASES: dict[str, tuple[Callable, str]] = {
     "mul_": (lambda o: o.mul_(2), "sample"),
     "named_apply": (lambda o: o.named_apply(lambda k, t: t + len(k), nested_keys=True), "sample"),
     "permute": (lambda o: o.permute(1, 0), "sample"),
+    "pin_memory": (lambda o: o.pin_memory() if torch.cuda.is_available() else o.cpu(), "sample"),
     "pop": (lambda o: (o.pop("obs"), o.pop("nope", None), o), "sample"),
     "pow": (lambda o: abs(o).pow(2), "sample"),
     "recv": (lambda o: o.recv(0), "sample"),
