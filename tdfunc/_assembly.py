@@ -39,7 +39,7 @@ from ._core.class_names import register_class
 from ._core.container import TensorDictCore
 from ._core.keys.nested import NestedKey as NestedKey
 from ._core.keys.nested import unravel_key as unravel_key
-from ._core.mixin import is_tensor_collection as is_tensor_collection
+from ._core.mixin import is_tensor_collection_or_class as is_tensor_collection  # noqa: F401 - re-exported by tdfunc/__init__.py
 from ._core.nontensor import NonTensorData as NonTensorData
 from ._core.nontensor import NonTensorStack as NonTensorStack
 from ._core.nontensor import is_non_tensor as is_non_tensor

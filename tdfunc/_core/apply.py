@@ -489,6 +489,34 @@ class ApplyMixin(ContainerMixin):
     def cpu(self) -> Self:
         return self.to("cpu")
 
+    def pin_memory(self, num_threads: int | None = None, inplace: bool = False) -> Self:
+        """Every tensor copied into page-locked host memory, as ``Tensor.pin_memory``.
+
+        Pinned tensors copy to an accelerator asynchronously
+        (``td.pin_memory().to("cuda", non_blocking=True)``). Needs an accelerator
+        runtime, as torch does. ``num_threads`` is accepted for tensordict's
+        signature; the leaves are pinned one after the other.
+
+        Example:
+            >>> td = TensorDict({"x": torch.zeros(3)}, batch_size=[3])
+            >>> pinned = td.pin_memory() if torch.cuda.is_available() else td
+            >>> pinned.batch_size
+            torch.Size([3])
+        """
+        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 0):
+            raise ValueError(
+                f"{type(self).__name__}.pin_memory: num_threads must be a non-negative int "
+                f"or None, got {num_threads!r}."
+            )
+
+        def pin(tensor: torch.Tensor) -> torch.Tensor:
+            return tensor.pin_memory()
+
+        if inplace:
+            self._replace_leaves(pin)
+            return self
+        return self._apply_tree(pin, (), None, None, False, check=False)
+
     def cuda(self, device=None) -> Self:
         return self.to("cuda" if device is None else device)
 

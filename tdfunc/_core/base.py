@@ -50,6 +50,8 @@ class TensorDictBaseCore(abc.ABC):  # noqa: B024
         )
 
     _marks_tensordicts = False  # True on the public class only (not on its subclasses)
+    # the abstract type is a tensor collection (is_tensor_collection(TensorDictBase))
+    _is_tensor_collection = True
 
     @classmethod
     def __subclasshook__(cls, subclass: type) -> bool:

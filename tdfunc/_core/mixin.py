@@ -39,6 +39,24 @@ def is_tensor_collection(obj: object) -> bool:
     return getattr(type(obj), "_is_tensor_collection", False)
 
 
+def is_tensor_collection_or_class(obj: object) -> bool:
+    """True for a ``TensorDict`` or a ``TensorClass``, given an instance or the class.
+
+    The public ``is_tensor_collection``: tensordict documents it for classes too. The
+    core asks about values only (``is_tensor_collection``), where a class stored as
+    non-tensor data must stay data.
+
+    Example:
+        >>> from tdfunc import TensorDict, is_tensor_collection
+        >>> is_tensor_collection(TensorDict()), is_tensor_collection(TensorDict)
+        (True, True)
+        >>> is_tensor_collection({}), is_tensor_collection(dict)
+        (False, False)
+    """
+    cls = obj if isinstance(obj, type) else type(obj)
+    return bool(getattr(cls, "_is_tensor_collection", False))
+
+
 def read_value(value: Any) -> Any:
     """What reading a stored value returns: non-tensor leaves give their Python value."""
     if isinstance(value, NonTensorData):

@@ -186,6 +186,14 @@ def temp_path() -> str:
 
 
 # ---------------------------------------------------------------------------- the class
+class MemmapFileExistsError(FileExistsError, RuntimeError):
+    """A memory-mapped file's target exists and ``existsok`` is ``False``.
+
+    A ``FileExistsError`` (an existing file is an OS-level condition) that is also a
+    ``RuntimeError``, the type tensordict raises there, so either ``except`` works.
+    """
+
+
 class MemoryMappedTensor(torch.Tensor):
     """A tensor stored in a file and mapped in memory.
 
@@ -316,7 +324,7 @@ class MemoryMappedTensor(torch.Tensor):
                 directory that is removed when the process exits.
             existsok: replace an existing ``filename`` (the old file is replaced
                 atomically, so mappings of it keep their content). Defaults to
-                ``False``: an existing file is a ``FileExistsError``.
+                ``False``: an existing file is a ``FileExistsError`` (also a ``RuntimeError``).
             copy_existing: allow copying a ``MemoryMappedTensor`` that already
                 has another file. Defaults to ``False`` (a ``RuntimeError``), so
                 data is not duplicated on disk by mistake.
@@ -653,7 +661,7 @@ def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMap
                 f"a file (e.g. {os.path.join(final, 'data.memmap')})."
             )
         if os.path.lexists(final) and not existsok:
-            raise FileExistsError(
+            raise MemmapFileExistsError(
                 f"MemoryMappedTensor.{api}: {final} already exists; pass existsok=True to "
                 f"replace it."
             )

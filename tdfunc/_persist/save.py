@@ -59,7 +59,14 @@ from .format import (
     read_meta,
     write_meta,
 )
-from .memmap_tensor import MemoryMappedTensor, allocate_file, map_file, nbytes_of, write_file
+from .memmap_tensor import (
+    MemmapFileExistsError,
+    MemoryMappedTensor,
+    allocate_file,
+    map_file,
+    nbytes_of,
+    write_file,
+)
 from .write_back import bind
 
 _CPU = torch.device("cpu")
@@ -250,8 +257,8 @@ class _Save:
                     f"tdfunc wrote ({error}); tdfunc never replaces a file it did not write. "
                     f"Remove it or choose another prefix."
                 ) from None
-            if not self.existsok:
-                raise FileExistsError(
+            if not self.existsok:  # also a RuntimeError, as in tensordict
+                raise MemmapFileExistsError(
                     f"{self.api}: {directory} already holds saved data ({META} exists) and "
                     f"existsok=False; pass existsok=True to replace it."
                 )

@@ -60,9 +60,12 @@ def _size_hint() -> Any:
     # sizes (torch.export with dynamic shapes) ever reach this line
     from torch.fx.experimental import symbolic_shapes
 
-    hint = getattr(symbolic_shapes, "optimization_hint", None)
-    if hint is None:  # torch before 2.13 names it hint_int
-        hint = symbolic_shapes.hint_int
+    # optimization_hint from torch 2.13; before it, hint_int (which torch 2.11 keeps
+    # with a FutureWarning)
+    for name in ("optimization_hint", "hint_int"):
+        hint = getattr(symbolic_shapes, name, None)
+        if hint is not None:
+            break
     return lambda size: hint(size, fallback=-1)
 
 

@@ -48,3 +48,28 @@ def test_moving_leaves_the_source_non_tensor_values_where_they_were():
     shallow.to("meta", inplace=True)
     assert shallow.get("label").device == torch.device("meta")
     assert source.get("label").device is None
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_pin_memory_pins_every_tensor_and_keeps_the_rest(monkeypatch, inplace):
+    # Pinning needs an accelerator runtime; a stand-in records which tensors are pinned.
+    pinned = []
+
+    def fake_pin(tensor):
+        out = tensor.clone()
+        pinned.append(out)
+        return out
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
+    source = TensorDict({"a": torch.arange(3.0), "n": {"b": torch.ones(3, 2)}, "s": "x"}, [3])
+    out = source.pin_memory(inplace=inplace)
+    assert (out is source) == inplace
+    assert out.batch_size == torch.Size([3])
+    assert out["s"] == "x"
+    assert {id(t) for t in pinned} == {id(out["a"]), id(out["n", "b"])}
+    assert torch.equal(out["n", "b"], torch.ones(3, 2))
+
+
+def test_pin_memory_refuses_a_bad_thread_count():
+    with pytest.raises(ValueError, match="num_threads"):
+        TensorDict({}, []).pin_memory(num_threads=-1)

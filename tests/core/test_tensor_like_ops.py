@@ -492,3 +492,15 @@ def test_reductions_inside_torch_func_transforms():
     assert_leafwise(means, plain, [3])
     stds = torch.func.vmap(lambda p: p.std("feature"))(params)
     assert_leafwise(stds, {k: v.reshape(3, -1).std(-1) for k, v in plain.items()}, [3])
+
+
+def test_to_namedtuple_prints_like_a_generic_named_tuple():
+    import collections
+
+    a = torch.zeros(3)
+    td = TensorDict({"a": a, "nested": {"a": a, "s": "zero!"}}, [3])
+    generic = collections.namedtuple("GenericDict", ["a", "s"])
+    reference = collections.namedtuple("GenericDict", ["a", "nested"])(
+        a=a, nested=generic(a, "zero!")
+    )
+    assert repr(td.to_namedtuple()) == repr(reference)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tdfunc import MemoryMappedTensor
+from tdfunc import MemoryMappedTensor, TensorDict
 
 DTYPES = [
     torch.float32,
@@ -203,3 +203,24 @@ def test_temporary_files_without_filename():
     mapped = MemoryMappedTensor.from_tensor(torch.arange(3))
     assert os.path.exists(mapped.filename)
     assert np.fromfile(mapped.filename, dtype=np.int64).tolist() == [0, 1, 2]
+
+
+def test_an_existing_file_is_also_a_runtime_error(tmp_path):
+    # tensordict raises RuntimeError here; FileExistsError stays the primary type
+    path = tmp_path / "x.memmap"
+    path.write_bytes(b"")
+    for make in (
+        lambda: MemoryMappedTensor.from_tensor(torch.zeros(3), filename=path),
+        lambda: MemoryMappedTensor.empty((3,), filename=path),
+        lambda: MemoryMappedTensor.zeros((3,), filename=path),
+        lambda: MemoryMappedTensor.ones_like(torch.zeros(3), filename=path),
+    ):
+        with pytest.raises(RuntimeError, match="existsok"):
+            make()
+        with pytest.raises(FileExistsError):
+            make()
+    assert path.read_bytes() == b""  # nothing was written
+    saved = tmp_path / "saved"
+    TensorDict({"a": torch.zeros(2)}, [2]).memmap(saved)
+    with pytest.raises(RuntimeError, match="existsok"):
+        TensorDict({"a": torch.zeros(2)}, [2]).memmap(saved, existsok=False)

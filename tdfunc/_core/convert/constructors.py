@@ -352,7 +352,8 @@ class ConstructorsMixin(ContainerMixin):
                 values[key] = value._value()
             else:
                 values[key] = value
-        kind = dest_cls or collections.namedtuple("GenericNamedTuple", list(values))
+        # the class name tensordict gives, so printed results read the same
+        kind = dest_cls or collections.namedtuple("GenericDict", list(values))
         return kind(**values)
 
     def numpy(self) -> dict:

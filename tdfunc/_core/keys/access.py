@@ -500,9 +500,11 @@ class AccessMixin(ContainerMixin):
             raise self._missing(key, "del_")
         if node is not self:  # a write through this container into a nested one
             node = writable_view(node, "del_", unravel_key(key))
+        # A locked container refuses the deletion whether or not the key exists, as
+        # tensordict does: the lock is the error to report, not the missing key.
+        node._check_writable("del_", unravel_key(key))
         if parts[-1] not in node._data:
             raise self._missing(key, "del_")
-        node._check_writable("del_", unravel_key(key))
         del node._data[parts[-1]]
         return self
 

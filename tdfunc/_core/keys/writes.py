@@ -136,6 +136,11 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
             )
         if td._device is not None and value.device != td._device:
             value = value.to(td._device)
+        if td._names is not None:
+            value = _named_like(td, key, value, api)
+        elif ndim and any(name is not None for name in value.names[:ndim]):
+            # an unnamed container takes the names of a named level written into it
+            td.names = list(value.names[:ndim])
         return value
     if isinstance(value, NonTensorData):
         if type(value) is NonTensorData:
@@ -144,7 +149,7 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
             raise shape_error(api, key, value.batch_size, batch_size)
         return NonTensorStack._make(value.data, value.batch_size, td._device)
     if isinstance(value, Mapping):
-        sub = td._plain_tensordict()._new_unsafe({}, batch_size, td._device)
+        sub = td._plain_tensordict()._new_unsafe({}, batch_size, td._device, td._names)
         write(sub, items_of(value, api), False, True, api, key_parts(key))
         return sub
     if isinstance(value, _SCALARS) or (
@@ -165,6 +170,29 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
         if stack is not None:
             return stack
     return NonTensorData._make(value, batch_size, td._device)
+
+
+def _named_like(td, key, value: Any, api: str) -> Any:
+    """``value`` with ``td``'s dim names on the batch dims they share.
+
+    A nested level's leading dims are its parent's, so they carry the parent's
+    names; the caller's object is left as it was (a shallow copy is named).
+    """
+    names = list(td._names)
+    ndim = len(names)
+    given = list(value.names)
+    if given[:ndim] == names:
+        return value
+    clash = [(a, b) for a, b in zip(given, names) if a is not None and a != b]
+    if clash:
+        raise RuntimeError(
+            f"TensorDict.{api}: the {type(value).__name__} at key {key!r} names its "
+            f"leading batch dims {given[:ndim]}, which differ from the container's names "
+            f"{names}."
+        )
+    value = value.clone(False)
+    value.names = [*names, *given[ndim:]]
+    return value
 
 
 def stacked_list(value: Any, batch_size, device, api: str, key) -> NonTensorStack | None:

@@ -177,7 +177,15 @@ class ReductionsMixin(ContainerMixin):
 
     __slots__ = ()
 
-    def sum(self, dim: Any = NO_DIM, keepdim: Any = NO_DIM, *, dtype=None, reduce=None):
+    def sum(
+        self,
+        dim: Any = NO_DIM,
+        keepdim: Any = NO_DIM,
+        *,
+        dtype=None,
+        reduce=None,
+        key_transform: Callable | None = None,
+    ):
         """The sum of every leaf (see the module docstring for ``dim`` and ``reduce``).
 
         Example:
@@ -186,9 +194,17 @@ class ReductionsMixin(ContainerMixin):
             ([2.0, 2.0, 2.0], [3.0, 3.0], tensor(8.))
         """
         op = _simple("sum", dtype=dtype) if dtype is not None else _simple("sum")
-        return _reduce(self, "sum", op, dim, keepdim, reduce)
+        return _keyed(_reduce(self, "sum", op, dim, keepdim, reduce), key_transform)
 
-    def nansum(self, dim: Any = NO_DIM, keepdim: Any = NO_DIM, *, dtype=None, reduce=None):
+    def nansum(
+        self,
+        dim: Any = NO_DIM,
+        keepdim: Any = NO_DIM,
+        *,
+        dtype=None,
+        reduce=None,
+        key_transform: Callable | None = None,
+    ):
         """The sum of the non-NaN elements of every leaf.
 
         Example:
@@ -196,20 +212,42 @@ class ReductionsMixin(ContainerMixin):
             tensor(1.)
         """
         op = _simple("nansum", dtype=dtype) if dtype is not None else _simple("nansum")
-        return _reduce(self, "nansum", op, dim, keepdim, reduce)
+        return _keyed(_reduce(self, "nansum", op, dim, keepdim, reduce), key_transform)
 
-    def mean(self, dim: Any = NO_DIM, keepdim: Any = NO_DIM, *, dtype=None, reduce=None):
+    def mean(
+        self,
+        dim: Any = NO_DIM,
+        keepdim: Any = NO_DIM,
+        *,
+        dtype=None,
+        reduce=None,
+        key_transform: Callable | None = None,
+    ):
         """The mean of every leaf.
 
         Example:
             >>> td = TensorDict({"a": torch.arange(4.0).reshape(2, 2)}, [2])
             >>> td.mean()["a"], td.mean(0, keepdim=True)["a"].tolist()
             (tensor(1.5000), [[1.0, 2.0]])
+            >>> list(td.mean(key_transform=lambda key: f"avg_{key}").keys())
+            ['avg_a']
+
+        ``key_transform`` (here and in ``sum``, ``nansum``, ``nanmean``, ``std``,
+        ``var``, ``quantile`` and ``norm``) renames the keys of the result, at every
+        level; it is not applied with ``reduce=True`` (a tensor has no keys).
         """
         op = _simple("mean", dtype=dtype) if dtype is not None else _simple("mean")
-        return _reduce(self, "mean", op, dim, keepdim, reduce)
+        return _keyed(_reduce(self, "mean", op, dim, keepdim, reduce), key_transform)
 
-    def nanmean(self, dim: Any = NO_DIM, keepdim: Any = NO_DIM, *, dtype=None, reduce=None):
+    def nanmean(
+        self,
+        dim: Any = NO_DIM,
+        keepdim: Any = NO_DIM,
+        *,
+        dtype=None,
+        reduce=None,
+        key_transform: Callable | None = None,
+    ):
         """The mean of the non-NaN elements of every leaf.
 
         Example:
@@ -217,25 +255,43 @@ class ReductionsMixin(ContainerMixin):
             tensor(1.)
         """
         op = _simple("nanmean", dtype=dtype) if dtype is not None else _simple("nanmean")
-        return _reduce(self, "nanmean", op, dim, keepdim, reduce)
+        return _keyed(_reduce(self, "nanmean", op, dim, keepdim, reduce), key_transform)
 
-    def std(self, dim: Any = NO_DIM, keepdim: Any = NO_DIM, *, correction: int = 1, reduce=None):
+    def std(
+        self,
+        dim: Any = NO_DIM,
+        keepdim: Any = NO_DIM,
+        *,
+        correction: int = 1,
+        reduce=None,
+        key_transform: Callable | None = None,
+    ):
         """The standard deviation of every leaf (``correction=1``: Bessel's).
 
         Example:
             >>> TensorDict({"a": torch.tensor([1.0, 3.0])}, [2]).std()["a"]
             tensor(1.4142)
         """
-        return _reduce(self, "std", _std_var("std", correction), dim, keepdim, reduce)
+        out = _reduce(self, "std", _std_var("std", correction), dim, keepdim, reduce)
+        return _keyed(out, key_transform)
 
-    def var(self, dim: Any = NO_DIM, keepdim: Any = NO_DIM, *, correction: int = 1, reduce=None):
+    def var(
+        self,
+        dim: Any = NO_DIM,
+        keepdim: Any = NO_DIM,
+        *,
+        correction: int = 1,
+        reduce=None,
+        key_transform: Callable | None = None,
+    ):
         """The variance of every leaf.
 
         Example:
             >>> TensorDict({"a": torch.tensor([1.0, 3.0])}, [2]).var(0)["a"]
             tensor(2.)
         """
-        return _reduce(self, "var", _std_var("var", correction), dim, keepdim, reduce)
+        out = _reduce(self, "var", _std_var("var", correction), dim, keepdim, reduce)
+        return _keyed(out, key_transform)
 
     def quantile(
         self,
@@ -245,6 +301,7 @@ class ReductionsMixin(ContainerMixin):
         *,
         interpolation: str = "linear",
         reduce=None,
+        key_transform: Callable | None = None,
     ):
         """The ``q``-th quantile of every leaf (``torch.quantile``; ``dim`` as for ``sum``).
 
@@ -288,7 +345,7 @@ class ReductionsMixin(ContainerMixin):
 
             return leaf
 
-        return _reduce(self, "quantile", make, dim, keepdim, reduce)
+        return _keyed(_reduce(self, "quantile", make, dim, keepdim, reduce), key_transform)
 
     def prod(self, dim: Any = NO_DIM, keepdim: Any = NO_DIM, *, dtype=None, reduce=None):
         """The product of every leaf.
@@ -503,6 +560,13 @@ class ReductionsMixin(ContainerMixin):
             out.update(result, inplace=True)
             return out
         return result
+
+
+def _keyed(result: Any, key_transform: Callable | None) -> Any:
+    """``result`` with its keys renamed level by level (a reduced tensor is kept as is)."""
+    if key_transform is None or isinstance(result, torch.Tensor):
+        return result
+    return _rename_keys(result, key_transform)
 
 
 def _rename_keys(td: Any, key_transform: Callable) -> Any:

@@ -185,6 +185,61 @@ class BatchMixin(ContainerMixin):
         self.names = list(names)
         return self
 
+    def rename(self, *names, **rename_map) -> Self:
+        """A container with renamed batch dims, sharing the tensors, as ``Tensor.rename``.
+
+        Give every name (one ``...`` keeps the names of the dims not listed, ``None``
+        alone removes all names), or map old names to new ones by keyword.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2, 3)}, [2, 3], names=["x", "y"])
+            >>> td.rename(y="z").names, td.rename("p", ...).names, td.names
+            (['x', 'z'], ['p', 'y'], ['x', 'y'])
+        """
+        out = self._shallow_copy()  # new containers at every level, same tensors
+        out.names = self._new_names(names, rename_map, "rename")
+        return out
+
+    def rename_(self, *names, **rename_map) -> Self:
+        """Rename the batch dims in place (see :meth:`rename`); returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(2, 3)}, [2, 3], names=["x", "y"])
+            >>> td.rename_(x="b").names
+            ['b', 'y']
+        """
+        self.names = self._new_names(names, rename_map, "rename_")
+        return self
+
+    def _new_names(self, names: tuple, rename_map: dict, api: str) -> list:
+        api = f"{type(self).__name__}.{api}"
+        current = self.names
+        if names and rename_map:
+            raise ValueError(
+                f"{api}: give the names positionally or as old=new keywords, not both; "
+                f"got {names} and {rename_map}."
+            )
+        if rename_map:
+            unknown = [old for old in rename_map if old not in current]
+            if unknown:
+                raise ValueError(
+                    f"{api}: no batch dim is named {unknown}; the names are {current}."
+                )
+            return [rename_map.get(name, name) if name is not None else None for name in current]
+        if len(names) == 1 and isinstance(names[0], (list, tuple)):
+            names = tuple(names[0])
+        if names in ((), (None,)):
+            return [None] * len(current)
+        if names.count(...) > 1:
+            raise ValueError(f"{api}: at most one '...', got {names}.")
+        if ... in names:
+            at = names.index(...)
+            fill = len(current) - (len(names) - 1)
+            if fill < 0:
+                raise ValueError(f"{api}: {len(names) - 1} names for {len(current)} batch dims.")
+            names = names[:at] + tuple(current[at : at + fill]) + names[at + 1 :]
+        return list(names)  # the names setter checks the count and duplicates
+
     def __len__(self) -> int:
         return self._batch_size[0] if self._batch_size else 0
 

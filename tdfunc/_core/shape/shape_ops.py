@@ -347,9 +347,14 @@ class ShapeOpsMixin(ContainerMixin):
         out = self._map(lambda v: v.unsqueeze(dim), torch.Size(size), names)
         return write_back(out, self, lambda unsqueezed: unsqueezed.squeeze(dim))
 
-    def permute(self, *dims) -> Self:
-        """Reorder the batch dims."""
-        dims = _dims_arg(dims)
+    def permute(self, *args, dims=None) -> Self:
+        """Reorder the batch dims: ``permute(1, 0)``, ``([1, 0])`` or ``(dims=[1, 0])``."""
+        if dims is not None and args:
+            raise TypeError(
+                f"{type(self).__name__}.permute: give the dims positionally or as dims=, "
+                f"not both; got {args} and dims={dims}."
+            )
+        dims = _dims_arg(args) if dims is None else tuple(dims)
         ndim = len(self._batch_size)
         if len(dims) != ndim:
             raise ValueError(

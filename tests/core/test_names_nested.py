@@ -1,0 +1,32 @@
+"""Nested levels carry their parent's dim names on the batch dims they share."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tdfunc import TensorDict
+
+
+def test_a_level_written_into_a_named_container_takes_its_names():
+    inner = TensorDict({"b": torch.zeros(3, 2)}, [3, 2])
+    outer = TensorDict({"a": inner}, batch_size=[3], names=["x"])
+    assert outer["a"].names == ["x", None]
+    assert inner.names == [None, None]  # the caller's object is not renamed
+    assert torch.equal(outer["a", "b"], inner["b"])
+    outer["n"] = {"q": torch.zeros(3)}
+    assert outer["n"].names == ["x"]
+
+
+def test_an_unnamed_container_takes_the_names_of_a_named_level():
+    outer = TensorDict({"c": torch.zeros(3)}, batch_size=[3])
+    outer["a"] = TensorDict({"q": torch.zeros(3, 4)}, [3, 4], names=["x", "y"])
+    assert outer.names == ["x"]
+    assert outer["a"].names == ["x", "y"]
+
+
+def test_clashing_names_are_refused_and_nothing_is_written():
+    outer = TensorDict({"c": torch.zeros(3)}, batch_size=[3], names=["x"])
+    with pytest.raises(RuntimeError, match="names"):
+        outer["m"] = TensorDict({"q": torch.zeros(3)}, [3], names=["y"])
+    assert "m" not in outer
