@@ -23,6 +23,7 @@ from ..mixin import ContainerMixin
 from ..mixin import is_tensor_collection as _collection
 from ..nontensor import NonTensorData, write_at
 from .indexing import Take, plan, prepare
+from .pieces import split_leaf, take_contents
 from .sizes import (
     BatchSizeMismatchError,
     DimOutOfRangeError,
@@ -41,27 +42,8 @@ def _become(self: Any, out: Any, api: str) -> Any:
     """``inplace=True``: ``self`` takes the leaves and batch size of ``out``."""
     self._check_writable(api, list(self._data))
     check_parent_batch(self, out._batch_size, f"TensorDict.{api}")
-    _take(self, out)
+    take_contents(self, out)
     return self
-
-
-def _take(self: Any, out: Any) -> None:
-    """``self`` takes the contents of ``out``; nested TensorDicts keep their identity (a
-    reference held to ``td["nested"]`` sees the in-place result too)."""
-    data = out._data
-    for key, new in data.items():
-        old = self._data.get(key)
-        if (
-            old is not None
-            and old is not new
-            and getattr(type(old), "_is_tensordict", False)
-            and type(new) is type(old)
-        ):
-            _take(old, new)
-            data[key] = old
-    self._data = data
-    self._batch_size = out._batch_size
-    self._names = out._names
 
 
 def _shape_arg(shape: tuple, size: Any, api: str) -> tuple:
@@ -479,7 +461,7 @@ class ShapeOpsMixin(ContainerMixin):
         sizes = [
             self._batch_size[:dim] + torch.Size([n]) + self._batch_size[dim + 1 :] for n in lengths
         ]
-        pieces = {key: _split_leaf(value, lengths, dim) for key, value in self._data.items()}
+        pieces = {key: split_leaf(value, lengths, dim) for key, value in self._data.items()}
         return self._pieces(pieces, sizes, self._names)
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
@@ -492,21 +474,6 @@ class ShapeOpsMixin(ContainerMixin):
         if not size:
             return self.split([0] * chunks, dim)
         return self.split(-(-size // chunks), dim)
-
-
-def _split_leaf(value: Any, lengths: list, dim: int) -> tuple:
-    """``value.split(lengths, dim)``; a nested tensor (which cannot be split along its
-    outer dim) is regrouped from its components, keeping its layout."""
-    if dim or not isinstance(value, torch.Tensor) or not value.is_nested:
-        return value.split(lengths, dim)
-    parts = value.unbind(0)
-    out, start = [], 0
-    for n in lengths:
-        out.append(
-            torch.nested.as_nested_tensor(list(parts[start : start + n]), layout=value.layout)
-        )
-        start += n
-    return tuple(out)
 
 
 def _clean(names: tuple | None) -> tuple | None:
