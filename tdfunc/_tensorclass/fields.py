@@ -353,12 +353,12 @@ def _unwrap_optional(target: Any) -> Any:
 
 
 def _cast_to(target: Any, owner: str, name: str, value: Any, size, device, plain: type) -> Any:
-    target = _unwrap_optional(target)
-    if isinstance(target, tuple):  # a union: keep a value of one of its types
-        if any(isinstance(t, type) and isinstance(value, t) for t in target):
-            target = type(value)
-        else:
-            target = target[0]
+    if typing.get_origin(target) is typing.Union or _is_union(target):
+        # tensordict's rule: a union (Optional included) names no one type to cast to,
+        # so the value is kept as given (a dict stays a dict, a number a number)
+        if isinstance(value, Mapping) and not is_tensor_collection(value):
+            return NonTensorData._make(value, size, device)
+        return convert_nocast(owner, name, value, size, device, plain)
     origin = typing.get_origin(target)
     if origin is not None and isinstance(origin, type):
         target = origin
