@@ -157,7 +157,7 @@ class GradientTransformation:
             state = {"step": step}
             for name in self._moments:
                 state[name] = _leaves.build(params, [torch.zeros_like(leaf) for leaf in leaves])
-            return type(params)._new_unsafe(state, params._batch_size)
+            return type(params)._new_unsafe(state, params._batch_size, None, params._names)
         leaves, spec = _flatten(params)
         api = f"tdfunc.optim.{self._name}(...).init"
         for index, leaf in enumerate(leaves):
@@ -260,7 +260,8 @@ class GradientTransformation:
         new_state = {"step": step}
         for name, moment in zip(self._moments, new_moments):
             new_state[name] = _leaves.build(grads, moment)
-        return _leaves.build(grads, updates), kind._new_unsafe(new_state, batch_size)
+        new_state = kind._new_unsafe(new_state, batch_size, None, state._names)
+        return _leaves.build(grads, updates), new_state
 
     def _compute(self, api, grads, grad_leaves, param_leaves, step, moments) -> tuple:
         """The rule on flat lists: update leaves, the new step count, the new moments."""
