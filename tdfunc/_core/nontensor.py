@@ -1,11 +1,14 @@
 """Non-tensor leaves: Python objects carried along a batch.
 
-``NonTensorData`` holds one Python value shared by every element of its batch;
-shape operations only change its batch size. ``NonTensorStack`` holds one value
-per batch element (``.data`` is a nested list with the shape of the batch); it
-appears when containers with different values are stacked, or when a value is
-written at an index. Reading either from a ``TensorDict`` returns the Python
-value (a nested list for a stack).
+``NonTensorData`` holds one Python value shared by every element of its batch.
+``NonTensorStack`` holds one value per batch element (``.data`` is a nested list
+with the shape of the batch); it appears when containers with different values
+are stacked, when a value is written at an index, and, as in tensordict, when a
+shape operation builds a new batch from a ``NonTensorData`` (``expand``,
+``unsqueeze``, ``reshape``, ...): each element then references the same value
+(no copies). Operations that select elements (indexing, ``squeeze``, ``unbind``,
+``split``, ``chunk``) keep one ``NonTensorData``. Reading either from a
+``TensorDict`` returns the Python value (a nested list for a stack).
 
 Both are treated as immutable by tdfunc: writes replace the leaf object.
 """
@@ -42,10 +45,17 @@ def _meta(batch_size: torch.Size) -> torch.Tensor:
 class NonTensorData:
     """One Python value shared by every element of a batch.
 
+    Shape operations that rebuild the batch (``expand``, ``unsqueeze``, ``reshape``,
+    ``permute``, ``repeat``, ...) give a ``NonTensorStack`` whose elements all
+    reference the value, as tensordict does; selections (indexing, ``squeeze``,
+    ``unbind``, ``split``) keep one ``NonTensorData``.
+
     Example:
         >>> leaf = NonTensorData("a string!", batch_size=[3])
         >>> leaf[0].data
         'a string!'
+        >>> type(leaf.unsqueeze(0)).__name__, leaf.unsqueeze(0).tolist()
+        ('NonTensorStack', [['a string!', 'a string!', 'a string!']])
     """
 
     # ``__dict__`` holds only what a leaf gains after construction (lock, shared and
@@ -183,36 +193,45 @@ class NonTensorData:
     def _with(self, batch_size) -> NonTensorData:
         return NonTensorData._make(self.data, _size_of(batch_size), self.device)
 
+    def _spread(self, batch_size) -> NonTensorData:
+        """The value laid out over a new batch, as tensordict does: a ``NonTensorStack``
+        whose elements all reference ``self.data`` (no copies), unless the batch size is
+        unchanged (the same leaf again) or has no dims (one value)."""
+        size = _size_of(batch_size)
+        if size == self.batch_size or not size:
+            return self._with(size)
+        return NonTensorStack._make(_filled(self.data, tuple(size)), size, self.device)
+
     def __getitem__(self, index) -> NonTensorData:
         return self._with(index_batch_size(self.batch_size, index))
 
     def reshape(self, *shape) -> NonTensorData:
-        return self._with(resolve_shape(self.batch_size, shape))
+        return self._spread(resolve_shape(self.batch_size, shape))
 
     view = reshape
 
     def unsqueeze(self, dim: int) -> NonTensorData:
-        return self._with(_meta(self.batch_size).unsqueeze(dim).shape)
+        return self._spread(_meta(self.batch_size).unsqueeze(dim).shape)
 
     def squeeze(self, dim=None) -> NonTensorData:
         meta = _meta(self.batch_size)
         return self._with((meta.squeeze() if dim is None else meta.squeeze(dim)).shape)
 
     def permute(self, *dims) -> NonTensorData:
-        return self._with(_meta(self.batch_size).permute(_dims(dims)).shape)
+        return self._spread(_meta(self.batch_size).permute(_dims(dims)).shape)
 
     def transpose(self, dim0: int, dim1: int) -> NonTensorData:
-        return self._with(_meta(self.batch_size).transpose(dim0, dim1).shape)
+        return self._spread(_meta(self.batch_size).transpose(dim0, dim1).shape)
 
     def expand(self, *shape) -> NonTensorData:
-        return self._with(_meta(self.batch_size).expand(_dims(shape)).shape)
+        return self._spread(_meta(self.batch_size).expand(_dims(shape)).shape)
 
     def flatten(self, start_dim: int | None = 0, end_dim: int | None = -1) -> NonTensorData:
         """Flatten batch dims ``start_dim..end_dim`` (None: the first / the last)."""
-        return self._with(_flat_shape(self.batch_size, start_dim, end_dim))
+        return self._spread(_flat_shape(self.batch_size, start_dim, end_dim))
 
     def unflatten(self, dim: int, sizes) -> NonTensorData:
-        return self._with(_meta(self.batch_size).unflatten(dim, sizes).shape)
+        return self._spread(_meta(self.batch_size).unflatten(dim, sizes).shape)
 
     def unbind(self, dim: int = 0) -> tuple[NonTensorData, ...]:
         size = list(self.batch_size)
@@ -233,13 +252,13 @@ class NonTensorData:
         """Repeat along the batch dims, as ``Tensor.repeat``."""
         reps = _dims(repeats)
         if type(self) is NonTensorData:
-            return self._with(_meta(self.batch_size).repeat(reps).shape)
+            return self._spread(_meta(self.batch_size).repeat(reps).shape)
         return self._from(np.tile(self._array(), reps))
 
     def repeat_interleave(self, repeats, dim: int | None = None) -> NonTensorData:
         """Repeat each element ``repeats`` times along ``dim``, as ``Tensor.repeat_interleave``."""
         if type(self) is NonTensorData:
-            return self._with(_meta(self.batch_size).repeat_interleave(repeats, dim).shape)
+            return self._spread(_meta(self.batch_size).repeat_interleave(repeats, dim).shape)
         counts = repeats.cpu().numpy() if isinstance(repeats, torch.Tensor) else repeats
         return self._from(np.repeat(self._array(), counts, axis=dim))
 
@@ -543,6 +562,13 @@ def _check_nested(data: Any, shape: tuple) -> None:
         )
     for item in data:
         _check_nested(item, shape[1:])
+
+
+def _filled(value: Any, shape: tuple) -> list:
+    """A nested list of ``shape`` whose items all reference ``value`` (distinct inner lists)."""
+    if len(shape) == 1:
+        return [value] * shape[0]
+    return [_filled(value, shape[1:]) for _ in range(shape[0])]
 
 
 def _copy_nested(data: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -369,9 +370,26 @@ def test_non_tensor_objects_and_none():
 
 def test_non_tensor_follows_shape_ops():
     td = TensorDict({"x": torch.zeros(2, 3), "s": "v"}, [2, 3])
-    for out in [td[0], td[:, 1:], td.reshape(-1), td.unsqueeze(0), td.permute(1, 0)]:
+    # selections keep the one value
+    ones = TensorDict({"x": torch.zeros(1, 3), "s": "v"}, [1, 3])
+    for out in [td[0], td[:, 1:], td[None][0], ones.squeeze(0), *td.unbind(1), *td.split(1)]:
         assert out["s"] == "v"
         assert out._get_leaf("s").batch_size == out.batch_size
+    # ops that rebuild the batch give one element per batch element, as tensordict does
+    for out in [td.reshape(-1), td.unsqueeze(0), td.permute(1, 0), td.expand(4, 2, 3)]:
+        leaf = out._get_leaf("s")
+        assert isinstance(leaf, NonTensorStack) and leaf.batch_size == out.batch_size
+        assert out["s"] == np.full(tuple(out.batch_size), "v", dtype=object).tolist()
+
+
+def test_non_tensor_shape_ops_share_the_value():
+    value = ["a", "mutable", "value"]
+    td = TensorDict({"s": NonTensorData(value)}, [])
+    expanded = td.unsqueeze(0).expand(2, 3)
+    assert expanded["s"] == [[value] * 3] * 2
+    # every element references the stored object: no copy of the value is made
+    assert all(item is value for row in expanded._get_leaf("s").data for item in row)
+    assert td.unsqueeze(0)["s"] == [value] and td.unsqueeze(0).squeeze()["s"] is value
 
 
 def test_stack_of_different_strings_gives_a_list():

@@ -395,4 +395,6 @@ def test_state_dict_roundtrip():
 def test_non_tensor_leaf_is_stored_as_nontensordata():
     data, _, _ = make()
     assert isinstance(data._td._data["label"], NonTensorData)
-    assert data[0].label == "lab" and data.reshape(-1).label == "lab"
+    assert data[0].label == "lab"
+    # a reshape rebuilds the batch: one element per batch element, as tensordict does
+    assert data.reshape(-1).label == ["lab"] * data.batch_size.numel()
