@@ -3,11 +3,12 @@
 ``NonTensorData`` holds one Python value shared by every element of its batch.
 ``NonTensorStack`` holds one value per batch element (``.data`` is a nested list
 with the shape of the batch); it appears when containers with different values
-are stacked, when a value is written at an index, and, as in tensordict, when a
-shape operation builds a new batch from a ``NonTensorData`` (``expand``,
-``unsqueeze``, ``reshape``, ...): each element then references the same value
-(no copies). Operations that select elements (indexing, ``squeeze``, ``unbind``,
-``split``, ``chunk``) keep one ``NonTensorData``. Reading either from a
+are stacked, when a value is written at an index, and, as in tensordict, when
+``expand``, ``unsqueeze``, ``repeat`` or ``repeat_interleave`` lays a
+``NonTensorData`` over a new batch: each element then references the same value
+(no copies). Operations that only rearrange or select elements (``reshape``,
+``view``, ``permute``, ``transpose``, ``flatten``, indexing, ``squeeze``,
+``unbind``, ``split``, ``chunk``) keep one ``NonTensorData``. Reading either from a
 ``TensorDict`` returns the Python value (a nested list for a stack).
 
 Both are treated as immutable by tdfunc: writes replace the leaf object.
@@ -45,10 +46,10 @@ def _meta(batch_size: torch.Size) -> torch.Tensor:
 class NonTensorData:
     """One Python value shared by every element of a batch.
 
-    Shape operations that rebuild the batch (``expand``, ``unsqueeze``, ``reshape``,
-    ``permute``, ``repeat``, ...) give a ``NonTensorStack`` whose elements all
-    reference the value, as tensordict does; selections (indexing, ``squeeze``,
-    ``unbind``, ``split``) keep one ``NonTensorData``.
+    ``expand``, ``unsqueeze``, ``repeat`` and ``repeat_interleave`` give a
+    ``NonTensorStack`` whose elements all reference the value, as tensordict does;
+    rearrangements (``reshape``, ``permute``, ...) and selections (indexing,
+    ``squeeze``, ``unbind``, ``split``) keep one ``NonTensorData``.
 
     Example:
         >>> leaf = NonTensorData("a string!", batch_size=[3])
@@ -206,7 +207,7 @@ class NonTensorData:
         return self._with(index_batch_size(self.batch_size, index))
 
     def reshape(self, *shape) -> NonTensorData:
-        return self._spread(resolve_shape(self.batch_size, shape))
+        return self._with(resolve_shape(self.batch_size, shape))
 
     view = reshape
 
@@ -218,20 +219,20 @@ class NonTensorData:
         return self._with((meta.squeeze() if dim is None else meta.squeeze(dim)).shape)
 
     def permute(self, *dims) -> NonTensorData:
-        return self._spread(_meta(self.batch_size).permute(_dims(dims)).shape)
+        return self._with(_meta(self.batch_size).permute(_dims(dims)).shape)
 
     def transpose(self, dim0: int, dim1: int) -> NonTensorData:
-        return self._spread(_meta(self.batch_size).transpose(dim0, dim1).shape)
+        return self._with(_meta(self.batch_size).transpose(dim0, dim1).shape)
 
     def expand(self, *shape) -> NonTensorData:
         return self._spread(_meta(self.batch_size).expand(_dims(shape)).shape)
 
     def flatten(self, start_dim: int | None = 0, end_dim: int | None = -1) -> NonTensorData:
         """Flatten batch dims ``start_dim..end_dim`` (None: the first / the last)."""
-        return self._spread(_flat_shape(self.batch_size, start_dim, end_dim))
+        return self._with(_flat_shape(self.batch_size, start_dim, end_dim))
 
     def unflatten(self, dim: int, sizes) -> NonTensorData:
-        return self._spread(_meta(self.batch_size).unflatten(dim, sizes).shape)
+        return self._with(_meta(self.batch_size).unflatten(dim, sizes).shape)
 
     def unbind(self, dim: int = 0) -> tuple[NonTensorData, ...]:
         size = list(self.batch_size)

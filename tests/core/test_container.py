@@ -370,13 +370,14 @@ def test_non_tensor_objects_and_none():
 
 def test_non_tensor_follows_shape_ops():
     td = TensorDict({"x": torch.zeros(2, 3), "s": "v"}, [2, 3])
-    # selections keep the one value
+    # rearrangements and selections keep the one value
     ones = TensorDict({"x": torch.zeros(1, 3), "s": "v"}, [1, 3])
-    for out in [td[0], td[:, 1:], td[None][0], ones.squeeze(0), *td.unbind(1), *td.split(1)]:
+    kept = [td.reshape(-1), td.permute(1, 0), td.transpose(0, 1), td.flatten(0, 1)]
+    for out in [*kept, td[0], td[:, 1:], td[None][0], ones.squeeze(0), *td.unbind(1)]:
         assert out["s"] == "v"
         assert out._get_leaf("s").batch_size == out.batch_size
-    # ops that rebuild the batch give one element per batch element, as tensordict does
-    for out in [td.reshape(-1), td.unsqueeze(0), td.permute(1, 0), td.expand(4, 2, 3)]:
+    # ops that lay the value over new elements give one per element, as tensordict does
+    for out in [td.unsqueeze(0), td.expand(4, 2, 3)]:
         leaf = out._get_leaf("s")
         assert isinstance(leaf, NonTensorStack) and leaf.batch_size == out.batch_size
         assert out["s"] == np.full(tuple(out.batch_size), "v", dtype=object).tolist()

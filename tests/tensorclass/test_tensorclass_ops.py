@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -395,6 +396,7 @@ def test_state_dict_roundtrip():
 def test_non_tensor_leaf_is_stored_as_nontensordata():
     data, _, _ = make()
     assert isinstance(data._td._data["label"], NonTensorData)
-    assert data[0].label == "lab"
-    # a reshape rebuilds the batch: one element per batch element, as tensordict does
-    assert data.reshape(-1).label == ["lab"] * data.batch_size.numel()
+    assert data[0].label == "lab" and data.reshape(-1).label == "lab"
+    # unsqueeze lays the value over a new batch: one element each, as tensordict does
+    expected = np.full((1, *data.batch_size), "lab", dtype=object).tolist()
+    assert data.unsqueeze(0).label == expected
