@@ -32,6 +32,8 @@ import torch
 
 from tdfunc import TensorDict
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 STACK_N = 10
 BATCH = (4, 6)  # the batch size of the fixtures in conftest.py
 
@@ -370,15 +372,6 @@ def _check_key_case(case: str, result, td, make_deep, new: dict) -> None:
         assert torch.equal(result, expected)
     elif case.startswith("in"):
         assert result is expected
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Single-threaded kernels: the tensors are tiny and the machine is shared."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("case", KEY_CASES)

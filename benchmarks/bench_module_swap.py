@@ -34,14 +34,7 @@ from tdfunc import TensorDict
 MEMBERS = 8
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Single-threaded kernels: these tensors are tiny, and on a shared machine the
-    intra-op thread pool adds millisecond stalls that drown the Python overhead timed here."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _mlp(seed: int = 0) -> nn.Module:

@@ -59,6 +59,17 @@ def nested_tensors(batch: tuple[int, ...] = BATCH, seed: int = 0) -> dict:
 
 
 @pytest.fixture
+def one_thread():
+    """Single-threaded kernels for the benchmark: its tensors are tiny, and on a shared
+    machine the intra-op thread pool adds millisecond stalls that drown the Python
+    overhead timed (``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def batch() -> tuple[int, ...]:
     return BATCH
 

@@ -343,17 +343,6 @@ def test_plan_is_built_once_per_module_and_key_structure(monkeypatch):
     assert len(builds) == 2
 
 
-def test_plan_notices_a_replaced_submodule():
-    model = _mlp()
-    params = TensorDict.from_module(model).apply(torch.zeros_like)
-    with params.to_module(model):
-        pass
-    model[2] = nn.Linear(8, 8)
-    with params.to_module(model):
-        assert model[2].weight is params["2", "weight"]
-    assert isinstance(model[2].weight, nn.Parameter)
-
-
 def test_plan_notices_an_undone_tie():
     model = _Tricky()
     params = TensorDict.from_module(model).apply(torch.zeros_like)

@@ -138,7 +138,7 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
             value = value.to(td._device)
         if td._names is not None:
             value = _named_like(td, key, value, api)
-        elif ndim and any(name is not None for name in value.names[:ndim]):
+        elif ndim and value._names is not None and any(n is not None for n in value._names[:ndim]):
             # an unnamed container takes the names of a named level written into it
             td.names = list(value.names[:ndim])
         return value
