@@ -75,6 +75,9 @@ class SwapPlan:
             key structure the mapping must have).
         slot_levels, slot_keys: where each slot's value is read (``slot_levels``
             picks the level of every slot from the list of levels).
+        columns: for a large plan whose slots are ordered by key, ``(pick the
+            levels, read the key)`` per key: the values, one pass per key
+            (``None``: read through ``slot_levels`` and ``slot_keys``).
         unread: ``(level, key)`` of keys no slot reads (metadata): looked up
             so that a level of the right size has exactly the plan's keys.
         owners, names: the slots (distinct ``(owner dict, name)`` pairs).
@@ -96,6 +99,7 @@ class SwapPlan:
         "child_counts",
         "child_names",
         "children",
+        "columns",
         "depths",
         "enter",
         "keys",
@@ -153,7 +157,12 @@ class SwapPlan:
         # every key is read below and each level has the plan's size: the same keys
         if list(map(len, levels)) != self.sizes:
             raise Mismatch
-        values = list(map(getitem, self.slot_levels(levels), self.slot_keys))
+        if self.columns is None:
+            values = list(map(getitem, self.slot_levels(levels), self.slot_keys))
+        else:  # one pass per key
+            values = []
+            for pick, get in self.columns:
+                values += map(get, pick(levels))
         for level, key in self.unread:
             levels[level][key]
         parents = self.parents
@@ -383,8 +392,12 @@ class _Builder:
         plan.children = [child for parent in parents for child in parent._modules.values()]
         plan.parents = [None if parent is module else parent for parent in parents]
         plan.signature = (sizes, plan.keys, self.spread)  # lists: compared, never hashed
-        if not traced and len(self.owners) + len(sizes) <= SMALL:
-            _straight_line(plan, module, keys, nodes, self)
+        plan.columns = None
+        if not traced:
+            if len(self.owners) + len(sizes) <= SMALL:
+                _straight_line(plan, module, keys, nodes, self)
+            else:
+                _by_columns(plan)
         return plan
 
     def _walk(self, module: nn.Module, key: Any, path: tuple) -> tuple:
@@ -515,6 +528,43 @@ def _straight_line(plan: SwapPlan, root: nn.Module, keys: list, nodes: list, bui
     plan.read = namespace["read"]
     plan.enter = namespace["enter"]
     plan.write = plan.restore = namespace["write"]
+
+
+# At most this many columns (distinct keys of the values) for ``read`` to read by
+# column; more (a flat mapping of dotted keys) and it reads one lookup per slot.
+_MAX_COLUMNS = 64
+
+
+def _by_columns(plan: SwapPlan) -> None:
+    """Order a large plan's slots by the key their value is read at (a column: every
+    ``weight``, then every ``bias``), so that ``read`` reads a column as one pass of
+    one key over a run of levels, without a list of the level of every slot."""
+    keys = [plan.leaf_keys[value] for value in plan.spread]
+    levels = [plan.leaf_levels[value] for value in plan.spread]
+    order: dict = {}
+    for slot, key in enumerate(keys):
+        order.setdefault(key, []).append(slot)
+    if len(order) > _MAX_COLUMNS:
+        return
+    columns = []
+    for key, slots in order.items():
+        read = [levels[slot] for slot in slots]
+        first = read[0]
+        if read == list(range(first, first + len(read))):  # a run of levels: one slice
+            pick = itemgetter(slice(first, first + len(read)))
+        else:  # levels out of order or read twice (a tie)
+            pick = _picker(read)
+        columns.append((pick, itemgetter(key)))
+    permutation = [slot for slots in order.values() for slot in slots]
+    new_slot = {old: new for new, old in enumerate(permutation)}
+    plan.owners = [plan.owners[slot] for slot in permutation]
+    plan.names = [plan.names[slot] for slot in permutation]
+    plan.spread = [plan.spread[slot] for slot in permutation]
+    own = plan.own_slots
+    values = own if own is not None else range(len(plan.leaf_keys))
+    plan.own_slots = [new_slot[slot] for slot in values]
+    plan.tied = [(new_slot[a], new_slot[b]) for a, b in plan.tied]
+    plan.columns = columns
 
 
 def _end(depth_starts: list, depth: int, count: int) -> int:
