@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -71,10 +72,22 @@ def _plans_of(module: nn.Module) -> list:
 
     def forget(_ref: weakref.ref, key: int = key) -> None:
         _PLANS.pop(key, None)
+        if _LAST[0] is _ref:
+            _remember(_NO_ENTRY)
 
     _PLANS[key] = (weakref.ref(module, forget), plans)
     return plans
 
+
+def _remember(entry: tuple) -> None:
+    global _LAST
+    _LAST = entry
+
+
+_NO_ENTRY = (lambda: None, [])
+# The entry of _PLANS of the module swapped last: a loop swapping into one model
+# (an ensemble step, a meta-learning step) finds it without a lookup by id.
+_LAST: tuple = _NO_ENTRY
 
 _MISMATCH = (Mismatch, KeyError, AttributeError, TypeError, IndexError)
 
@@ -115,24 +128,22 @@ def swap_mapping(
     if _is_compiling():
         plan = build_swap_plan(data, module, api, tie, traced=True)
         return TracedSwap(plan, plan.swap_interpreted(data))
-    entry = _PLANS.get(id(module))
-    if entry is not None and entry[0]() is module:
+    entry = _LAST  # the module swapped last, else the cache (a lookup by id costs more)
+    if entry[0]() is not module or module is None:
+        entry = _PLANS.get(id(module))
+        if entry is not None and entry[0]() is module:
+            _remember(entry)
+        else:
+            entry = None
+    if entry is not None:
         plans = entry[1]
         plan = plans[0]
         if plan.tie is tie:  # the most recent plan nearly always fits: _swap, inlined
-            record = None
-            _acquire()
             try:
-                record = [plan.enter(data), plan, 0, _ident()]
-                active = _ACTIVE  # _push, inlined
-                while active and _dropped(active[-1], record[3]):
-                    active.pop()
-                active.append(record)
+                record = plan.swap(data)
             except _MISMATCH:
                 pass
-            finally:
-                _release()
-            if record is not None:
+            else:
                 handle = _new(handle_class)
                 handle._rec = record
                 return handle
@@ -153,7 +164,9 @@ def swap_mapping(
             f"{api}: expected a TensorDict, a TensorClass or a dict of tensors, got "
             f"{type(data).__name__}."
         )
-    plan = build_swap_plan(data, module, api, tie)
+    plan = build_swap_plan(data, module, api, tie, False, _RECORDING)
+    if plan.swap is None:
+        plan.swap = partial(_record_swap, plan)
     handle = _swap(
         plan, data, handle_class
     )  # a fresh plan fits: anything raised here is a real error
@@ -161,20 +174,27 @@ def swap_mapping(
     # plans with the same key structure as the new one are stale (the module changed)
     plans[:] = [plan] + [old for old in plans if old.signature != plan.signature]
     del plans[_MAX_PLANS:]
+    _remember(_PLANS[id(module)])
     return handle
 
 
 def _swap(plan: SwapPlan, data, handle_class: type) -> Any:
     """Save the slots, write ``data``'s values, record the swap; the handle."""
+    handle = _new(handle_class)
+    handle._rec = plan.swap(data)
+    return handle
+
+
+def _record_swap(plan: SwapPlan, data) -> list:
+    """``plan.swap`` of a plan without a generated one: save the slots, write
+    ``data``'s values, record the swap (under the lock); the record."""
     _acquire()
     try:
         record = [plan.enter(data), plan, 0, _ident()]
         _push(record)
     finally:
         _release()
-    handle = _new(handle_class)
-    handle._rec = record
-    return handle
+    return record
 
 
 def _push(record: list) -> None:
@@ -190,6 +210,16 @@ def _push(record: list) -> None:
 def _dropped(record: list, ident: int) -> bool:
     state = record[2]
     return state > 1 or (state == 0 and record[3] == ident)
+
+
+# what the generated ``swap`` of a small plan records a swap with (swap_plan.py)
+_RECORDING = {
+    "_acquire": _acquire,
+    "_release": _release,
+    "_ident": _ident,
+    "_ACTIVE": _ACTIVE,
+    "_push": _push,
+}
 
 
 def _unwind(record: list) -> None:
@@ -473,4 +503,17 @@ class ModuleSwapMixin:
         if use_state_dict:
             return load_through_state_dict(self, module)
         # TensorDict slot; TensorClass property (its TensorDict's dict)
+        if not _is_compiling() and _LAST[0]() is module and module is not None:
+            # swap_mapping's common case, one frame less: the module swapped last, its
+            # most recent plan
+            plan = _LAST[1][0]
+            if plan.tie:
+                try:
+                    record = plan.swap(self._data)
+                except _MISMATCH:
+                    pass
+                else:
+                    handle = _new(self._swap_handle)
+                    handle._rec = record
+                    return handle
         return swap_mapping(self._data, module, self._swap_handle)

@@ -92,6 +92,8 @@ class SwapPlan:
         own_slots: per value, the slot its key names (``None``: value ``i``, slot ``i``).
         signature: the key structure (a newer plan with the same one replaces this).
         tie: whether one value fills every slot of a tie.
+        swap: ``enter``, then the swap recorded as in effect: its record
+            ``[olds, plan, 0, thread id]`` (set by the caller, or generated).
         module: a weak reference to the root module.
     """
 
@@ -121,6 +123,7 @@ class SwapPlan:
         "slot_keys",
         "slot_levels",
         "spread",
+        "swap",
         "tie",
         "tied",
         "unread",
@@ -130,6 +133,7 @@ class SwapPlan:
     def __init__(self) -> None:
         self.missing: Any = None
         self.slot_index: Any = None
+        self.swap: Any = None  # set by the caller, or generated (small plans)
         self.read = self.read_passes  # small plans: generated straight-line functions
         self.enter = self.enter_passes
         self.write = self.restore = self.write_passes
@@ -283,16 +287,25 @@ def _slot_aliases(root: nn.Module) -> dict[int, list]:
 
 
 def build_swap_plan(
-    data, module: nn.Module, api: str = "to_module", tie: bool = True, traced: bool = False
+    data,
+    module: nn.Module,
+    api: str = "to_module",
+    tie: bool = True,
+    traced: bool = False,
+    recording: dict | None = None,
 ) -> SwapPlan:
     """The plan for the mapping ``data`` (a TensorDict's ``_data``, or a dict) and ``module``.
+
+    ``recording``: what a small plan's generated ``swap`` records the swap with
+    (``_acquire``, ``_release``, ``_ident``, ``_ACTIVE``, ``_push``:
+    :mod:`tdfunc._modules.module_swap`); the caller sets ``swap`` of other plans.
 
     Raises:
         KeyError: a key is not a parameter, buffer or submodule of ``module``
             (with the closest names).
     """
     builder = _Builder(_slot_aliases(module) if tie else {}, api)
-    plan = builder.build(data, module, traced)
+    plan = builder.build(data, module, traced, recording)
     plan.tie = tie
     plan.signature = (tie, plan.signature)
     return plan
@@ -316,7 +329,7 @@ class _Builder:
         self.same_key: list = []  # (value, value, error)
         self.steps: list = []  # (module, name, child): module._modules[name] is child
 
-    def build(self, data, module: nn.Module, traced: bool) -> SwapPlan:
+    def build(self, data, module: nn.Module, traced: bool, recording: dict | None) -> SwapPlan:
         sizes = [len(data)]
         keys: list = [list(data)]
         nodes: list = []  # per level past the root: (parent level, position, key, is_dict)
@@ -395,7 +408,7 @@ class _Builder:
         plan.columns = None
         if not traced:
             if len(self.owners) + len(sizes) <= SMALL:
-                _straight_line(plan, module, keys, nodes, self)
+                _straight_line(plan, module, keys, nodes, self, recording)
             else:
                 _by_columns(plan)
         return plan
@@ -471,9 +484,12 @@ class _Builder:
 SMALL = 256
 
 
-def _straight_line(plan: SwapPlan, root: nn.Module, keys: list, nodes: list, built) -> None:
+def _straight_line(
+    plan: SwapPlan, root: nn.Module, keys: list, nodes: list, built, recording: dict | None
+) -> None:
     """Replace ``plan.read``/``plan.write`` by generated straight-line functions
-    doing the same reads and checks, one statement per key, step and slot."""
+    doing the same reads and checks, one statement per key, step and slot, and
+    ``plan.swap`` by one that also records the swap (``recording``: the names it uses)."""
     constants: dict[str, Any] = {"Mismatch": Mismatch, "ROOT": plan.module}
     lines = ["def read(data):", "    l0 = data"]
     for level, size in enumerate(plan.sizes):
@@ -520,6 +536,19 @@ def _straight_line(plan: SwapPlan, root: nn.Module, keys: list, nodes: list, bui
         f"    O{slot}[{plan.names[slot]!r}] = v{value}" for slot, value in enumerate(built.spread)
     ]
     lines.append(f"    return [{olds}]")
+    if recording is not None:  # enter, recorded as a swap in effect under the lock
+        constants.update(recording)
+        body = lines[lines.index("def enter(data):") + 1 : -1]  # enter, but its return
+        lines += ["def swap(data):", "    _acquire()", "    try:"]
+        lines += [f"    {line}" for line in body]
+        lines += [
+            f"        record = [[{olds}], PLAN, 0, _ident()]",
+            "        _push(record) if _ACTIVE else _ACTIVE.append(record)",
+            "    finally:",
+            "        _release()",
+            "    return record",
+        ]
+        constants["PLAN"] = plan
     unpack = "".join(f"a{slot}, " for slot in range(len(plan.names)))
     lines += ["def write(values):", f"    ({unpack}) = values"]
     lines += [f"    O{slot}[{name!r}] = a{slot}" for slot, name in enumerate(plan.names)]
@@ -528,6 +557,8 @@ def _straight_line(plan: SwapPlan, root: nn.Module, keys: list, nodes: list, bui
     plan.read = namespace["read"]
     plan.enter = namespace["enter"]
     plan.write = plan.restore = namespace["write"]
+    if recording is not None:
+        plan.swap = namespace["swap"]
 
 
 # At most this many columns (distinct keys of the values) for ``read`` to read by

@@ -207,6 +207,36 @@ def test_to_module_and_functional_call_share_one_bounded_cache(plan_kind, monkey
     assert len(plans) == module_swap._MAX_PLANS
 
 
+def test_the_module_swapped_last_is_found_by_identity(plan_kind):
+    # the module swapped last is remembered apart from the cache: swaps alternating
+    # between two models of one structure, and into a model made after the last one
+    # died, each reach only their own module
+    import gc
+
+    def make() -> nn.Module:
+        return nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
+
+    first, second = make(), make()
+    params = TensorDict.from_module(first).apply(torch.zeros_like)
+    before = {id(m): _slots(m) for m in (first, second)}
+    for model, other in ((first, second), (second, first), (first, second)):
+        with params.to_module(model):
+            assert model[3].weight is params["3", "weight"]
+            assert all(_slots(other)[k] is v for k, v in before[id(other)].items())
+        assert all(_slots(model)[k] is v for k, v in before[id(model)].items())
+    del first, second, model, other, before
+    gc.collect()
+    third = make()  # perhaps at the address of a dead one
+    reference = _slots(third)
+    with params.to_module(third):
+        assert third[29].bias is params["29", "bias"]
+    assert all(_slots(third)[k] is v for k, v in reference.items())
+    del third
+    gc.collect()
+    with pytest.raises(TypeError, match=r"nn\.Module"):
+        params.to_module(None)
+
+
 # ---------------------------------------------------------------- plan fits
 def test_reordered_extra_and_missing_root_keys(plan_kind):
     model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
