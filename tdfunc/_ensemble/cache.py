@@ -15,8 +15,9 @@ is reused while, for every leaf, all of these are the same as when it was made:
 
 and the grad and inference modes are those of the entry. Nothing is cached
 while the call is traced (``torch.compile``, ``torch.export`` strict or not,
-fake tensors) or runs inside a ``torch.func`` transform: a derived tensor made
-there is a fake or wrapped tensor that must not reach a later eager call.
+fake tensors), runs under any torch dispatch mode (functionalization, or a mode
+that must see every op) or inside a ``torch.func`` transform: a derived tensor
+made there is a fake or wrapped tensor that must not reach a later eager call.
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ if TYPE_CHECKING:
 
 _is_compiling = torch.compiler.is_compiling
 _is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
-_get_mode = torch._C._get_dispatch_mode
-_FAKE = torch._C._TorchDispatchModeKey.FAKE
-_FUNCTIONAL = getattr(torch._C._TorchDispatchModeKey, "FUNCTIONAL", None)
+# torch dispatch modes in effect, the fake and functional ones (infra modes) included
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 _interpreters = _functorch.peek_interpreter_stack
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 # Read per leaf on every call: C-level getters mapped over the leaves keep the
@@ -55,9 +55,9 @@ def tracing(compiling: bool | None = None) -> bool:
     """
     if (_is_compiling() if compiling is None else compiling) or _is_exporting():
         return True
-    if _get_mode(_FAKE) is not None:
-        return True
-    if _FUNCTIONAL is not None and _get_mode(_FUNCTIONAL) is not None:
+    # any dispatch mode: fake tensors (torch.export, AOT tracing), functionalization,
+    # or a mode of the user's that must see every op (one call reads them all)
+    if _dispatch_modes():
         return True
     return _interpreters() is not None
 

@@ -333,38 +333,41 @@ class Ensemble(nn.Module):
         # is set; at small sizes those, and forward's own frame, are a visible
         # part of the call. The same checks in one frame, and the common call (one
         # input shared by all members) run from here; any hook, module.compile(),
-        # torch.compile or jit tracing takes torch's full path.
+        # torch.compile or jit tracing takes torch's full path. The state is read
+        # from the instance dict: nn.Module's __getattr__ makes every `self.x`
+        # a slower, generic lookup.
+        state = self.__dict__
         if (
-            self._compiled_call_impl is None
-            and not (
-                self._forward_hooks
-                or self._forward_pre_hooks
-                or self._backward_hooks
-                or self._backward_pre_hooks
+            not (
+                state["_forward_hooks"]
+                or state["_forward_pre_hooks"]
+                or state["_backward_hooks"]
+                or state["_backward_pre_hooks"]
                 or _GLOBAL_HOOKS[0]
                 or _GLOBAL_HOOKS[1]
                 or _GLOBAL_HOOKS[2]
                 or _GLOBAL_HOOKS[3]
             )
+            and state.get("_compiled_call_impl") is None
             and not _is_compiling()
             and not _tracing()
         ):
-            batched = self._batched
+            batched = state["_batched"]
             if (
                 batched is not None
-                and self._fast_entry
+                and state["_fast_entry"]
                 and len(args) == 1
                 and not kwargs
                 and isinstance(args[0], torch.Tensor)
             ):
                 x = args[0]
-                leaves = self._derived.extend(  # self._extended, one frame less
-                    self._context,
-                    tuple(starmap(getitem, self._slots)),  # owner[key] per slot
-                    self._with_shared if self._shared else None,
+                leaves = state["_derived"].extend(  # self._extended, one frame less
+                    state["_context"],
+                    tuple(starmap(getitem, state["_slots"])),  # owner[key] per slot
+                    self._with_shared if state["_shared"] else None,
                     False,  # not compiling: read above
                 )
-                return batched(leaves, x.expand(self._num_members, *x.shape))
+                return batched(leaves, x.expand(state["_num_members"], *x.shape))
             return self.forward(*args, **kwargs)
         return super().__call__(*args, **kwargs)
 

@@ -126,8 +126,9 @@ _SHARED_MATMUL_ELEMENTS = 4096
 def _wide(x: torch.Tensor) -> bool:
     # With a symbolic batch (torch.export with dynamic shapes) the test must not
     # guard on the batch size: a size that is not known to be wide takes the bmm
-    # path, which is right for every size.
-    return statically_known_true(x.numel() >= _SHARED_MATMUL_ELEMENTS * x.shape[0])
+    # path, which is right for every size. A plain bool is the answer as it is.
+    wide = x.numel() >= _SHARED_MATMUL_ELEMENTS * x.shape[0]
+    return wide if wide.__class__ is bool else statically_known_true(wide)
 
 
 @register_planner(nn.Linear)
