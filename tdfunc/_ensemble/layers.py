@@ -148,9 +148,10 @@ def _linear(module: nn.Module, slots: dict, context: BatchContext):
     if b is None:
 
         def step(leaves, x):
-            if x.stride()[0] == 0 and _wide(x):  # stride(): no argument to parse
+            stride = x.stride()  # no argument to parse; its length is the rank
+            if stride[0] == 0 and _wide(x):
                 return shared(leaves, x)
-            if x.dim() == 3:
+            if len(stride) == 3:
                 return torch.bmm(x, leaves[w])
             shape = x.shape
             out = torch.bmm(x.reshape(shape[0], math.prod(shape[1:-1]), shape[-1]), leaves[w])
@@ -159,9 +160,10 @@ def _linear(module: nn.Module, slots: dict, context: BatchContext):
         return step
 
     def step(leaves, x):
-        if x.stride()[0] == 0 and _wide(x):  # stride(): no argument to parse
+        stride = x.stride()  # no argument to parse; its length is the rank
+        if stride[0] == 0 and _wide(x):
             return shared(leaves, x)
-        if x.dim() == 3:
+        if len(stride) == 3:
             return torch.baddbmm(leaves[b], x, leaves[w])
         shape = x.shape
         flat = x.reshape(shape[0], math.prod(shape[1:-1]), shape[-1])
