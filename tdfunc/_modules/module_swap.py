@@ -503,10 +503,11 @@ class ModuleSwapMixin:
         if use_state_dict:
             return load_through_state_dict(self, module)
         # TensorDict slot; TensorClass property (its TensorDict's dict)
-        if not _is_compiling() and _LAST[0]() is module and module is not None:
+        entry = _LAST  # read once: another thread may swap another module meanwhile
+        if not _is_compiling() and entry[0]() is module and module is not None:
             # swap_mapping's common case, one frame less: the module swapped last, its
             # most recent plan
-            plan = _LAST[1][0]
+            plan = entry[1][0]
             if plan.tie:
                 try:
                     record = plan.swap(self._data)

@@ -159,6 +159,42 @@ def test_two_threads_on_one_module(plan_kind):
         sys.setswitchinterval(interval)
 
 
+def test_two_threads_on_two_modules(plan_kind):
+    # Each thread swaps into its own model of one architecture: the module swapped
+    # last (remembered apart from the cache) changes under the other thread, and
+    # a swap must still reach only the module it names.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        models = [nn.Sequential(*[nn.Linear(2, 2) for _ in range(20)]) for _ in range(2)]
+        originals = [_slots(model) for model in models]
+        start = threading.Barrier(2)
+        errors: list = []
+
+        def work(index: int) -> None:
+            model, other = models[index], models[1 - index]
+            params = TensorDict.from_module(model).apply(torch.zeros_like)
+            try:
+                start.wait()
+                for _ in range(300):
+                    with params.to_module(model):
+                        assert model[7].weight is params["7", "weight"]
+                        assert other[7].weight is not params["7", "weight"]
+            except Exception as error:  # reported below: a thread cannot fail the test
+                errors.append(error)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    for model, original in zip(models, originals):
+        assert all(_slots(model)[k] is original[k] for k in original)
+
+
 def _swap_from_two_threads(rounds: int) -> None:
     model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(20)])
     original = _slots(model)
