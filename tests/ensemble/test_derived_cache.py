@@ -75,3 +75,24 @@ def test_grad_and_inference_modes_have_their_own_entries():
     assert inferred is not frozen and inferred is not trained
     with torch.no_grad():
         assert cache.extend(context, leaves) is frozen
+
+
+def test_a_dispatch_mode_sees_the_derivations_and_nothing_is_cached_under_it():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    cache, context, leaves = DerivedCache(), _context(), _leaves()
+    outside = cache.extend(context, leaves)
+    with Record():
+        inside = cache.extend(context, leaves)
+        again = cache.extend(context, leaves)
+    assert inside is not outside and again is not inside  # derived afresh, each time
+    assert len(seen) >= 2 * len(context.derivations)  # every derivation ran under the mode
+    _same(inside, leaves, context)
+    assert cache.extend(context, leaves) is outside  # the entry made outside is kept
