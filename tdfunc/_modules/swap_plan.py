@@ -72,7 +72,7 @@ class SwapPlan:
             whose entries, all of them and in order, are this depth's (its
             values are read after one comparison of its keys), else ``None``.
         sizes, keys: every level's ``len()`` and all keys, levels in order (the
-            key structure the mapping must have).
+            key structure the mapping must have); total: the sum of ``sizes``.
         slot_levels, slot_keys: where each slot's value is read (``slot_levels``
             picks the level of every slot from the list of levels).
         columns: for a large plan whose slots are ordered by key, ``(pick the
@@ -126,6 +126,7 @@ class SwapPlan:
         "swap",
         "tie",
         "tied",
+        "total",
         "unread",
         "write",
     )
@@ -145,8 +146,8 @@ class SwapPlan:
 
         Every step is one C-level pass (``map``, ``chain``, ``itemgetter``,
         list comparison) over the plan's lists: no Python loop per slot. Each
-        level's keys are checked by reading every one of them from a level of
-        the plan's size.
+        level's keys are checked by reading every one of them, and the levels'
+        total size by one sum.
         """
         levels = [data]
         for parents, keys, getter, whole in self.depths:
@@ -158,9 +159,6 @@ class SwapPlan:
                     raise Mismatch
                 found = level.values()
             levels += found if getter is None else map(getter, found)
-        # every key is read below and each level has the plan's size: the same keys
-        if list(map(len, levels)) != self.sizes:
-            raise Mismatch
         if self.columns is None:
             values = list(map(getitem, self.slot_levels(levels), self.slot_keys))
         else:  # one pass per key
@@ -169,6 +167,11 @@ class SwapPlan:
                 values += map(get, pick(levels))
         for level, key in self.unread:
             levels[level][key]
+        # Every key of the plan was found in its level, so no level is smaller than
+        # the plan's: the same total size means each has exactly the plan's keys (one
+        # sum, from levels the reads above brought into the cache).
+        if sum(map(len, levels)) != self.total:
+            raise Mismatch
         parents = self.parents
         if parents:
             if parents[0] is None:  # the root, held weakly
@@ -377,6 +380,7 @@ class _Builder:
                 whole = None
             plan.depths.append((_picker(parents), depth_keys, getter, whole))
         plan.sizes = sizes
+        plan.total = sum(sizes)
         plan.keys = list(chain.from_iterable(keys))
         plan.slot_levels = _picker([self.leaf_levels[value] for value in self.spread])
         plan.slot_keys = [self.leaf_keys[value] for value in self.spread]

@@ -297,6 +297,27 @@ def test_reordered_extra_and_missing_root_keys(plan_kind):
     assert all(_slots(model)[k] is original[k] for k in original)
 
 
+def test_an_extra_key_in_a_nested_level_is_refused(plan_kind):
+    # a nested level with a key the module lacks, alone or beside a level missing
+    # one (the levels' total size is then the plan's): the module stays untouched
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(30)])
+    original = _slots(model)
+    params = TensorDict.from_module(model).apply(torch.zeros_like)
+    with params.to_module(model):
+        pass
+    extra = params.clone()
+    extra["3", "scale"] = torch.ones(2)
+    both = extra.clone()
+    del both["4", "bias"]
+    for changed in (extra, both):
+        with pytest.raises(KeyError, match="scale"):
+            with changed.to_module(model):
+                pass
+        assert all(_slots(model)[k] is original[k] for k in original)
+    with params.to_module(model):  # the plan that fits is still there
+        assert model[3].weight is params["3", "weight"]
+
+
 def test_a_handle_dropped_inside_its_with_block_ends_as_it_stands(plan_kind):
     model = nn.Linear(2, 2)
     original = dict(model.named_parameters())
