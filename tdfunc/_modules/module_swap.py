@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -140,7 +139,7 @@ def swap_mapping(
         plan = plans[0]
         if plan.tie is tie:  # the most recent plan nearly always fits: _swap, inlined
             try:
-                record = plan.swap(data)
+                record = plan.swap(data, plan)
             except _MISMATCH:
                 pass
             else:
@@ -166,7 +165,7 @@ def swap_mapping(
         )
     plan = build_swap_plan(data, module, api, tie, False, _RECORDING)
     if plan.swap is None:
-        plan.swap = partial(_record_swap, plan)
+        plan.swap = _record_swap
     handle = _swap(
         plan, data, handle_class
     )  # a fresh plan fits: anything raised here is a real error
@@ -181,11 +180,11 @@ def swap_mapping(
 def _swap(plan: SwapPlan, data, handle_class: type) -> Any:
     """Save the slots, write ``data``'s values, record the swap; the handle."""
     handle = _new(handle_class)
-    handle._rec = plan.swap(data)
+    handle._rec = plan.swap(data, plan)
     return handle
 
 
-def _record_swap(plan: SwapPlan, data) -> list:
+def _record_swap(data, plan: SwapPlan) -> list:
     """``plan.swap`` of a plan without a generated one: save the slots, write
     ``data``'s values, record the swap (under the lock); the record."""
     _acquire()
@@ -510,7 +509,7 @@ class ModuleSwapMixin:
             plan = entry[1][0]
             if plan.tie:
                 try:
-                    record = plan.swap(self._data)
+                    record = plan.swap(self._data, plan)
                 except _MISMATCH:
                     pass
                 else:

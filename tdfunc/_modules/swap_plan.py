@@ -3,10 +3,13 @@
 A plan is data, built once per (module, key structure) in one linear walk:
 parallel lists of slots (``owners[i][names[i]]``), of where each value is read
 (``leaf_levels[j]``, ``leaf_keys[j]``) and of the submodule steps to check.
-``swap(data)`` and ``restore(olds)`` are a fixed handful of C-level loops
-(``map`` over ``operator`` functions) over those lists, whatever the size of
-the model: no source is generated, so the first swap into a large model costs
-a walk, not a ``compile()`` of code that grows with it.
+For a large model, reading, writing and restoring are a fixed handful of
+C-level loops (``map`` over ``operator`` functions) over those lists, the
+values read one key at a time over a run of levels: no source is generated, so
+the first swap into a large model costs a walk, not a ``compile()`` of code
+that grows with it. A small model's plan runs generated straight-line code,
+and its ``swap`` (take the lock, read and check, write, record the swap as in
+effect) is one generated function.
 
 The mapping may be a TensorDict or TensorClass (nested levels are
 submodules), a plain dict (nested dicts too), and any level may use dotted
@@ -92,8 +95,10 @@ class SwapPlan:
         own_slots: per value, the slot its key names (``None``: value ``i``, slot ``i``).
         signature: the key structure (a newer plan with the same one replaces this).
         tie: whether one value fills every slot of a tie.
-        swap: ``enter``, then the swap recorded as in effect: its record
-            ``[olds, plan, 0, thread id]`` (set by the caller, or generated).
+        swap: ``swap(data, plan)``: ``enter``, then the swap recorded as in
+            effect; its record ``[olds, plan, 0, thread id]`` (set by the
+            caller, or generated). The plan is an argument, not a constant of
+            the generated code: a plan then holds no reference to itself.
         module: a weak reference to the root module.
     """
 
@@ -543,16 +548,15 @@ def _straight_line(
     if recording is not None:  # enter, recorded as a swap in effect under the lock
         constants.update(recording)
         body = lines[lines.index("def enter(data):") + 1 : -1]  # enter, but its return
-        lines += ["def swap(data):", "    _acquire()", "    try:"]
+        lines += ["def swap(data, plan):", "    _acquire()", "    try:"]
         lines += [f"    {line}" for line in body]
         lines += [
-            f"        record = [[{olds}], PLAN, 0, _ident()]",
+            f"        record = [[{olds}], plan, 0, _ident()]",
             "        _push(record) if _ACTIVE else _ACTIVE.append(record)",
             "    finally:",
             "        _release()",
             "    return record",
         ]
-        constants["PLAN"] = plan
     unpack = "".join(f"a{slot}, " for slot in range(len(plan.names)))
     lines += ["def write(values):", f"    ({unpack}) = values"]
     lines += [f"    O{slot}[{name!r}] = a{slot}" for slot, name in enumerate(plan.names)]
