@@ -28,7 +28,7 @@ builds a new plan.
 from __future__ import annotations
 
 import weakref
-from itertools import chain
+from itertools import chain, islice
 from operator import attrgetter, getitem, itemgetter, setitem
 from typing import Any
 
@@ -78,9 +78,11 @@ class SwapPlan:
             key structure the mapping must have); total: the sum of ``sizes``.
         slot_levels, slot_keys: where each slot's value is read (``slot_levels``
             picks the level of every slot from the list of levels).
-        columns: for a large plan whose slots are ordered by key, ``(pick the
-            levels, read the key)`` per key: the values, one pass per key
-            (``None``: read through ``slot_levels`` and ``slot_keys``).
+        columns: for a large plan whose slots are ordered by key, ``(start,
+            stop, pick, read the key)`` per key: the values, one pass per key
+            over the levels ``start:stop`` (``pick`` ``None``) or those ``pick``
+            gives (``columns`` ``None``: read through ``slot_levels`` and
+            ``slot_keys``).
         unread: ``(level, key)`` of keys no slot reads (metadata): looked up
             so that a level of the right size has exactly the plan's keys.
         owners, names: the slots (distinct ``(owner dict, name)`` pairs).
@@ -168,8 +170,9 @@ class SwapPlan:
             values = list(map(getitem, self.slot_levels(levels), self.slot_keys))
         else:  # one pass per key
             values = []
-            for pick, get in self.columns:
-                values += map(get, pick(levels))
+            for start, stop, pick, get in self.columns:
+                # a run of levels is iterated in place (no copy of the list)
+                values += map(get, islice(levels, start, stop) if pick is None else pick(levels))
         for level, key in self.unread:
             levels[level][key]
         # Every key of the plan was found in its level, so no level is smaller than
@@ -589,11 +592,11 @@ def _by_columns(plan: SwapPlan) -> None:
     for key, slots in order.items():
         read = [levels[slot] for slot in slots]
         first = read[0]
-        if read == list(range(first, first + len(read))):  # a run of levels: one slice
-            pick = itemgetter(slice(first, first + len(read)))
+        if read == list(range(first, first + len(read))):  # a run of levels, read in place
+            pick = None
         else:  # levels out of order or read twice (a tie)
             pick = _picker(read)
-        columns.append((pick, itemgetter(key)))
+        columns.append((first, first + len(read), pick, itemgetter(key)))
     permutation = [slot for slots in order.values() for slot in slots]
     new_slot = {old: new for new, old in enumerate(permutation)}
     plan.owners = [plan.owners[slot] for slot in permutation]
