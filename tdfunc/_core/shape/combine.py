@@ -57,9 +57,23 @@ def _pad_to(leaf: torch.Tensor, dim: int, length: int, value: float) -> torch.Te
     return F.pad(leaf, flat, value=value)
 
 
-def _pad_views(views: list, pad_dim: int, value: float, masks: bool, api: str):
+def _valid_mask(leaf: torch.Tensor, dim: int, batch_ndim: int) -> torch.Tensor:
+    """Ones over the top-level batch dims of ``leaf``, plus the padded dim when it lies
+    past them: the shape of one element's mask before padding."""
+    shape = list(leaf.shape[:batch_ndim])
+    if dim >= batch_ndim:
+        shape.append(leaf.shape[dim])
+    return torch.ones(shape, dtype=torch.bool, device=leaf.device)
+
+
+def _pad_views(views: list, pad_dim: int, value: float, batch_ndim: int, masks: bool, api: str):
     """Pad the leaves of ``views`` (TensorDicts with the same keys) to a common length and
-    stack them: ``(data, mask data)`` dicts."""
+    stack them: ``(data, mask data)`` dicts.
+
+    A mask spans the batch dims of the top-level containers (``batch_ndim``), plus the
+    padded dim when it is a feature dim: it marks valid elements, not valid numbers, so
+    every mask of one call shares the top-level batch and indexes any leaf's leading dims.
+    """
     first = views[0]
     data: dict = {}
     mask_data: dict = {}
@@ -75,27 +89,28 @@ def _pad_views(views: list, pad_dim: int, value: float, masks: bool, api: str):
             length = max(v.shape[dim] for v in values)
             data[key] = torch.stack([_pad_to(v, dim, length, value) for v in values])
             if masks:
-                mask_data[key] = torch.stack(
-                    [
-                        _pad_to(
-                            torch.ones(v.shape, dtype=torch.bool, device=v.device),
-                            dim,
-                            length,
-                            False,
-                        )
-                        for v in values
-                    ]
-                )
+                mask_dim = min(dim, batch_ndim)
+                valid = [_valid_mask(v, dim, batch_ndim) for v in values]
+                mask_data[key] = torch.stack([_pad_to(m, mask_dim, length, False) for m in valid])
         elif is_collection(value0):
             inner = [v._to_tensordict_view() for v in values]
-            sub, sub_masks = _pad_views(inner, pad_dim, value, masks, api)
+            sub, sub_masks = _pad_views(inner, pad_dim, value, batch_ndim, masks, api)
             size = _stacked_size(inner, pad_dim)
             data[key] = rewrap(value0, inner[0]._like(sub, size, None))
             if masks:
-                mask_data[key] = inner[0]._like(sub_masks, size, None)
+                mask_data[key] = sub_masks
         else:
             data[key] = value0
     return data, mask_data
+
+
+def _mask_tree(like: Any, mask_data: dict, size: torch.Size) -> Any:
+    """Nested mask dicts as plain containers, every level with the top-level ``size``."""
+    data = {
+        key: _mask_tree(like, value, size) if isinstance(value, dict) else value
+        for key, value in mask_data.items()
+    }
+    return like._like(data, size, None)
 
 
 def _stacked_size(views: list, pad_dim: int) -> torch.Size:
@@ -118,26 +133,29 @@ def pad_sequence(
 ) -> Any:
     """Pad the leaves of containers to a common length along ``pad_dim``, then stack them.
 
-    With ``return_mask``, a container of boolean masks of the valid (not padded) values
-    is written under ``"masks"`` (or the key given).
+    With ``return_mask``, a container of boolean masks of the valid (not padded)
+    elements is written under ``"masks"`` (or the key given). Each mask has the batch
+    dims of the result, followed by the padded dim when ``pad_dim`` is past the batch
+    dims: ``out["a"][out["masks", "a"]]`` are the original rows.
 
     Example:
         >>> tds = [TensorDict({"a": torch.ones(n, 8)}, []) for n in (3, 5)]
         >>> out = pad_sequence(tds, return_mask=True)
-        >>> out["a"].shape, out["masks", "a"][0, :, 0].tolist()
-        (torch.Size([2, 5, 8]), [True, True, True, False, False])
+        >>> out["a"].shape, out["masks", "a"].shape, out["masks", "a"][0].tolist()
+        (torch.Size([2, 5, 8]), torch.Size([2, 5]), [True, True, True, False, False])
     """
     api = "tdfunc.pad_sequence"
     items = list(list_of_tensordicts)
     if not items:
         raise ValueError(f"{api}: expected a non-empty list of TensorDicts.")
     views = [item._to_tensordict_view() for item in items]
-    data, mask_data = _pad_views(views, pad_dim, padding_value, bool(return_mask), api)
+    batch_ndim = len(views[0]._batch_size)
+    data, mask_data = _pad_views(views, pad_dim, padding_value, batch_ndim, bool(return_mask), api)
     size = _stacked_size(views, pad_dim)
     result = items[0]._like(data, size, None)
     if return_mask:
         key = "masks" if return_mask is True else return_mask
-        result.set(key, views[0]._like(mask_data, size, None))
+        result.set(key, _mask_tree(views[0], mask_data, size))
     if device is not None:
         result = result.to(device)
     if out is not None:
@@ -160,11 +178,13 @@ def merge_tensordicts(*tensordicts: Any, callback_exist: Callable | dict | None 
     if not tensordicts:
         raise ValueError("tdfunc.merge_tensordicts: expected at least one TensorDict.")
     views = [td._to_tensordict_view() for td in tensordicts]
-    data = _merge(views, callback_exist, ())
+    data = _merge(views, callback_exist, (), len(views))
     return tensordicts[0]._like(data)
 
 
-def _merge(views: list, callback: Any, prefix: tuple) -> dict:
+def _merge(views: list, callback: Any, prefix: tuple, total: int) -> dict:
+    """Merge one level; ``total`` counts every container merged, so an entry is "in every
+    one" only when no container lacks it at any level above."""
     keys: dict = {}
     for view in views:
         for key in view._data:
@@ -175,12 +195,12 @@ def _merge(views: list, callback: Any, prefix: tuple) -> dict:
         full = prefix + (key,)
         if all(is_collection(v) for v in values) and len(values) > 1:
             inner = [v._to_tensordict_view() for v in values]
-            data[key] = inner[0]._like(_merge(inner, callback, full))
+            data[key] = inner[0]._like(_merge(inner, callback, full, total))
             continue
         fn = (
             callback.get(full if len(full) > 1 else key) if isinstance(callback, dict) else callback
         )
-        if fn is not None and len(values) == len(views):
+        if fn is not None and len(values) == total:
             data[key] = fn(*values)
         else:
             data[key] = values[0]
