@@ -24,6 +24,7 @@ from . import load as _persist_load
 from . import save as _persist_save
 from .make import MakeMemmapMixin
 from .memmap_tensor import MemoryMappedTensor
+from .schema import SchemaMixin
 from .tensordict_layout import (
     is_tensordict_layout,
     read_tensordict_layout,
@@ -144,7 +145,7 @@ def load_collection(
     return loaded
 
 
-class PersistMixin(MakeMemmapMixin):
+class PersistMixin(MakeMemmapMixin, SchemaMixin):
     """Methods of ``TensorDict``: memmap, memmap_, memmap_like, load_memmap, save, load."""
 
     __slots__ = ()
