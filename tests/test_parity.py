@@ -253,6 +253,10 @@ CASES: dict[str, tuple[Callable, str]] = {
     ),
     "from_namedtuple": (lambda o: type(o).from_namedtuple(o.to_namedtuple()), "sample"),
     "from_dict_instance": (lambda o: o.from_dict_instance(o.to_dict(), [4, 3]), "sample"),
+    "from_tuple": (
+        lambda o: type(o).from_tuple((o["obs"], (o["reward"],)), batch_size=[4, 3]),
+        "sample",
+    ),
     "from_schema": (
         lambda o: type(o).from_schema(
             {
