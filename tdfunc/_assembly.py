@@ -169,6 +169,38 @@ class TensorClass(TensorClassCore, Features, metaclass=_Meta):
         return TensorDict
 
 
+class TensorAttrs(TensorClass):
+    """The device, dtype and shape of one tensor, as :meth:`TensorDict.attrs` records them.
+
+    A container of them, passed to ``to``, casts each leaf to its own device and
+    dtype. The fields are prefixed ``tgt_`` so they do not hide the container's own
+    ``device``, ``dtype`` and ``shape``; a field not recorded is ``None``.
+
+    Example:
+        >>> td = TensorDict({"a": torch.zeros(3), "b": torch.zeros(3, dtype=torch.int32)}, [3])
+        >>> attrs = td.attrs()
+        >>> attrs["a"].tgt_device, attrs["a"].tgt_dtype
+        (device(type='cpu'), torch.float32)
+    """
+
+    __module__ = "tdfunc"
+    tgt_device: Any = None
+    tgt_dtype: Any = None
+    tgt_shape: Any = None
+
+    @classmethod
+    def from_tensor(cls, tensor: Any, *, fields: Any = ("device", "dtype", "shape")) -> TensorAttrs:
+        """The attributes of ``tensor`` named in ``fields`` (the others ``None``).
+
+        Example:
+            >>> TensorAttrs.from_tensor(torch.zeros(2), fields=("shape",)).tgt_shape
+            torch.Size([2])
+        """
+        from ._core.attrs import describe
+
+        return describe(tensor, tuple(fields))
+
+
 # what to_module returns, for TensorDict and TensorClass: a class attribute rather
 # than a call, as to_module reads it on every swap
 Features._swap_handle = ModuleSwap

@@ -186,8 +186,8 @@ class EntriesMixin(ContainerMixin):
 
         Example:
             >>> td = TensorDict.from_tuple((1, torch.zeros(3), (2.0,)))
-            >>> sorted(td.keys(True, True)), td["0"]
-            ([('2', '0'), '0', '1'], tensor(1))
+            >>> list(td.keys(True, True)), td["0"]
+            (['0', '1', ('2', '0')], tensor(1))
         """
         if not isinstance(obj, tuple):
             raise TypeError(
