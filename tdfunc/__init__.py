@@ -23,6 +23,7 @@ from ._assembly import TensorDict as TensorDict
 from ._assembly import TensorDictBase as TensorDictBase
 from ._assembly import cat as cat
 from ._assembly import dims_like as dims_like
+from ._assembly import from_dataclass as from_dataclass
 from ._assembly import functional_call as functional_call
 from ._assembly import gather_members as gather_members
 from ._assembly import get_printoptions as get_printoptions

@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, ClassVar, TypeVar, overload
@@ -293,6 +294,68 @@ def tensorclass(
         "shadow": shadow,
     }
     return decorate(TensorClass, cls, flags)
+
+
+def from_dataclass(
+    obj: Any,
+    *,
+    dest_cls: type | None = None,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    batch_size: Any = None,
+    frozen: bool = False,
+    autocast: bool = False,
+    nocast: bool = False,
+    inplace: bool = False,
+    shadow: bool = False,
+    tensor_only: bool = False,
+    device: Any = None,
+) -> Any:
+    """A tensorclass from a dataclass type, or an instance of one from a dataclass instance.
+
+    Given a type, returns a new TensorClass with the same name and fields (the
+    flags as in :func:`tensorclass`). Given an instance, builds an instance of
+    ``dest_cls`` (default: the tensorclass made from the instance's type) from its
+    fields; ``batch_size``, ``auto_batch_size``, ``batch_dims`` and ``device`` as in
+    :meth:`TensorDict.from_dict`. ``inplace=True`` (change the dataclass itself) is
+    refused: a TensorClass is built as a new class.
+
+    Example:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class X:
+        ...     a: int
+        ...     b: torch.Tensor
+        >>> x2 = from_dataclass(X(0, torch.zeros(3)), auto_batch_size=True)
+        >>> type(x2).__name__, x2.batch_size, x2.a
+        ('X', torch.Size([]), tensor(0))
+        >>> X2 = from_dataclass(X, autocast=True)
+        >>> X2(a=0, b=0).a
+        0
+    """
+    if not dataclasses.is_dataclass(obj):
+        raise TypeError(
+            f"from_dataclass: expected a dataclass or a dataclass instance, got "
+            f"{obj!r:.80}; use tensorclass(cls) for a plain class."
+        )
+    if isinstance(obj, type):
+        if inplace:
+            raise ValueError(
+                "from_dataclass: inplace=True cannot turn the dataclass itself into a "
+                "tensorclass; use the class it returns (inplace=False)."
+            )
+        flags = {"autocast": autocast, "nocast": nocast, "tensor_only": tensor_only}
+        return tensorclass(obj, frozen=frozen, shadow=shadow, **flags)
+    if dest_cls is None:
+        flags = {"autocast": autocast, "nocast": nocast, "tensor_only": tensor_only}
+        dest_cls = from_dataclass(type(obj), frozen=frozen, shadow=shadow, **flags)
+    return dest_cls.from_dataclass(  # type: ignore[attr-defined]
+        obj,
+        auto_batch_size=auto_batch_size,
+        batch_dims=batch_dims,
+        batch_size=batch_size,
+        device=device,
+    )
 
 
 # The composed classes say ``__module__ = "tdfunc"``, so doctest would not look for
