@@ -33,6 +33,7 @@ from ._assembly import is_tensorclass as is_tensorclass
 from ._assembly import merge_tensordicts as merge_tensordicts
 from ._assembly import pad as pad
 from ._assembly import pad_sequence as pad_sequence
+from ._assembly import parse_tensor_dict_string as parse_tensor_dict_string
 from ._assembly import set_capture_non_tensor_stack as set_capture_non_tensor_stack
 from ._assembly import set_list_to_stack as set_list_to_stack
 from ._assembly import set_printoptions as set_printoptions

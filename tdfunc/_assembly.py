@@ -48,6 +48,7 @@ from ._core.options import get_printoptions as get_printoptions
 from ._core.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
 from ._core.options import set_list_to_stack as set_list_to_stack
 from ._core.options import set_printoptions as set_printoptions
+from ._core.repr import parse_tensor_dict_string as parse_tensor_dict_string
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
 from ._core.shape.combine import pad as pad
