@@ -239,6 +239,15 @@ def test_pad_sequence_mask_shapes_follow_the_batch():
     assert out["masks", "a"].tolist() == [[True] * 3 + [False] * 2, [True] * 5]
 
 
+def test_pad_sequence_stacks_non_tensor_values():
+    plain = [{"a": torch.ones(2), "b": "asd"}, {"a": torch.ones(1), "b": "efg"}]
+    out = tdfunc.pad_sequence([TensorDict(d) for d in plain])
+    assert out["b"] == [d["b"] for d in plain]  # one value per container, in order
+    assert out["a"].tolist() == [[1.0, 1.0], [1.0, 0.0]]
+    single = tdfunc.pad_sequence([TensorDict(plain[0])])
+    assert single["b"] == ["asd"] and isinstance(single.get("b"), tdfunc.NonTensorStack)
+
+
 def test_merge_tensordicts():
     td0 = TensorDict({"a": {"b0": torch.tensor(0)}, "common": torch.tensor(0)})
     td1 = TensorDict({"a": {"b1": torch.tensor(1)}, "common": torch.tensor(1)})

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from ..apply import rewrap
 from ..math.leafwise import is_collection
+from ..nontensor import is_non_tensor
 from ..torch_function import cat as _cat
 from ..torch_function import stack as _stack
 
@@ -99,6 +100,15 @@ def _pad_views(views: list, pad_dim: int, value: float, batch_ndim: int, masks: 
             data[key] = rewrap(value0, inner[0]._like(sub, size, None))
             if masks:
                 mask_data[key] = sub_masks
+        elif is_non_tensor(value0):  # one value per container: stacked, never padded
+            try:
+                data[key] = torch.stack(values)
+            except (RuntimeError, ValueError, TypeError) as error:
+                raise ValueError(
+                    f"{api}: the non-tensor values at {key!r} cannot be stacked ({error}); "
+                    f"non-tensor data is not padded, so it needs the same batch size in every "
+                    f"container."
+                ) from None
         else:
             data[key] = value0
     return data, mask_data
