@@ -483,8 +483,8 @@ class LinkedList(list):
     Example:
         >>> td = TensorDict({"a": NonTensorStack("foo", "bar")}, [2])
         >>> td["a"][0] = "baz"
-        >>> td["a"]  # prints as the list it is, as in tensordict
-        ['baz', 'bar']
+        >>> td["a"]
+        LinkedList(['baz', 'bar'])
     """
 
     __slots__ = ("_ref",)
@@ -529,6 +529,11 @@ class LinkedList(list):
     __iadd__ = _detached("__iadd__")
     __imul__ = _detached("__imul__")
     del _detached
+
+    def __repr__(self) -> str:
+        return f"LinkedList({list.__repr__(self)})"
+
+    __str__ = __repr__
 
     def __reduce__(self) -> Any:  # pickles as the plain list it holds
         return list, (list(self),)

@@ -202,7 +202,7 @@ class set_capture_non_tensor_stack(_StateSwitch):
         >>> from tdfunc import TensorDict
         >>> tds = [TensorDict({"label": "x"}), TensorDict({"label": "x"})]
         >>> torch.stack(tds)["label"]
-        ['x', 'x']
+        LinkedList(['x', 'x'])
         >>> with set_capture_non_tensor_stack(True):
         ...     torch.stack(tds)["label"]
         'x'

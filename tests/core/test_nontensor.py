@@ -196,7 +196,7 @@ def test_reading_a_stack_gives_a_linked_list():
     td = TensorDict({"a": NonTensorStack(*reference)}, [2])
     read = td["a"]
     assert isinstance(read, LinkedList) and read == reference
-    assert repr(read) == str(read) == repr(reference)  # prints as a list, as in tensordict
+    assert repr(read) == str(read) == "LinkedList(['foo', 'bar'])"
     read[0] = "baz"
     reference[0] = "baz"
     assert td["a"] == reference and read._td() is td.get("a")
