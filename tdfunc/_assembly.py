@@ -340,6 +340,8 @@ def from_dataclass(
             f"{obj!r:.80}; use tensorclass(cls) for a plain class."
         )
     if isinstance(obj, type):
+        if issubclass(obj, TensorClass):
+            return obj  # already a tensorclass
         if inplace:
             raise ValueError(
                 "from_dataclass: inplace=True cannot turn the dataclass itself into a "

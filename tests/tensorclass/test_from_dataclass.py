@@ -32,6 +32,11 @@ def test_a_dataclass_type_becomes_a_tensorclass():
     assert Point(torch.zeros(1), 0).label == 0 and not issubclass(Point, TensorClass)
 
 
+def test_a_tensorclass_type_is_returned_as_it_is():
+    cls = from_dataclass(Point)
+    assert from_dataclass(cls) is cls
+
+
 def test_flags_apply_to_the_new_class():
     autocast = from_dataclass(Point, autocast=True)
     p = autocast(x=torch.zeros(2), label=0)
