@@ -227,16 +227,20 @@ class NonTensorData:
         prefix=None,
         copy_existing: bool = False,
         *,
+        num_threads: int = 0,
+        return_early: bool = False,
+        share_non_tensor: bool = False,
         existsok: bool = True,
+        robust_key: bool | None = True,
         fsync: bool = False,
         format: str = "tdfunc",
-        **kwargs: Any,
     ) -> NonTensorData:
         """Save the leaf in the directory ``prefix``; returns the saved leaf (locked).
 
         ``TensorDict.load_memmap(prefix)`` (or ``type(leaf).load_memmap``) gives it back;
-        ``format="tensordict"`` writes tensordict's layout (JSON values only). Other
-        keyword arguments of ``TensorDict.memmap`` are accepted and have no effect.
+        ``format="tensordict"`` writes tensordict's layout (JSON values only). The keywords
+        are ``TensorDict.memmap``'s; those about tensors (threads, early return, key
+        checks) have nothing to act on in a leaf with no tensor.
 
         Example:
             >>> import tempfile
@@ -245,24 +249,19 @@ class NonTensorData:
             >>> saved.is_memmap(), NonTensorStack.load_memmap(path).tolist()
             (True, ['a', 'b'])
         """
-        return lookup_class("tdfunc.TensorDict")._memmap_leaf(
-            self,
-            prefix,
-            api=f"{type(self).__name__}.memmap",
-            inplace=False,
-            existsok=existsok,
-            fsync=fsync,
-            format=format,
-        )
+        return self._save(prefix, False, existsok, fsync, format)
 
     def memmap_(
         self,
         prefix=None,
         copy_existing: bool = False,
         *,
+        num_threads: int = 0,
+        return_early: bool = False,
+        share_non_tensor: bool = False,
         existsok: bool = True,
+        robust_key: bool | None = True,
         fsync: bool = False,
-        **kwargs: Any,
     ) -> NonTensorData:
         """:meth:`memmap` in place: this leaf becomes the saved one (locked); its
         in-place updates (``update_``, ``update(..., inplace=True)``) reach the file.
@@ -275,13 +274,18 @@ class NonTensorData:
             >>> NonTensorStack.load_memmap(path).tolist()
             ['c', 'd']
         """
+        return self._save(prefix, True, existsok, fsync, "tdfunc")
+
+    def _save(self, prefix, inplace: bool, existsok: bool, fsync: bool, format: str):
+        # the persistence layer sits above the core: reach it through the registered class
         return lookup_class("tdfunc.TensorDict")._memmap_leaf(
             self,
             prefix,
-            api=f"{type(self).__name__}.memmap_",
-            inplace=True,
+            api=f"{type(self).__name__}.{'memmap_' if inplace else 'memmap'}",
+            inplace=inplace,
             existsok=existsok,
             fsync=fsync,
+            format=format,
         )
 
     @classmethod
