@@ -51,9 +51,9 @@ from ._core.options import set_printoptions as set_printoptions
 from ._core.repr import parse_tensor_dict_string as parse_tensor_dict_string
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
-from ._core.shape.combine import pad as pad
-from ._core.shape.combine import pad_sequence as pad_sequence
 from ._core.shape.combine import stack as stack
+from ._core.shape.padding import pad as pad
+from ._core.shape.padding import pad_sequence as pad_sequence
 from ._distributed import DistributedMixin, MapMixin
 from ._distributed import DistributedWork as DistributedWork
 from ._distributed.sharded import gather_members as gather_members

