@@ -1,49 +1,33 @@
-"""Non-tensor leaves: Python objects carried along a batch.
-
-``NonTensorData`` holds one Python value shared by every element of its batch.
-``NonTensorStack`` holds one value per batch element (``.data`` is a nested list
-with the shape of the batch); it appears when containers with different values
-are stacked, when a value is written at an index, and, as in tensordict, when
-``expand``, ``unsqueeze``, ``repeat`` or ``repeat_interleave`` lays a
-``NonTensorData`` over a new batch: each element then references the same value
-(no copies). Operations that only rearrange or select elements (``reshape``,
-``view``, ``permute``, ``transpose``, ``flatten``, indexing, ``squeeze``,
-``unbind``, ``split``, ``chunk``) keep one ``NonTensorData``. Reading either from a
-``TensorDict`` returns the Python value (a nested list for a stack).
-
-Both are treated as immutable by tdfunc: writes replace the leaf object.
-"""
+"""The two non-tensor leaf classes and the functions that build them from object arrays."""
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
 import torch
 
-from . import options
-from .class_names import lookup_class
-from .keys.nested import MISSING, key_parts
-from .shape.sizes import checked_names, index_batch_size, normalize_dim, pad_plan, resolve_shape
+from .. import options
+from ..class_names import lookup_class
+from ..shape.sizes import checked_names, index_batch_size, normalize_dim, pad_plan, resolve_shape
+from .saving import _Saving
+from .values import (
+    _check_nested,
+    _copy_nested,
+    _dims,
+    _equal,
+    _filled,
+    _flat_shape,
+    _is_basic,
+    _meta,
+    _nested_list,
+    _positions,
+    _size_of,
+    take,
+)
 
 
-def _size_of(shape) -> torch.Size:
-    return shape if type(shape) is torch.Size else torch.Size(shape)
-
-
-def _dims(dims: tuple) -> tuple:
-    if len(dims) == 1 and isinstance(dims[0], (list, tuple, torch.Size)):
-        return tuple(dims[0])
-    return dims
-
-
-def _meta(batch_size: torch.Size) -> torch.Tensor:
-    """A data-free stand-in with the batch shape, for torch's own shape rules."""
-    return torch.empty(batch_size, device="meta")
-
-
-class NonTensorData:
+class NonTensorData(_Saving):
     """One Python value shared by every element of a batch.
 
     ``expand``, ``unsqueeze``, ``repeat`` and ``repeat_interleave`` give a
@@ -207,97 +191,6 @@ class NonTensorData:
                 )
             new = NonTensorData._make(values[0], self.batch_size, self.device)
         self._set_value(new.data)
-
-    def _is_memmaped_from_above(self) -> bool:
-        """True for an element read from a memory-mapped ``NonTensorStack`` (read-only).
-
-        Example:
-            >>> NonTensorStack("a", "b")[0]._is_memmaped_from_above()
-            False
-        """
-        view = self.__dict__.get("_view_of")
-        if view is None:
-            return False
-        parent = view[0]
-        return bool(parent._is_memmap) or parent._is_memmaped_from_above()
-
-    # ------------------------------------------------------------------ saving on its own
-    def memmap(
-        self,
-        prefix=None,
-        copy_existing: bool = False,
-        *,
-        num_threads: int = 0,
-        return_early: bool = False,
-        share_non_tensor: bool = False,
-        existsok: bool = True,
-        robust_key: bool | None = True,
-        fsync: bool = False,
-        format: str = "tdfunc",
-    ) -> NonTensorData:
-        """Save the leaf in the directory ``prefix``; returns the saved leaf (locked).
-
-        ``TensorDict.load_memmap(prefix)`` (or ``type(leaf).load_memmap``) gives it back;
-        ``format="tensordict"`` writes tensordict's layout (JSON values only). The keywords
-        are ``TensorDict.memmap``'s; those about tensors (threads, early return, key
-        checks) have nothing to act on in a leaf with no tensor.
-
-        Example:
-            >>> import tempfile
-            >>> path = tempfile.mkdtemp()
-            >>> saved = NonTensorStack("a", "b").memmap(path)
-            >>> saved.is_memmap(), NonTensorStack.load_memmap(path).tolist()
-            (True, ['a', 'b'])
-        """
-        return self._save(prefix, False, existsok, fsync, format)
-
-    def memmap_(
-        self,
-        prefix=None,
-        copy_existing: bool = False,
-        *,
-        num_threads: int = 0,
-        return_early: bool = False,
-        share_non_tensor: bool = False,
-        existsok: bool = True,
-        robust_key: bool | None = True,
-        fsync: bool = False,
-    ) -> NonTensorData:
-        """:meth:`memmap` in place: this leaf becomes the saved one (locked); its
-        in-place updates (``update_``, ``update(..., inplace=True)``) reach the file.
-
-        Example:
-            >>> import tempfile
-            >>> path = tempfile.mkdtemp()
-            >>> leaf = NonTensorStack("a", "b").memmap_(path)
-            >>> _ = leaf.update_(NonTensorStack("c", "d"))
-            >>> NonTensorStack.load_memmap(path).tolist()
-            ['c', 'd']
-        """
-        return self._save(prefix, True, existsok, fsync, "tdfunc")
-
-    def _save(self, prefix, inplace: bool, existsok: bool, fsync: bool, format: str):
-        # the persistence layer sits above the core: reach it through the registered class
-        return lookup_class("tdfunc.TensorDict")._memmap_leaf(
-            self,
-            prefix,
-            api=f"{type(self).__name__}.{'memmap_' if inplace else 'memmap'}",
-            inplace=inplace,
-            existsok=existsok,
-            fsync=fsync,
-            format=format,
-        )
-
-    @classmethod
-    def load_memmap(cls, prefix, *args: Any, **kwargs: Any) -> NonTensorData:
-        """The leaf saved in ``prefix`` by :meth:`memmap` (arguments of
-        ``TensorDict.load_memmap``); ``TypeError`` if ``prefix`` holds a container."""
-        api = f"{cls.__name__}.load_memmap"
-        return lookup_class("tdfunc.TensorDict")._load_leaf(prefix, api, cls, *args, **kwargs)
-
-    def is_memmap(self) -> bool:
-        """True once the leaf was saved by ``memmap``/``memmap_`` or loaded from a save."""
-        return bool(self._is_memmap)
 
     def __getstate__(self) -> Any:
         # an element of a stack pickles as a plain leaf: its stack stays behind
@@ -701,148 +594,7 @@ class NonTensorStack(NonTensorData):
         )
 
 
-class LinkedList(list):
-    """The list that reading a ``NonTensorStack`` entry returns; item writes reach the stack.
-
-    Writing an item (``td["a"][0] = "x"``) writes it into the stack the list was read
-    from; a change of length (``append``, ``extend``, ...) cannot, so it detaches
-    the list (``_td()`` is then None) and changes only the list.
-
-    Example:
-        >>> td = TensorDict({"a": NonTensorStack("foo", "bar")}, [2])
-        >>> td["a"][0] = "baz"
-        >>> td["a"]
-        LinkedList(['baz', 'bar'])
-    """
-
-    __slots__ = ("_ref",)
-
-    def __init__(self, stack: NonTensorData) -> None:
-        super().__init__(stack.data)
-        self._ref: Any = weakref.ref(stack)
-
-    def _td(self) -> NonTensorData | None:
-        """The stack this list writes to, or None once detached."""
-        return None if self._ref is None else self._ref()
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        before = len(self)
-        list.__setitem__(self, index, value)
-        stack = self._td()
-        if stack is None:
-            return
-        if len(self) != before:  # a slice write that changed the length: the stack cannot
-            self._ref = None
-            return
-        stack._set_value(list(self))
-
-    def _detached(name: str):
-        method = getattr(list, name)
-
-        def detach(self, *args: Any, **kwargs: Any) -> Any:
-            self._ref = None
-            return method(self, *args, **kwargs)
-
-        detach.__name__ = name
-        detach.__doc__ = f"``list.{name}``; the list no longer writes to the stack after it."
-        return detach
-
-    append = _detached("append")
-    extend = _detached("extend")
-    insert = _detached("insert")
-    pop = _detached("pop")
-    remove = _detached("remove")
-    clear = _detached("clear")
-    __delitem__ = _detached("__delitem__")
-    __iadd__ = _detached("__iadd__")
-    __imul__ = _detached("__imul__")
-    del _detached
-
-    def __repr__(self) -> str:
-        return f"LinkedList({list.__repr__(self)})"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> Any:  # pickles as the plain list it holds
-        return list, (list(self),)
-
-
-# ---------------------------------------------------------------------- helpers
-def _flat_shape(batch_size: torch.Size, start_dim: int | None, end_dim: int | None):
-    start = 0 if start_dim is None else start_dim
-    end = -1 if end_dim is None else end_dim
-    return _meta(batch_size).flatten(start, end).shape
-
-
-def _equal(left: Any, right: Any) -> bool:
-    try:
-        return bool(left == right)
-    except Exception:  # values whose == is not a bool (arrays, tensors, ...)
-        return left is right
-
-
-_BASIC = (int, slice, bool, type(None), type(Ellipsis))
-
-
-def _is_basic(index: Any) -> bool:
-    """An index that selects each element at most once, as a tensor view's does."""
-    if type(index) is tuple:
-        return all(type(item) in _BASIC for item in index)
-    return type(index) in _BASIC
-
-
-def _check_nested(data: Any, shape: tuple) -> None:
-    if not shape:
-        return
-    if not isinstance(data, list) or len(data) != shape[0]:
-        raise ValueError(
-            f"NonTensorStack: data must be a nested list of shape {list(shape)}; got "
-            f"{type(data).__name__} of length {len(data) if isinstance(data, list) else '-'}."
-        )
-    for item in data:
-        _check_nested(item, shape[1:])
-
-
-def _filled(value: Any, shape: tuple) -> list:
-    """A nested list of ``shape`` whose items all reference ``value`` (distinct inner lists)."""
-    if len(shape) == 1:
-        return [value] * shape[0]
-    return [_filled(value, shape[1:]) for _ in range(shape[0])]
-
-
-def _copy_nested(data: Any) -> Any:
-    return [_copy_nested(item) for item in data] if isinstance(data, list) else data
-
-
-def _nested_list(array: np.ndarray) -> Any:
-    if array.ndim == 0:
-        return array[()]
-    if array.ndim == 1:
-        return list(array)
-    return [_nested_list(sub) for sub in array]
-
-
-def _numpy_index(index: Any) -> Any:
-    if isinstance(index, torch.Tensor):
-        return index.cpu().numpy()
-    if type(index) is tuple:
-        return tuple(_numpy_index(item) for item in index)
-    return index
-
-
-def _positions(shape: tuple, index: Any) -> np.ndarray:
-    """Flat positions that ``index`` selects in an array of ``shape`` (always an array)."""
-    return np.asarray(np.arange(int(np.prod(shape))).reshape(shape)[_numpy_index(index)])
-
-
-def take(array: np.ndarray, index: Any) -> np.ndarray:
-    """``array[index]`` for an object array, always as an array (0-d for one element)."""
-    positions = _positions(array.shape, index)
-    out = np.empty(positions.shape, dtype=object)
-    out.reshape(-1)[:] = array.reshape(-1)[positions.reshape(-1)]
-    return out
-
-
+# ---------------------------------------------------------------------- builders
 def from_array(array: np.ndarray, device) -> NonTensorData:
     """A leaf for an object array: a ``NonTensorData`` when 0-d, else a ``NonTensorStack``."""
     if array.ndim == 0:
@@ -890,28 +642,6 @@ def write_at(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
     return from_array(array, leaf.device)
 
 
-def eq_mask(leaf: NonTensorData, other: Any) -> torch.Tensor:
-    """Element-wise ``leaf == other`` as a bool tensor of the batch shape."""
-    size = leaf.batch_size
-    if type(leaf) is NonTensorData and type(other) is not NonTensorStack:
-        value = other.data if isinstance(other, NonTensorData) else other
-        return torch.full(size, _equal(leaf.data, value), dtype=torch.bool)
-    left = leaf._array()
-    right = as_array(other, size)
-    try:  # shapes broadcast as a tensor comparison's do
-        shape = np.broadcast_shapes(left.shape, right.shape)
-    except ValueError:
-        raise ValueError(
-            f"eq: cannot compare non-tensor values of batch size {list(left.shape)} with "
-            f"{list(right.shape)}: the shapes do not broadcast."
-        ) from None
-    left, right = np.broadcast_to(left, shape), np.broadcast_to(right, shape)
-    out = np.empty(shape, dtype=bool)
-    for position in np.ndindex(*shape):
-        out[position] = _equal(left[position], right[position])
-    return torch.from_numpy(out)
-
-
 def stack_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
     """Stack non-tensor leaves: equal values stay one value, others become a stack."""
     first = leaves[0]
@@ -936,71 +666,3 @@ def cat_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
         size[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
         return NonTensorData._make(first.data, torch.Size(size), first.device)
     return from_array(np.concatenate([leaf._array() for leaf in leaves], axis=dim), first.device)
-
-
-def is_non_tensor(value: Any) -> bool:
-    """True for a non-tensor leaf (``NonTensorData`` or ``NonTensorStack``).
-
-    Example:
-        >>> is_non_tensor(NonTensorData("a")), is_non_tensor(torch.zeros(()))
-        (True, False)
-    """
-    return isinstance(value, NonTensorData)
-
-
-# ---------------------------------------------------------------------- container API
-class NonTensorMixin:
-    """``set_non_tensor`` / ``get_non_tensor`` / ``is_non_tensor`` / ``non_tensor_items``.
-
-    Reads state only through ``get``, ``_iter_items`` and ``_write`` of the
-    container, so a TensorClass can take it as it is.
-
-    Example:
-        >>> td = TensorDict({}, [2]).set_non_tensor(("nested", "label"), "cat")
-        >>> td.get_non_tensor(("nested", "label")), td["nested", "label"]
-        ('cat', 'cat')
-        >>> td.get(("nested", "label")).data
-        'cat'
-    """
-
-    __slots__ = ()
-
-    def set_non_tensor(self, key, value: Any):
-        """Store ``value`` (numbers too) as non-tensor data at ``key``; returns self."""
-        if not isinstance(value, NonTensorData):
-            value = NonTensorData._make(value, torch.Size(), None)
-        self._write(((key, value),), False, False, "set_non_tensor")  # type: ignore[attr-defined]
-        return self
-
-    def get_non_tensor(self, key, default: Any = MISSING) -> Any:
-        """The Python value of the non-tensor entry at ``key`` (other entries as they are)."""
-        value = self._get_nested(key_parts(key, "get_non_tensor"))  # type: ignore[attr-defined]
-        if value is MISSING:
-            if default is MISSING:
-                raise self._missing(key, "get_non_tensor")  # type: ignore[attr-defined]
-            return default
-        return value._value() if isinstance(value, NonTensorData) else value
-
-    def is_non_tensor(self, key) -> bool:
-        """Whether the entry stored at ``key`` is non-tensor data (``KeyError`` if missing)."""
-        value = self._get_nested(key_parts(key, "is_non_tensor"))  # type: ignore[attr-defined]
-        if value is MISSING:
-            raise self._missing(key, "is_non_tensor")  # type: ignore[attr-defined]
-        return isinstance(value, NonTensorData)
-
-    def non_tensor_items(self, include_nested: bool = False) -> tuple:
-        """``(key, NonTensorData)`` pairs of the non-tensor entries."""
-        return tuple(
-            (key, value)
-            for key, value in self._iter_items((), include_nested, True)  # type: ignore[attr-defined]
-            if isinstance(value, NonTensorData)
-        )
-
-
-def stack_of_list(value: list, batch_size: torch.Size, device) -> NonTensorStack | None:
-    """A ``NonTensorStack`` for a list shaped like ``batch_size`` (tensordict's rule), or None."""
-    try:
-        _check_nested(value, tuple(batch_size))
-    except ValueError:
-        return None
-    return NonTensorStack._make(_copy_nested(value), batch_size, device)
