@@ -20,7 +20,7 @@ from ..context import hand_out
 from ..frozen import FROZEN
 from ..mixin import is_tensor_collection
 from ..nontensor import NonTensorData, NonTensorStack, stack_of_list
-from ..shape.sizes import BatchSizeMismatchError
+from ..shape.sizes import BatchSizeMismatchError, leaf_shape
 from .fastpath import is_tensor_kind
 from .nested import MISSING, key_parts, unravel_key
 
@@ -64,7 +64,10 @@ def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, secon
             if type(key) is not str:
                 return None
             if ndim:
-                shape = value.shape
+                try:  # a strided nested tensor has no .shape: the full path checks it
+                    shape = value.shape
+                except RuntimeError:
+                    return None
                 try:  # a value with fewer dims than the batch raises IndexError
                     if ndim == 2:
                         if shape[0] != first or shape[1] != second:
@@ -120,7 +123,7 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
     """Validate one new value against ``batch_size`` and return what is stored."""
     ndim = len(batch_size)
     if isinstance(value, _Tensor):
-        check_batch_dims(api, key, value.shape, batch_size)
+        check_batch_dims(api, key, leaf_shape(value), batch_size)
         if td._device is not None and value.device != td._device:
             value = value.to(td._device)
         return value
