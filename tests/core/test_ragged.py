@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 from tdfunc import TensorClass, TensorDict
 
-warnings.filterwarnings("ignore", message=".*nested tensors is in prototype.*")
+# torch warns that strided nested tensors are a prototype
+pytestmark = pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 
 LENGTHS = (4, 6)
 
