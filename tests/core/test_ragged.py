@@ -125,3 +125,19 @@ def test_a_tensorclass_with_a_ragged_batch_dim():
     assert type(out) is Seq and out.batch_size == torch.Size([2, 3, 6])
     assert torch.equal(out.x, torch.nested.to_padded_tensor(nt, 0.0))
     assert seq[1].batch_size == torch.Size([3, 6])
+
+
+def test_in_place_writes_check_the_components():
+    nt = _nested(torch.strided)
+    td = TensorDict({"x": nt}, batch_size=[2, 3, -1])
+    td.set_("x", nt * 3)
+    assert all(torch.equal(a, 3 * b) for a, b in zip(td["x"].unbind(), nt.unbind(), strict=True))
+    swapped = torch.nested.nested_tensor(_components()[::-1])
+    with pytest.raises(RuntimeError, match="same component shapes. Nothing was written"):
+        td.set_("x", swapped)
+    assert all(torch.equal(a, 3 * b) for a, b in zip(td["x"].unbind(), nt.unbind(), strict=True))
+
+
+def test_auto_batch_size_reads_a_ragged_dim():
+    td = TensorDict({"x": _nested(torch.strided)}, batch_size=[2])
+    assert td.auto_batch_size_().batch_size == torch.Size([2, 3, -1, 5])

@@ -18,6 +18,7 @@ from ..apply import rewrap
 from ..math.leafwise import check_in_place_write, is_collection, map_leaves, no_names, tensor_leaves
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, NonTensorStack
+from ..shape.sizes import leaf_shape
 
 _Tensor = torch.Tensor
 _KEEP: Any = object()
@@ -581,7 +582,7 @@ class ConstructorsMixin(ContainerMixin):
                 view.auto_batch_size_(batch_dims)  # batch_dims holds at every level
                 shapes.append(tuple(view._batch_size))
             elif isinstance(value, _Tensor):
-                shapes.append(tuple(value.shape))
+                shapes.append(tuple(leaf_shape(value)))  # -1 at a nested tensor's ragged dims
         if not shapes:  # no tensor below this level constrains it: it keeps its batch size
             return self
         common: list[int] = []

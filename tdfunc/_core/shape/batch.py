@@ -272,7 +272,9 @@ def _check_batch(container, batch_size: torch.Size, prefix: tuple) -> None:
         path = prefix + (key,)
         shown = path[0] if len(path) == 1 else path
         shape = item.batch_size if isinstance(item, (ContainerMixin, NonTensorData)) else None
-        if shape is None:
+        if isinstance(item, torch.Tensor):
+            shape = leaf_shape(item)
+        elif shape is None:
             shape = getattr(item, "shape", None)
         if shape is None:
             continue
