@@ -129,6 +129,13 @@ class NonTensorData:
                 f"use update_(...) or update(..., inplace=True) to change its value in place."
             )
         if isinstance(other, NonTensorData):
+            if type(other) is NonTensorStack and type(self) is NonTensorData:
+                raise ValueError(
+                    f"NonTensorData.update: Cannot update a NonTensorDataBase object with a "
+                    f"NonTensorStack: a NonTensorData holds one value for its whole batch. "
+                    f"Hint: leaf.maybe_to_stack().update(stack) (a NonTensorStack of batch "
+                    f"size {list(self.batch_size)})."
+                )
             value = other._value()
         elif hasattr(other, "keys") and "data" in other:
             value = other["data"]
@@ -145,15 +152,190 @@ class NonTensorData:
         return self
 
     def _set_value(self, value: Any) -> None:
-        """Replace the value in place (a memory-mapped leaf writes it to its file too)."""
+        """Replace the value in place (a memory-mapped leaf writes it to its file too).
+
+        An element read from a ``NonTensorStack`` (``stack[0]``, ``stack[:, 1]``) writes
+        its new value into the stack as well.
+        """
+        view = self.__dict__.get("_view_of")
+        if view is not None:
+            if self._is_memmaped_from_above():
+                # tensordict's rule (and its words): the stack owns the file
+                raise RuntimeError(
+                    f"{type(self).__name__}: Cannot update a leaf NonTensorDataBase from a "
+                    "memmaped parent NonTensorStack. This value was read from a "
+                    "memory-mapped stack; write through the stack instead: "
+                    "stack[index] = value (or stack.update_(...))."
+                )
+            parent, index = view
+            parent[index] = type(self)._make(value, self.batch_size, self.device)
         self.data = value
         write_back = self.__dict__.get("_write_back")
         if write_back is not None:
             write_back(value)
 
+    def _refresh(self) -> None:
+        """An element read from a stack takes the stack's current values (before a write)."""
+        view = self.__dict__.get("_view_of")
+        if view is not None:
+            parent, index = view
+            parent._refresh()
+            self.data = parent._element(index).data
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Write ``value`` (a value, a list or a non-tensor leaf) at ``index``, in place.
+
+        A ``NonTensorData`` holds one value for its whole batch: a write that would
+        leave different values in it is a ``TypeError`` (use a ``NonTensorStack``).
+
+        Example:
+            >>> stack = NonTensorStack("a", "b")
+            >>> stack[0][...] = "c"  # stack[0] is an element of the stack: writes reach it
+            >>> stack.tolist()
+            ['c', 'b']
+        """
+        self._refresh()
+        new = write_at(self, index, value)
+        if type(self) is NonTensorData and type(new) is not NonTensorData:
+            values = new._array().reshape(-1)
+            if not all(_equal(v, values[0]) for v in values[1:]):
+                raise TypeError(
+                    f"NonTensorData.__setitem__: a NonTensorData holds one value for its whole "
+                    f"batch {list(self.batch_size)}; writing {value!r} at {index!r} would leave "
+                    f"different values in it. Hint: convert it first, e.g. "
+                    f"leaf = NonTensorStack.from_list(leaf.tolist())."
+                )
+            new = NonTensorData._make(values[0], self.batch_size, self.device)
+        self._set_value(new.data)
+
+    def _is_memmaped_from_above(self) -> bool:
+        """True for an element read from a memory-mapped ``NonTensorStack`` (read-only).
+
+        Example:
+            >>> NonTensorStack("a", "b")[0]._is_memmaped_from_above()
+            False
+        """
+        view = self.__dict__.get("_view_of")
+        if view is None:
+            return False
+        parent = view[0]
+        return bool(parent._is_memmap) or parent._is_memmaped_from_above()
+
+    # ------------------------------------------------------------------ saving on its own
+    def memmap(
+        self,
+        prefix=None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        return_early: bool = False,
+        share_non_tensor: bool = False,
+        existsok: bool = True,
+        robust_key: bool | None = True,
+        fsync: bool = False,
+        format: str = "tdfunc",
+    ) -> NonTensorData:
+        """Save the leaf in the directory ``prefix``; returns the saved leaf (locked).
+
+        ``TensorDict.load_memmap(prefix)`` (or ``type(leaf).load_memmap``) gives it back;
+        ``format="tensordict"`` writes tensordict's layout (JSON values only). The keywords
+        are ``TensorDict.memmap``'s; those about tensors (threads, early return, key
+        checks) have nothing to act on in a leaf with no tensor.
+
+        Example:
+            >>> import tempfile
+            >>> path = tempfile.mkdtemp()
+            >>> saved = NonTensorStack("a", "b").memmap(path)
+            >>> saved.is_memmap(), NonTensorStack.load_memmap(path).tolist()
+            (True, ['a', 'b'])
+        """
+        return self._save(prefix, False, existsok, fsync, format)
+
+    def memmap_(
+        self,
+        prefix=None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        return_early: bool = False,
+        share_non_tensor: bool = False,
+        existsok: bool = True,
+        robust_key: bool | None = True,
+        fsync: bool = False,
+    ) -> NonTensorData:
+        """:meth:`memmap` in place: this leaf becomes the saved one (locked); its
+        in-place updates (``update_``, ``update(..., inplace=True)``) reach the file.
+
+        Example:
+            >>> import tempfile
+            >>> path = tempfile.mkdtemp()
+            >>> leaf = NonTensorStack("a", "b").memmap_(path)
+            >>> _ = leaf.update_(NonTensorStack("c", "d"))
+            >>> NonTensorStack.load_memmap(path).tolist()
+            ['c', 'd']
+        """
+        return self._save(prefix, True, existsok, fsync, "tdfunc")
+
+    def _save(self, prefix, inplace: bool, existsok: bool, fsync: bool, format: str):
+        # the persistence layer sits above the core: reach it through the registered class
+        return lookup_class("tdfunc.TensorDict")._memmap_leaf(
+            self,
+            prefix,
+            api=f"{type(self).__name__}.{'memmap_' if inplace else 'memmap'}",
+            inplace=inplace,
+            existsok=existsok,
+            fsync=fsync,
+            format=format,
+        )
+
+    @classmethod
+    def load_memmap(cls, prefix, *args: Any, **kwargs: Any) -> NonTensorData:
+        """The leaf saved in ``prefix`` by :meth:`memmap` (arguments of
+        ``TensorDict.load_memmap``); ``TypeError`` if ``prefix`` holds a container."""
+        api = f"{cls.__name__}.load_memmap"
+        return lookup_class("tdfunc.TensorDict")._load_leaf(prefix, api, cls, *args, **kwargs)
+
+    def is_memmap(self) -> bool:
+        """True once the leaf was saved by ``memmap``/``memmap_`` or loaded from a save."""
+        return bool(self._is_memmap)
+
+    def __getstate__(self) -> Any:
+        # an element of a stack pickles as a plain leaf: its stack stays behind
+        state = dict(self.__dict__)
+        state.pop("_view_of", None)
+        slots = {
+            name: getattr(self, name)
+            for name in ("_names", "batch_size", "data", "device")
+            if hasattr(self, name)
+        }
+        return state or None, slots
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the value (a function stored as non-tensor data), as tensordict does."""
         return self.data(*args, **kwargs)
+
+    def update_at_(self, value: Any, index: Any, clone: bool = False) -> NonTensorData:
+        """Write ``value`` at ``index`` in place (``self[index] = value``); returns self.
+
+        Example:
+            >>> NonTensorStack("a", "b").update_at_("c", 1).tolist()
+            ['a', 'c']
+        """
+        self[index] = value
+        return self
+
+    def maybe_to_stack(self) -> NonTensorData:
+        """This leaf as a ``NonTensorStack`` (one value per element); a stack, or a leaf
+        without batch dims, is returned as it is.
+
+        Example:
+            >>> NonTensorData("a", batch_size=[2]).maybe_to_stack().tolist()
+            ['a', 'a']
+        """
+        if type(self) is NonTensorStack or not self.batch_size:
+            return self
+        size = self.batch_size
+        return NonTensorStack._make(_filled(self.data, tuple(size)), size, self.device)
 
     def update_(self, other: Any, *, non_blocking: bool = False, **kw):
         """:meth:`update` in place: allowed while a locked container holds the leaf."""
@@ -402,6 +584,16 @@ class NonTensorStack(NonTensorData):
         return NonTensorStack._make(_copy_nested(self.data), _size_of(batch_size), self.device)
 
     def __getitem__(self, index) -> NonTensorData:
+        """The elements at ``index``; with ints, slices, ``None``, ``...`` and bools (each
+        element once, as a tensor view), writes to the result reach this stack."""
+        out = self._element(index)
+        if _is_basic(index):
+            out._view_of = (self, index)
+            if self._is_locked:
+                out._is_locked = True
+        return out
+
+    def _element(self, index) -> NonTensorData:
         return self._from(take(self._array(), index))
 
     def reshape(self, *shape) -> NonTensorData:
@@ -433,10 +625,6 @@ class NonTensorStack(NonTensorData):
     def flatten(self, start_dim: int | None = 0, end_dim: int | None = -1) -> NonTensorData:
         target = _flat_shape(self.batch_size, start_dim, end_dim)
         return self._from(self._array().reshape(tuple(target)))
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        """Write ``value`` (a value, a list or a non-tensor leaf) at ``index``, in place."""
-        self._set_value(write_at(self, index, value).data)
 
     def unflatten(self, dim: int, sizes) -> NonTensorData:
         target = _meta(self.batch_size).unflatten(dim, sizes).shape
@@ -553,6 +741,16 @@ def _equal(left: Any, right: Any) -> bool:
         return left is right
 
 
+_BASIC = (int, slice, bool, type(None), type(Ellipsis))
+
+
+def _is_basic(index: Any) -> bool:
+    """An index that selects each element at most once, as a tensor view's does."""
+    if type(index) is tuple:
+        return all(type(item) in _BASIC for item in index)
+    return type(index) in _BASIC
+
+
 def _check_nested(data: Any, shape: tuple) -> None:
     if not shape:
         return
@@ -643,8 +841,16 @@ def eq_mask(leaf: NonTensorData, other: Any) -> torch.Tensor:
         return torch.full(size, _equal(leaf.data, value), dtype=torch.bool)
     left = leaf._array()
     right = as_array(other, size)
-    out = np.empty(left.shape, dtype=bool)
-    for position in np.ndindex(*left.shape):
+    try:  # shapes broadcast as a tensor comparison's do
+        shape = np.broadcast_shapes(left.shape, right.shape)
+    except ValueError:
+        raise ValueError(
+            f"eq: cannot compare non-tensor values of batch size {list(left.shape)} with "
+            f"{list(right.shape)}: the shapes do not broadcast."
+        ) from None
+    left, right = np.broadcast_to(left, shape), np.broadcast_to(right, shape)
+    out = np.empty(shape, dtype=bool)
+    for position in np.ndindex(*shape):
         out[position] = _equal(left[position], right[position])
     return torch.from_numpy(out)
 

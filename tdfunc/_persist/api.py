@@ -22,6 +22,7 @@ from .._core.frozen import refuse_frozen_inside
 from .._core.nontensor import is_non_tensor
 from . import load as _persist_load
 from . import save as _persist_save
+from .leaf import load_leaf, lock, memmap_leaf
 from .make import MakeMemmapMixin
 from .memmap_tensor import MemoryMappedTensor
 from .nested import nested_buffer
@@ -138,13 +139,17 @@ def load_collection(
         loaded = read_tensordict_layout(directory, api, device)
         if out is None:
             _persist_save.remember_path(loaded, directory)
-            loaded.lock_()
-            return loaded
+            return lock(loaded)
     else:
         with _gc_paused():
             loaded = _persist_load.load(
                 prefix, api=api, device=device, non_blocking=non_blocking, num_threads=num_threads
             )
+    if out is not None and is_non_tensor(loaded):
+        raise TypeError(
+            f"{api}: {directory} holds a {type(loaded).__name__} saved on its own, not a "
+            f"container; load it with TensorDict.load_memmap(prefix)."
+        )
     if out is not None:
         locked = out.is_locked
         if locked:
@@ -161,6 +166,11 @@ class PersistMixin(MakeMemmapMixin):
     """Methods of ``TensorDict``: memmap, memmap_, memmap_like, load_memmap, save, load."""
 
     __slots__ = ()
+
+    # what NonTensorData.memmap / memmap_ / load_memmap call: the core reaches the
+    # persistence floor through the registered TensorDict class, never by an import
+    _memmap_leaf = staticmethod(memmap_leaf)
+    _load_leaf = staticmethod(load_leaf)
 
     # ------------------------------------------------------------------ saving
     def memmap(
@@ -440,7 +450,9 @@ class PersistMixin(MakeMemmapMixin):
         loaded = load_collection(
             prefix, device, non_blocking, out=out, num_threads=num_threads, api=api
         )
-        return loaded if out is not None else cls._adopt(loaded)  # type: ignore[attr-defined]
+        if out is not None or is_non_tensor(loaded):  # a leaf saved on its own comes as itself
+            return loaded
+        return cls._adopt(loaded)  # type: ignore[attr-defined]
 
     @classmethod
     def load(cls, prefix: str | os.PathLike, *args, **kwargs):

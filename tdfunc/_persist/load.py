@@ -26,6 +26,7 @@ from .._core.class_names import lookup_class
 from .._core.nontensor import NonTensorData, NonTensorStack
 from .directory import worker_pool
 from .format import DTYPES, META, decode_object, open_meta, same_meta
+from .leaf import LEAF_LOADERS
 from .memmap_tensor import check_file, map_file, nbytes_of
 from .nested import nested_numel, nested_view
 from .save import remember_path
@@ -77,7 +78,7 @@ class _Load:
         ``data`` (given for the TensorDict of a TensorClass) receives the values.
         """
         try:
-            klass = lookup_class(node["class"])
+            klass = LEAF_LOADERS.get(node["class"]) or lookup_class(node["class"])
         except ValueError as error:
             raise ValueError(f"{self.api}: {self.meta_path}: {error}") from None
         if data is None:
@@ -182,6 +183,8 @@ class _Load:
         )
         if not self.placeholder:
             remember_path(out, planned.directory)
+            if isinstance(out, NonTensorData):  # a leaf saved on its own
+                return out
             inner = out._to_tensordict_view()
             if inner is not out:
                 remember_path(inner, planned.directory)

@@ -579,14 +579,21 @@ def save(
     return_early: bool,
     existsok: bool,
     fsync: bool,
+    top_class: str | None = None,
 ) -> Any:
-    """Save ``obj`` under ``prefix`` (a temporary location when ``None``); see the module doc."""
+    """Save ``obj`` under ``prefix`` (a temporary location when ``None``); see the module doc.
+
+    ``top_class`` replaces the class recorded for ``obj`` (a non-tensor leaf saved on
+    its own is saved as the TensorDict holding it, under its own class name).
+    """
     if not isinstance(num_threads, int) or num_threads < 0:
         raise ValueError(f"{api}: num_threads must be a non-negative int, got {num_threads!r}.")
     directory = None if prefix is None else os.path.abspath(os.fspath(prefix))
     work = _Save(api, inplace, like, copy_existing, existsok, fsync)
     try:
         top = work.plan(obj, directory)
+        if top_class is not None:
+            top.node["class"] = top_class
     except BaseException:
         work.discard()
         raise

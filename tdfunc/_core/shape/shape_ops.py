@@ -84,6 +84,12 @@ class ShapeOpsMixin(ContainerMixin):
             if not size:
                 raise IndexError("TensorDict: cannot slice a TensorDict with batch_size=[].")
             return index, _simple_index_size(size, (index,))
+        if kind is list and any(isinstance(item, str) for item in index):
+            raise TypeError(
+                f"TensorDict: indexing with a list of keys ({index!r}) is not supported: a list "
+                f"indexes the batch dims, as for a tensor. Hint: td.select(*keys) gives the "
+                f"sub-TensorDict of those keys; [td[key] for key in keys] gives their values."
+            )
         if kind is not tuple:
             index = (index,)
         elif str in map(type, index):
