@@ -25,7 +25,7 @@ import torch
 from . import options
 from .class_names import lookup_class
 from .keys.nested import MISSING, key_parts
-from .shape.sizes import checked_names, index_batch_size, normalize_dim, resolve_shape
+from .shape.sizes import checked_names, index_batch_size, normalize_dim, pad_plan, resolve_shape
 
 
 def _size_of(shape) -> torch.Size:
@@ -456,6 +456,46 @@ class NonTensorData:
         theirs = np.broadcast_to(as_array(other, size), tuple(size))
         return self._from(np.where(np.broadcast_to(mask, tuple(size)), mine, theirs))
 
+    def pad(self, pad_size, value: Any = None, *, inplace: bool = False, safe: bool = True):
+        """Pad the batch dims as ``TensorDict.pad`` does; the new elements hold ``None``.
+
+        A Python value has no numeric fill: ``value`` (the fill of tensor leaves) is not
+        used. Negative sizes crop. Padding a ``NonTensorData`` gives a ``NonTensorStack``,
+        so ``inplace=True`` keeps the identity of a stack (or of a crop) and refuses
+        otherwise. ``safe`` is accepted for compatibility: the new batch size is always
+        checked before anything changes.
+
+        Example:
+            >>> NonTensorStack("a", "b").pad([1, 1]).tolist()
+            [None, 'a', 'b', None]
+        """
+        api = f"{type(self).__name__}.pad"
+        pairs, size = pad_plan(self.batch_size, pad_size, api)
+        if inplace and not any(p for pair in pairs for p in pair):
+            return self
+        new = padded(self, pairs, size)
+        if not inplace:
+            return new
+        if type(new) is not type(self):
+            raise RuntimeError(
+                f"{api}: inplace=True cannot preserve the identity of a NonTensorData when "
+                f"padding adds elements: the result is a NonTensorStack (the value, then None). "
+                f"Use inplace=False and store the result."
+            )
+        self._check_resizable(api)
+        self.data, self.batch_size = new.data, new.batch_size
+        return self
+
+    def _check_resizable(self, api: str) -> None:
+        """Refuse an in-place change of batch size that a holder of this leaf relies on."""
+        if self._is_locked:
+            raise RuntimeError(f"{api}: this leaf belongs to a locked container.")
+        if "_view_of" in self.__dict__ or self._is_memmap:
+            raise RuntimeError(
+                f"{api}: this leaf is an element of another stack or is memory-mapped, and "
+                f"keeps its batch size; use inplace=False and store the result."
+            )
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -808,6 +848,23 @@ def from_array(array: np.ndarray, device) -> NonTensorData:
     if array.ndim == 0:
         return NonTensorData._make(array[()], torch.Size(), device)
     return NonTensorStack._make(_nested_list(array), torch.Size(array.shape), device)
+
+
+def padded(leaf: NonTensorData, pairs: list, size: torch.Size) -> NonTensorData:
+    """``leaf`` with its leading batch dims padded by ``pairs`` to ``size``: the values
+    where they were, ``None`` in the new slots; negative sizes crop."""
+    if all(left == 0 and right == 0 for left, right in pairs):
+        return leaf._with(size)  # a new leaf: the result never shares a stack with the input
+    if type(leaf) is NonTensorData and all(left <= 0 and right <= 0 for left, right in pairs):
+        return leaf._with(size)  # a crop keeps one value
+    array = leaf._array()
+    starts = [max(left, 0) for left, _ in pairs]
+    kept = array[
+        tuple(slice(max(-lo, 0), n - max(-hi, 0)) for (lo, hi), n in zip(pairs, array.shape))
+    ]
+    out = np.full(tuple(size), None, dtype=object)
+    out[tuple(slice(s, s + k) for s, k in zip(starts, kept.shape))] = kept
+    return from_array(out, leaf.device)
 
 
 def as_array(leaf: NonTensorData | Any, batch_size: torch.Size) -> np.ndarray:

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 from .apply import ApplyMixin
+from .attrs import AttrsMixin
 from .context import ContextMixin
 from .convert.entries import EntriesMixin
 from .keys.access import AccessMixin
@@ -52,6 +53,7 @@ class TensorOps(
     NonTensorMixin,
     ContextMixin,
     EntriesMixin,
+    AttrsMixin,
 ):
     """The core methods of ``TensorDict`` and ``TensorClass`` (add new core mixins here)."""
 

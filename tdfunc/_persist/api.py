@@ -19,13 +19,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .._core.frozen import refuse_frozen_inside
+from .._core.keys.nested import unravel_key
 from .._core.nontensor import is_non_tensor
 from . import load as _persist_load
 from . import save as _persist_save
+from .filenames import is_valid_name
+from .format import read_meta
 from .leaf import load_leaf, lock, memmap_leaf
 from .make import MakeMemmapMixin
 from .memmap_tensor import MemoryMappedTensor
 from .nested import nested_buffer
+from .schema import SchemaMixin
 from .tensordict_layout import (
     is_tensordict_layout,
     read_tensordict_layout,
@@ -117,6 +121,38 @@ def memmap_collection(
         )
 
 
+def subpath_directory(prefix, subpath: Any, api: str) -> str:
+    """The directory of the nested container ``subpath`` (a nested key, or a
+    ``"/"``-separated path of keys) saved under ``prefix``, found through each level's
+    ``meta.json`` (key names are encoded on disk, so the path is not joined as it is)."""
+    if isinstance(subpath, str):
+        parts = tuple(part for part in subpath.split("/") if part)
+    else:
+        key = unravel_key(subpath)
+        parts = key if isinstance(key, tuple) else (key,)
+    directory = os.path.abspath(os.fspath(prefix))
+    for depth, part in enumerate(parts):
+        if is_tensordict_layout(directory):  # tensordict names a nested directory by its key
+            child = os.path.join(directory, part)
+            safe = part not in ("", ".", "..") and "/" not in part and "\\" not in part
+            found = safe and os.path.isdir(child)
+            known = sorted(e.name for e in os.scandir(directory) if e.is_dir())
+        else:
+            entries = read_meta(directory, api)["entries"]
+            entry = entries.get(part)
+            name = entry.get("dir") if isinstance(entry, dict) else None
+            found = is_valid_name(name)
+            child = os.path.join(directory, name) if found else directory
+            known = sorted(k for k, e in entries.items() if isinstance(e, dict) and "dir" in e)
+        if not found:
+            raise KeyError(
+                f"{api}: subpath {subpath!r}: no nested container {parts[: depth + 1]!r} in "
+                f"{directory}; the nested containers at that level are {known}."
+            )
+        directory = child
+    return directory
+
+
 def load_collection(
     prefix,
     device=None,
@@ -162,7 +198,7 @@ def load_collection(
     return loaded
 
 
-class PersistMixin(MakeMemmapMixin):
+class PersistMixin(MakeMemmapMixin, SchemaMixin):
     """Methods of ``TensorDict``: memmap, memmap_, memmap_like, load_memmap, save, load."""
 
     __slots__ = ()
@@ -401,6 +437,8 @@ class PersistMixin(MakeMemmapMixin):
         *,
         out=None,
         robust_key: bool | None = True,
+        subpath: Any = None,
+        mode: str = "r",
         num_threads: int = 0,
         allow_pickle: bool | None = False,
     ):
@@ -419,6 +457,10 @@ class PersistMixin(MakeMemmapMixin):
             non_blocking: passed to ``Tensor.to`` when ``device`` is given.
             out: load into this TensorDict (see :meth:`load_memmap_`).
             robust_key: accepted for compatibility (``False`` raises).
+            subpath: load only this nested container: a nested key (``("encoder",
+                "layers")``) or a ``"/"``-separated path (``"encoder/layers"``).
+            mode: ``"r"`` or ``"r+"``; a directory is always write-through, so both
+                load the same (tensordict's single-file archives use it).
             num_threads: threads mapping the files and moving them to ``device``.
             allow_pickle: accepted for compatibility; tdfunc never unpickles, with
                 either value (non-tensor values are JSON or tensors read with
@@ -438,6 +480,8 @@ class PersistMixin(MakeMemmapMixin):
             True
             >>> TensorDict.load_memmap(path + "/nested")["e"]
             MemoryMappedTensor(0)
+            >>> TensorDict.load_memmap(path, subpath="nested")["e"]
+            MemoryMappedTensor(0)
             >>> TensorDict.load_memmap(path, device="meta")["a"].device
             device(type='meta')
         """
@@ -447,6 +491,10 @@ class PersistMixin(MakeMemmapMixin):
                 f"{api}: allow_pickle must be a bool or None, got {type(allow_pickle).__name__}."
             )
         _check_options(api, False, robust_key)
+        if mode not in ("r", "r+"):
+            raise ValueError(f"{api}: mode must be 'r' or 'r+', got {mode!r}.")
+        if subpath is not None:
+            prefix = subpath_directory(prefix, subpath, api)
         loaded = load_collection(
             prefix, device, non_blocking, out=out, num_threads=num_threads, api=api
         )

@@ -133,7 +133,7 @@ def test_in_place_writes_check_the_components():
     expected = [3 * c for c in _components()]
     assert all(torch.equal(a, b) for a, b in zip(td["x"].unbind(), expected, strict=True))
     swapped = torch.nested.nested_tensor(_components()[::-1])
-    with pytest.raises(RuntimeError, match="same component shapes. Nothing was written"):
+    with pytest.raises(RuntimeError, match=r"same component shapes\. Nothing was written"):
         td.set_("x", swapped)
     assert all(torch.equal(a, b) for a, b in zip(td["x"].unbind(), expected, strict=True))
 

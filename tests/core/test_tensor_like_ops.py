@@ -209,7 +209,8 @@ def test_pad_sequence_pads_and_stacks_with_masks():
         refb = torch.full((5,), -1.0)
         refb[:n] = td["n", "b"]
         torch.testing.assert_close(out["n", "b"][i], refb)
-        assert out["masks", "a"][i, :, 0].tolist() == [j < n for j in range(5)]
+        # a mask covers the batch dims and the leaf's dims up to the padded one
+        assert out["masks", "a"][i].tolist() == [j < n for j in range(5)]
         assert out["masks", "n", "b"][i].tolist() == [j < n for j in range(5)]
     custom = tdfunc.pad_sequence(tds, return_mask=("meta", "valid"))
     assert ("meta", "valid", "a") in custom.keys(True, True)

@@ -243,8 +243,13 @@ class ConstructorsMixin(ContainerMixin):
         batch_dims: int | None = None,
         *,
         auto_batch_size: bool = False,
+        names=None,
     ):
         """A container from a (nested) dict; ``auto_batch_size=True`` infers the batch size.
+
+        Without ``batch_size``, the batch size is ``[]`` unless ``auto_batch_size=True``
+        or ``batch_dims`` is given: then each level gets the longest batch its leaves
+        share (at most ``batch_dims`` dims). ``names`` names the batch dims.
 
         Example:
             >>> td = TensorDict.from_dict({"a": torch.zeros(3, 4), "b": {"c": torch.zeros(3)}},
@@ -252,7 +257,10 @@ class ConstructorsMixin(ContainerMixin):
             >>> td.batch_size, td["b"].batch_size
             (torch.Size([3]), torch.Size([3]))
         """
-        return _build(cls, _plain(input_dict), batch_size, device, auto_batch_size, batch_dims)
+        out = _build(cls, _plain(input_dict), batch_size, device, auto_batch_size, batch_dims)
+        if names is not None:
+            out.names = names
+        return out
 
     @classmethod
     def from_dataclass(

@@ -139,6 +139,32 @@ def normalize_dim(dim: int, ndim: int, api: str) -> int:
     return dim + ndim if dim < 0 else dim
 
 
+def pad_plan(batch_size: torch.Size, pad_size, api: str) -> tuple[list, torch.Size]:
+    """The ``(left, right)`` pairs of ``pad_size`` (first batch dim first) and the new size.
+
+    ``pad_size`` reads ``(dim0_left, dim0_right, dim1_left, ...)``; negative sizes crop.
+    A malformed ``pad_size`` or a negative output size is the ``RuntimeError``
+    ``torch.nn.functional.pad`` raises.
+    """
+    pad_size = [int(p) for p in pad_size]
+    ndim = len(batch_size)
+    if len(pad_size) % 2 or len(pad_size) > 2 * ndim:
+        raise RuntimeError(
+            f"{api}: pad_size must have an even length of at most {2 * ndim} (two per batch "
+            f"dim), got {pad_size}."
+        )
+    pairs = [(pad_size[i], pad_size[i + 1]) for i in range(0, len(pad_size), 2)]
+    size = list(batch_size)
+    for d, (left, right) in enumerate(pairs):
+        size[d] += left + right
+    if any(s < 0 for s in size):
+        raise RuntimeError(
+            f"{api}: padding the batch size {list(batch_size)} by {pad_size} gives a "
+            f"negative output size {size}."
+        )
+    return pairs, torch.Size(size)
+
+
 def resolve_shape(batch_size: torch.Size, shape, api: str = "reshape") -> torch.Size:
     """Resolve a ``reshape``/``view`` target (with at most one ``-1``)."""
     if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)):
