@@ -15,6 +15,7 @@ from .keys.writes import inplace_source
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData
+from .shape.sizes import leaf_shape
 
 _KEEP = object()
 _Tensor = torch.Tensor
@@ -256,7 +257,8 @@ class ApplyMixin(ContainerMixin):
                 if result is None:
                     continue
                 if check and (
-                    not isinstance(result, _Tensor) or (count and result.shape[:count] != expected)
+                    not isinstance(result, _Tensor)
+                    or (count and leaf_shape(result)[:count] != expected)
                 ):
                     shown = key if prefix is None or local_keys else prefix + (key,)
                     raise _result_error(result, shown, expected)

@@ -35,6 +35,7 @@ from .math.arith import ArithmeticMixin
 from .math.tensor_like import TensorLikeMixin
 from .nontensor import NonTensorMixin
 from .shape.batch import BatchMixin
+from .shape.ragged import RaggedMixin
 from .shape.shape_ops import ShapeOpsMixin
 from .torch_function import TorchFunctionMixin
 
@@ -44,6 +45,7 @@ class TensorOps(
     AccessMixin,
     KeyViewsMixin,
     ShapeOpsMixin,
+    RaggedMixin,
     TensorLikeMixin,
     ArithmeticMixin,
     ApplyMixin,

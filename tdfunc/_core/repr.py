@@ -13,6 +13,7 @@ import torch
 from .class_names import lookup_class
 from .nontensor import is_non_tensor
 from .options import PRINT
+from .shape.sizes import leaf_shape
 
 
 def leaf_repr(value: Any) -> str:
@@ -80,7 +81,7 @@ def td_repr(td) -> str:
 
 # (print option, label, how to read it): the order of a tensor's description
 _FIELDS = (
-    ("show_shape", "shape", lambda t: t.shape),
+    ("show_shape", "shape", leaf_shape),
     ("show_field_device", "device", lambda t: t.device),
     ("show_dtype", "dtype", lambda t: t.dtype),
     ("show_field_is_shared", "is_shared", _is_shared),

@@ -28,6 +28,7 @@ from .format import read_meta
 from .leaf import load_leaf, lock, memmap_leaf
 from .make import MakeMemmapMixin
 from .memmap_tensor import MemoryMappedTensor
+from .nested import nested_buffer
 from .schema import SchemaMixin
 from .tensordict_layout import (
     is_tensordict_layout,
@@ -54,6 +55,18 @@ def _gc_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _is_mapped(value: torch.Tensor) -> bool:
+    """A ``MemoryMappedTensor``, or a nested tensor viewing one (as loaded)."""
+    if isinstance(value, MemoryMappedTensor):
+        return True
+    if not value.is_nested:
+        return False
+    buffer = nested_buffer(value)
+    return isinstance(buffer, MemoryMappedTensor) or isinstance(
+        getattr(buffer, "_base", None), MemoryMappedTensor
+    )
 
 
 def _check_options(api: str, share_non_tensor: bool, robust_key) -> None:
@@ -569,7 +582,7 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
                 return True
             marks = [getattr(v, "_is_memmap", False) for v in values if is_non_tensor(v)]
             return bool(marks) and all(marks)
-        return all(isinstance(v, MemoryMappedTensor) for v in leaves)
+        return all(_is_mapped(v) for v in leaves)
 
     @property
     def _is_memmap(self) -> bool:

@@ -228,6 +228,12 @@ def write_tensordict_layout(obj: Any, prefix: str, api: str) -> None:
     for key, value in view._data.items():
         path = _child(directory, key, api)
         if isinstance(value, torch.Tensor):
+            if value.is_nested:
+                raise TypeError(
+                    f"{api}: the nested tensor at key {key!r} cannot be written in "
+                    f"tensordict's layout; save with tdfunc's own format (the default), or "
+                    f"pad it first (t.to_padded_tensor(0.0))."
+                )
             MemoryMappedTensor.from_tensor(
                 value.detach().cpu(), filename=path + ".memmap", existsok=True
             )

@@ -422,9 +422,13 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         )
         if fast:
             body += [
-                f"if type({name}) is _tc_Tensor and _tc_dev is None and (_tc_s0 == -2 "
+                "try:",  # a strided nested tensor has no .shape: it takes the converter
+                f"    _tc_fast = type({name}) is _tc_Tensor and _tc_dev is None and (_tc_s0 == -2 "
                 f"or (_tc_s0 >= 0 and {name}.ndim and {name}.shape[0] == _tc_s0) "
-                f"or (_tc_s0 == -1 and {name}.shape[:_tc_n] == _tc_size)):",
+                f"or (_tc_s0 == -1 and {name}.shape[:_tc_n] == _tc_size))",
+                "except RuntimeError:",
+                "    _tc_fast = False",
+                "if _tc_fast:",
                 f"    _tc_data[{name!r}] = {name}",
                 f"elif {name} is not None:",
                 f"    {convert}",

@@ -385,41 +385,43 @@ class IndexOpsMixin(ContainerMixin):
         """
         return self.expand(shape)
 
-    def _atleast(self, n: int, function: Any):
-        ndim = len(self._batch_size)
-        if ndim >= n:  # as torch.atleast_*d returns its input
-            return self
-        new_size = function(_meta(self._batch_size)).shape
-        return map_leaves(
-            self, lambda t: t.reshape(new_size + t.shape[ndim:]), new_size, True, no_names
-        )
+    def _atleast(self, n: int):
+        # Leading dims of size 1, as tensordict documents (``[3]`` -> ``[1, 1, 3]``);
+        # torch.atleast_3d would give ``[1, 3, 1]`` for a tensor.
+        out = self
+        for _ in range(n - len(self._batch_size)):
+            out = out.unsqueeze(0)
+        return out
 
     def atleast_1d(self):
-        """A view with at least 1 batch dim (``torch.atleast_1d`` on the batch shape).
+        """At least 1 batch dim: ``self`` if it has one, else a leading dim of size 1.
 
         Example:
             >>> TensorDict({"a": torch.zeros(3)}, []).atleast_1d()["a"].shape
             torch.Size([1, 3])
         """
-        return self._atleast(1, torch.atleast_1d)
+        return self._atleast(1)
 
     def atleast_2d(self):
-        """A view with at least 2 batch dims (``torch.atleast_2d`` on the batch shape).
+        """At least 2 batch dims: ``self`` if it has them, else leading dims of size 1.
 
         Example:
             >>> TensorDict({"a": torch.zeros(2, 3)}, [2]).atleast_2d().batch_size
             torch.Size([1, 2])
         """
-        return self._atleast(2, torch.atleast_2d)
+        return self._atleast(2)
 
     def atleast_3d(self):
-        """A view with at least 3 batch dims (``torch.atleast_3d`` on the batch shape).
+        """At least 3 batch dims: ``self`` if it has them, else leading dims of size 1.
+
+        Unlike ``torch.atleast_3d`` on a tensor (``[3]`` -> ``[1, 3, 1]``), the new
+        dims always lead, so the existing batch dims stay last, in order.
 
         Example:
             >>> TensorDict({"a": torch.zeros(2, 3)}, [2]).atleast_3d().batch_size
-            torch.Size([1, 2, 1])
+            torch.Size([1, 1, 2])
         """
-        return self._atleast(3, torch.atleast_3d)
+        return self._atleast(3)
 
     def pad(
         self,

@@ -72,9 +72,14 @@ def size_info(batch_size) -> tuple[torch.Size, int, int, int]:
 
 
 def _check_non_negative(size: torch.Size, api: str) -> None:
-    for s in size:
-        if s < 0:
-            raise ValueError(f"{api}: batch_size must not be negative, got {list(size)}.")
+    # -1 marks a ragged dim: nested tensors whose components differ in length there.
+    # The first dim counts the components, so it is never ragged.
+    for dim, s in enumerate(size):
+        if s < -1 or (s == -1 and dim == 0):
+            raise ValueError(
+                f"{api}: batch_size must not be negative, got {list(size)} (-1 marks a "
+                f"ragged dim of nested tensors, after the first dim)."
+            )
 
 
 def _size_type_error(batch_size, api: str) -> TypeError:
@@ -82,6 +87,30 @@ def _size_type_error(batch_size, api: str) -> TypeError:
         f"{api}: batch_size must be a sequence of ints (e.g. [3, 4]), got "
         f"{type(batch_size).__name__} {batch_size!r}."
     )
+
+
+def leaf_shape(value: torch.Tensor) -> torch.Size:
+    """``value.shape``, with ``-1`` at the ragged dims of a nested tensor."""
+    if not value.is_nested:
+        return value.shape
+    shape = []
+    for dim in range(value.dim()):
+        try:
+            size = value.size(dim)
+        except RuntimeError:  # a strided nested tensor has no size at a ragged dim
+            size = -1
+        shape.append(size if type(size) is int else -1)  # jagged: a symbolic nested int
+    return torch.Size(shape)
+
+
+def refuse_ragged_dim(size: torch.Size, dim: int, api: str) -> None:
+    """A clear error for an op along a ragged batch dim (its length is not one number)."""
+    if size[dim] == -1:
+        raise ValueError(
+            f"{api}: batch dim {dim} of the batch size {list(size)} is ragged (-1): its "
+            f"length differs between the nested tensors' components. Call "
+            f"to_padded_tensor() first for a dense batch."
+        )
 
 
 class BatchSizeMismatchError(ValueError, RuntimeError):
