@@ -17,11 +17,13 @@ from ._assembly import ModuleSwap as ModuleSwap
 from ._assembly import NestedKey as NestedKey
 from ._assembly import NonTensorData as NonTensorData
 from ._assembly import NonTensorStack as NonTensorStack
+from ._assembly import TensorAttrs as TensorAttrs
 from ._assembly import TensorClass as TensorClass
 from ._assembly import TensorDict as TensorDict
 from ._assembly import TensorDictBase as TensorDictBase
 from ._assembly import cat as cat
 from ._assembly import dims_like as dims_like
+from ._assembly import from_dataclass as from_dataclass
 from ._assembly import functional_call as functional_call
 from ._assembly import gather_members as gather_members
 from ._assembly import get_printoptions as get_printoptions
@@ -31,6 +33,7 @@ from ._assembly import is_tensorclass as is_tensorclass
 from ._assembly import merge_tensordicts as merge_tensordicts
 from ._assembly import pad as pad
 from ._assembly import pad_sequence as pad_sequence
+from ._assembly import parse_tensor_dict_string as parse_tensor_dict_string
 from ._assembly import set_capture_non_tensor_stack as set_capture_non_tensor_stack
 from ._assembly import set_list_to_stack as set_list_to_stack
 from ._assembly import set_printoptions as set_printoptions

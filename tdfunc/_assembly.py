@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, ClassVar, TypeVar, overload
@@ -47,11 +48,12 @@ from ._core.options import get_printoptions as get_printoptions
 from ._core.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
 from ._core.options import set_list_to_stack as set_list_to_stack
 from ._core.options import set_printoptions as set_printoptions
+from ._core.repr import parse_tensor_dict_string as parse_tensor_dict_string
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
-from ._core.shape.combine import pad as pad
-from ._core.shape.combine import pad_sequence as pad_sequence
 from ._core.shape.combine import stack as stack
+from ._core.shape.padding import pad as pad
+from ._core.shape.padding import pad_sequence as pad_sequence
 from ._distributed import DistributedMixin, MapMixin
 from ._distributed import DistributedWork as DistributedWork
 from ._distributed.sharded import gather_members as gather_members
@@ -169,6 +171,38 @@ class TensorClass(TensorClassCore, Features, metaclass=_Meta):
         return TensorDict
 
 
+class TensorAttrs(TensorClass):
+    """The device, dtype and shape of one tensor, as :meth:`TensorDict.attrs` records them.
+
+    A container of them, passed to ``to``, casts each leaf to its own device and
+    dtype. The fields are prefixed ``tgt_`` so they do not hide the container's own
+    ``device``, ``dtype`` and ``shape``; a field not recorded is ``None``.
+
+    Example:
+        >>> td = TensorDict({"a": torch.zeros(3), "b": torch.zeros(3, dtype=torch.int32)}, [3])
+        >>> attrs = td.attrs()
+        >>> attrs["a"].tgt_device, attrs["a"].tgt_dtype
+        (device(type='cpu'), torch.float32)
+    """
+
+    __module__ = "tdfunc"
+    tgt_device: Any = None
+    tgt_dtype: Any = None
+    tgt_shape: Any = None
+
+    @classmethod
+    def from_tensor(cls, tensor: Any, *, fields: Any = ("device", "dtype", "shape")) -> TensorAttrs:
+        """The attributes of ``tensor`` named in ``fields`` (the others ``None``).
+
+        Example:
+            >>> TensorAttrs.from_tensor(torch.zeros(2), fields=("shape",)).tgt_shape
+            torch.Size([2])
+        """
+        from ._core.attrs import describe
+
+        return describe(tensor, tuple(fields))
+
+
 # what to_module returns, for TensorDict and TensorClass: a class attribute rather
 # than a call, as to_module reads it on every swap
 Features._swap_handle = ModuleSwap
@@ -261,6 +295,70 @@ def tensorclass(
         "shadow": shadow,
     }
     return decorate(TensorClass, cls, flags)
+
+
+def from_dataclass(
+    obj: Any,
+    *,
+    dest_cls: type | None = None,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    batch_size: Any = None,
+    frozen: bool = False,
+    autocast: bool = False,
+    nocast: bool = False,
+    inplace: bool = False,
+    shadow: bool = False,
+    tensor_only: bool = False,
+    device: Any = None,
+) -> Any:
+    """A tensorclass from a dataclass type, or an instance of one from a dataclass instance.
+
+    Given a type, returns a new TensorClass with the same name and fields (the
+    flags as in :func:`tensorclass`). Given an instance, builds an instance of
+    ``dest_cls`` (default: the tensorclass made from the instance's type) from its
+    fields; ``batch_size``, ``auto_batch_size``, ``batch_dims`` and ``device`` as in
+    :meth:`TensorDict.from_dict`. ``inplace=True`` (change the dataclass itself) is
+    refused: a TensorClass is built as a new class.
+
+    Example:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class X:
+        ...     a: int
+        ...     b: torch.Tensor
+        >>> x2 = from_dataclass(X(0, torch.zeros(3)), auto_batch_size=True)
+        >>> type(x2).__name__, x2.batch_size, x2.a
+        ('X', torch.Size([]), tensor(0))
+        >>> X2 = from_dataclass(X, autocast=True)
+        >>> X2(a=0, b=0).a
+        0
+    """
+    if not dataclasses.is_dataclass(obj):
+        raise TypeError(
+            f"from_dataclass: expected a dataclass or a dataclass instance, got "
+            f"{obj!r:.80}; use tensorclass(cls) for a plain class."
+        )
+    if isinstance(obj, type):
+        if issubclass(obj, TensorClass):
+            return obj  # already a tensorclass
+        if inplace:
+            raise ValueError(
+                "from_dataclass: inplace=True cannot turn the dataclass itself into a "
+                "tensorclass; use the class it returns (inplace=False)."
+            )
+        flags = {"autocast": autocast, "nocast": nocast, "tensor_only": tensor_only}
+        return tensorclass(obj, frozen=frozen, shadow=shadow, **flags)
+    if dest_cls is None:
+        flags = {"autocast": autocast, "nocast": nocast, "tensor_only": tensor_only}
+        dest_cls = from_dataclass(type(obj), frozen=frozen, shadow=shadow, **flags)
+    return dest_cls.from_dataclass(  # type: ignore[attr-defined]
+        obj,
+        auto_batch_size=auto_batch_size,
+        batch_dims=batch_dims,
+        batch_size=batch_size,
+        device=device,
+    )
 
 
 # The composed classes say ``__module__ = "tdfunc"``, so doctest would not look for

@@ -29,6 +29,7 @@ from ._core.options import (
     set_printoptions,
     strtobool,
 )
+from ._core.repr import parse_tensor_dict_string
 
 logger = logging.getLogger("tdfunc")
 
@@ -42,6 +43,7 @@ __all__ = [
     "get_printoptions",
     "is_non_tensor",
     "list_to_stack",
+    "parse_tensor_dict_string",
     "print_directory_tree",
     "set_capture_non_tensor_stack",
     "set_list_to_stack",

@@ -253,6 +253,21 @@ CASES: dict[str, tuple[Callable, str]] = {
     ),
     "from_namedtuple": (lambda o: type(o).from_namedtuple(o.to_namedtuple()), "sample"),
     "from_dict_instance": (lambda o: o.from_dict_instance(o.to_dict(), [4, 3]), "sample"),
+    "from_tuple": (
+        lambda o: type(o).from_tuple((o["obs"], (o["reward"],)), batch_size=[4, 3]),
+        "sample",
+    ),
+    "from_schema": (
+        lambda o: type(o).from_schema(
+            {
+                "obs": ([2], torch.float32),
+                "reward": ([], torch.float64),
+                ("extra", "value"): ([5], torch.float32),
+            },
+            batch_size=[4, 3],
+        ),
+        "sample",
+    ),
     "from_pytree": (lambda o: type(o).from_pytree([o["obs"]]).to_pytree()[0], "sample"),
     "to_pytree": (lambda o: type(o).from_pytree({"r": o["reward"]}).to_pytree()["r"], "sample"),
     "to_struct_array": (lambda o: torch.as_tensor(o.to_struct_array()["obs"]), "sample"),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .attrs import holds_attrs
 from .device import as_device
 from .frozen import refuse_frozen_inside
 from .keys.nested import MISSING
@@ -14,6 +15,7 @@ from .keys.writes import inplace_source
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData
+from .shape.sizes import leaf_shape
 
 _KEEP = object()
 _Tensor = torch.Tensor
@@ -255,7 +257,8 @@ class ApplyMixin(ContainerMixin):
                 if result is None:
                     continue
                 if check and (
-                    not isinstance(result, _Tensor) or (count and result.shape[:count] != expected)
+                    not isinstance(result, _Tensor)
+                    or (count and leaf_shape(result)[:count] != expected)
                 ):
                     shown = key if prefix is None or local_keys else prefix + (key,)
                     raise _result_error(result, shown, expected)
@@ -425,7 +428,8 @@ class ApplyMixin(ContainerMixin):
 
         ``td.to(other)`` (or ``to(other=...)``) takes ``other``'s device and dtype: a
         tensor's, or a container's device and the dtype all its tensors share (none
-        when they differ); ``batch_size=`` gives the result that batch size;
+        when they differ); a container of ``TensorAttrs`` (see :meth:`attrs`) casts
+        each leaf to its own device and dtype; ``batch_size=`` gives the result that batch size;
         ``inplace=True`` replaces this container's leaves and returns it.
 
         Example:
@@ -443,6 +447,15 @@ class ApplyMixin(ContainerMixin):
         other = kwargs.pop("other", None)
         if other is not None:  # tensordict's keyword form of td.to(other)
             args = (other, *args)
+        if args and _collection(args[0]) and holds_attrs(args[0]):  # see attrs()
+            if len(args) > 1 or set(kwargs) - {"non_blocking"}:
+                raise TypeError(
+                    f"{type(self).__name__}.to(attrs): a container of TensorAttrs gives each "
+                    f"leaf its device and dtype; it takes no other argument but non_blocking."
+                )
+            return self._to_per_leaf(  # type: ignore[attr-defined]
+                args[0], bool(kwargs.get("non_blocking", False)), inplace
+            )
         if args and _collection(args[0]):
             other = args[0]
             # the other container's device, and its dtype when all its tensors share one

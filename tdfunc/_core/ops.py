@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 from .apply import ApplyMixin
+from .attrs import AttrsMixin
 from .context import ContextMixin
 from .convert.entries import EntriesMixin
 from .keys.access import AccessMixin
@@ -34,6 +35,7 @@ from .math.arith import ArithmeticMixin
 from .math.tensor_like import TensorLikeMixin
 from .nontensor import NonTensorMixin
 from .shape.batch import BatchMixin
+from .shape.ragged import RaggedMixin
 from .shape.shape_ops import ShapeOpsMixin
 from .torch_function import TorchFunctionMixin
 
@@ -43,6 +45,7 @@ class TensorOps(
     AccessMixin,
     KeyViewsMixin,
     ShapeOpsMixin,
+    RaggedMixin,
     TensorLikeMixin,
     ArithmeticMixin,
     ApplyMixin,
@@ -50,6 +53,7 @@ class TensorOps(
     NonTensorMixin,
     ContextMixin,
     EntriesMixin,
+    AttrsMixin,
 ):
     """The core methods of ``TensorDict`` and ``TensorClass`` (add new core mixins here)."""
 

@@ -1,14 +1,19 @@
-"""Printing containers in the form the seed documents show."""
+"""Printing containers in the form the seed documents show, and reading it back
+(``parse_tensor_dict_string``)."""
 
 from __future__ import annotations
 
+import ast
+import re
 import textwrap
 from typing import Any
 
 import torch
 
+from .class_names import lookup_class
 from .nontensor import is_non_tensor
 from .options import PRINT
+from .shape.sizes import leaf_shape
 
 
 def leaf_repr(value: Any) -> str:
@@ -76,7 +81,7 @@ def td_repr(td) -> str:
 
 # (print option, label, how to read it): the order of a tensor's description
 _FIELDS = (
-    ("show_shape", "shape", lambda t: t.shape),
+    ("show_shape", "shape", leaf_shape),
     ("show_field_device", "device", lambda t: t.device),
     ("show_dtype", "dtype", lambda t: t.dtype),
     ("show_field_is_shared", "is_shared", _is_shared),
@@ -85,3 +90,109 @@ _FIELDS = (
     ("show_is_view", "is_view", lambda t: t._base is not None),
     ("show_storage_size", "storage_size", _storage_size),
 )
+
+
+# ---------------------------------------------------------------- reading a repr back
+_CALL = re.compile(r"\s*([\w.]+)\((.*)\)\s*", re.S)
+_SIZE = re.compile(r"torch\.Size\(\[([\d,\s]*)\]\)")
+_CONTAINER_TAIL = ("batch_size", "device", "names", "is_shared")
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` split at the commas outside any brackets."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char in _OPEN:
+            depth += 1
+        elif char in _CLOSE:
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [part.strip() for part in parts if part.strip()]
+
+
+def _size(text: str, where: str) -> torch.Size:
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(
+            f"parse_tensor_dict_string: expected torch.Size([...]) at {where}, got {text!r}."
+        )
+    return torch.Size(int(n) for n in match.group(1).split(",") if n.strip())
+
+
+def _device(text: str) -> torch.device | None:
+    return None if text.strip() == "None" else torch.device(text.strip())
+
+
+def _leaf(kind: str, attributes: dict, where: str) -> torch.Tensor:
+    dtype = getattr(torch, attributes.get("dtype", "torch.float32").replace("torch.", ""), None)
+    if "shape" not in attributes or not isinstance(dtype, torch.dtype):
+        raise ValueError(
+            f"parse_tensor_dict_string: the {kind} at {where} needs shape= and dtype=; print "
+            f"with the default options (set_printoptions(verbose=True))."
+        )
+    device = _device(attributes.get("device", "cpu"))
+    return torch.zeros(_size(attributes["shape"], where), dtype=dtype, device=device)
+
+
+def _parse(text: str, path: tuple) -> Any:
+    """The container or zero tensor that ``text`` (the value printed at ``path``) describes."""
+    where = f"key {path[0] if len(path) == 1 else path!r}" if path else "the top level"
+    match = _CALL.fullmatch(text)
+    if match is None:
+        raise ValueError(f"parse_tensor_dict_string: cannot read the value at {where}: {text!r}.")
+    kind, inner = match.groups()
+    attributes = {}
+    for part in _split_top(inner):
+        label, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"parse_tensor_dict_string: cannot read {part!r} at {where}.")
+        attributes[label.strip()] = value.strip()
+    if kind.endswith("Tensor") or kind in ("Parameter", "Buffer"):
+        return _leaf(kind, attributes, where)
+    if kind in ("NonTensorData", "NonTensorStack", "MetaData"):
+        raise ValueError(
+            f"parse_tensor_dict_string: the non-tensor value at {where} cannot be rebuilt from "
+            f"its printed form; remove that entry from the text."
+        )
+    if "fields" in attributes:  # a TensorDict: fields={name: value, ...}
+        body = attributes["fields"].strip()
+        entries = [e.partition(": ") for e in _split_top(body[1:-1])]
+    else:  # a TensorClass: name=value, ... before its batch size
+        entries = [(k, "", v) for k, v in attributes.items() if k not in _CONTAINER_TAIL]
+    data = {}
+    for name, _, value in entries:
+        if value.strip() == "None":
+            continue  # an unset TensorClass field
+        data[name.strip()] = _parse(value, (*path, name.strip()))
+    batch_size = _size(attributes.get("batch_size", "torch.Size([])"), where)
+    names = ast.literal_eval(attributes["names"]) if "names" in attributes else None
+    plain = lookup_class("tdfunc.TensorDict")
+    device = _device(attributes.get("device", "None"))
+    return plain(data, batch_size=batch_size, device=device, names=names)
+
+
+def parse_tensor_dict_string(text: str) -> Any:
+    """A TensorDict rebuilt from its printed form, every tensor zero-filled.
+
+    For debugging: it rebuilds the keys, nesting, batch sizes, devices and dtypes
+    of a container printed in a log (a TensorClass comes back as a TensorDict of its
+    fields). Non-tensor values cannot be rebuilt and are an error; the text must be
+    printed with the default print options.
+
+    Example:
+        >>> labels = torch.ones(4, dtype=torch.int64)
+        >>> td = TensorDict({"image": torch.ones(4, 3), "n": {"label": labels}}, [4])
+        >>> again = parse_tensor_dict_string(str(td))
+        >>> again["n", "label"].dtype, again["image"].shape, again.batch_size
+        (torch.int64, torch.Size([4, 3]), torch.Size([4]))
+    """
+    if not isinstance(text, str):
+        raise TypeError(
+            f"parse_tensor_dict_string: expected the printed text (a str), got "
+            f"{type(text).__name__}."
+        )
+    return _parse(text, ())

@@ -347,10 +347,12 @@ def reduce(td: Any, dst: int, op: Any = None, *, group: Any = None, async_op: bo
 
 
 # ---------------------------------------------------------------- methods
-def _tag(api: str, tag: int, init_tag: int, pseudo_rand: bool) -> int:
+def _tag(api: str, tag: int, init_tag: int, pseudo_rand: bool, consolidated: bool = False) -> int:
     """``tag``, or tensordict's ``init_tag`` (one message: the same role)."""
     if type(pseudo_rand) is not bool:
         raise TypeError(f"TensorDict.{api}: pseudo_rand must be a bool, got {pseudo_rand!r}.")
+    if type(consolidated) is not bool:
+        raise TypeError(f"TensorDict.{api}: consolidated must be a bool, got {consolidated!r}.")
     if init_tag and tag and init_tag != tag:
         raise ValueError(
             f"TensorDict.{api}: got tag={tag!r} and init_tag={init_tag!r}; they name the same "
@@ -374,6 +376,7 @@ class DistributedMixin:
         tag: int = 0,
         init_tag: int = 0,
         pseudo_rand: bool = False,
+        consolidated: bool = False,
     ) -> None:
         """Send every tensor leaf to rank ``dst`` (blocking) as one structured message.
 
@@ -390,13 +393,17 @@ class DistributedMixin:
                 from ``init_tag`` on; tdfunc sends one message, tagged with it).
             pseudo_rand: accepted for tensordict's signature; tdfunc's single
                 message needs no per-leaf tag sequence, so it changes nothing.
+            consolidated: accepted for tensordict's signature (its one-message
+                transfer of a consolidated container); every tdfunc send is one
+                message, so either value sends the same, to any matching receiver.
 
         Example:
             >>> # on every rank: td = TensorDict({"a": torch.zeros(3), "b": {"c": torch.zeros(())}})
             >>> # rank 1: td.send(dst=0)
             >>> # rank 0: td.recv(src=1)  # td now holds rank 1's values
         """
-        send(self, dst, group=group, tag=_tag("send", tag, init_tag, pseudo_rand))
+        tag = _tag("send", tag, init_tag, pseudo_rand, consolidated)
+        send(self, dst, group=group, tag=tag)
 
     def isend(
         self,
@@ -432,6 +439,7 @@ class DistributedMixin:
         tag: int = 0,
         init_tag: int = 0,
         pseudo_rand: bool = False,
+        consolidated: bool = False,
     ) -> int:
         """Receive into this TensorDict's tensors (in place); returns the sender's rank.
 
@@ -448,11 +456,14 @@ class DistributedMixin:
             tag: must match the sender's ``tag``.
             init_tag: tensordict's name for ``tag`` (see :meth:`send`).
             pseudo_rand: accepted for tensordict's signature (see :meth:`send`).
+            consolidated: accepted for tensordict's signature (see :meth:`send`); the
+                receiver need not be consolidated.
 
         Example:
             >>> # rank 0: data = TensorDict({"a": torch.zeros(())}, []); data.recv(src=1)
         """
-        return recv(self, src, group=group, tag=_tag("recv", tag, init_tag, pseudo_rand))
+        tag = _tag("recv", tag, init_tag, pseudo_rand, consolidated)
+        return recv(self, src, group=group, tag=tag)
 
     def irecv(
         self,

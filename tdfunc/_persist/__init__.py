@@ -4,7 +4,7 @@
 - ``save.py`` / ``load.py``: writing and reading a checkpoint (commit by rename);
 - ``directory.py``: the directory a save owns (never touching files it did not write);
 - ``format.py``: ``meta.json`` (versioned, bounded, validated); ``filenames.py``: key -> file name;
-- ``memmap_tensor.py``: ``MemoryMappedTensor``.
+- ``memmap_tensor.py``: ``MemoryMappedTensor``; ``schema.py``: ``from_schema`` (preallocation).
 
 May import: ``tdfunc._core`` (classes are found by their stable names in
 ``_core/class_names.py``, never imported).

@@ -19,11 +19,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .._core.frozen import refuse_frozen_inside
+from .._core.keys.nested import unravel_key
 from .._core.nontensor import is_non_tensor
 from . import load as _persist_load
 from . import save as _persist_save
+from .filenames import is_valid_name
+from .format import read_meta
+from .leaf import load_leaf, lock, memmap_leaf
 from .make import MakeMemmapMixin
 from .memmap_tensor import MemoryMappedTensor
+from .nested import nested_buffer
+from .schema import SchemaMixin
 from .tensordict_layout import (
     is_tensordict_layout,
     read_tensordict_layout,
@@ -49,6 +55,18 @@ def _gc_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _is_mapped(value: torch.Tensor) -> bool:
+    """A ``MemoryMappedTensor``, or a nested tensor viewing one (as loaded)."""
+    if isinstance(value, MemoryMappedTensor):
+        return True
+    if not value.is_nested:
+        return False
+    buffer = nested_buffer(value)
+    return isinstance(buffer, MemoryMappedTensor) or isinstance(
+        getattr(buffer, "_base", None), MemoryMappedTensor
+    )
 
 
 def _check_options(api: str, share_non_tensor: bool, robust_key) -> None:
@@ -103,6 +121,38 @@ def memmap_collection(
         )
 
 
+def subpath_directory(prefix, subpath: Any, api: str) -> str:
+    """The directory of the nested container ``subpath`` (a nested key, or a
+    ``"/"``-separated path of keys) saved under ``prefix``, found through each level's
+    ``meta.json`` (key names are encoded on disk, so the path is not joined as it is)."""
+    if isinstance(subpath, str):
+        parts = tuple(part for part in subpath.split("/") if part)
+    else:
+        key = unravel_key(subpath)
+        parts = key if isinstance(key, tuple) else (key,)
+    directory = os.path.abspath(os.fspath(prefix))
+    for depth, part in enumerate(parts):
+        if is_tensordict_layout(directory):  # tensordict names a nested directory by its key
+            child = os.path.join(directory, part)
+            safe = part not in ("", ".", "..") and "/" not in part and "\\" not in part
+            found = safe and os.path.isdir(child)
+            known = sorted(e.name for e in os.scandir(directory) if e.is_dir())
+        else:
+            entries = read_meta(directory, api)["entries"]
+            entry = entries.get(part)
+            name = entry.get("dir") if isinstance(entry, dict) else None
+            found = is_valid_name(name)
+            child = os.path.join(directory, name) if found else directory
+            known = sorted(k for k, e in entries.items() if isinstance(e, dict) and "dir" in e)
+        if not found:
+            raise KeyError(
+                f"{api}: subpath {subpath!r}: no nested container {parts[: depth + 1]!r} in "
+                f"{directory}; the nested containers at that level are {known}."
+            )
+        directory = child
+    return directory
+
+
 def load_collection(
     prefix,
     device=None,
@@ -125,13 +175,17 @@ def load_collection(
         loaded = read_tensordict_layout(directory, api, device)
         if out is None:
             _persist_save.remember_path(loaded, directory)
-            loaded.lock_()
-            return loaded
+            return lock(loaded)
     else:
         with _gc_paused():
             loaded = _persist_load.load(
                 prefix, api=api, device=device, non_blocking=non_blocking, num_threads=num_threads
             )
+    if out is not None and is_non_tensor(loaded):
+        raise TypeError(
+            f"{api}: {directory} holds a {type(loaded).__name__} saved on its own, not a "
+            f"container; load it with TensorDict.load_memmap(prefix)."
+        )
     if out is not None:
         locked = out.is_locked
         if locked:
@@ -144,10 +198,15 @@ def load_collection(
     return loaded
 
 
-class PersistMixin(MakeMemmapMixin):
+class PersistMixin(MakeMemmapMixin, SchemaMixin):
     """Methods of ``TensorDict``: memmap, memmap_, memmap_like, load_memmap, save, load."""
 
     __slots__ = ()
+
+    # what NonTensorData.memmap / memmap_ / load_memmap call: the core reaches the
+    # persistence floor through the registered TensorDict class, never by an import
+    _memmap_leaf = staticmethod(memmap_leaf)
+    _load_leaf = staticmethod(load_leaf)
 
     # ------------------------------------------------------------------ saving
     def memmap(
@@ -378,6 +437,8 @@ class PersistMixin(MakeMemmapMixin):
         *,
         out=None,
         robust_key: bool | None = True,
+        subpath: Any = None,
+        mode: str = "r",
         num_threads: int = 0,
         allow_pickle: bool | None = False,
     ):
@@ -396,6 +457,10 @@ class PersistMixin(MakeMemmapMixin):
             non_blocking: passed to ``Tensor.to`` when ``device`` is given.
             out: load into this TensorDict (see :meth:`load_memmap_`).
             robust_key: accepted for compatibility (``False`` raises).
+            subpath: load only this nested container: a nested key (``("encoder",
+                "layers")``) or a ``"/"``-separated path (``"encoder/layers"``).
+            mode: ``"r"`` or ``"r+"``; a directory is always write-through, so both
+                load the same (tensordict's single-file archives use it).
             num_threads: threads mapping the files and moving them to ``device``.
             allow_pickle: accepted for compatibility; tdfunc never unpickles, with
                 either value (non-tensor values are JSON or tensors read with
@@ -415,6 +480,8 @@ class PersistMixin(MakeMemmapMixin):
             True
             >>> TensorDict.load_memmap(path + "/nested")["e"]
             MemoryMappedTensor(0)
+            >>> TensorDict.load_memmap(path, subpath="nested")["e"]
+            MemoryMappedTensor(0)
             >>> TensorDict.load_memmap(path, device="meta")["a"].device
             device(type='meta')
         """
@@ -424,10 +491,16 @@ class PersistMixin(MakeMemmapMixin):
                 f"{api}: allow_pickle must be a bool or None, got {type(allow_pickle).__name__}."
             )
         _check_options(api, False, robust_key)
+        if mode not in ("r", "r+"):
+            raise ValueError(f"{api}: mode must be 'r' or 'r+', got {mode!r}.")
+        if subpath is not None:
+            prefix = subpath_directory(prefix, subpath, api)
         loaded = load_collection(
             prefix, device, non_blocking, out=out, num_threads=num_threads, api=api
         )
-        return loaded if out is not None else cls._adopt(loaded)  # type: ignore[attr-defined]
+        if out is not None or is_non_tensor(loaded):  # a leaf saved on its own comes as itself
+            return loaded
+        return cls._adopt(loaded)  # type: ignore[attr-defined]
 
     @classmethod
     def load(cls, prefix: str | os.PathLike, *args, **kwargs):
@@ -509,7 +582,7 @@ class PersistMixin(MakeMemmapMixin):
                 return True
             marks = [getattr(v, "_is_memmap", False) for v in values if is_non_tensor(v)]
             return bool(marks) and all(marks)
-        return all(isinstance(v, MemoryMappedTensor) for v in leaves)
+        return all(_is_mapped(v) for v in leaves)
 
     @property
     def _is_memmap(self) -> bool:

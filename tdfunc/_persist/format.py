@@ -9,9 +9,15 @@ a ``meta.json`` (format version 2)::
      "batch_size": [10], "names": null, "device": "cpu",
      "entries": {
        "a": {"kind": "tensor", "file": "a.memmap", "dtype": "float32", "shape": [10]},
+       "n": {"kind": "nested", "file": "n.memmap", "dtype": "float32",
+             "layout": "jagged", "sizes": [[3, 2], [5, 2], ...]},
        "b": {"kind": "collection", "dir": "b", "meta": {...b/meta.json...}},
        "s": {"kind": "non_tensor", "batch_size": [10], "stack": false, "value": "text"},
        "o": {"kind": "non_tensor", "batch_size": [10], "stack": false, "file": "o.pt"}}}
+
+A nested tensor's file holds its components back to back (see ``nested.py``); a
+batch size may hold -1 at a ragged dim (never the first). A reader that predates these
+refuses the entry by its unknown kind.
 
 A TensorClass instance is two levels, as in the seeds' layout
 (``tc/meta.json`` and ``tc/_tensordict/{data.memmap, meta.json}``): its own
@@ -60,6 +66,7 @@ from typing import Any
 import torch
 
 from .filenames import NAME
+from .nested import LAYOUTS, nested_numel
 
 FORMAT = "tdfunc.memmap"
 VERSION = 2
@@ -335,6 +342,24 @@ def _shape(value: Any) -> bool:
     return total < _INT64
 
 
+def _batch(value: Any) -> bool:
+    """A batch size: sizes, with -1 at ragged dims (never the first, which counts)."""
+    if type(value) is not list or (value and value[0] == -1):
+        return False
+    return _shape([1 if s == -1 else s for s in value])
+
+
+def _prefix(shape: list, batch: list) -> bool:
+    """``shape`` starts with ``batch``; a ragged batch dim (-1) takes any length (the
+    components of a jagged tensor may happen to agree)."""
+    return len(shape) >= len(batch) and all(b in (s, -1) for s, b in zip(shape, batch))
+
+
+def _nested_shape(sizes: list) -> list:
+    """The shape of a nested tensor of components ``sizes``: -1 where they differ."""
+    return [len(sizes)] + [d[0] if len(set(d)) == 1 else -1 for d in zip(*sizes)]
+
+
 def validate(
     node: Any, path: str, api: str, parent_batch: list | None = None, at=(), depth: int = 0
 ) -> None:
@@ -362,8 +387,8 @@ def validate(
     if type(node.get("class")) is not str:
         bad("'class' must be a string")
     batch = node.get("batch_size")
-    if not _shape(batch):
-        bad(f"'batch_size' is {batch!r}, expected a list of non-negative integers")
+    if not _batch(batch):
+        bad(f"'batch_size' is {batch!r}, expected a list of non-negative integers (or -1)")
     if parent_batch is not None and batch[: len(parent_batch)] != parent_batch:
         bad(f"batch size {batch} does not start with the parent's {parent_batch}")
     names = node.get("names")
@@ -428,13 +453,35 @@ def _validate_entry(key, entry, batch, path, api, at, bad, depth: int) -> None:
         shape = entry.get("shape")
         if not _shape(shape) or shape[: len(batch)] != batch:
             bad(f"shape {shape!r} is not a list of sizes starting with the batch size {batch}")
+    elif kind == "nested":
+        if type(entry.get("file")) is not str or not TENSOR_FILE.fullmatch(entry["file"]):
+            bad(f"data file name {entry.get('file')!r} is not a name tdfunc writes")
+        if type(entry.get("dtype")) is not str or entry["dtype"] not in DTYPES:
+            bad(f"dtype {entry.get('dtype')!r} is not a known dtype")
+        if entry.get("layout") not in LAYOUTS:
+            bad(f"layout {entry.get('layout')!r} is not one of {list(LAYOUTS)}")
+        sizes = entry.get("sizes")
+        if (
+            type(sizes) is not list
+            or not sizes
+            or not all(_shape(size) for size in sizes)
+            or len({len(size) for size in sizes}) != 1
+            or not _shape([nested_numel(sizes)])
+            or (entry["layout"] == "jagged" and not sizes[0])
+            or (entry["layout"] == "jagged" and len({tuple(s[1:]) for s in sizes}) != 1)
+            or not _prefix(_nested_shape(sizes), batch)
+        ):
+            bad(
+                f"'sizes' {sizes!r} is not a list of component shapes of one rank (sharing "
+                f"their trailing dims when jagged) whose nested shape starts with {batch}"
+            )
     elif kind == "collection":
         if not isinstance(entry.get("dir"), str) or not NAME.fullmatch(entry["dir"]):
             bad(f"directory name {entry.get('dir')!r} is not a name tdfunc writes")
         validate(entry.get("meta"), path, api, batch, at, depth + 1)
     elif kind == "non_tensor":
         size = entry.get("batch_size")
-        if not _shape(size) or size[: len(batch)] != batch:
+        if not _batch(size) or size[: len(batch)] != batch:
             bad(f"batch size {size!r} does not start with {batch}")
         if type(entry.get("stack")) is not bool:
             bad("'stack' must be true or false")

@@ -26,7 +26,9 @@ from .._core.class_names import lookup_class
 from .._core.nontensor import NonTensorData, NonTensorStack
 from .directory import worker_pool
 from .format import DTYPES, META, decode_object, open_meta, same_meta
+from .leaf import LEAF_LOADERS
 from .memmap_tensor import check_file, map_file, nbytes_of
+from .nested import nested_numel, nested_view
 from .save import remember_path
 from .write_back import bind
 
@@ -66,7 +68,8 @@ class _Load:
         self.meta_path = meta_path
         self.fake = _fake_mode_active()
         self.placeholder = self.fake or (self.device is not None and self.device.type == "meta")
-        self.tasks: list[tuple] = []  # (data dict, key, path, dtype, shape)
+        # (data dict, key, path, dtype, shape, (layout, sizes) of a nested tensor or None)
+        self.tasks: list[tuple] = []
         self.result_device = self.device or torch.device("cpu")
 
     def plan(self, node: dict, directory: str, data: dict | None = None) -> _Planned:
@@ -75,7 +78,7 @@ class _Load:
         ``data`` (given for the TensorDict of a TensorClass) receives the values.
         """
         try:
-            klass = lookup_class(node["class"])
+            klass = LEAF_LOADERS.get(node["class"]) or lookup_class(node["class"])
         except ValueError as error:
             raise ValueError(f"{self.api}: {self.meta_path}: {error}") from None
         if data is None:
@@ -93,7 +96,17 @@ class _Load:
                     data[key] = torch.empty(shape, dtype=dtype, device=device)
                 else:
                     path = os.path.join(directory, entry["file"])
-                    self.tasks.append((data, key, path, dtype, shape))
+                    self.tasks.append((data, key, path, dtype, shape, None))
+            elif kind == "nested":
+                if self.placeholder:
+                    raise NotImplementedError(
+                        f"{self.api}: the nested tensor at key {key!r} cannot be loaded on the "
+                        f"meta device or under fake tensors; load it on the CPU."
+                    )
+                dtype, sizes = DTYPES[entry["dtype"]], entry["sizes"]
+                path = os.path.join(directory, entry["file"])
+                shape = torch.Size([nested_numel(sizes)])
+                self.tasks.append((data, key, path, dtype, shape, (entry["layout"], sizes)))
             elif kind == "collection":
                 data[key] = self.plan(entry["meta"], self._subdirectory(directory, entry["dir"]))
             else:
@@ -131,12 +144,14 @@ class _Load:
         return path
 
     def map_one(self, task: tuple) -> None:
-        data, key, path, dtype, shape = task
+        data, key, path, dtype, shape, nested = task
         try:
             st = check_file(path, nbytes_of(shape, dtype), self.api)
         except FileNotFoundError as error:
             raise _Gone(error) from None
         tensor: torch.Tensor = map_file(path, dtype, shape, st)
+        if nested is not None:
+            tensor = nested_view(tensor, *nested)
         if self.device is not None and self.device.type != "cpu":
             tensor = tensor.to(self.device, non_blocking=self.non_blocking)
         data[key] = tensor
@@ -168,6 +183,8 @@ class _Load:
         )
         if not self.placeholder:
             remember_path(out, planned.directory)
+            if isinstance(out, NonTensorData):  # a leaf saved on its own
+                return out
             inner = out._to_tensordict_view()
             if inner is not out:
                 remember_path(inner, planned.directory)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from typing import Any
 
 import torch
@@ -25,6 +26,12 @@ from .filenames import encode_key
 def _parts(key: Any) -> tuple:
     key = unravel_key(key)
     return key if isinstance(key, tuple) else (key,)
+
+
+def _strided_nested(components: list) -> torch.Tensor:
+    with warnings.catch_warnings():  # torch warns that the strided layout is a prototype
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.nested.nested_tensor(components)
 
 
 class MakeMemmapMixin:
@@ -62,11 +69,6 @@ class MakeMemmapMixin:
         """
         api = "make_memmap_from_tensor"
         self._memmap_target(key, api)
-        if tensor.is_nested and tensor.layout is torch.strided:
-            raise NotImplementedError(
-                f"{type(self).__name__}.{api}: strided nested tensors cannot be stored; "
-                f"use layout=torch.jagged or pad the tensor (t.to_padded_tensor(0.0))."
-            )
         was_locked = self.is_locked  # type: ignore[attr-defined]
         self.unlock_()  # type: ignore[attr-defined]
         try:
@@ -84,18 +86,29 @@ class MakeMemmapMixin:
     def make_memmap(self, key: Any, shape: Any, *, dtype: torch.dtype | None = None):
         """Add ``key`` as a new (zero-filled) memory-mapped tensor and return it.
 
+        ``shape`` is one shape, or a 2-d integer tensor with one row per component of
+        a (strided) nested tensor.
+
         Example:
             >>> import tempfile
             >>> td = TensorDict().memmap_(tempfile.mkdtemp())
             >>> td.make_memmap("x", [2], dtype=torch.int64).tolist()
             [0, 0]
+            >>> nested = td.make_memmap("n", torch.tensor([[1, 2], [1, 3]]))
+            >>> [c.shape for c in nested.unbind()]
+            [torch.Size([1, 2]), torch.Size([1, 3])]
         """
+        dtype = dtype or torch.get_default_dtype()
         if isinstance(shape, torch.Tensor):
-            raise NotImplementedError(
-                f"{type(self).__name__}.make_memmap: a tensor of shapes (a nested tensor) "
-                f"cannot be stored; pass one shape."
-            )
-        empty = torch.zeros(torch.Size(shape), dtype=dtype or torch.get_default_dtype())
+            if shape.dim() != 2 or shape.dtype.is_floating_point or shape.dtype.is_complex:
+                raise ValueError(
+                    f"{type(self).__name__}.make_memmap: a tensor of shapes must be a 2-d "
+                    f"integer tensor (one row per component of the nested tensor), got "
+                    f"{shape.dim()}-d {shape.dtype}."
+                )
+            components = [torch.zeros(row, dtype=dtype) for row in shape.tolist()]
+            return self.make_memmap_from_tensor(key, _strided_nested(components))
+        empty = torch.zeros(torch.Size(shape), dtype=dtype)
         return self.make_memmap_from_tensor(key, empty)
 
     def make_memmap_from_storage(

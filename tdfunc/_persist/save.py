@@ -67,6 +67,7 @@ from .memmap_tensor import (
     nbytes_of,
     write_file,
 )
+from .nested import nested_flat, nested_numel, nested_parts, nested_view, packed_buffer
 from .write_back import bind
 
 _CPU = torch.device("cpu")
@@ -180,7 +181,8 @@ class _Save:
         for key, value in items:
             path = at + (key,)
             if isinstance(value, torch.Tensor):
-                entries[key] = self._plan_tensor(level, key, value, path)
+                plan = self._plan_nested if value.is_nested else self._plan_tensor
+                entries[key] = plan(level, key, value, path)
             elif _collection(value):
                 stem = encode_key(key)
                 child = self.plan(
@@ -340,6 +342,37 @@ class _Save:
             level.results[key] = self._write_tensor(level.state, stem, value, entry)
 
         self.jobs.append((nbytes, job))
+        return entry
+
+    def _plan_nested(self, level: _Level, key: str, value, path) -> dict:
+        """A nested tensor: its components in one file, mapped back as a nested view."""
+        layout, sizes = nested_parts(value, self.api, _key(path))
+        entry = {
+            "kind": "nested",
+            "file": None,
+            "dtype": dtype_name(value.dtype, _key(path), self.api),
+            "layout": layout,
+            "sizes": sizes,
+        }
+        buffer = packed_buffer(value, sizes)
+        if isinstance(buffer, MemoryMappedTensor) and buffer._is_whole_file() and not self.like:
+            real = None if level.directory is None else os.path.realpath(level.directory)
+            if real is None or _reusable(buffer, real):
+                # stored where it belongs already: keep the file, and the object users
+                # hold (a new file would leave their writes in the old one)
+                level.results[key] = value
+                if real is not None:
+                    entry["file"] = name = os.path.basename(buffer.filename)
+                    assert level.state is not None
+                    level.state.protect(name)
+                return entry
+        stem = encode_key(key)
+
+        def job() -> None:
+            buffer = self._write_tensor(level.state, stem, nested_flat(value), entry)
+            level.results[key] = nested_view(buffer, layout, sizes)
+
+        self.jobs.append((nested_numel(sizes) * value.dtype.itemsize, job))
         return entry
 
     def _plan_object(self, level: _Level, key: str, value: NonTensorData, path) -> dict:
@@ -546,14 +579,21 @@ def save(
     return_early: bool,
     existsok: bool,
     fsync: bool,
+    top_class: str | None = None,
 ) -> Any:
-    """Save ``obj`` under ``prefix`` (a temporary location when ``None``); see the module doc."""
+    """Save ``obj`` under ``prefix`` (a temporary location when ``None``); see the module doc.
+
+    ``top_class`` replaces the class recorded for ``obj`` (a non-tensor leaf saved on
+    its own is saved as the TensorDict holding it, under its own class name).
+    """
     if not isinstance(num_threads, int) or num_threads < 0:
         raise ValueError(f"{api}: num_threads must be a non-negative int, got {num_threads!r}.")
     directory = None if prefix is None else os.path.abspath(os.fspath(prefix))
     work = _Save(api, inplace, like, copy_existing, existsok, fsync)
     try:
         top = work.plan(obj, directory)
+        if top_class is not None:
+            top.node["class"] = top_class
     except BaseException:
         work.discard()
         raise

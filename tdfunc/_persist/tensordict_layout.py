@@ -24,6 +24,7 @@ cannot hold) are refused with an error that says so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -109,11 +110,36 @@ def _non_tensor(directory: str, batch_size: torch.Size, device, api: str) -> Non
             "tensordict."
         )
     if "NonTensorStack" in str(node.get("_type", "")):
+        if not isinstance(node["data"], list):  # "pickle.pkl": tensordict pickled the values
+            raise ValueError(
+                f"{api}: {where} names a pickled file for its non-tensor values; tdfunc never "
+                "unpickles. Save values that JSON can hold, or convert the checkpoint with "
+                "tensordict."
+            )
         return NonTensorStack.from_list(node["data"], device, batch_size=batch_size)
     return NonTensorData._make(node["data"], batch_size, device)
 
 
 _MAX_DEPTH = 100
+_LEAF_TYPES = ("NonTensorData", "NonTensorStack")
+
+
+def _leaf(directory: str, node: dict, device, api: str) -> NonTensorData:
+    """A standalone leaf: its batch size is recorded by tdfunc, else read as tensordict does
+    (a stack's from the nesting of its values, a ``NonTensorData``'s from ``_tensordict/``)."""
+    where = os.path.join(directory, META)
+    saved = node.get("batch_size")
+    if saved is None and "NonTensorStack" not in node["_type"]:
+        inner = os.path.join(directory, TENSORDICT_DIR)
+        saved = _read(inner, api).get("shape", []) if os.path.isdir(inner) else []
+    batch_size = None if saved is None else _size(saved, f"{where} 'batch_size'", api)
+    place = torch.device(device) if device is not None else None
+    place = place or _device(node.get("device"), f"{where} 'device'", api)
+    if batch_size is None:  # tensordict's own stack: the nesting of the values
+        if not isinstance(node.get("data"), list):
+            _non_tensor(directory, torch.Size(), place, api)  # the error for a pickled one
+        return NonTensorStack.from_list(node["data"], place)
+    return _non_tensor(directory, batch_size, place, api)
 
 
 def read_tensordict_layout(directory: str, api: str, device=None, depth: int = 0) -> Any:
@@ -126,6 +152,8 @@ def read_tensordict_layout(directory: str, api: str, device=None, depth: int = 0
     if kind is None:
         raise ValueError(f"{api}: {where}: '_type' {node.get('_type')!r} is not a class name.")
     name = kind.group(1)
+    if name.rpartition(".")[2] in _LEAF_TYPES:  # a non-tensor leaf saved on its own
+        return _leaf(directory, node, device, api)
     if "shape" not in node:  # a tensorclass: its fields are in _tensordict/
         fields = read_tensordict_layout(
             os.path.join(directory, TENSORDICT_DIR), api, device, depth + 1
@@ -200,6 +228,12 @@ def write_tensordict_layout(obj: Any, prefix: str, api: str) -> None:
     for key, value in view._data.items():
         path = _child(directory, key, api)
         if isinstance(value, torch.Tensor):
+            if value.is_nested:
+                raise TypeError(
+                    f"{api}: the nested tensor at key {key!r} cannot be written in "
+                    f"tensordict's layout; save with tdfunc's own format (the default), or "
+                    f"pad it first (t.to_padded_tensor(0.0))."
+                )
             MemoryMappedTensor.from_tensor(
                 value.detach().cpu(), filename=path + ".memmap", existsok=True
             )
@@ -210,14 +244,9 @@ def write_tensordict_layout(obj: Any, prefix: str, api: str) -> None:
                 "is_nested": False,
             }
         elif isinstance(value, NonTensorData):
-            _check_json(value._value(), key, api)
             os.makedirs(path, exist_ok=True)
-            stack = type(value) is NonTensorStack
-            kind = "NonTensorStack" if stack else "NonTensorData"
-            leaf = {"_type": f"<class 'tensordict.tensorclass.{kind}'>", "data": value._value()}
-            leaf.update({"stack_dim": 0, "device": None} if stack else {"_is_non_tensor": True})
-            _write_json(path, leaf)
-            node[key] = {"type": kind}
+            _write_json(path, _leaf_node(value, key, api))
+            node[key] = {"type": _leaf_kind(value)}
         elif is_tensor_collection(value):
             write_tensordict_layout(value, path, api)
             node[key] = {"type": type(value).__name__}
@@ -242,3 +271,40 @@ def _check_json(value: Any, key: str, api: str) -> None:
             f"{api}: the non-tensor value at key {key!r} ({type(value).__name__}) cannot be "
             "written as JSON; tensordict's layout would need pickle, which tdfunc does not write."
         ) from None
+
+
+def _leaf_kind(leaf: NonTensorData) -> str:
+    return "NonTensorStack" if type(leaf) is NonTensorStack else "NonTensorData"
+
+
+def _leaf_node(leaf: NonTensorData, key: Any, api: str) -> dict:
+    _check_json(leaf._value(), key, api)
+    kind = _leaf_kind(leaf)
+    node = {"_type": f"<class 'tensordict.tensorclass.{kind}'>"}
+    if kind == "NonTensorStack":
+        device = None if leaf.device is None else str(leaf.device)
+        node.update({"stack_dim": 0, "device": device, "data": leaf._value()})
+    else:
+        node.update({"data": leaf._value(), "_is_non_tensor": True})
+    return node
+
+
+def write_leaf_layout(leaf: NonTensorData, directory: str, api: str) -> None:
+    """Save one leaf on its own in tensordict's layout.
+
+    A stack also records its batch size (tensordict ignores the field): the nesting
+    of its values alone cannot tell a stack of lists from a deeper stack. A
+    ``NonTensorData`` keeps its batch size in ``_tensordict/``, where tensordict
+    reads it.
+    """
+    os.makedirs(directory, exist_ok=True)
+    node = _leaf_node(leaf, "data", api)
+    if type(leaf) is NonTensorStack:
+        node["batch_size"] = list(leaf.batch_size)
+    else:
+        empty = lookup_class("tdfunc.TensorDict")._new_unsafe({}, leaf.batch_size, None, None)
+        write_tensordict_layout(empty, os.path.join(directory, TENSORDICT_DIR), api)
+    _write_json(directory, node)
+    # tensordict's file for values JSON could not hold: stale once the values are JSON
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(directory, "pickle.pkl"))

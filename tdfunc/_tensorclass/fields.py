@@ -30,6 +30,7 @@ import torch
 from .._core.keys.writes import stacked_list
 from .._core.mixin import is_tensor_collection
 from .._core.nontensor import NonTensorData, NonTensorStack
+from .._core.shape.sizes import leaf_shape
 
 FLAGS = ("autocast", "nocast", "tensor_only", "frozen", "shadow")
 CASTING_FLAGS = ("autocast", "nocast", "tensor_only")
@@ -261,9 +262,10 @@ def _is_union(target: Any) -> bool:
 
 # ---------------------------------------------------------------------- converting
 def fit_tensor(owner: str, name: str, value: torch.Tensor, size: torch.Size, device):
-    if value.shape[: len(size)] != size:
+    shape = leaf_shape(value)  # -1 at a nested tensor's ragged dims
+    if shape[: len(size)] != size:
         raise ValueError(
-            f"{owner}: the tensor for field {name!r} has shape {list(value.shape)}, which does "
+            f"{owner}: the tensor for field {name!r} has shape {list(shape)}, which does "
             f"not start with the batch size {list(size)}. Pass batch_size=... matching the "
             f"leading dims of every field."
         )

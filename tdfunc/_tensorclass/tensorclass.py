@@ -422,9 +422,13 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         )
         if fast:
             body += [
-                f"if type({name}) is _tc_Tensor and _tc_dev is None and (_tc_s0 == -2 "
+                "try:",  # a strided nested tensor has no .shape: it takes the converter
+                f"    _tc_fast = type({name}) is _tc_Tensor and _tc_dev is None and (_tc_s0 == -2 "
                 f"or (_tc_s0 >= 0 and {name}.ndim and {name}.shape[0] == _tc_s0) "
-                f"or (_tc_s0 == -1 and {name}.shape[:_tc_n] == _tc_size)):",
+                f"or (_tc_s0 == -1 and {name}.shape[:_tc_n] == _tc_size))",
+                "except RuntimeError:",
+                "    _tc_fast = False",
+                "if _tc_fast:",
                 f"    _tc_data[{name!r}] = {name}",
                 f"elif {name} is not None:",
                 f"    {convert}",
@@ -500,12 +504,34 @@ def _from_plain_class(target: type, requested: Mapping[str, bool | None], root: 
             f"keywords instead, e.g. class {target.__name__}(Base, frozen=True)."
         )
     namespace = {k: v for k, v in target.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    if dataclasses.is_dataclass(target):
+        _drop_dataclass_members(namespace)
     namespace["__qualname__"] = target.__qualname__
     bases = tuple(base for base in target.__bases__ if base is not object) + (root,)
     flags = {k: v for k, v in requested.items() if v is not None}
     new = type(target.__name__, bases, namespace, **flags)
     _retarget_class_cells(namespace, target, new)
     return new
+
+
+# What ``@dataclass`` adds to a class; the TensorClass machinery builds its own.
+_DATACLASS_MEMBERS = frozenset(
+    ["__dataclass_fields__", "__dataclass_params__", "__match_args__"]
+    + ["__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__"]
+    + ["__lt__", "__le__", "__gt__", "__ge__", "__replace__", "__getstate__", "__setstate__"]
+)
+
+
+def _drop_dataclass_members(namespace: dict) -> None:
+    """Remove from a dataclass's namespace what ``@dataclass`` generated (its ``__init__``
+    would bypass the container); methods written in the class body stay. A generated
+    function's code comes from ``exec`` (its file name is ``<string>``), under any
+    wrapper (``__repr__`` is wrapped against recursion)."""
+    for name in _DATACLASS_MEMBERS & namespace.keys():
+        value = namespace[name]
+        code = getattr(inspect.unwrap(value) if callable(value) else value, "__code__", None)
+        if code is None or code.co_filename.startswith("<"):
+            del namespace[name]
 
 
 def _retarget_class_cells(namespace: dict, old: type, new: type) -> None:

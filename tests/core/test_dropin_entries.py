@@ -273,6 +273,34 @@ def test_from_any_tuples_and_lists():
     assert stack.tolist() == ragged
 
 
+def test_from_tuple_keys_by_position():
+    import collections
+
+    plain = (torch.arange(3), (torch.ones(3, 2), {"x": 5}))
+    td = TensorDict.from_tuple(plain)
+    assert td.batch_size == torch.Size([])
+    assert torch.equal(td["0"], plain[0]) and torch.equal(td["1", "0"], plain[1][0])
+    assert td["1", "1", "x"].item() == 5
+    batched = (torch.arange(3), (torch.ones(3, 2),))
+    td = TensorDict.from_tuple(batched, auto_batch_size=True, batch_dims=1)
+    assert td.batch_size == td["1"].batch_size == (3,)
+    assert TensorDict.from_tuple(batched, batch_size=[3])["1"].batch_size == (3,)
+    pair = collections.namedtuple("Pair", ["a", "b"])
+    assert sorted(TensorDict.from_tuple(pair(1, 2)).keys()) == ["0", "1"]
+
+    class Point(TensorClass):
+        x: torch.Tensor
+
+    assert type(Point.from_tuple((1,))) is TensorDict  # positions are not fields
+    with pytest.raises(TypeError, match="from_tuple: expected a tuple, got a list"):
+        TensorDict.from_tuple([1, 2])
+
+
+def test_from_dict_names_the_batch_dims():
+    td = TensorDict.from_dict({"a": torch.zeros(3, 4)}, auto_batch_size=True, names=["t", "f"])
+    assert td.names == ["t", "f"] and td.batch_size == (3, 4)
+
+
 def test_backward_errors_name_the_missing_keys():
     x = torch.randn(3, requires_grad=True)
     out = TensorDict(a=x * 2, n={"b": x * 3})

@@ -224,3 +224,13 @@ def test_lazy_preallocation_of_different_strings():
         data[i] = TensorDict({"s": f"item {i}", "x": torch.tensor(float(i))}, [])
     assert data["s"] == ["item 0", "item 1", "item 2"]
     assert data["x"].tolist() == [0.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("index", [["a", "b"], [0, "a"]])
+def test_list_of_keys_is_a_clear_error(index):
+    td = TensorDict({"a": torch.zeros(2), "b": torch.ones(2)}, [2])
+    with pytest.raises(TypeError, match=r"list of keys.*td\.select\(\*keys\)"):
+        td[index]
+    with pytest.raises(TypeError, match="list of keys"):
+        td[index] = 0
+    assert td.select("a", "b").keys() == td.keys()  # what the hint offers

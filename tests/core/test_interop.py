@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from tdfunc import NonTensorStack, TensorDict, tensorclass
+from tdfunc import NonTensorData, NonTensorStack, TensorClass, TensorDict, tensorclass
 
 PETS = [("name", "U10"), ("age", "i4"), ("weight", "f4")]
 
@@ -36,6 +36,43 @@ def test_struct_array_zero_dim_and_nested_dtype():
     assert td["v"].shape == (2, 2)
     back = td.to_struct_array()
     assert back.dtype.names == arr.dtype.names and (back == arr).all()
+
+
+def test_struct_array_string_sub_array_field_is_one_value_per_element():
+    # each element's value is its (2, 3) sub-array of strings; the batch stays the array's
+    names = np.array([[f"n{i}{j}" for j in range(3)] for i in range(2)])
+    arr = np.zeros((4,), dtype=[("s", "U3", (2, 3)), ("g", [("t", "U3", (2,))])])
+    arr["s"] = names
+    arr["g"]["t"] = ["ab", "cd"]
+    td = TensorDict.from_struct_array(arr)
+    assert td.batch_size == torch.Size([4]) and td["g"].batch_size == torch.Size([4])
+    assert td["s"] == [names.tolist()] * 4
+    assert td["g", "t"] == [["ab", "cd"]] * 4
+    assert (td.to_struct_array() == arr).all()
+    scalar = TensorDict.from_struct_array(arr[0:1].reshape(()))
+    assert scalar.batch_size == torch.Size([]) and scalar["s"] == names.tolist()
+
+
+def test_struct_array_round_trips_a_value_shared_by_the_batch():
+    # one list value for every element (a NonTensorData): the array holds it per element
+    grid = [[f"v{i}{j}" for j in range(3)] for i in range(2)]
+
+    class Item(TensorClass["nocast"]):
+        label: str | list[str]
+        x: torch.Tensor
+
+    item = Item(label=grid, x=torch.zeros(2, 3, 4))  # batch [] : one value
+    assert isinstance(item._tensordict.get("label"), NonTensorData)
+    td = TensorDict({"item": item, "n": torch.arange(6).view(2, 3)}, [2, 3])
+    arr = td.to_struct_array()
+    assert arr.shape == (2, 3) and arr["item"]["label"].shape == (2, 3, 2, 3)
+    assert (arr["item"]["label"] == np.array(grid)).all()  # broadcast over the batch
+    back = TensorDict.from_struct_array(arr)
+    assert [[back["item", "label"][i][j] for j in range(3)] for i in range(2)] == [[grid] * 3] * 2
+    assert (back == td).all()
+    assert torch.equal(back["item", "x"], item.x)
+    plain = TensorDict({"label": NonTensorData(grid, batch_size=[2, 3])}, [2, 3])
+    assert (TensorDict.from_struct_array(plain.to_struct_array()) == plain).all()
 
 
 def test_to_struct_array_of_a_container():

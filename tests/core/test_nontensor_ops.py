@@ -40,3 +40,16 @@ def test_new_empty_empty_lazy_empties_stacks():
     assert td["a"] == [["a"], ["b"]]  # the source is unchanged
     with pytest.raises(TypeError, match="NonTensorStack"):
         td.new_empty((4,))
+
+
+def test_eq_of_non_tensor_leaves_of_different_shapes_broadcasts():
+    # reference: the comparison written with nested lists
+    rows = [["a", "b"], ["a", "b"]]
+    stacked = TensorDict({"s": NonTensorStack.from_list(rows)}, [2])
+    single = TensorDict({"s": NonTensorData("a", batch_size=[2])}, [2])
+    expected = torch.tensor([[value == "a" for value in row] for row in rows])
+    assert torch.equal((stacked == single)["s"], expected)
+    assert torch.equal((single == stacked)["s"], expected)
+    other = TensorDict({"s": NonTensorStack.from_list([["a", "b", "c"]] * 2)}, [2])
+    with pytest.raises(ValueError, match="do not broadcast"):
+        stacked == other  # noqa: B015

@@ -144,9 +144,17 @@ def test_growing_ops_follow_torch_on_the_batch_shape():
     scalar, scalar_plain = make(0)
     assert_leafwise(scalar.atleast_1d(), {k: v.unsqueeze(0) for k, v in scalar_plain.items()}, [1])
     assert_leafwise(td.atleast_2d(), {k: v.unsqueeze(0) for k, v in plain.items()}, [1, 3])
+    # new batch dims lead (as tensordict documents), unlike torch.atleast_3d on a tensor
     assert_leafwise(
-        td.atleast_3d(), {k: v.unsqueeze(0).unsqueeze(2) for k, v in plain.items()}, [1, 3, 1]
+        td.atleast_3d(), {k: v.unsqueeze(0).unsqueeze(0) for k, v in plain.items()}, [1, 1, 3]
     )
+    assert_leafwise(torch.atleast_3d(td), {k: v[None, None] for k, v in plain.items()}, [1, 1, 3])
+    assert_leafwise(
+        scalar.atleast_3d(), {k: v[None, None, None] for k, v in scalar_plain.items()}, [1, 1, 1]
+    )
+    assert td.atleast_3d().atleast_3d().batch_size == torch.Size([1, 1, 3])
+    named = TensorDict({"a": torch.zeros(3, 2)}, [3], names=["x"])
+    assert named.atleast_3d().names == [None, None, "x"]
     assert td.atleast_1d().batch_size == td.batch_size
     with pytest.raises(ValueError, match="at least 1 repeats"):
         td.repeat()
@@ -201,7 +209,8 @@ def test_pad_sequence_pads_and_stacks_with_masks():
         refb = torch.full((5,), -1.0)
         refb[:n] = td["n", "b"]
         torch.testing.assert_close(out["n", "b"][i], refb)
-        assert out["masks", "a"][i, :, 0].tolist() == [j < n for j in range(5)]
+        # a mask covers the batch dims and the leaf's dims up to the padded one
+        assert out["masks", "a"][i].tolist() == [j < n for j in range(5)]
         assert out["masks", "n", "b"][i].tolist() == [j < n for j in range(5)]
     custom = tdfunc.pad_sequence(tds, return_mask=("meta", "valid"))
     assert ("meta", "valid", "a") in custom.keys(True, True)

@@ -162,18 +162,21 @@ def _keyword_ranks(rank: int):
         assert data.isend(dst=0, init_tag=7, pseudo_rand=True) is None  # waits, like tensordict
         work = data.isend(dst=0, tag=8, return_early=True)
         work.wait()
+        data.consolidate().send(dst=0, tag=9, consolidated=True)
         return None
     got = [data.irecv(src=1, init_tag=7, pseudo_rand=True), data["a"].tolist()]
     other = TensorDict({"a": torch.zeros(3)}, [3])
     work = other.irecv(src=1, tag=8, return_premature=True)
     work.wait()
-    return got + [work.source_rank(), other["a"].tolist()]
+    third = TensorDict({"a": torch.zeros(3)}, [3])  # any matching receiver, consolidated or not
+    assert third.recv(src=1, tag=9, consolidated=True) == 1
+    return got + [work.source_rank(), other["a"].tolist(), third["a"].tolist()]
 
 
 def test_tensordict_keywords_of_isend_and_irecv():
     outcome = run_ranks(_keyword_ranks, timeout=TIMEOUT)
     assert outcome.value(1) is None
-    assert outcome.value(0) == [1, [1.0, 1.0, 1.0], 1, [1.0, 1.0, 1.0]]
+    assert outcome.value(0) == [1, [1.0, 1.0, 1.0], 1, [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
 
 
 def test_tag_and_init_tag_must_agree():
@@ -182,6 +185,8 @@ def test_tag_and_init_tag_must_agree():
         td.irecv(1, tag=3, init_tag=4)
     with pytest.raises(TypeError, match="pseudo_rand must be a bool"):
         td.isend(1, pseudo_rand="yes")
+    with pytest.raises(TypeError, match="consolidated must be a bool"):
+        td.send(1, consolidated="yes")
 
 
 # ---------------------------------------------------------------- collectives

@@ -77,7 +77,17 @@ def _close(actual, expected, what: str) -> None:
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} vs {expected.dtype}"
     # float64 state may carry float32 rounding from before a dtype change
     tolerance = 1e-5 if actual.dtype == torch.float64 else 2e-4
-    torch.testing.assert_close(actual, expected, rtol=tolerance, atol=tolerance, msg=what)
+    # Rounding error scales with the terms that were summed, not with the result: an entry
+    # that cancels to near zero (a batch-norm weight's gradient over a batch of two) carries
+    # the error of its large neighbours, and how large depends on the CPU's kernels.
+    scale = max(1.0, expected.detach().abs().max().item()) if expected.numel() else 1.0
+    torch.testing.assert_close(
+        actual,
+        expected,
+        rtol=tolerance,
+        atol=tolerance * scale,
+        msg=lambda detail: f"{what}: {detail}",
+    )
 
 
 class EnsembleVersusLoop(RuleBasedStateMachine):

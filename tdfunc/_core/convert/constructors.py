@@ -18,6 +18,7 @@ from ..apply import rewrap
 from ..math.leafwise import check_in_place_write, is_collection, map_leaves, no_names, tensor_leaves
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, NonTensorStack
+from ..shape.sizes import leaf_shape
 
 _Tensor = torch.Tensor
 _KEEP: Any = object()
@@ -71,15 +72,28 @@ def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
 
 
-def struct_leaf(obj: np.ndarray) -> Any:
+def _per_element(obj: np.ndarray, depth: int) -> Any:
+    """Nested lists ``depth`` deep whose items are the trailing sub-arrays as lists."""
+    if depth == 0:
+        return obj.tolist()
+    return [_per_element(sub, depth - 1) for sub in obj]
+
+
+def struct_leaf(obj: np.ndarray, batch_ndim: int | None = None) -> Any:
     """An array (or one field of a structured array) as a container value: numbers share
-    its memory, strings and objects become Python values, nested dtypes dicts."""
+    its memory, strings and objects become Python values, nested dtypes dicts.
+
+    The first ``batch_ndim`` dims (all by default) are batch dims. A string field with a
+    sub-array shape (``("name", "U5", (2,))``) has more: each element's value is then
+    its sub-array as a (nested) list, not one string per trailing position.
+    """
+    ndim = obj.ndim if batch_ndim is None else batch_ndim
     if obj.dtype.names:
-        return {name: struct_leaf(obj[name]) for name in obj.dtype.names}
+        return {name: struct_leaf(obj[name], ndim) for name in obj.dtype.names}
     if obj.dtype.kind in "USO":  # strings and objects: Python values, one per element
-        if obj.ndim == 0:
-            return obj.item()
-        return NonTensorStack(obj.tolist(), batch_size=obj.shape)
+        if ndim == 0:
+            return obj.item() if obj.ndim == 0 else obj.tolist()
+        return NonTensorStack(_per_element(obj, ndim), batch_size=obj.shape[:ndim])
     try:  # a field of a structured array is a strided view: keep sharing its memory
         return torch.from_numpy(obj)
     except (TypeError, ValueError, RuntimeError):
@@ -229,8 +243,13 @@ class ConstructorsMixin(ContainerMixin):
         batch_dims: int | None = None,
         *,
         auto_batch_size: bool = False,
+        names=None,
     ):
         """A container from a (nested) dict; ``auto_batch_size=True`` infers the batch size.
+
+        Without ``batch_size``, the batch size is ``[]`` unless ``auto_batch_size=True``
+        or ``batch_dims`` is given: then each level gets the longest batch its leaves
+        share (at most ``batch_dims`` dims). ``names`` names the batch dims.
 
         Example:
             >>> td = TensorDict.from_dict({"a": torch.zeros(3, 4), "b": {"c": torch.zeros(3)}},
@@ -238,7 +257,10 @@ class ConstructorsMixin(ContainerMixin):
             >>> td.batch_size, td["b"].batch_size
             (torch.Size([3]), torch.Size([3]))
         """
-        return _build(cls, _plain(input_dict), batch_size, device, auto_batch_size, batch_dims)
+        out = _build(cls, _plain(input_dict), batch_size, device, auto_batch_size, batch_dims)
+        if names is not None:
+            out.names = names
+        return out
 
     @classmethod
     def from_dataclass(
@@ -568,7 +590,7 @@ class ConstructorsMixin(ContainerMixin):
                 view.auto_batch_size_(batch_dims)  # batch_dims holds at every level
                 shapes.append(tuple(view._batch_size))
             elif isinstance(value, _Tensor):
-                shapes.append(tuple(value.shape))
+                shapes.append(tuple(leaf_shape(value)))  # -1 at a nested tensor's ragged dims
         if not shapes:  # no tensor below this level constrains it: it keeps its batch size
             return self
         common: list[int] = []

@@ -1,4 +1,5 @@
-"""Whole-container conveniences: ``tolist``, ``popitem``, ``bytes``, ``cat_tensors``...
+"""Whole-container conveniences: ``tolist``, ``from_list``, ``from_tuple``, ``popitem``,
+``bytes``, ``cat_tensors``...
 
 Each is written once over the container state and serves ``TensorDict`` and every
 ``TensorClass``.
@@ -165,6 +166,42 @@ class EntriesMixin(ContainerMixin):
         if names is not None:
             out.names = names
         return out
+
+    @classmethod
+    def from_tuple(
+        cls,
+        obj: tuple,
+        *,
+        auto_batch_size: bool = False,
+        batch_dims: int | None = None,
+        device=None,
+        batch_size=None,
+    ) -> Any:
+        """A TensorDict keyed ``"0"``, ``"1"``, ... by the tuple's positions.
+
+        Nested tuples become nested TensorDicts the same way, dicts, dataclasses and
+        named tuples are converted as :meth:`from_any` does. As in tensordict, the
+        result is a TensorDict also when called on a TensorClass (positions are not
+        fields).
+
+        Example:
+            >>> td = TensorDict.from_tuple((1, torch.zeros(3), (2.0,)))
+            >>> list(td.keys(True, True)), td["0"]
+            (['0', '1', ('2', '0')], tensor(1))
+        """
+        if not isinstance(obj, tuple):
+            raise TypeError(
+                f"{cls.__name__}.from_tuple: expected a tuple, got a {type(obj).__name__}; "
+                f"use from_dict for a dict and from_list for a list of dicts."
+            )
+        plain = cls._plain_tensordict()
+        return plain.from_any(  # type: ignore[attr-defined]
+            tuple(obj),  # a named tuple is keyed by position too
+            auto_batch_size=auto_batch_size,
+            batch_dims=batch_dims,
+            device=device,
+            batch_size=batch_size,
+        )
 
     def __getitems__(self, indices: list) -> Self:
         """``self[indices]`` for a list of indices (what a ``DataLoader`` reads per batch).

@@ -119,7 +119,7 @@ class InteropMixin(ContainerMixin):
             )
         if batch_size is None and not auto_batch_size and batch_dims is None:
             batch_size = struct_array.shape
-        data = struct_leaf(struct_array)
+        data = struct_leaf(struct_array, struct_array.ndim)
         return _build(cls, data, batch_size, device, auto_batch_size, batch_dims)
 
     def to_struct_array(self) -> np.ndarray:

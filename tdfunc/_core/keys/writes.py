@@ -20,7 +20,7 @@ from ..context import hand_out
 from ..frozen import FROZEN
 from ..mixin import is_tensor_collection
 from ..nontensor import NonTensorData, NonTensorStack, stack_of_list
-from ..shape.sizes import BatchSizeMismatchError
+from ..shape.sizes import BatchSizeMismatchError, leaf_shape
 from .fastpath import is_tensor_kind
 from .nested import MISSING, key_parts, unravel_key
 
@@ -64,7 +64,10 @@ def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, secon
             if type(key) is not str:
                 return None
             if ndim:
-                shape = value.shape
+                try:  # a strided nested tensor has no .shape: the full path checks it
+                    shape = value.shape
+                except RuntimeError:
+                    return None
                 try:  # a value with fewer dims than the batch raises IndexError
                     if ndim == 2:
                         if shape[0] != first or shape[1] != second:
@@ -120,7 +123,7 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
     """Validate one new value against ``batch_size`` and return what is stored."""
     ndim = len(batch_size)
     if isinstance(value, _Tensor):
-        check_batch_dims(api, key, value.shape, batch_size)
+        check_batch_dims(api, key, leaf_shape(value), batch_size)
         if td._device is not None and value.device != td._device:
             value = value.to(td._device)
         return value
@@ -284,7 +287,12 @@ def check_copy_target(target: torch.Tensor, source: Any, key, api: str) -> None:
             problem = "it is a leaf tensor that requires grad (write under torch.no_grad())"
     elif target.is_inference() and not torch.is_inference_mode_enabled():
         problem = "it is an inference tensor (write inside torch.inference_mode())"
-    if problem is None and torch._debug_has_internal_overlap(target) == 1:
+    if problem is None and target.is_nested:
+        # a nested tensor is never expanded; its components must match one for one
+        given = source.unbind(0) if isinstance(source, torch.Tensor) and source.is_nested else ()
+        if [t.shape for t in target.unbind(0)] != [t.shape for t in given]:
+            problem = "a nested tensor takes a nested tensor of the same component shapes"
+    elif problem is None and torch._debug_has_internal_overlap(target) == 1:
         problem = "several of its elements share memory (an expanded tensor: clone it first)"
     if problem is not None:
         raise RuntimeError(
@@ -472,16 +480,19 @@ def inplace_source(existing: torch.Tensor, value: Any, key, api: str, batch_size
                 f"TensorDict.{api}: cannot write a {type(value).__name__} in place into the "
                 f"tensor at key {key!r}."
             ) from None
-    check_batch_dims(api, key, value.shape, batch_size, scalar)
-    if value.shape != existing.shape:
-        try:
-            ok = torch.broadcast_shapes(value.shape, existing.shape) == existing.shape
+    shape, target = leaf_shape(value), leaf_shape(existing)  # -1 at ragged dims
+    check_batch_dims(api, key, shape, batch_size, scalar)
+    if shape != target:
+        try:  # nested tensors never broadcast
+            ok = not (value.is_nested or existing.is_nested) and (
+                torch.broadcast_shapes(shape, target) == target
+            )
         except RuntimeError:
             ok = False
         if not ok:
             raise ValueError(
-                f"TensorDict.{api}: cannot write a value of shape {list(value.shape)} in place "
-                f"into key {key!r} of shape {list(existing.shape)} (an in-place write keeps "
+                f"TensorDict.{api}: cannot write a value of shape {list(shape)} in place "
+                f"into key {key!r} of shape {list(target)} (an in-place write keeps "
                 f"the entry's shape; unlock the container and use set to replace it)."
             )
     return value

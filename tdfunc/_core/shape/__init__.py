@@ -4,8 +4,9 @@
 - ``batch.py``: ``BatchMixin`` (``batch_size``, ``shape``, ``names``, ``len``, iteration);
 - ``shape_ops.py``: ``ShapeOpsMixin`` (indexing, ``reshape``, ``permute``, ``unbind``, ...);
 - ``indexing.py``: advanced indexing, the index computed once for every leaf;
-- ``index_ops.py``: gather, where, masks, flips, tiles, pads;
-- ``combine.py``: ``tdfunc.cat``, ``stack``, ``pad``, ``pad_sequence``, ``merge_tensordicts``.
+- ``index_ops.py``: gather, where, masks, flips, tiles;
+- ``padding.py``: ``pad`` (the method and ``tdfunc.pad``) and ``pad_sequence``;
+- ``combine.py``: ``tdfunc.cat``, ``stack``, ``merge_tensordicts``.
 
 May import: ``tdfunc._core`` only.
 """

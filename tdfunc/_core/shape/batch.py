@@ -22,7 +22,7 @@ from ..context import check_parent_batch
 from ..keys.writes import check_batch_dims
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, NonTensorStack
-from .sizes import as_size, checked_names
+from .sizes import as_size, checked_names, leaf_shape
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -46,11 +46,12 @@ class BatchMixin(ContainerMixin):
         for key, item in self._data.items():
             if isinstance(item, NonTensorData):
                 continue
-            if item.shape[:ndim] != size:
+            shape = leaf_shape(item) if isinstance(item, torch.Tensor) else item.shape
+            if shape[:ndim] != size:
                 raise ValueError(
                     f"{type(self).__name__}.batch_size: cannot set batch size {list(size)}: "
                     f"the value at "
-                    f"key {key!r} has shape {list(item.shape)}."
+                    f"key {key!r} has shape {list(shape)}."
                 )
         for key, item in self._data.items():
             if type(item) is NonTensorData:
@@ -114,6 +115,12 @@ class BatchMixin(ContainerMixin):
         return len(self._batch_size)
 
     def numel(self) -> int:
+        if -1 in self._batch_size:
+            raise ValueError(
+                f"{type(self).__name__}.numel: the batch size {list(self._batch_size)} has a "
+                f"ragged dim (-1), so it has no one number of elements; call "
+                f"to_padded_tensor() first."
+            )
         return self._batch_size.numel()
 
     def size(self, dim: int | None = None):
@@ -265,7 +272,9 @@ def _check_batch(container, batch_size: torch.Size, prefix: tuple) -> None:
         path = prefix + (key,)
         shown = path[0] if len(path) == 1 else path
         shape = item.batch_size if isinstance(item, (ContainerMixin, NonTensorData)) else None
-        if shape is None:
+        if isinstance(item, torch.Tensor):
+            shape = leaf_shape(item)
+        elif shape is None:
             shape = getattr(item, "shape", None)
         if shape is None:
             continue

@@ -1,30 +1,19 @@
-"""Top-level functions on containers: ``pad``, ``pad_sequence``, ``merge_tensordicts``,
-``cat`` and ``stack``.
+"""Top-level functions combining containers: ``merge_tensordicts``, ``cat`` and ``stack``.
+
+Padding (``pad``, ``pad_sequence``) lives in ``padding.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-
 from ..apply import rewrap
+from ..keys.nested import unravel_key
+from ..keys.writes import convert
 from ..math.leafwise import is_collection
 from ..torch_function import cat as _cat
 from ..torch_function import stack as _stack
-
-
-def pad(tensordict: Any, pad_size: Sequence[int], value: float = 0.0) -> Any:
-    """Pad the batch dims of ``tensordict`` with ``value`` (see ``TensorDict.pad``).
-
-    Example:
-        >>> td = TensorDict({"a": torch.ones(3, 4, 1)}, [3, 4])
-        >>> pad(td, [0, 1, 0, 2])["a"].shape
-        torch.Size([4, 6, 1])
-    """
-    return tensordict.pad(pad_size, value)
 
 
 def cat(items: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
@@ -49,106 +38,12 @@ def stack(items: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     return _stack(items, dim, out=out)
 
 
-def _pad_to(leaf: torch.Tensor, dim: int, length: int, value: float) -> torch.Tensor:
-    missing = length - leaf.shape[dim]
-    if not missing:
-        return leaf
-    flat = [0, 0] * (leaf.dim() - 1 - dim) + [0, missing]
-    return F.pad(leaf, flat, value=value)
-
-
-def _pad_views(views: list, pad_dim: int, value: float, masks: bool, api: str):
-    """Pad the leaves of ``views`` (TensorDicts with the same keys) to a common length and
-    stack them: ``(data, mask data)`` dicts."""
-    first = views[0]
-    data: dict = {}
-    mask_data: dict = {}
-    for key, value0 in first._data.items():
-        try:
-            values = [view._data[key] for view in views]
-        except KeyError:
-            raise KeyError(
-                f"{api}: every TensorDict must have the same keys; {key!r} is missing from one."
-            ) from None
-        if isinstance(value0, torch.Tensor):
-            dim = pad_dim if pad_dim >= 0 else value0.dim() + pad_dim
-            length = max(v.shape[dim] for v in values)
-            data[key] = torch.stack([_pad_to(v, dim, length, value) for v in values])
-            if masks:
-                mask_data[key] = torch.stack(
-                    [
-                        _pad_to(
-                            torch.ones(v.shape, dtype=torch.bool, device=v.device),
-                            dim,
-                            length,
-                            False,
-                        )
-                        for v in values
-                    ]
-                )
-        elif is_collection(value0):
-            inner = [v._to_tensordict_view() for v in values]
-            sub, sub_masks = _pad_views(inner, pad_dim, value, masks, api)
-            size = _stacked_size(inner, pad_dim)
-            data[key] = rewrap(value0, inner[0]._like(sub, size, None))
-            if masks:
-                mask_data[key] = inner[0]._like(sub_masks, size, None)
-        else:
-            data[key] = value0
-    return data, mask_data
-
-
-def _stacked_size(views: list, pad_dim: int) -> torch.Size:
-    sizes = [list(view._batch_size) for view in views]
-    size = sizes[0]
-    ndim = len(size)
-    if ndim and (0 <= pad_dim < ndim or -ndim <= pad_dim < 0):
-        size = list(size)
-        size[pad_dim] = max(s[pad_dim] for s in sizes)
-    return torch.Size([len(views), *size])
-
-
-def pad_sequence(
-    list_of_tensordicts: Sequence[Any],
-    pad_dim: int = 0,
-    padding_value: float = 0.0,
-    out: Any = None,
-    device: Any = None,
-    return_mask: bool | str | tuple = False,
-) -> Any:
-    """Pad the leaves of containers to a common length along ``pad_dim``, then stack them.
-
-    With ``return_mask``, a container of boolean masks of the valid (not padded) values
-    is written under ``"masks"`` (or the key given).
-
-    Example:
-        >>> tds = [TensorDict({"a": torch.ones(n, 8)}, []) for n in (3, 5)]
-        >>> out = pad_sequence(tds, return_mask=True)
-        >>> out["a"].shape, out["masks", "a"][0, :, 0].tolist()
-        (torch.Size([2, 5, 8]), [True, True, True, False, False])
-    """
-    api = "tdfunc.pad_sequence"
-    items = list(list_of_tensordicts)
-    if not items:
-        raise ValueError(f"{api}: expected a non-empty list of TensorDicts.")
-    views = [item._to_tensordict_view() for item in items]
-    data, mask_data = _pad_views(views, pad_dim, padding_value, bool(return_mask), api)
-    size = _stacked_size(views, pad_dim)
-    result = items[0]._like(data, size, None)
-    if return_mask:
-        key = "masks" if return_mask is True else return_mask
-        result.set(key, views[0]._like(mask_data, size, None))
-    if device is not None:
-        result = result.to(device)
-    if out is not None:
-        out.update(result)
-        return out
-    return result
-
-
 def merge_tensordicts(*tensordicts: Any, callback_exist: Callable | dict | None = None) -> Any:
-    """Merge containers; with ``callback_exist``, an entry present in every one of them is
-    ``callback_exist(*values)``, otherwise the first value wins.
+    """Merge containers into a new one of the first one's class.
+
+    An entry present in every one of them is ``callback_exist(*values)`` (with a dict,
+    the callable at that nested key, if any); otherwise the first value wins. Nested
+    containers are merged key by key.
 
     Example:
         >>> td0 = TensorDict({"a": {"b0": 0}, "common": 0})
@@ -159,12 +54,22 @@ def merge_tensordicts(*tensordicts: Any, callback_exist: Callable | dict | None 
     """
     if not tensordicts:
         raise ValueError("tdfunc.merge_tensordicts: expected at least one TensorDict.")
+    for position, td in enumerate(tensordicts):
+        if not is_collection(td):
+            raise TypeError(
+                f"tdfunc.merge_tensordicts: expected TensorDicts or TensorClasses, got "
+                f"{type(td).__name__} at position {position}."
+            )
+    if isinstance(callback_exist, Mapping):
+        callback_exist = {unravel_key(key): fn for key, fn in callback_exist.items()}
     views = [td._to_tensordict_view() for td in tensordicts]
-    data = _merge(views, callback_exist, ())
+    data = _merge(views, callback_exist, len(views), ())
     return tensordicts[0]._like(data)
 
 
-def _merge(views: list, callback: Any, prefix: tuple) -> dict:
+def _merge(views: list, callback: Any, total: int, prefix: tuple) -> dict:
+    """The merged data of one level; ``total`` is the number of merged containers, so a
+    callback runs only on an entry that every one of them holds."""
     keys: dict = {}
     for view in views:
         for key in view._data:
@@ -173,15 +78,15 @@ def _merge(views: list, callback: Any, prefix: tuple) -> dict:
     for key in keys:
         values = [view._data[key] for view in views if key in view._data]
         full = prefix + (key,)
-        if all(is_collection(v) for v in values) and len(values) > 1:
+        if len(values) > 1 and all(is_collection(v) for v in values):
             inner = [v._to_tensordict_view() for v in values]
-            data[key] = inner[0]._like(_merge(inner, callback, full))
+            data[key] = rewrap(values[0], inner[0]._like(_merge(inner, callback, total, full)))
             continue
-        fn = (
-            callback.get(full if len(full) > 1 else key) if isinstance(callback, dict) else callback
-        )
-        if fn is not None and len(values) == len(views):
-            data[key] = fn(*values)
-        else:
+        fn = callback.get(unravel_key(full)) if isinstance(callback, dict) else callback
+        if fn is None or len(values) < total:
             data[key] = values[0]
+            continue
+        # a callback's result is new data: validated as a write would be
+        holder = next(view for view in views if key in view._data)
+        data[key] = convert(holder, full, fn(*values), holder._batch_size, "merge_tensordicts")
     return data

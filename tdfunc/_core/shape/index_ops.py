@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ..apply import rewrap
 from ..math.leafwise import inplace_leaves, is_collection, keep_names, map_leaves, no_names
 from ..math.reductions import batch_dims
 from ..mixin import ContainerMixin
+from .padding import pad_container
 from .shape_ops import _become
 from .sizes import normalize_dim
 
@@ -385,41 +385,43 @@ class IndexOpsMixin(ContainerMixin):
         """
         return self.expand(shape)
 
-    def _atleast(self, n: int, function: Any):
-        ndim = len(self._batch_size)
-        if ndim >= n:  # as torch.atleast_*d returns its input
-            return self
-        new_size = function(_meta(self._batch_size)).shape
-        return map_leaves(
-            self, lambda t: t.reshape(new_size + t.shape[ndim:]), new_size, True, no_names
-        )
+    def _atleast(self, n: int):
+        # Leading dims of size 1, as tensordict documents (``[3]`` -> ``[1, 1, 3]``);
+        # torch.atleast_3d would give ``[1, 3, 1]`` for a tensor.
+        out = self
+        for _ in range(n - len(self._batch_size)):
+            out = out.unsqueeze(0)
+        return out
 
     def atleast_1d(self):
-        """A view with at least 1 batch dim (``torch.atleast_1d`` on the batch shape).
+        """At least 1 batch dim: ``self`` if it has one, else a leading dim of size 1.
 
         Example:
             >>> TensorDict({"a": torch.zeros(3)}, []).atleast_1d()["a"].shape
             torch.Size([1, 3])
         """
-        return self._atleast(1, torch.atleast_1d)
+        return self._atleast(1)
 
     def atleast_2d(self):
-        """A view with at least 2 batch dims (``torch.atleast_2d`` on the batch shape).
+        """At least 2 batch dims: ``self`` if it has them, else leading dims of size 1.
 
         Example:
             >>> TensorDict({"a": torch.zeros(2, 3)}, [2]).atleast_2d().batch_size
             torch.Size([1, 2])
         """
-        return self._atleast(2, torch.atleast_2d)
+        return self._atleast(2)
 
     def atleast_3d(self):
-        """A view with at least 3 batch dims (``torch.atleast_3d`` on the batch shape).
+        """At least 3 batch dims: ``self`` if it has them, else leading dims of size 1.
+
+        Unlike ``torch.atleast_3d`` on a tensor (``[3]`` -> ``[1, 3, 1]``), the new
+        dims always lead, so the existing batch dims stay last, in order.
 
         Example:
             >>> TensorDict({"a": torch.zeros(2, 3)}, [2]).atleast_3d().batch_size
-            torch.Size([1, 2, 1])
+            torch.Size([1, 1, 2])
         """
-        return self._atleast(3, torch.atleast_3d)
+        return self._atleast(3)
 
     def pad(
         self,
@@ -431,40 +433,18 @@ class IndexOpsMixin(ContainerMixin):
     ):
         """Pad the batch dims with ``value``: ``(dim0_left, dim0_right, dim1_left, ...)``.
 
-        Negative sizes crop. ``safe=True`` checks the new batch size before any
-        leaf is padded; either way nothing is changed when a leaf fails
-        (``inplace=True`` swaps the padded leaves in at the end).
+        Negative sizes crop. Non-tensor entries hold ``None`` in the new slots. With
+        ``inplace=True`` the container (and its nested containers and
+        ``NonTensorStack`` entries) keeps its identity. The new batch size is checked
+        before any leaf is padded, and nothing changes when a leaf fails, whatever
+        ``safe`` says (it is accepted for compatibility).
 
         Example:
             >>> td = TensorDict({"a": torch.ones(3, 4, 1)}, [3, 4])
             >>> td.pad([0, 1, 0, 2]).batch_size
             torch.Size([4, 6])
         """
-        ndim = len(self._batch_size)
-        pad_size = list(pad_size)
-        if len(pad_size) % 2 or len(pad_size) > 2 * ndim:
-            raise RuntimeError(  # RuntimeError, as torch.nn.functional.pad
-                f"TensorDict.pad: pad_size must have an even length of at most {2 * ndim} "
-                f"(two per batch dim), got {pad_size}."
-            )
-        pairs = [tuple(pad_size[i : i + 2]) for i in range(0, len(pad_size), 2)]
-        size = list(self._batch_size)
-        for d, (left, right) in enumerate(pairs):
-            size[d] += left + right
-        if safe and any(s < 0 for s in size):
-            raise RuntimeError(
-                f"TensorDict.pad: padding the batch size {list(self._batch_size)} by "
-                f"{pad_size} gives a negative output size {size}."
-            )
-
-        def op(t: _Tensor) -> _Tensor:
-            flat: list[int] = []
-            for d in reversed(range(t.dim())):
-                flat.extend(pairs[d] if d < len(pairs) else (0, 0))
-            return F.pad(t, flat, value=value)
-
-        result = map_leaves(self, op, torch.Size(size), True, keep_names)
-        return _become(self, result, "pad") if inplace else result
+        return pad_container(self, pad_size, value, inplace)
 
     # ------------------------------------------------------------------ splitting
     def tensor_split(self, indices_or_sections: Any, dim: int = 0):

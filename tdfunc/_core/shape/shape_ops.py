@@ -24,6 +24,7 @@ from ..mixin import is_tensor_collection as _collection
 from ..nontensor import NonTensorData, write_at
 from .indexing import Take, plan, prepare
 from .pieces import split_leaf, take_contents
+from .ragged import resolve_ragged
 from .sizes import (
     BatchSizeMismatchError,
     DimOutOfRangeError,
@@ -31,6 +32,7 @@ from .sizes import (
     expand_ellipsis,
     index_batch_size,
     normalize_dim,
+    refuse_ragged_dim,
     resolve_shape,
 )
 
@@ -82,6 +84,12 @@ class ShapeOpsMixin(ContainerMixin):
             if not size:
                 raise IndexError("TensorDict: cannot slice a TensorDict with batch_size=[].")
             return index, _simple_index_size(size, (index,))
+        if kind is list and any(isinstance(item, str) for item in index):
+            raise TypeError(
+                f"TensorDict: indexing with a list of keys ({index!r}) is not supported: a list "
+                f"indexes the batch dims, as for a tensor. Hint: td.select(*keys) gives the "
+                f"sub-TensorDict of those keys; [td[key] for key in keys] gives their values."
+            )
         if kind is not tuple:
             index = (index,)
         elif str in map(type, index):
@@ -121,6 +129,8 @@ class ShapeOpsMixin(ContainerMixin):
         names = self._names
         if names is not None:
             names = _index_names(names, leaf_index, len(new_size))
+        if -1 in new_size:  # ragged: the indexed leaves may be dense now
+            new_size = resolve_ragged(new_size, data)
         return self._like(data, new_size, names)
 
     def _set_at_index(self, index, value: Any) -> None:
@@ -423,6 +433,12 @@ class ShapeOpsMixin(ContainerMixin):
         if not keys:
             return tuple(self._like({}, size, names) for size in sizes)
         like = self._like
+        if any(-1 in size for size in sizes):  # ragged: each piece's leaves tell its size
+            return tuple(
+                like(data, resolve_ragged(size, data), names)
+                for values, size in zip(zip(*pieces_by_key.values()), sizes)
+                for data in (dict(zip(keys, values)),)
+            )
         return tuple(
             like(dict(zip(keys, values)), size, names)
             for values, size in zip(zip(*pieces_by_key.values()), sizes)
@@ -432,6 +448,7 @@ class ShapeOpsMixin(ContainerMixin):
         """The slices along batch dim ``dim``, sharing storage."""
         ndim = len(self._batch_size)
         dim = normalize_dim(dim, ndim, f"{type(self).__name__}.unbind")
+        refuse_ragged_dim(self._batch_size, dim, f"{type(self).__name__}.unbind")
         size = self._batch_size
         new_size = size[:dim] + size[dim + 1 :]
         pieces = {key: value.unbind(dim) for key, value in self._data.items()}
@@ -444,6 +461,7 @@ class ShapeOpsMixin(ContainerMixin):
         """Split along batch dim ``dim`` into pieces of ``split_size`` (int or list)."""
         ndim = len(self._batch_size)
         dim = normalize_dim(dim, ndim, f"{type(self).__name__}.split")
+        refuse_ragged_dim(self._batch_size, dim, f"{type(self).__name__}.split")
         size = self._batch_size[dim]
         if isinstance(split_size, int):
             if split_size <= 0:
@@ -468,6 +486,7 @@ class ShapeOpsMixin(ContainerMixin):
         """Split along batch dim ``dim`` into ``chunks`` pieces (like ``torch.chunk``)."""
         ndim = len(self._batch_size)
         dim = normalize_dim(dim, ndim, f"{type(self).__name__}.chunk")
+        refuse_ragged_dim(self._batch_size, dim, f"{type(self).__name__}.chunk")
         size = self._batch_size[dim]
         if chunks <= 0:
             raise ValueError(f"{type(self).__name__}.chunk: chunks must be positive, got {chunks}.")

@@ -72,9 +72,14 @@ def size_info(batch_size) -> tuple[torch.Size, int, int, int]:
 
 
 def _check_non_negative(size: torch.Size, api: str) -> None:
-    for s in size:
-        if s < 0:
-            raise ValueError(f"{api}: batch_size must not be negative, got {list(size)}.")
+    # -1 marks a ragged dim: nested tensors whose components differ in length there.
+    # The first dim counts the components, so it is never ragged.
+    for dim, s in enumerate(size):
+        if s < -1 or (s == -1 and dim == 0):
+            raise ValueError(
+                f"{api}: batch_size must not be negative, got {list(size)} (-1 marks a "
+                f"ragged dim of nested tensors, after the first dim)."
+            )
 
 
 def _size_type_error(batch_size, api: str) -> TypeError:
@@ -82,6 +87,30 @@ def _size_type_error(batch_size, api: str) -> TypeError:
         f"{api}: batch_size must be a sequence of ints (e.g. [3, 4]), got "
         f"{type(batch_size).__name__} {batch_size!r}."
     )
+
+
+def leaf_shape(value: torch.Tensor) -> torch.Size:
+    """``value.shape``, with ``-1`` at the ragged dims of a nested tensor."""
+    if not value.is_nested:
+        return value.shape
+    shape = []
+    for dim in range(value.dim()):
+        try:
+            size = value.size(dim)
+        except RuntimeError:  # a strided nested tensor has no size at a ragged dim
+            size = -1
+        shape.append(size if type(size) is int else -1)  # jagged: a symbolic nested int
+    return torch.Size(shape)
+
+
+def refuse_ragged_dim(size: torch.Size, dim: int, api: str) -> None:
+    """A clear error for an op along a ragged batch dim (its length is not one number)."""
+    if size[dim] == -1:
+        raise ValueError(
+            f"{api}: batch dim {dim} of the batch size {list(size)} is ragged (-1): its "
+            f"length differs between the nested tensors' components. Call "
+            f"to_padded_tensor() first for a dense batch."
+        )
 
 
 class BatchSizeMismatchError(ValueError, RuntimeError):
@@ -108,6 +137,32 @@ def normalize_dim(dim: int, ndim: int, api: str) -> int:
             f"(expected a value in [{-ndim}, {ndim - 1}])."
         )
     return dim + ndim if dim < 0 else dim
+
+
+def pad_plan(batch_size: torch.Size, pad_size, api: str) -> tuple[list, torch.Size]:
+    """The ``(left, right)`` pairs of ``pad_size`` (first batch dim first) and the new size.
+
+    ``pad_size`` reads ``(dim0_left, dim0_right, dim1_left, ...)``; negative sizes crop.
+    A malformed ``pad_size`` or a negative output size is the ``RuntimeError``
+    ``torch.nn.functional.pad`` raises.
+    """
+    pad_size = [int(p) for p in pad_size]
+    ndim = len(batch_size)
+    if len(pad_size) % 2 or len(pad_size) > 2 * ndim:
+        raise RuntimeError(
+            f"{api}: pad_size must have an even length of at most {2 * ndim} (two per batch "
+            f"dim), got {pad_size}."
+        )
+    pairs = [(pad_size[i], pad_size[i + 1]) for i in range(0, len(pad_size), 2)]
+    size = list(batch_size)
+    for d, (left, right) in enumerate(pairs):
+        size[d] += left + right
+    if any(s < 0 for s in size):
+        raise RuntimeError(
+            f"{api}: padding the batch size {list(batch_size)} by {pad_size} gives a "
+            f"negative output size {size}."
+        )
+    return pairs, torch.Size(size)
 
 
 def resolve_shape(batch_size: torch.Size, shape, api: str = "reshape") -> torch.Size:

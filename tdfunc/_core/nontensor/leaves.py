@@ -1,49 +1,33 @@
-"""Non-tensor leaves: Python objects carried along a batch.
-
-``NonTensorData`` holds one Python value shared by every element of its batch.
-``NonTensorStack`` holds one value per batch element (``.data`` is a nested list
-with the shape of the batch); it appears when containers with different values
-are stacked, when a value is written at an index, and, as in tensordict, when
-``expand``, ``unsqueeze``, ``repeat`` or ``repeat_interleave`` lays a
-``NonTensorData`` over a new batch: each element then references the same value
-(no copies). Operations that only rearrange or select elements (``reshape``,
-``view``, ``permute``, ``transpose``, ``flatten``, indexing, ``squeeze``,
-``unbind``, ``split``, ``chunk``) keep one ``NonTensorData``. Reading either from a
-``TensorDict`` returns the Python value (a nested list for a stack).
-
-Both are treated as immutable by tdfunc: writes replace the leaf object.
-"""
+"""The two non-tensor leaf classes and the functions that build them from object arrays."""
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
 import torch
 
-from . import options
-from .class_names import lookup_class
-from .keys.nested import MISSING, key_parts
-from .shape.sizes import checked_names, index_batch_size, normalize_dim, resolve_shape
+from .. import options
+from ..class_names import lookup_class
+from ..shape.sizes import checked_names, index_batch_size, normalize_dim, pad_plan, resolve_shape
+from .saving import _Saving
+from .values import (
+    _check_nested,
+    _copy_nested,
+    _dims,
+    _equal,
+    _filled,
+    _flat_shape,
+    _is_basic,
+    _meta,
+    _nested_list,
+    _positions,
+    _size_of,
+    take,
+)
 
 
-def _size_of(shape) -> torch.Size:
-    return shape if type(shape) is torch.Size else torch.Size(shape)
-
-
-def _dims(dims: tuple) -> tuple:
-    if len(dims) == 1 and isinstance(dims[0], (list, tuple, torch.Size)):
-        return tuple(dims[0])
-    return dims
-
-
-def _meta(batch_size: torch.Size) -> torch.Tensor:
-    """A data-free stand-in with the batch shape, for torch's own shape rules."""
-    return torch.empty(batch_size, device="meta")
-
-
-class NonTensorData:
+class NonTensorData(_Saving):
     """One Python value shared by every element of a batch.
 
     ``expand``, ``unsqueeze``, ``repeat`` and ``repeat_interleave`` give a
@@ -129,6 +113,13 @@ class NonTensorData:
                 f"use update_(...) or update(..., inplace=True) to change its value in place."
             )
         if isinstance(other, NonTensorData):
+            if type(other) is NonTensorStack and type(self) is NonTensorData:
+                raise ValueError(
+                    f"NonTensorData.update: Cannot update a NonTensorDataBase object with a "
+                    f"NonTensorStack: a NonTensorData holds one value for its whole batch. "
+                    f"Hint: leaf.maybe_to_stack().update(stack) (a NonTensorStack of batch "
+                    f"size {list(self.batch_size)})."
+                )
             value = other._value()
         elif hasattr(other, "keys") and "data" in other:
             value = other["data"]
@@ -145,15 +136,99 @@ class NonTensorData:
         return self
 
     def _set_value(self, value: Any) -> None:
-        """Replace the value in place (a memory-mapped leaf writes it to its file too)."""
+        """Replace the value in place (a memory-mapped leaf writes it to its file too).
+
+        An element read from a ``NonTensorStack`` (``stack[0]``, ``stack[:, 1]``) writes
+        its new value into the stack as well.
+        """
+        view = self.__dict__.get("_view_of")
+        if view is not None:
+            if self._is_memmaped_from_above():
+                # tensordict's rule (and its words): the stack owns the file
+                raise RuntimeError(
+                    f"{type(self).__name__}: Cannot update a leaf NonTensorDataBase from a "
+                    "memmaped parent NonTensorStack. This value was read from a "
+                    "memory-mapped stack; write through the stack instead: "
+                    "stack[index] = value (or stack.update_(...))."
+                )
+            parent, index = view
+            parent[index] = type(self)._make(value, self.batch_size, self.device)
         self.data = value
         write_back = self.__dict__.get("_write_back")
         if write_back is not None:
             write_back(value)
 
+    def _refresh(self) -> None:
+        """An element read from a stack takes the stack's current values (before a write)."""
+        view = self.__dict__.get("_view_of")
+        if view is not None:
+            parent, index = view
+            parent._refresh()
+            self.data = parent._element(index).data
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """Write ``value`` (a value, a list or a non-tensor leaf) at ``index``, in place.
+
+        A ``NonTensorData`` holds one value for its whole batch: a write that would
+        leave different values in it is a ``TypeError`` (use a ``NonTensorStack``).
+
+        Example:
+            >>> stack = NonTensorStack("a", "b")
+            >>> stack[0][...] = "c"  # stack[0] is an element of the stack: writes reach it
+            >>> stack.tolist()
+            ['c', 'b']
+        """
+        self._refresh()
+        new = write_at(self, index, value)
+        if type(self) is NonTensorData and type(new) is not NonTensorData:
+            values = new._array().reshape(-1)
+            if not all(_equal(v, values[0]) for v in values[1:]):
+                raise TypeError(
+                    f"NonTensorData.__setitem__: a NonTensorData holds one value for its whole "
+                    f"batch {list(self.batch_size)}; writing {value!r} at {index!r} would leave "
+                    f"different values in it. Hint: convert it first, e.g. "
+                    f"leaf = NonTensorStack.from_list(leaf.tolist())."
+                )
+            new = NonTensorData._make(values[0], self.batch_size, self.device)
+        self._set_value(new.data)
+
+    def __getstate__(self) -> Any:
+        # an element of a stack pickles as a plain leaf: its stack stays behind
+        state = dict(self.__dict__)
+        state.pop("_view_of", None)
+        slots = {
+            name: getattr(self, name)
+            for name in ("_names", "batch_size", "data", "device")
+            if hasattr(self, name)
+        }
+        return state or None, slots
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the value (a function stored as non-tensor data), as tensordict does."""
         return self.data(*args, **kwargs)
+
+    def update_at_(self, value: Any, index: Any, clone: bool = False) -> NonTensorData:
+        """Write ``value`` at ``index`` in place (``self[index] = value``); returns self.
+
+        Example:
+            >>> NonTensorStack("a", "b").update_at_("c", 1).tolist()
+            ['a', 'c']
+        """
+        self[index] = value
+        return self
+
+    def maybe_to_stack(self) -> NonTensorData:
+        """This leaf as a ``NonTensorStack`` (one value per element); a stack, or a leaf
+        without batch dims, is returned as it is.
+
+        Example:
+            >>> NonTensorData("a", batch_size=[2]).maybe_to_stack().tolist()
+            ['a', 'a']
+        """
+        if type(self) is NonTensorStack or not self.batch_size:
+            return self
+        size = self.batch_size
+        return NonTensorStack._make(_filled(self.data, tuple(size)), size, self.device)
 
     def update_(self, other: Any, *, non_blocking: bool = False, **kw):
         """:meth:`update` in place: allowed while a locked container holds the leaf."""
@@ -273,6 +348,46 @@ class NonTensorData:
         mine = np.broadcast_to(self._array(), tuple(size))
         theirs = np.broadcast_to(as_array(other, size), tuple(size))
         return self._from(np.where(np.broadcast_to(mask, tuple(size)), mine, theirs))
+
+    def pad(self, pad_size, value: Any = None, *, inplace: bool = False, safe: bool = True):
+        """Pad the batch dims as ``TensorDict.pad`` does; the new elements hold ``None``.
+
+        A Python value has no numeric fill: ``value`` (the fill of tensor leaves) is not
+        used. Negative sizes crop. Padding a ``NonTensorData`` gives a ``NonTensorStack``,
+        so ``inplace=True`` keeps the identity of a stack (or of a crop) and refuses
+        otherwise. ``safe`` is accepted for compatibility: the new batch size is always
+        checked before anything changes.
+
+        Example:
+            >>> NonTensorStack("a", "b").pad([1, 1]).tolist()
+            [None, 'a', 'b', None]
+        """
+        api = f"{type(self).__name__}.pad"
+        pairs, size = pad_plan(self.batch_size, pad_size, api)
+        if inplace and not any(p for pair in pairs for p in pair):
+            return self
+        new = padded(self, pairs, size)
+        if not inplace:
+            return new
+        if type(new) is not type(self):
+            raise RuntimeError(
+                f"{api}: inplace=True cannot preserve the identity of a NonTensorData when "
+                f"padding adds elements: the result is a NonTensorStack (the value, then None). "
+                f"Use inplace=False and store the result."
+            )
+        self._check_resizable(api)
+        self.data, self.batch_size = new.data, new.batch_size
+        return self
+
+    def _check_resizable(self, api: str) -> None:
+        """Refuse an in-place change of batch size that a holder of this leaf relies on."""
+        if self._is_locked:
+            raise RuntimeError(f"{api}: this leaf belongs to a locked container.")
+        if "_view_of" in self.__dict__ or self._is_memmap:
+            raise RuntimeError(
+                f"{api}: this leaf is an element of another stack or is memory-mapped, and "
+                f"keeps its batch size; use inplace=False and store the result."
+            )
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -402,6 +517,16 @@ class NonTensorStack(NonTensorData):
         return NonTensorStack._make(_copy_nested(self.data), _size_of(batch_size), self.device)
 
     def __getitem__(self, index) -> NonTensorData:
+        """The elements at ``index``; with ints, slices, ``None``, ``...`` and bools (each
+        element once, as a tensor view), writes to the result reach this stack."""
+        out = self._element(index)
+        if _is_basic(index):
+            out._view_of = (self, index)
+            if self._is_locked:
+                out._is_locked = True
+        return out
+
+    def _element(self, index) -> NonTensorData:
         return self._from(take(self._array(), index))
 
     def reshape(self, *shape) -> NonTensorData:
@@ -433,10 +558,6 @@ class NonTensorStack(NonTensorData):
     def flatten(self, start_dim: int | None = 0, end_dim: int | None = -1) -> NonTensorData:
         target = _flat_shape(self.batch_size, start_dim, end_dim)
         return self._from(self._array().reshape(tuple(target)))
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        """Write ``value`` (a value, a list or a non-tensor leaf) at ``index``, in place."""
-        self._set_value(write_at(self, index, value).data)
 
     def unflatten(self, dim: int, sizes) -> NonTensorData:
         target = _meta(self.batch_size).unflatten(dim, sizes).shape
@@ -473,143 +594,29 @@ class NonTensorStack(NonTensorData):
         )
 
 
-class LinkedList(list):
-    """The list that reading a ``NonTensorStack`` entry returns; item writes reach the stack.
-
-    Writing an item (``td["a"][0] = "x"``) writes it into the stack the list was read
-    from; a change of length (``append``, ``extend``, ...) cannot, so it detaches
-    the list (``_td()`` is then None) and changes only the list.
-
-    Example:
-        >>> td = TensorDict({"a": NonTensorStack("foo", "bar")}, [2])
-        >>> td["a"][0] = "baz"
-        >>> td["a"]
-        LinkedList(['baz', 'bar'])
-    """
-
-    __slots__ = ("_ref",)
-
-    def __init__(self, stack: NonTensorData) -> None:
-        super().__init__(stack.data)
-        self._ref: Any = weakref.ref(stack)
-
-    def _td(self) -> NonTensorData | None:
-        """The stack this list writes to, or None once detached."""
-        return None if self._ref is None else self._ref()
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        before = len(self)
-        list.__setitem__(self, index, value)
-        stack = self._td()
-        if stack is None:
-            return
-        if len(self) != before:  # a slice write that changed the length: the stack cannot
-            self._ref = None
-            return
-        stack._set_value(list(self))
-
-    def _detached(name: str):
-        method = getattr(list, name)
-
-        def detach(self, *args: Any, **kwargs: Any) -> Any:
-            self._ref = None
-            return method(self, *args, **kwargs)
-
-        detach.__name__ = name
-        detach.__doc__ = f"``list.{name}``; the list no longer writes to the stack after it."
-        return detach
-
-    append = _detached("append")
-    extend = _detached("extend")
-    insert = _detached("insert")
-    pop = _detached("pop")
-    remove = _detached("remove")
-    clear = _detached("clear")
-    __delitem__ = _detached("__delitem__")
-    __iadd__ = _detached("__iadd__")
-    __imul__ = _detached("__imul__")
-    del _detached
-
-    def __repr__(self) -> str:
-        return f"LinkedList({list.__repr__(self)})"
-
-    __str__ = __repr__
-
-    def __reduce__(self) -> Any:  # pickles as the plain list it holds
-        return list, (list(self),)
-
-
-# ---------------------------------------------------------------------- helpers
-def _flat_shape(batch_size: torch.Size, start_dim: int | None, end_dim: int | None):
-    start = 0 if start_dim is None else start_dim
-    end = -1 if end_dim is None else end_dim
-    return _meta(batch_size).flatten(start, end).shape
-
-
-def _equal(left: Any, right: Any) -> bool:
-    try:
-        return bool(left == right)
-    except Exception:  # values whose == is not a bool (arrays, tensors, ...)
-        return left is right
-
-
-def _check_nested(data: Any, shape: tuple) -> None:
-    if not shape:
-        return
-    if not isinstance(data, list) or len(data) != shape[0]:
-        raise ValueError(
-            f"NonTensorStack: data must be a nested list of shape {list(shape)}; got "
-            f"{type(data).__name__} of length {len(data) if isinstance(data, list) else '-'}."
-        )
-    for item in data:
-        _check_nested(item, shape[1:])
-
-
-def _filled(value: Any, shape: tuple) -> list:
-    """A nested list of ``shape`` whose items all reference ``value`` (distinct inner lists)."""
-    if len(shape) == 1:
-        return [value] * shape[0]
-    return [_filled(value, shape[1:]) for _ in range(shape[0])]
-
-
-def _copy_nested(data: Any) -> Any:
-    return [_copy_nested(item) for item in data] if isinstance(data, list) else data
-
-
-def _nested_list(array: np.ndarray) -> Any:
-    if array.ndim == 0:
-        return array[()]
-    if array.ndim == 1:
-        return list(array)
-    return [_nested_list(sub) for sub in array]
-
-
-def _numpy_index(index: Any) -> Any:
-    if isinstance(index, torch.Tensor):
-        return index.cpu().numpy()
-    if type(index) is tuple:
-        return tuple(_numpy_index(item) for item in index)
-    return index
-
-
-def _positions(shape: tuple, index: Any) -> np.ndarray:
-    """Flat positions that ``index`` selects in an array of ``shape`` (always an array)."""
-    return np.asarray(np.arange(int(np.prod(shape))).reshape(shape)[_numpy_index(index)])
-
-
-def take(array: np.ndarray, index: Any) -> np.ndarray:
-    """``array[index]`` for an object array, always as an array (0-d for one element)."""
-    positions = _positions(array.shape, index)
-    out = np.empty(positions.shape, dtype=object)
-    out.reshape(-1)[:] = array.reshape(-1)[positions.reshape(-1)]
-    return out
-
-
+# ---------------------------------------------------------------------- builders
 def from_array(array: np.ndarray, device) -> NonTensorData:
     """A leaf for an object array: a ``NonTensorData`` when 0-d, else a ``NonTensorStack``."""
     if array.ndim == 0:
         return NonTensorData._make(array[()], torch.Size(), device)
     return NonTensorStack._make(_nested_list(array), torch.Size(array.shape), device)
+
+
+def padded(leaf: NonTensorData, pairs: list, size: torch.Size) -> NonTensorData:
+    """``leaf`` with its leading batch dims padded by ``pairs`` to ``size``: the values
+    where they were, ``None`` in the new slots; negative sizes crop."""
+    if all(left == 0 and right == 0 for left, right in pairs):
+        return leaf._with(size)  # a new leaf: the result never shares a stack with the input
+    if type(leaf) is NonTensorData and all(left <= 0 and right <= 0 for left, right in pairs):
+        return leaf._with(size)  # a crop keeps one value
+    array = leaf._array()
+    starts = [max(left, 0) for left, _ in pairs]
+    kept = array[
+        tuple(slice(max(-lo, 0), n - max(-hi, 0)) for (lo, hi), n in zip(pairs, array.shape))
+    ]
+    out = np.full(tuple(size), None, dtype=object)
+    out[tuple(slice(s, s + k) for s, k in zip(starts, kept.shape))] = kept
+    return from_array(out, leaf.device)
 
 
 def as_array(leaf: NonTensorData | Any, batch_size: torch.Size) -> np.ndarray:
@@ -633,20 +640,6 @@ def write_at(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
     flat = array.reshape(-1)
     flat[positions.reshape(-1)] = np.broadcast_to(source, positions.shape).reshape(-1)
     return from_array(array, leaf.device)
-
-
-def eq_mask(leaf: NonTensorData, other: Any) -> torch.Tensor:
-    """Element-wise ``leaf == other`` as a bool tensor of the batch shape."""
-    size = leaf.batch_size
-    if type(leaf) is NonTensorData and type(other) is not NonTensorStack:
-        value = other.data if isinstance(other, NonTensorData) else other
-        return torch.full(size, _equal(leaf.data, value), dtype=torch.bool)
-    left = leaf._array()
-    right = as_array(other, size)
-    out = np.empty(left.shape, dtype=bool)
-    for position in np.ndindex(*left.shape):
-        out[position] = _equal(left[position], right[position])
-    return torch.from_numpy(out)
 
 
 def stack_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
@@ -673,71 +666,3 @@ def cat_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
         size[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
         return NonTensorData._make(first.data, torch.Size(size), first.device)
     return from_array(np.concatenate([leaf._array() for leaf in leaves], axis=dim), first.device)
-
-
-def is_non_tensor(value: Any) -> bool:
-    """True for a non-tensor leaf (``NonTensorData`` or ``NonTensorStack``).
-
-    Example:
-        >>> is_non_tensor(NonTensorData("a")), is_non_tensor(torch.zeros(()))
-        (True, False)
-    """
-    return isinstance(value, NonTensorData)
-
-
-# ---------------------------------------------------------------------- container API
-class NonTensorMixin:
-    """``set_non_tensor`` / ``get_non_tensor`` / ``is_non_tensor`` / ``non_tensor_items``.
-
-    Reads state only through ``get``, ``_iter_items`` and ``_write`` of the
-    container, so a TensorClass can take it as it is.
-
-    Example:
-        >>> td = TensorDict({}, [2]).set_non_tensor(("nested", "label"), "cat")
-        >>> td.get_non_tensor(("nested", "label")), td["nested", "label"]
-        ('cat', 'cat')
-        >>> td.get(("nested", "label")).data
-        'cat'
-    """
-
-    __slots__ = ()
-
-    def set_non_tensor(self, key, value: Any):
-        """Store ``value`` (numbers too) as non-tensor data at ``key``; returns self."""
-        if not isinstance(value, NonTensorData):
-            value = NonTensorData._make(value, torch.Size(), None)
-        self._write(((key, value),), False, False, "set_non_tensor")  # type: ignore[attr-defined]
-        return self
-
-    def get_non_tensor(self, key, default: Any = MISSING) -> Any:
-        """The Python value of the non-tensor entry at ``key`` (other entries as they are)."""
-        value = self._get_nested(key_parts(key, "get_non_tensor"))  # type: ignore[attr-defined]
-        if value is MISSING:
-            if default is MISSING:
-                raise self._missing(key, "get_non_tensor")  # type: ignore[attr-defined]
-            return default
-        return value._value() if isinstance(value, NonTensorData) else value
-
-    def is_non_tensor(self, key) -> bool:
-        """Whether the entry stored at ``key`` is non-tensor data (``KeyError`` if missing)."""
-        value = self._get_nested(key_parts(key, "is_non_tensor"))  # type: ignore[attr-defined]
-        if value is MISSING:
-            raise self._missing(key, "is_non_tensor")  # type: ignore[attr-defined]
-        return isinstance(value, NonTensorData)
-
-    def non_tensor_items(self, include_nested: bool = False) -> tuple:
-        """``(key, NonTensorData)`` pairs of the non-tensor entries."""
-        return tuple(
-            (key, value)
-            for key, value in self._iter_items((), include_nested, True)  # type: ignore[attr-defined]
-            if isinstance(value, NonTensorData)
-        )
-
-
-def stack_of_list(value: list, batch_size: torch.Size, device) -> NonTensorStack | None:
-    """A ``NonTensorStack`` for a list shaped like ``batch_size`` (tensordict's rule), or None."""
-    try:
-        _check_nested(value, tuple(batch_size))
-    except ValueError:
-        return None
-    return NonTensorStack._make(_copy_nested(value), batch_size, device)
