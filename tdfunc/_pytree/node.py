@@ -38,7 +38,7 @@ from torch._C import _functorch
 from .._core.class_names import ALIASES, class_name, lookup_class
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
-from .rebuild import _ALL_TENSORS, _FEW, _TENSOR_TYPES, _tensor_shape, unflatten
+from .rebuild import _FEW, _TENSOR_TYPES, _tensor_shape, unflatten
 from .symbolic import _FAKE, _get_mode, concrete, fake_tracing, symbolic
 
 NAMESPACE = "tdfunc"
@@ -49,6 +49,7 @@ _NON_TENSOR_KINDS = {"data": NonTensorData, "stack": NonTensorStack}
 _new = object.__new__
 _NOTHING: tuple = ()
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
+_ALL_TENSORS: dict[int, tuple] = {}  # width -> (True,) * width, shared by every context
 # Contexts of earlier flattens, by what identifies a level besides its shapes: (class,
 # keys, batch size, device, names, functorch level, depth below the container
 # flattened). An entry is reused when the shapes (and, for a level with nested
@@ -375,10 +376,7 @@ def flatten_node(container) -> tuple[list, NodeContext]:
 
 def _flatten_tensordict(container) -> tuple[list, NodeContext]:
     """:func:`flatten_node` for TensorDict classes (the container is its own view)."""
-    if _dynamo_compiling() or _get_mode(_FAKE) is not None:
-        return _flatten_view(container, type(container))
-    leaves: list = []  # _flatten_view's common case, one frame less
-    return leaves, _inline(container, type(container), leaves, _current_level(), _CONTEXTS)
+    return _flatten_view(container, type(container))
 
 
 def flatten_shallow(container) -> tuple[list, NodeContext]:

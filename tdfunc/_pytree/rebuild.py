@@ -68,7 +68,6 @@ _SCALAR = torch.Size([])
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
 # a level of children of these classes takes the one-pass path
 _TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
-_ALL_TENSORS: dict[int, tuple] = {}  # width -> (True,) * width, shared by every context
 
 
 # ---------------------------------------------------------------- batch size
@@ -300,9 +299,7 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, traced
         return _rebuild_nested(leaves, start, context, check, traced)
     end = start + context.width
     children = leaves if not start and end == len(leaves) else leaves[start:end]
-    kinds = context.tensor_children
-    # the tuple every all-tensor level built by flatten shares, else a look at each kind
-    if kinds is _ALL_TENSORS.get(context.width) or False not in kinds:
+    if False not in context.tensor_children:
         recorded = context.batch_size
         features = context.feature_shapes
         batch_size = None
