@@ -502,18 +502,19 @@ class ModuleSwapMixin:
         if use_state_dict:
             return load_through_state_dict(self, module)
         # TensorDict slot; TensorClass property (its TensorDict's dict)
-        entry = _LAST  # read once: another thread may swap another module meanwhile
-        if not _is_compiling() and entry[0]() is module and module is not None:
-            # swap_mapping's common case, one frame less: the module swapped last, its
-            # most recent plan
-            plan = entry[1][0]
-            if plan.tie:
-                try:
-                    record = plan.swap(self._data, plan)
-                except _MISMATCH:
-                    pass
-                else:
-                    handle = _new(self._swap_handle)
-                    handle._rec = record
-                    return handle
+        if not _is_compiling():  # (dynamo never reads the module swapped last)
+            entry = _LAST  # read once: another thread may swap another module meanwhile
+            if entry[0]() is module and module is not None:
+                # swap_mapping's common case, one frame less: the module swapped last,
+                # its most recent plan
+                plan = entry[1][0]
+                if plan.tie:
+                    try:
+                        record = plan.swap(self._data, plan)
+                    except _MISMATCH:
+                        pass
+                    else:
+                        handle = _new(self._swap_handle)
+                        handle._rec = record
+                        return handle
         return swap_mapping(self._data, module, self._swap_handle)
