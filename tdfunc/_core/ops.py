@@ -35,6 +35,7 @@ from .math.arith import ArithmeticMixin
 from .math.tensor_like import TensorLikeMixin
 from .nontensor import NonTensorMixin
 from .shape.batch import BatchMixin
+from .shape.combine import CombineMixin
 from .shape.ragged import RaggedMixin
 from .shape.shape_ops import ShapeOpsMixin
 from .torch_function import TorchFunctionMixin
@@ -53,6 +54,7 @@ class TensorOps(
     NonTensorMixin,
     ContextMixin,
     EntriesMixin,
+    CombineMixin,
     AttrsMixin,
 ):
     """The core methods of ``TensorDict`` and ``TensorClass`` (add new core mixins here)."""

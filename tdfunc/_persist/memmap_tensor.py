@@ -29,6 +29,14 @@ from typing import Any
 import torch
 
 from .._core.convert.consolidate import file_backed_consolidation
+from .nested import (
+    component_sizes,
+    like_shape,
+    nested_flat,
+    nested_numel,
+    nested_view,
+    shape_sizes,
+)
 from .sharing import geometry, mapped_inode, open_identified, read_maps
 
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
@@ -128,9 +136,20 @@ def check_file(
 
 
 def map_file(
-    path: str, dtype: torch.dtype, shape, st: os.stat_result | None = None, api: str = ""
+    path: str,
+    dtype: torch.dtype,
+    shape,
+    st: os.stat_result | None = None,
+    api: str = "",
+    sizes: list | None = None,
 ) -> MemoryMappedTensor:
-    """Map ``path`` as a tensor of ``dtype`` and ``shape`` (size checked unless ``st`` given)."""
+    """Map ``path`` as a tensor of ``dtype`` and ``shape`` (size checked unless ``st`` given).
+
+    With ``sizes`` (component shapes) the file holds the components of a nested tensor
+    back to back, and the result is that nested tensor (``shape`` is ignored).
+    """
+    if sizes is not None:
+        shape = (nested_numel(sizes),)
     if type(shape) is not torch.Size:
         shape = torch.Size(shape)
     numel = shape.numel()
@@ -143,7 +162,10 @@ def map_file(
             follow_symlinks=True,
         )
     if numel == 0:
-        return _wrap(torch.empty(shape, dtype=dtype), path, (st.st_dev, st.st_ino))
+        base = torch.empty(shape, dtype=dtype)
+        if sizes is not None:
+            base = nested_view(base, "strided", sizes)
+        return _wrap(base, path, (st.st_dev, st.st_ino))
     try:
         base = torch.from_file(path, shared=True, size=numel, dtype=dtype)
     except RuntimeError:
@@ -151,7 +173,9 @@ def map_file(
             raise
         # a read-only file: a private (copy-on-write) mapping still reads it
         base = torch.from_file(path, shared=False, size=numel, dtype=dtype)
-    if len(shape) != 1:
+    if sizes is not None:
+        base = nested_view(base, "strided", sizes)
+    elif len(shape) != 1:
         base = base.view(shape)
     return _wrap(base, path, (st.st_dev, st.st_ino))
 
@@ -233,7 +257,8 @@ class MemoryMappedTensor(torch.Tensor):
     ):
         """``MemoryMappedTensor(source, ...)``, as in tensordict: dispatches on ``source``.
 
-        A tensor is copied to ``filename`` (a temporary file if omitted), a path
+        A tensor (or values ``torch.as_tensor`` reads: a nested list of numbers, a
+        numpy array) is copied to ``filename`` (a temporary file if omitted), a path
         or ``filename=`` is mapped (``dtype`` and ``shape`` needed), a storage
         goes to :meth:`from_storage` and ``handler=`` to :meth:`from_handler`.
         ``index`` then selects a view.
@@ -243,6 +268,10 @@ class MemoryMappedTensor(torch.Tensor):
             return cls.from_handler(handler, dtype, shape, index=index)
         if isinstance(source, (torch.UntypedStorage, torch.TypedStorage)):
             return cls.from_storage(source, dtype=dtype, shape=shape, index=index)
+        if isinstance(source, (list, tuple, int, float, bool, complex)) or (
+            type(source).__module__ == "numpy"
+        ):
+            source = torch.as_tensor(source)  # values, as torch.as_tensor reads them
         if isinstance(source, torch.Tensor):
             out = cls.from_tensor(source, filename=filename, shape=shape)
         elif isinstance(source, (str, os.PathLike)) or (source is None and filename is not None):
@@ -298,6 +327,12 @@ class MemoryMappedTensor(torch.Tensor):
     def _is_whole_file(self) -> bool:
         """Whether this tensor's bytes, in order, are the whole mapping (not a view of part of
         it, not a transposed or strided view)."""
+        if self.is_nested:
+            return (
+                int(self._nested_tensor_storage_offsets()[0]) == 0
+                and self.numel() * self.element_size() == self.untyped_storage().nbytes()
+                and self.is_contiguous()
+            )
         return (
             self.storage_offset() == 0
             and self.nbytes == self.untyped_storage().nbytes()
@@ -332,6 +367,9 @@ class MemoryMappedTensor(torch.Tensor):
                 file reads as zeros (it is allocated sparse).
             shape: the shape of the result, when ``input`` must be broadcast.
 
+        A nested tensor is stored as its components back to back and comes back as a
+        nested tensor over the file.
+
         Example:
             >>> t = MemoryMappedTensor.from_tensor(torch.ones(2))
             >>> MemoryMappedTensor.from_tensor(t) is t
@@ -351,6 +389,10 @@ class MemoryMappedTensor(torch.Tensor):
                 f"MemoryMappedTensor.from_tensor: expected a torch.Tensor, got "
                 f"{type(input).__name__}. Convert it first (torch.as_tensor)."
             )
+        sizes = None
+        if input.is_nested:
+            sizes = component_sizes(input, shape, "from_tensor")
+            input, shape = nested_flat(input), None
         shape = input.shape if shape is None else _size_arg((shape,), "from_tensor")
         if copy_data and input.shape != shape:
             try:
@@ -367,7 +409,7 @@ class MemoryMappedTensor(torch.Tensor):
             else:
                 allocate_file(fd, nbytes_of(shape, input.dtype))
 
-        return _create(filename, existsok, input.dtype, shape, fill, "from_tensor")
+        return _create(filename, existsok, input.dtype, shape, fill, "from_tensor", sizes)
 
     @classmethod
     def empty(
@@ -380,6 +422,9 @@ class MemoryMappedTensor(torch.Tensor):
         existsok=False,
     ):
         """A new file of ``size`` (or ``shape=``) and ``dtype``; allocated sparse, it reads as 0.
+
+        A 2-D integer tensor as the shape (one row per component) gives a nested tensor
+        of those component shapes (``zeros``, ``ones`` and ``full`` too).
 
         Example:
             >>> MemoryMappedTensor.empty(2, 3, dtype=torch.int64).sum().item()
@@ -415,18 +460,18 @@ class MemoryMappedTensor(torch.Tensor):
 
     @classmethod
     def empty_like(cls, input: torch.Tensor, *, filename=None, existsok=False):
-        return cls.empty(input.shape, dtype=input.dtype, filename=filename, existsok=existsok)
+        return cls.empty(like_shape(input), dtype=input.dtype, filename=filename, existsok=existsok)
 
     zeros_like = empty_like
 
     @classmethod
     def ones_like(cls, input: torch.Tensor, *, filename=None, existsok=False):
-        return cls.ones(input.shape, dtype=input.dtype, filename=filename, existsok=existsok)
+        return cls.ones(like_shape(input), dtype=input.dtype, filename=filename, existsok=existsok)
 
     @classmethod
     def full_like(cls, input: torch.Tensor, fill_value, *, filename=None, existsok=False):
         return cls.full(
-            input.shape,
+            like_shape(input),
             fill_value=fill_value,
             dtype=input.dtype,
             filename=filename,
@@ -438,14 +483,17 @@ class MemoryMappedTensor(torch.Tensor):
         """Map an existing file as a tensor of ``dtype`` and ``shape`` (then ``[index]``).
 
         The file must hold at least the bytes the shape needs (a shorter file is
-        a ``ValueError``, never a crash); a longer one is mapped from its start.
+        a ``ValueError``, never a crash); a longer one is mapped from its start. A 2-D
+        integer tensor as ``shape`` (one row per component) maps the file as a nested
+        tensor whose components lie back to back.
         """
         if not isinstance(dtype, torch.dtype):
             raise TypeError(
                 f"MemoryMappedTensor.from_filename: dtype must be a torch.dtype, got {dtype!r}."
             )
-        shape = _size_arg((shape,), "from_filename")
-        out = map_file(os.path.abspath(os.fspath(filename)), dtype, shape)
+        sizes = shape_sizes(shape, "from_filename")
+        shape = _size_arg((shape,), "from_filename") if sizes is None else None
+        out = map_file(os.path.abspath(os.fspath(filename)), dtype, shape, sizes=sizes)
         return out if index is None else out[index]
 
     @classmethod
@@ -470,6 +518,9 @@ class MemoryMappedTensor(torch.Tensor):
     ) -> MemoryMappedTensor:
         """A memory-mapped tensor over a file-backed storage (``UntypedStorage.from_file``).
 
+        ``shape`` may be a 2-D integer tensor (one row per component): the result is then
+        the nested tensor whose components lie back to back in the storage.
+
         Example:
             >>> t = MemoryMappedTensor.from_tensor(torch.arange(6))
             >>> out = MemoryMappedTensor.from_storage(t.untyped_storage(), torch.int64, (2, 3))
@@ -489,6 +540,9 @@ class MemoryMappedTensor(torch.Tensor):
         dtype = torch.get_default_dtype() if dtype is None else dtype
         if shape is None:
             shape = (storage.nbytes() // dtype.itemsize,)
+        sizes = shape_sizes(shape, "from_storage")
+        if sizes is not None:
+            shape = (nested_numel(sizes),)
         shape = _size_arg((shape,), "from_storage")
         if nbytes_of(shape, dtype) > storage.nbytes():
             raise ValueError(
@@ -496,6 +550,8 @@ class MemoryMappedTensor(torch.Tensor):
                 f"{nbytes_of(shape, dtype)} bytes, but the storage holds {storage.nbytes()}."
             )
         base = torch.empty((0,), dtype=dtype).set_(storage, 0, shape)
+        if sizes is not None:
+            base = nested_view(base, "strided", sizes)
         st = os.stat(path)
         out = torch.Tensor._make_subclass(MemoryMappedTensor, base, False)
         out._filename = os.path.abspath(os.fspath(path))
@@ -616,7 +672,9 @@ def _new_file(api, size, shape, dtype, fill_value, filename, existsok) -> Memory
     ``fill_value`` is converted before the file is created (a bad value leaves no
     file); a value whose bytes are not all zero (``-0.0``: its sign bit) is written.
     """
-    shape = _size_arg(_shape_or_size(size, shape, api), api)
+    size = _shape_or_size(size, shape, api)
+    sizes = shape_sizes(size[0], api) if len(size) == 1 else None
+    shape = _size_arg(size, api) if sizes is None else torch.Size([nested_numel(sizes)])
     dtype = torch.get_default_dtype() if dtype is None else dtype
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"MemoryMappedTensor.{api}: dtype must be a torch.dtype, got {dtype!r}.")
@@ -638,14 +696,16 @@ def _new_file(api, size, shape, dtype, fill_value, filename, existsok) -> Memory
         else:
             write_file(fd, path, value, shape)
 
-    return _create(filename, existsok, dtype, shape, fill, api)
+    return _create(filename, existsok, dtype, shape, fill, api, sizes)
 
 
 def _same_file(a: str, b) -> bool:
     return os.path.realpath(a) == os.path.realpath(os.fspath(b))
 
 
-def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMappedTensor:
+def _create(
+    filename, existsok: bool, dtype, shape, fill, api: str, sizes: list | None = None
+) -> MemoryMappedTensor:
     """Create a file through ``fill(fd, path)`` at a fresh name, then move it into place.
 
     Every check that can fail runs before the file exists, and a failure after
@@ -682,7 +742,7 @@ def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMap
         with contextlib.suppress(FileNotFoundError):
             os.unlink(work)
         raise
-    return map_file(final, dtype, shape, st)
+    return map_file(final, dtype, shape, st, sizes=sizes)
 
 
 def _rebuild(filename: str, geometry: tuple, inode: tuple) -> MemoryMappedTensor:
@@ -701,7 +761,23 @@ def _reduce_for_process(tensor: MemoryMappedTensor):
     identity of the file it maps; the receiver checks that identity (raising
     ``StaleFileError`` for a file replaced or deleted since) before it maps.
     """
+    if tensor.is_nested:
+        # the flat mapping travels, with the components' place in it
+        storage = tensor.untyped_storage()
+        flat = torch.empty((0,), dtype=tensor.dtype)
+        flat.set_(storage, 0, (storage.nbytes() // tensor.element_size(),))
+        layout = (
+            tensor._nested_tensor_size(),
+            tensor._nested_tensor_strides(),
+            tensor._nested_tensor_storage_offsets(),
+        )
+        return _rebuild_nested, (tensor._filename, geometry(flat), tensor._inode, layout)
     return _rebuild, (tensor._filename, geometry(tensor), tensor._inode)
+
+
+def _rebuild_nested(filename: str, geometry: tuple, inode: tuple, layout: tuple):
+    flat = _rebuild(filename, geometry, inode).as_subclass(torch.Tensor)
+    return _wrap(torch._nested_view_from_buffer(flat, *layout), filename, tuple(inode))
 
 
 ForkingPickler.register(MemoryMappedTensor, _reduce_for_process)
