@@ -257,8 +257,8 @@ class MemoryMappedTensor(torch.Tensor):
     ):
         """``MemoryMappedTensor(source, ...)``, as in tensordict: dispatches on ``source``.
 
-        A tensor (or values ``torch.as_tensor`` reads: a nested list of numbers, a
-        numpy array) is copied to ``filename`` (a temporary file if omitted), a path
+        A tensor (or what ``torch.as_tensor`` reads: a nested list of numbers, a numpy
+        array) is copied to ``filename`` (a temporary file if omitted), a path
         or ``filename=`` is mapped (``dtype`` and ``shape`` needed), a storage
         goes to :meth:`from_storage` and ``handler=`` to :meth:`from_handler`.
         ``index`` then selects a view.
@@ -268,9 +268,7 @@ class MemoryMappedTensor(torch.Tensor):
             return cls.from_handler(handler, dtype, shape, index=index)
         if isinstance(source, (torch.UntypedStorage, torch.TypedStorage)):
             return cls.from_storage(source, dtype=dtype, shape=shape, index=index)
-        if isinstance(source, (list, tuple, int, float, bool, complex)) or (
-            type(source).__module__ == "numpy"
-        ):
+        if isinstance(source, (list, tuple)) or type(source).__module__ == "numpy":
             source = torch.as_tensor(source)  # values, as torch.as_tensor reads them
         if isinstance(source, torch.Tensor):
             out = cls.from_tensor(source, filename=filename, shape=shape)
