@@ -30,11 +30,13 @@ from .attrs import AttrsMixin
 from .context import ContextMixin
 from .convert.entries import EntriesMixin
 from .keys.access import AccessMixin
+from .keys.at_index import AtIndexMixin
 from .keys.views import KeyViewsMixin
 from .math.arith import ArithmeticMixin
 from .math.tensor_like import TensorLikeMixin
 from .nontensor import NonTensorMixin
 from .shape.batch import BatchMixin
+from .shape.item import ItemMixin
 from .shape.ragged import RaggedMixin
 from .shape.shape_ops import ShapeOpsMixin
 from .torch_function import TorchFunctionMixin
@@ -43,7 +45,9 @@ from .torch_function import TorchFunctionMixin
 class TensorOps(
     BatchMixin,
     AccessMixin,
+    AtIndexMixin,
     KeyViewsMixin,
+    ItemMixin,
     ShapeOpsMixin,
     RaggedMixin,
     TensorLikeMixin,
