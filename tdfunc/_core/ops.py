@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from .apply import ApplyMixin
 from .attrs import AttrsMixin
+from .casts import CastsMixin
 from .context import ContextMixin
 from .convert.entries import EntriesMixin
 from .keys.access import AccessMixin
@@ -53,6 +54,7 @@ class TensorOps(
     TensorLikeMixin,
     ArithmeticMixin,
     ApplyMixin,
+    CastsMixin,
     TorchFunctionMixin,
     NonTensorMixin,
     ContextMixin,
