@@ -29,7 +29,7 @@ from .format import DTYPES, META, decode_object, open_meta, same_meta
 from .leaf import LEAF_LOADERS
 from .memmap_tensor import check_file, map_file, nbytes_of
 from .nested import nested_numel, nested_view
-from .save import remember_path
+from .saved_paths import remember_path
 from .write_back import bind
 
 _ATTEMPTS = 5

@@ -6,6 +6,7 @@
 - ``writes.py``: the write engine (validation, conversion, atomic writes);
 - ``update.py``: keyword forms of writes (``update(clone=, keys_to_update=, ...)``);
 - ``fastpath.py``: the hot paths of get/set/``in``/pop for keys of any depth;
+- ``at_index.py``: ``AtIndexMixin`` (``get_at``, ``set_at_``, ``update_at_``, ``copy_at_``);
 - ``views.py``: ``KeyViewsMixin`` (``select``, ``exclude``, ``flatten_keys``, ``to_dict``);
 - ``state_dict.py``: ``state_dict`` / ``load_state_dict`` in ``nn.Module``'s convention.
 
