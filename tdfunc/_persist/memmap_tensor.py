@@ -14,21 +14,22 @@ a file crashes the process with ``SIGBUS`` on first access.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import math
 import os
-import pickle
-import shutil
-import stat
-import tempfile
 import uuid
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
 
-from .._core.convert.consolidate import file_backed_consolidation
+from .files import (
+    _bytes_of,
+    allocate_file,
+    check_file,
+    create_file,
+    nbytes_of,
+    temp_path,
+    write_file,
+)
 from .nested import (
     component_sizes,
     like_shape,
@@ -37,102 +38,6 @@ from .nested import (
     nested_view,
     shape_sizes,
 )
-from .sharing import geometry, mapped_inode, open_identified, read_maps
-
-_CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-_CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
-_WRITE_BLOCK = 1 << 30  # one os.write call writes at most ~2 GiB on Linux
-_COPY_BLOCK = 8 << 20  # a non-contiguous tensor is written through buffers of this size
-
-
-# ---------------------------------------------------------------------------- files
-def nbytes_of(shape, dtype: torch.dtype) -> int:
-    return math.prod(shape) * dtype.itemsize
-
-
-def create_file(path: str) -> int:
-    """Create ``path`` (which must not exist) and return a read-write descriptor."""
-    return os.open(path, _CREATE_FLAGS, 0o644)
-
-
-def _bytes_of(tensor: torch.Tensor):
-    """A zero-copy byte view (numpy) of a contiguous CPU tensor."""
-    return tensor.reshape(-1).view(torch.uint8).numpy()
-
-
-def _write_all(fd: int, buffer) -> None:
-    view = memoryview(buffer).cast("B")
-    offset = 0
-    while offset < len(view):
-        offset += os.write(fd, view[offset : offset + _WRITE_BLOCK])
-
-
-def plain_cpu(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` detached, on the CPU, with its conjugate/negative bits resolved."""
-    tensor = tensor.detach()
-    if tensor.device.type != "cpu":
-        tensor = tensor.to("cpu")
-    if tensor.is_conj():
-        tensor = tensor.resolve_conj()
-    if tensor.is_neg():
-        tensor = tensor.resolve_neg()
-    return tensor
-
-
-def write_file(fd: int, path: str, tensor: torch.Tensor, shape=None) -> None:
-    """Write the content of ``tensor`` (broadcast to ``shape``) to the empty file ``fd``.
-
-    Everything goes through ``os.write`` (no copy for a contiguous tensor, the
-    GIL released); others (expanded, transposed) are made contiguous a block
-    at a time, so a broadcast dataset is never materialised in memory. Never
-    through a mapping: on a full disk, a write into a mapped sparse file kills
-    the process with ``SIGBUS``, where ``write`` raises ``OSError(ENOSPC)``.
-    """
-    tensor = plain_cpu(tensor)
-    shape = tensor.shape if shape is None else torch.Size(shape)
-    if nbytes_of(shape, tensor.dtype) == 0:
-        return
-    if tensor.shape != shape:
-        tensor = tensor.expand(shape)
-    _write_blocks(fd, tensor)
-
-
-def _write_blocks(fd: int, tensor: torch.Tensor) -> None:
-    if tensor.is_contiguous() or tensor.ndim == 0 or tensor.nbytes <= _COPY_BLOCK:
-        _write_all(fd, _bytes_of(tensor.contiguous()))
-        return
-    rows = max(1, _COPY_BLOCK // max(1, tensor[0].nbytes))
-    for start in range(0, tensor.shape[0], rows):
-        _write_blocks(fd, tensor[start : start + rows] if rows > 1 else tensor[start])
-
-
-def allocate_file(fd: int, nbytes: int) -> None:
-    """Give the file its size without writing: a sparse file that reads as zeros."""
-    if nbytes:
-        os.ftruncate(fd, nbytes)
-
-
-def check_file(
-    path: str, nbytes: int, api: str, *, exact: bool = True, follow_symlinks: bool = False
-) -> os.stat_result:
-    """``stat`` a data file; a clear error unless it is a regular file of the right size.
-
-    Loading refuses symbolic links (``follow_symlinks=False``): a file listed in
-    ``meta.json`` must be inside the saved directory.
-    """
-    st = os.stat(path, follow_symlinks=follow_symlinks)
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(
-            f"{api}: {path} is not a regular file (a symbolic link, a directory or a device); "
-            f"refusing to map it."
-        )
-    if st.st_size < nbytes or (exact and st.st_size != nbytes):
-        raise ValueError(
-            f"{api}: data file {path} holds {st.st_size} bytes, but its metadata needs "
-            f"{nbytes} bytes: the file is truncated or corrupt (an interrupted copy?). "
-            f"Save the data again."
-        )
-    return st
 
 
 def map_file(
@@ -185,28 +90,6 @@ def _wrap(tensor: torch.Tensor, path: str, inode: tuple) -> MemoryMappedTensor:
     out._filename = path
     out._inode = inode
     return out
-
-
-# ---------------------------------------------------------------------------- temp location
-_TEMP: dict[str, Any] = {"dir": None, "pid": None}
-
-
-def temp_dir() -> str:
-    """A directory for memory-mapped data saved without a prefix (removed at exit)."""
-    if _TEMP["dir"] is None or _TEMP["pid"] != os.getpid():
-        _TEMP["dir"] = tempfile.mkdtemp(prefix="tdfunc-memmap-")
-        _TEMP["pid"] = os.getpid()
-        atexit.register(_remove_temp_dir, _TEMP["dir"], _TEMP["pid"])
-    return _TEMP["dir"]
-
-
-def _remove_temp_dir(path: str, pid: int) -> None:
-    if os.getpid() == pid:  # a forked child must not remove its parent's data
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def temp_path() -> str:
-    return os.path.join(temp_dir(), uuid.uuid4().hex + ".memmap")
 
 
 # ---------------------------------------------------------------------------- the class
@@ -569,7 +452,7 @@ class MemoryMappedTensor(torch.Tensor):
 
     def __reduce_ex__(self, protocol):
         # pickle / torch.save store the values as a plain tensor; processes started by
-        # multiprocessing get the file itself (see _reduce_for_process below).
+        # multiprocessing get the file itself (see to_process.py).
         return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
 
 
@@ -741,97 +624,3 @@ def _create(
             os.unlink(work)
         raise
     return map_file(final, dtype, shape, st, sizes=sizes)
-
-
-def _rebuild(filename: str, geometry: tuple, inode: tuple) -> MemoryMappedTensor:
-    """The receiving side of :func:`_reduce_for_process`: the same view of the same file."""
-    nbytes, dtype, size = geometry[:3]
-    if not nbytes:  # nothing mapped (an empty tensor): no file to open
-        return _wrap(torch.empty(size, dtype=dtype), filename, tuple(inode))
-    tensor = open_identified(filename, *geometry, inode, "MemoryMappedTensor")
-    return _wrap(tensor, filename, tuple(inode))
-
-
-def _reduce_for_process(tensor: MemoryMappedTensor):
-    """multiprocessing (queues, pools, ``torch.multiprocessing``): the file, not the values.
-
-    The view's place in the file travels (storage size, offset, strides) with the
-    identity of the file it maps; the receiver checks that identity (raising
-    ``StaleFileError`` for a file replaced or deleted since) before it maps.
-    """
-    if tensor.is_nested:
-        # the flat mapping travels, with the components' place in it
-        storage = tensor.untyped_storage()
-        flat = torch.empty((0,), dtype=tensor.dtype)
-        flat.set_(storage, 0, (storage.nbytes() // tensor.element_size(),))
-        layout = (
-            tensor._nested_tensor_size(),
-            tensor._nested_tensor_strides(),
-            tensor._nested_tensor_storage_offsets(),
-        )
-        return _rebuild_nested, (tensor._filename, geometry(flat), tensor._inode, layout)
-    return _rebuild, (tensor._filename, geometry(tensor), tensor._inode)
-
-
-def _rebuild_nested(filename: str, geometry: tuple, inode: tuple, layout: tuple):
-    flat = _rebuild(filename, geometry, inode).as_subclass(torch.Tensor)
-    return _wrap(torch._nested_view_from_buffer(flat, *layout), filename, tuple(inode))
-
-
-ForkingPickler.register(MemoryMappedTensor, _reduce_for_process)
-
-
-def _as_file_view(tensor: torch.Tensor, maps: list | None) -> MemoryMappedTensor:
-    """A plain tensor over a file mapping (``UntypedStorage.from_file``, a ``consolidate``d
-    file) as the ``MemoryMappedTensor`` view it is, naming the file it maps."""
-    filename = tensor.untyped_storage().filename
-    mapped = mapped_inode(tensor.untyped_storage().data_ptr(), maps)
-    if mapped is None:  # mapping unknown (not Linux): the file at the name now
-        try:
-            st = os.stat(filename)
-        except OSError:
-            mapped = (-1, -1)  # the receiver will say the file is gone
-        else:
-            mapped = (st.st_dev, st.st_ino)
-    return _wrap(tensor, os.path.abspath(filename), mapped)
-
-
-def reduce_collection_for_process(container: Any) -> tuple:
-    """multiprocessing pickling of a ``TensorDict``: file-backed leaves go by file.
-
-    torch's own pickling of a plain tensor over a file mapping fails (``EBADF``,
-    "file_descriptor" strategy) or, worse, moves the *sender's* storage to shared
-    memory ("file_system" strategy): the sender's later writes silently stop
-    reaching its file. Such leaves are sent as ``MemoryMappedTensor`` views
-    instead (file name, identity, offset and strides). Other leaves, and plain
-    ``pickle``, are unchanged.
-    """
-    if file_backed_consolidation(container):
-        # its leaves go by file (below), not as a copy of the consolidated storage
-        reduced = object.__reduce_ex__(container, pickle.HIGHEST_PROTOCOL)
-    else:
-        reduced = container.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
-    state = reduced[2] if len(reduced) > 2 else None
-    slots = state[1] if type(state) is tuple and len(state) == 2 else None
-    data = slots.get("_data") if type(slots) is dict else None
-    if type(data) is not dict:
-        return reduced
-    maps: list | bool | None = False
-    shipped = dict(data)
-    for key, value in data.items():
-        if (
-            type(value) is torch.Tensor
-            and value.device.type == "cpu"
-            and value.untyped_storage().filename is not None
-        ):
-            if maps is False:
-                maps = read_maps()
-            shipped[key] = _as_file_view(value, maps)  # type: ignore[arg-type]
-    changed = len(shipped) and any(shipped[k] is not data[k] for k in data)
-    if changed or "_consolidation" in slots:
-        # the receiver maps each leaf's file itself: its leaves no longer share one
-        # storage, so it is not consolidated (and the storage is not sent).
-        slots = {k: v for k, v in slots.items() if k != "_consolidation"}
-        slots["_data"] = shipped
-        reduced = (*reduced[:2], (state[0], slots), *reduced[3:])
-    return reduced

@@ -44,6 +44,7 @@ from .._core.nontensor import NonTensorData, NonTensorStack
 from .directory import Directory, is_doomed, is_ours, remove_in_background, worker_pool
 from .directory import wait_for_cleanup as wait_for_cleanup
 from .filenames import encode_key
+from .files import allocate_file, nbytes_of, write_file
 from .format import (
     FORMAT,
     MAX_DEPTH,
@@ -60,14 +61,7 @@ from .format import (
     read_meta,
     write_meta,
 )
-from .memmap_tensor import (
-    MemmapFileExistsError,
-    MemoryMappedTensor,
-    allocate_file,
-    map_file,
-    nbytes_of,
-    write_file,
-)
+from .memmap_tensor import MemmapFileExistsError, MemoryMappedTensor, map_file
 from .nested import nested_flat, nested_numel, nested_parts, nested_view, packed_buffer
 from .saved_paths import remember_path
 from .write_back import bind
