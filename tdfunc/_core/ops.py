@@ -32,6 +32,7 @@ from .context import ContextMixin
 from .convert.entries import EntriesMixin
 from .keys.access import AccessMixin
 from .keys.at_index import AtIndexMixin
+from .keys.locking import LockingMixin
 from .keys.views import KeyViewsMixin
 from .math.arith import ArithmeticMixin
 from .math.tensor_like import TensorLikeMixin
@@ -48,6 +49,7 @@ class TensorOps(
     BatchMixin,
     AccessMixin,
     AtIndexMixin,
+    LockingMixin,
     KeyViewsMixin,
     ItemMixin,
     ShapeOpsMixin,
