@@ -64,7 +64,7 @@ from ._modules.module_swap import ModuleSwapMixin
 from ._modules.swap_handle import SwapHandle
 from ._persist import MemoryMappedTensor as MemoryMappedTensor
 from ._persist import PersistMixin
-from ._persist.memmap_tensor import reduce_collection_for_process
+from ._persist.to_process import reduce_collection_for_process
 from ._pytree.dims import dims_like as dims_like
 from ._pytree.node import register as register_pytree_node
 from ._tensorclass.tensorclass import TensorClassCore, _Meta, decorate

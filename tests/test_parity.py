@@ -42,10 +42,7 @@ _PLUMBING = {
 }
 
 # TensorDict names a TensorClass does not have, and why.
-MISSING_ON_TENSORCLASS = {
-    # a constructor from keys; a TensorClass is built from its declared fields
-    "fromkeys": "TensorDict constructor",
-}
+MISSING_ON_TENSORCLASS: dict[str, str] = {}
 
 # Names a TensorClass defines itself, and why; the signature must still match
 # unless listed in SIGNATURE_DIFFERS.
@@ -240,6 +237,10 @@ CASES: dict[str, tuple[Callable, str]] = {
     "update_at_": (lambda o: o.update_at_({"reward": torch.zeros(3)}, 0)["reward"], "sample"),
     "copy_at_": (lambda o: o.copy_at_(o[0] * 0, 1), "sample"),
     "from_dict": (lambda o: type(o).from_dict(o.to_dict(), batch_size=[4, 3]), "sample"),
+    "fromkeys": (lambda o: type(o).fromkeys(["obs", "reward"], torch.ones(4, 3), [4]), "sample"),
+    "stack": (lambda o: type(o).stack([o, o * 2], 1), "sample"),
+    "cat": (lambda o: type(o).cat([o, o * 2], 0), "sample"),
+    "maybe_dense_stack": (lambda o: type(o).maybe_dense_stack([o, o]), "sample"),
     "from_any": (lambda o: type(o).from_any(o.to_dict(), batch_size=[4, 3]), "sample"),
     "from_list": (
         lambda o: type(o).from_list([o[i].to_dict() for i in range(4)], batch_size=[4, 3]),

@@ -5,7 +5,8 @@
 - ``ops.py``: ``TensorOps``, the core mixins put together;
 - ``keys/``, ``shape/``, ``math/``, ``convert/``: keys and access, shapes and indexing,
   leafwise math, conversions; ``apply.py``, ``torch_function.py``, ``context.py``,
-  ``frozen.py``, ``nontensor.py``, ``repr.py``, ``class_names.py``: one concern each.
+  ``casts.py``, ``frozen.py``, ``repr.py``, ``class_names.py``: one concern each;
+  ``nontensor/``: the non-tensor leaves (``NonTensorData``, ``NonTensorStack``).
 
 The public classes are composed above this package (``tdfunc/_assembly.py``); a
 mixin that needs "a plain TensorDict" asks ``self._plain_tensordict()``.

@@ -18,7 +18,7 @@ only once every entry has been checked.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -30,9 +30,6 @@ from .keys.writes import build_fast, items_of
 from .mixin import is_tensor_collection
 from .ops import TensorOps
 from .shape.sizes import SIZE_CACHE, as_size, size_info
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor
@@ -148,19 +145,6 @@ class TensorDictCore(TensorOps):
 
     # Rebuild after a pytree transform (``_pytree_rebuild.py``): trusted, like _new_unsafe.
     _from_pytree = _new_unsafe
-
-    @classmethod
-    def fromkeys(cls, keys, value: Any = 0, batch_size=None, device=None) -> Self:
-        """A TensorDict with every key in ``keys`` holding ``value`` (tensors are cloned).
-
-        Example:
-            >>> TensorDict.fromkeys(["a", ("nested", "e")], 0)["nested", "e"]
-            tensor(0)
-        """
-        out = cls({}, batch_size=batch_size, device=device)
-        items = [(k, value.clone() if isinstance(value, _Tensor) else value) for k in keys]
-        out._write(items, False, True, "fromkeys")
-        return out
 
     __hash__ = None  # type: ignore[assignment]
 

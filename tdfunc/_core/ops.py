@@ -27,14 +27,19 @@ from __future__ import annotations
 
 from .apply import ApplyMixin
 from .attrs import AttrsMixin
+from .casts import CastsMixin
 from .context import ContextMixin
 from .convert.entries import EntriesMixin
 from .keys.access import AccessMixin
+from .keys.at_index import AtIndexMixin
+from .keys.locking import LockingMixin
 from .keys.views import KeyViewsMixin
 from .math.arith import ArithmeticMixin
 from .math.tensor_like import TensorLikeMixin
 from .nontensor import NonTensorMixin
 from .shape.batch import BatchMixin
+from .shape.combine import CombineMixin
+from .shape.item import ItemMixin
 from .shape.ragged import RaggedMixin
 from .shape.shape_ops import ShapeOpsMixin
 from .torch_function import TorchFunctionMixin
@@ -43,16 +48,21 @@ from .torch_function import TorchFunctionMixin
 class TensorOps(
     BatchMixin,
     AccessMixin,
+    AtIndexMixin,
+    LockingMixin,
     KeyViewsMixin,
+    ItemMixin,
     ShapeOpsMixin,
     RaggedMixin,
     TensorLikeMixin,
     ArithmeticMixin,
     ApplyMixin,
+    CastsMixin,
     TorchFunctionMixin,
     NonTensorMixin,
     ContextMixin,
     EntriesMixin,
+    CombineMixin,
     AttrsMixin,
 ):
     """The core methods of ``TensorDict`` and ``TensorClass`` (add new core mixins here)."""

@@ -4,7 +4,13 @@
 - ``save.py`` / ``load.py``: writing and reading a checkpoint (commit by rename);
 - ``directory.py``: the directory a save owns (never touching files it did not write);
 - ``format.py``: ``meta.json`` (versioned, bounded, validated); ``filenames.py``: key -> file name;
-- ``memmap_tensor.py``: ``MemoryMappedTensor``; ``schema.py``: ``from_schema`` (preallocation).
+- ``memmap_tensor.py``: ``MemoryMappedTensor``; ``files.py``: its files (fresh names, size
+  checks, ``write()``); ``to_process.py``: sending files, not values, to other processes;
+- ``schema.py``: ``from_schema`` (preallocation);
+- ``nested.py``: nested tensors stored as their components; ``leaf.py``: a non-tensor leaf
+  saved on its own; ``tensordict_layout.py``: tensordict's on-disk layout, both ways;
+- ``saved_paths.py``: which directory a container mirrors; ``write_back.py``,
+  ``sharing.py``, ``make.py``: in-place writes reaching files, file identity, ``make_memmap``.
 
 May import: ``tdfunc._core`` (classes are found by their stable names in
 ``_core/class_names.py``, never imported).

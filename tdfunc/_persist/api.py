@@ -1,8 +1,8 @@
 """Memory-mapped persistence: ``memmap``, ``memmap_``, ``memmap_like``, ``load_memmap``, ...
 
 The methods of ``TensorDict`` defined here are thin: the format lives in
-:mod:`tdfunc._persist_format` (and key encoding in :mod:`tdfunc._persist_keys`),
-writing in :mod:`tdfunc._persist_save`, reading in :mod:`tdfunc._persist_load`.
+:mod:`tdfunc._persist.format` (and key encoding in :mod:`tdfunc._persist.filenames`),
+writing in :mod:`tdfunc._persist.save`, reading in :mod:`tdfunc._persist.load`.
 The methods serve ``TensorDict`` and every ``TensorClass`` (through
 :class:`~tdfunc._core.ops.TensorOps`); the class of each level is recorded on
 disk, so a saved TensorClass loads back as its class.
@@ -29,6 +29,7 @@ from .leaf import load_leaf, lock, memmap_leaf
 from .make import MakeMemmapMixin
 from .memmap_tensor import MemoryMappedTensor
 from .nested import nested_buffer
+from .saved_paths import remember_path, saved_path_of
 from .schema import SchemaMixin
 from .tensordict_layout import (
     is_tensordict_layout,
@@ -174,7 +175,7 @@ def load_collection(
     if is_tensordict_layout(directory):  # written by tensordict: read its layout
         loaded = read_tensordict_layout(directory, api, device)
         if out is None:
-            _persist_save.remember_path(loaded, directory)
+            remember_path(loaded, directory)
             return lock(loaded)
     else:
         with _gc_paused():
@@ -191,7 +192,7 @@ def load_collection(
         if locked:
             out.unlock_()
         _persist_load.load_into(out, loaded)
-        _persist_save.remember_path(out, os.path.abspath(os.fspath(prefix)))
+        remember_path(out, os.path.abspath(os.fspath(prefix)))
         if locked:
             out.lock_()
         return out
@@ -562,11 +563,11 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
     @property
     def saved_path(self) -> str | None:
         """The directory this container was saved to or loaded from, else ``None``."""
-        path = _persist_save.saved_path_of(self)
+        path = saved_path_of(self)
         if path is None:
             view = self._to_tensordict_view()  # type: ignore[attr-defined]
             if view is not self:  # a TensorClass: its inner TensorDict may have been saved
-                path = _persist_save.saved_path_of(view)
+                path = saved_path_of(view)
         return path
 
     def is_memmap(self) -> bool:

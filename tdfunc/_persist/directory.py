@@ -29,9 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .filenames import NAME
+from .files import create_file
 from .format import META, META_TMP, OBJECT_FILE, TENSOR_FILE, TRASH, data_file
 from .format import new_token as new_token
-from .memmap_tensor import create_file
 
 
 def _referenced(node: Any) -> set[str]:

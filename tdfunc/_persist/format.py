@@ -500,3 +500,24 @@ def _validate_entry(key, entry, batch, path, api, at, bad, depth: int) -> None:
             bad(f"a stack of non-tensor values must be a list of {size[:1]} values")
     else:
         bad(f"entry {key!r} has unknown kind {kind!r}")
+
+
+def inline_child(node: dict, key: str, stem: str) -> Any:
+    """The metadata ``node`` records for its sub-directory ``stem`` (key ``key``), if any."""
+    entries = node.get("entries")
+    entry = entries.get(key) if type(entries) is dict else None
+    if type(entry) is dict and entry.get("kind") == "collection" and entry.get("dir") == stem:
+        return entry.get("meta")
+    return None
+
+
+def inline_tensordict(node: dict) -> Any:
+    """The metadata ``node`` records for its sub-directory ``_tensordict``, if any."""
+    inner = node.get("tensordict")
+    if type(inner) is dict and inner.get("dir") == TENSORDICT_DIR:
+        return inner.get("meta")
+    entries = node.get("entries")  # a version 1 node may use the name for a key
+    for key, entry in entries.items() if type(entries) is dict else ():
+        if type(entry) is dict and entry.get("dir") == TENSORDICT_DIR:
+            return inline_child(node, key, TENSORDICT_DIR)
+    return None

@@ -17,7 +17,8 @@ import torch
 
 from .._core.class_names import class_name, lookup_class
 from .._core.nontensor import NonTensorData, NonTensorStack
-from .save import remember_path, save
+from .save import save
+from .saved_paths import remember_path
 from .tensordict_layout import read_tensordict_layout, write_leaf_layout
 from .write_back import bind
 

@@ -25,11 +25,12 @@ import torch
 from .._core.class_names import lookup_class
 from .._core.nontensor import NonTensorData, NonTensorStack
 from .directory import worker_pool
+from .files import check_file, nbytes_of
 from .format import DTYPES, META, decode_object, open_meta, same_meta
 from .leaf import LEAF_LOADERS
-from .memmap_tensor import check_file, map_file, nbytes_of
+from .memmap_tensor import map_file
 from .nested import nested_numel, nested_view
-from .save import remember_path
+from .saved_paths import remember_path
 from .write_back import bind
 
 _ATTEMPTS = 5

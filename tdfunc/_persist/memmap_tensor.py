@@ -14,123 +14,47 @@ a file crashes the process with ``SIGBUS`` on first access.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import math
 import os
-import pickle
-import shutil
-import stat
-import tempfile
 import uuid
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
 
-from .._core.convert.consolidate import file_backed_consolidation
-from .sharing import geometry, mapped_inode, open_identified, read_maps
-
-_CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-_CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
-_WRITE_BLOCK = 1 << 30  # one os.write call writes at most ~2 GiB on Linux
-_COPY_BLOCK = 8 << 20  # a non-contiguous tensor is written through buffers of this size
-
-
-# ---------------------------------------------------------------------------- files
-def nbytes_of(shape, dtype: torch.dtype) -> int:
-    return math.prod(shape) * dtype.itemsize
-
-
-def create_file(path: str) -> int:
-    """Create ``path`` (which must not exist) and return a read-write descriptor."""
-    return os.open(path, _CREATE_FLAGS, 0o644)
-
-
-def _bytes_of(tensor: torch.Tensor):
-    """A zero-copy byte view (numpy) of a contiguous CPU tensor."""
-    return tensor.reshape(-1).view(torch.uint8).numpy()
-
-
-def _write_all(fd: int, buffer) -> None:
-    view = memoryview(buffer).cast("B")
-    offset = 0
-    while offset < len(view):
-        offset += os.write(fd, view[offset : offset + _WRITE_BLOCK])
-
-
-def plain_cpu(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` detached, on the CPU, with its conjugate/negative bits resolved."""
-    tensor = tensor.detach()
-    if tensor.device.type != "cpu":
-        tensor = tensor.to("cpu")
-    if tensor.is_conj():
-        tensor = tensor.resolve_conj()
-    if tensor.is_neg():
-        tensor = tensor.resolve_neg()
-    return tensor
-
-
-def write_file(fd: int, path: str, tensor: torch.Tensor, shape=None) -> None:
-    """Write the content of ``tensor`` (broadcast to ``shape``) to the empty file ``fd``.
-
-    Everything goes through ``os.write`` (no copy for a contiguous tensor, the
-    GIL released); others (expanded, transposed) are made contiguous a block
-    at a time, so a broadcast dataset is never materialised in memory. Never
-    through a mapping: on a full disk, a write into a mapped sparse file kills
-    the process with ``SIGBUS``, where ``write`` raises ``OSError(ENOSPC)``.
-    """
-    tensor = plain_cpu(tensor)
-    shape = tensor.shape if shape is None else torch.Size(shape)
-    if nbytes_of(shape, tensor.dtype) == 0:
-        return
-    if tensor.shape != shape:
-        tensor = tensor.expand(shape)
-    _write_blocks(fd, tensor)
-
-
-def _write_blocks(fd: int, tensor: torch.Tensor) -> None:
-    if tensor.is_contiguous() or tensor.ndim == 0 or tensor.nbytes <= _COPY_BLOCK:
-        _write_all(fd, _bytes_of(tensor.contiguous()))
-        return
-    rows = max(1, _COPY_BLOCK // max(1, tensor[0].nbytes))
-    for start in range(0, tensor.shape[0], rows):
-        _write_blocks(fd, tensor[start : start + rows] if rows > 1 else tensor[start])
-
-
-def allocate_file(fd: int, nbytes: int) -> None:
-    """Give the file its size without writing: a sparse file that reads as zeros."""
-    if nbytes:
-        os.ftruncate(fd, nbytes)
-
-
-def check_file(
-    path: str, nbytes: int, api: str, *, exact: bool = True, follow_symlinks: bool = False
-) -> os.stat_result:
-    """``stat`` a data file; a clear error unless it is a regular file of the right size.
-
-    Loading refuses symbolic links (``follow_symlinks=False``): a file listed in
-    ``meta.json`` must be inside the saved directory.
-    """
-    st = os.stat(path, follow_symlinks=follow_symlinks)
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(
-            f"{api}: {path} is not a regular file (a symbolic link, a directory or a device); "
-            f"refusing to map it."
-        )
-    if st.st_size < nbytes or (exact and st.st_size != nbytes):
-        raise ValueError(
-            f"{api}: data file {path} holds {st.st_size} bytes, but its metadata needs "
-            f"{nbytes} bytes: the file is truncated or corrupt (an interrupted copy?). "
-            f"Save the data again."
-        )
-    return st
+from .files import (
+    _bytes_of,
+    allocate_file,
+    check_file,
+    create_file,
+    nbytes_of,
+    temp_path,
+    write_file,
+)
+from .nested import (
+    component_sizes,
+    like_shape,
+    nested_flat,
+    nested_numel,
+    nested_view,
+    shape_sizes,
+)
 
 
 def map_file(
-    path: str, dtype: torch.dtype, shape, st: os.stat_result | None = None, api: str = ""
+    path: str,
+    dtype: torch.dtype,
+    shape,
+    st: os.stat_result | None = None,
+    api: str = "",
+    sizes: list | None = None,
 ) -> MemoryMappedTensor:
-    """Map ``path`` as a tensor of ``dtype`` and ``shape`` (size checked unless ``st`` given)."""
+    """Map ``path`` as a tensor of ``dtype`` and ``shape`` (size checked unless ``st`` given).
+
+    With ``sizes`` (component shapes) the file holds the components of a nested tensor
+    back to back, and the result is that nested tensor (``shape`` is ignored).
+    """
+    if sizes is not None:
+        shape = (nested_numel(sizes),)
     if type(shape) is not torch.Size:
         shape = torch.Size(shape)
     numel = shape.numel()
@@ -143,7 +67,10 @@ def map_file(
             follow_symlinks=True,
         )
     if numel == 0:
-        return _wrap(torch.empty(shape, dtype=dtype), path, (st.st_dev, st.st_ino))
+        base = torch.empty(shape, dtype=dtype)
+        if sizes is not None:
+            base = nested_view(base, "strided", sizes)
+        return _wrap(base, path, (st.st_dev, st.st_ino))
     try:
         base = torch.from_file(path, shared=True, size=numel, dtype=dtype)
     except RuntimeError:
@@ -151,7 +78,9 @@ def map_file(
             raise
         # a read-only file: a private (copy-on-write) mapping still reads it
         base = torch.from_file(path, shared=False, size=numel, dtype=dtype)
-    if len(shape) != 1:
+    if sizes is not None:
+        base = nested_view(base, "strided", sizes)
+    elif len(shape) != 1:
         base = base.view(shape)
     return _wrap(base, path, (st.st_dev, st.st_ino))
 
@@ -161,28 +90,6 @@ def _wrap(tensor: torch.Tensor, path: str, inode: tuple) -> MemoryMappedTensor:
     out._filename = path
     out._inode = inode
     return out
-
-
-# ---------------------------------------------------------------------------- temp location
-_TEMP: dict[str, Any] = {"dir": None, "pid": None}
-
-
-def temp_dir() -> str:
-    """A directory for memory-mapped data saved without a prefix (removed at exit)."""
-    if _TEMP["dir"] is None or _TEMP["pid"] != os.getpid():
-        _TEMP["dir"] = tempfile.mkdtemp(prefix="tdfunc-memmap-")
-        _TEMP["pid"] = os.getpid()
-        atexit.register(_remove_temp_dir, _TEMP["dir"], _TEMP["pid"])
-    return _TEMP["dir"]
-
-
-def _remove_temp_dir(path: str, pid: int) -> None:
-    if os.getpid() == pid:  # a forked child must not remove its parent's data
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def temp_path() -> str:
-    return os.path.join(temp_dir(), uuid.uuid4().hex + ".memmap")
 
 
 # ---------------------------------------------------------------------------- the class
@@ -233,7 +140,8 @@ class MemoryMappedTensor(torch.Tensor):
     ):
         """``MemoryMappedTensor(source, ...)``, as in tensordict: dispatches on ``source``.
 
-        A tensor is copied to ``filename`` (a temporary file if omitted), a path
+        A tensor (or what ``torch.as_tensor`` reads: a nested list of numbers, a numpy
+        array) is copied to ``filename`` (a temporary file if omitted), a path
         or ``filename=`` is mapped (``dtype`` and ``shape`` needed), a storage
         goes to :meth:`from_storage` and ``handler=`` to :meth:`from_handler`.
         ``index`` then selects a view.
@@ -243,6 +151,8 @@ class MemoryMappedTensor(torch.Tensor):
             return cls.from_handler(handler, dtype, shape, index=index)
         if isinstance(source, (torch.UntypedStorage, torch.TypedStorage)):
             return cls.from_storage(source, dtype=dtype, shape=shape, index=index)
+        if isinstance(source, (list, tuple)) or type(source).__module__ == "numpy":
+            source = torch.as_tensor(source)  # values, as torch.as_tensor reads them
         if isinstance(source, torch.Tensor):
             out = cls.from_tensor(source, filename=filename, shape=shape)
         elif isinstance(source, (str, os.PathLike)) or (source is None and filename is not None):
@@ -298,6 +208,12 @@ class MemoryMappedTensor(torch.Tensor):
     def _is_whole_file(self) -> bool:
         """Whether this tensor's bytes, in order, are the whole mapping (not a view of part of
         it, not a transposed or strided view)."""
+        if self.is_nested:
+            return (
+                int(self._nested_tensor_storage_offsets()[0]) == 0
+                and self.numel() * self.element_size() == self.untyped_storage().nbytes()
+                and self.is_contiguous()
+            )
         return (
             self.storage_offset() == 0
             and self.nbytes == self.untyped_storage().nbytes()
@@ -332,6 +248,9 @@ class MemoryMappedTensor(torch.Tensor):
                 file reads as zeros (it is allocated sparse).
             shape: the shape of the result, when ``input`` must be broadcast.
 
+        A nested tensor is stored as its components back to back and comes back as a
+        nested tensor over the file.
+
         Example:
             >>> t = MemoryMappedTensor.from_tensor(torch.ones(2))
             >>> MemoryMappedTensor.from_tensor(t) is t
@@ -351,6 +270,10 @@ class MemoryMappedTensor(torch.Tensor):
                 f"MemoryMappedTensor.from_tensor: expected a torch.Tensor, got "
                 f"{type(input).__name__}. Convert it first (torch.as_tensor)."
             )
+        sizes = None
+        if input.is_nested:
+            sizes = component_sizes(input, shape, "from_tensor")
+            input, shape = nested_flat(input), None
         shape = input.shape if shape is None else _size_arg((shape,), "from_tensor")
         if copy_data and input.shape != shape:
             try:
@@ -367,7 +290,7 @@ class MemoryMappedTensor(torch.Tensor):
             else:
                 allocate_file(fd, nbytes_of(shape, input.dtype))
 
-        return _create(filename, existsok, input.dtype, shape, fill, "from_tensor")
+        return _create(filename, existsok, input.dtype, shape, fill, "from_tensor", sizes)
 
     @classmethod
     def empty(
@@ -380,6 +303,9 @@ class MemoryMappedTensor(torch.Tensor):
         existsok=False,
     ):
         """A new file of ``size`` (or ``shape=``) and ``dtype``; allocated sparse, it reads as 0.
+
+        A 2-D integer tensor as the shape (one row per component) gives a nested tensor
+        of those component shapes (``zeros``, ``ones`` and ``full`` too).
 
         Example:
             >>> MemoryMappedTensor.empty(2, 3, dtype=torch.int64).sum().item()
@@ -415,18 +341,18 @@ class MemoryMappedTensor(torch.Tensor):
 
     @classmethod
     def empty_like(cls, input: torch.Tensor, *, filename=None, existsok=False):
-        return cls.empty(input.shape, dtype=input.dtype, filename=filename, existsok=existsok)
+        return cls.empty(like_shape(input), dtype=input.dtype, filename=filename, existsok=existsok)
 
     zeros_like = empty_like
 
     @classmethod
     def ones_like(cls, input: torch.Tensor, *, filename=None, existsok=False):
-        return cls.ones(input.shape, dtype=input.dtype, filename=filename, existsok=existsok)
+        return cls.ones(like_shape(input), dtype=input.dtype, filename=filename, existsok=existsok)
 
     @classmethod
     def full_like(cls, input: torch.Tensor, fill_value, *, filename=None, existsok=False):
         return cls.full(
-            input.shape,
+            like_shape(input),
             fill_value=fill_value,
             dtype=input.dtype,
             filename=filename,
@@ -438,14 +364,17 @@ class MemoryMappedTensor(torch.Tensor):
         """Map an existing file as a tensor of ``dtype`` and ``shape`` (then ``[index]``).
 
         The file must hold at least the bytes the shape needs (a shorter file is
-        a ``ValueError``, never a crash); a longer one is mapped from its start.
+        a ``ValueError``, never a crash); a longer one is mapped from its start. A 2-D
+        integer tensor as ``shape`` (one row per component) maps the file as a nested
+        tensor whose components lie back to back.
         """
         if not isinstance(dtype, torch.dtype):
             raise TypeError(
                 f"MemoryMappedTensor.from_filename: dtype must be a torch.dtype, got {dtype!r}."
             )
-        shape = _size_arg((shape,), "from_filename")
-        out = map_file(os.path.abspath(os.fspath(filename)), dtype, shape)
+        sizes = shape_sizes(shape, "from_filename")
+        shape = _size_arg((shape,), "from_filename") if sizes is None else None
+        out = map_file(os.path.abspath(os.fspath(filename)), dtype, shape, sizes=sizes)
         return out if index is None else out[index]
 
     @classmethod
@@ -470,6 +399,9 @@ class MemoryMappedTensor(torch.Tensor):
     ) -> MemoryMappedTensor:
         """A memory-mapped tensor over a file-backed storage (``UntypedStorage.from_file``).
 
+        ``shape`` may be a 2-D integer tensor (one row per component): the result is then
+        the nested tensor whose components lie back to back in the storage.
+
         Example:
             >>> t = MemoryMappedTensor.from_tensor(torch.arange(6))
             >>> out = MemoryMappedTensor.from_storage(t.untyped_storage(), torch.int64, (2, 3))
@@ -489,6 +421,9 @@ class MemoryMappedTensor(torch.Tensor):
         dtype = torch.get_default_dtype() if dtype is None else dtype
         if shape is None:
             shape = (storage.nbytes() // dtype.itemsize,)
+        sizes = shape_sizes(shape, "from_storage")
+        if sizes is not None:
+            shape = (nested_numel(sizes),)
         shape = _size_arg((shape,), "from_storage")
         if nbytes_of(shape, dtype) > storage.nbytes():
             raise ValueError(
@@ -496,6 +431,8 @@ class MemoryMappedTensor(torch.Tensor):
                 f"{nbytes_of(shape, dtype)} bytes, but the storage holds {storage.nbytes()}."
             )
         base = torch.empty((0,), dtype=dtype).set_(storage, 0, shape)
+        if sizes is not None:
+            base = nested_view(base, "strided", sizes)
         st = os.stat(path)
         out = torch.Tensor._make_subclass(MemoryMappedTensor, base, False)
         out._filename = os.path.abspath(os.fspath(path))
@@ -515,7 +452,7 @@ class MemoryMappedTensor(torch.Tensor):
 
     def __reduce_ex__(self, protocol):
         # pickle / torch.save store the values as a plain tensor; processes started by
-        # multiprocessing get the file itself (see _reduce_for_process below).
+        # multiprocessing get the file itself (see to_process.py).
         return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
 
 
@@ -616,7 +553,9 @@ def _new_file(api, size, shape, dtype, fill_value, filename, existsok) -> Memory
     ``fill_value`` is converted before the file is created (a bad value leaves no
     file); a value whose bytes are not all zero (``-0.0``: its sign bit) is written.
     """
-    shape = _size_arg(_shape_or_size(size, shape, api), api)
+    size = _shape_or_size(size, shape, api)
+    sizes = shape_sizes(size[0], api) if len(size) == 1 else None
+    shape = _size_arg(size, api) if sizes is None else torch.Size([nested_numel(sizes)])
     dtype = torch.get_default_dtype() if dtype is None else dtype
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"MemoryMappedTensor.{api}: dtype must be a torch.dtype, got {dtype!r}.")
@@ -638,14 +577,16 @@ def _new_file(api, size, shape, dtype, fill_value, filename, existsok) -> Memory
         else:
             write_file(fd, path, value, shape)
 
-    return _create(filename, existsok, dtype, shape, fill, api)
+    return _create(filename, existsok, dtype, shape, fill, api, sizes)
 
 
 def _same_file(a: str, b) -> bool:
     return os.path.realpath(a) == os.path.realpath(os.fspath(b))
 
 
-def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMappedTensor:
+def _create(
+    filename, existsok: bool, dtype, shape, fill, api: str, sizes: list | None = None
+) -> MemoryMappedTensor:
     """Create a file through ``fill(fd, path)`` at a fresh name, then move it into place.
 
     Every check that can fail runs before the file exists, and a failure after
@@ -682,82 +623,4 @@ def _create(filename, existsok: bool, dtype, shape, fill, api: str) -> MemoryMap
         with contextlib.suppress(FileNotFoundError):
             os.unlink(work)
         raise
-    return map_file(final, dtype, shape, st)
-
-
-def _rebuild(filename: str, geometry: tuple, inode: tuple) -> MemoryMappedTensor:
-    """The receiving side of :func:`_reduce_for_process`: the same view of the same file."""
-    nbytes, dtype, size = geometry[:3]
-    if not nbytes:  # nothing mapped (an empty tensor): no file to open
-        return _wrap(torch.empty(size, dtype=dtype), filename, tuple(inode))
-    tensor = open_identified(filename, *geometry, inode, "MemoryMappedTensor")
-    return _wrap(tensor, filename, tuple(inode))
-
-
-def _reduce_for_process(tensor: MemoryMappedTensor):
-    """multiprocessing (queues, pools, ``torch.multiprocessing``): the file, not the values.
-
-    The view's place in the file travels (storage size, offset, strides) with the
-    identity of the file it maps; the receiver checks that identity (raising
-    ``StaleFileError`` for a file replaced or deleted since) before it maps.
-    """
-    return _rebuild, (tensor._filename, geometry(tensor), tensor._inode)
-
-
-ForkingPickler.register(MemoryMappedTensor, _reduce_for_process)
-
-
-def _as_file_view(tensor: torch.Tensor, maps: list | None) -> MemoryMappedTensor:
-    """A plain tensor over a file mapping (``UntypedStorage.from_file``, a ``consolidate``d
-    file) as the ``MemoryMappedTensor`` view it is, naming the file it maps."""
-    filename = tensor.untyped_storage().filename
-    mapped = mapped_inode(tensor.untyped_storage().data_ptr(), maps)
-    if mapped is None:  # mapping unknown (not Linux): the file at the name now
-        try:
-            st = os.stat(filename)
-        except OSError:
-            mapped = (-1, -1)  # the receiver will say the file is gone
-        else:
-            mapped = (st.st_dev, st.st_ino)
-    return _wrap(tensor, os.path.abspath(filename), mapped)
-
-
-def reduce_collection_for_process(container: Any) -> tuple:
-    """multiprocessing pickling of a ``TensorDict``: file-backed leaves go by file.
-
-    torch's own pickling of a plain tensor over a file mapping fails (``EBADF``,
-    "file_descriptor" strategy) or, worse, moves the *sender's* storage to shared
-    memory ("file_system" strategy): the sender's later writes silently stop
-    reaching its file. Such leaves are sent as ``MemoryMappedTensor`` views
-    instead (file name, identity, offset and strides). Other leaves, and plain
-    ``pickle``, are unchanged.
-    """
-    if file_backed_consolidation(container):
-        # its leaves go by file (below), not as a copy of the consolidated storage
-        reduced = object.__reduce_ex__(container, pickle.HIGHEST_PROTOCOL)
-    else:
-        reduced = container.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
-    state = reduced[2] if len(reduced) > 2 else None
-    slots = state[1] if type(state) is tuple and len(state) == 2 else None
-    data = slots.get("_data") if type(slots) is dict else None
-    if type(data) is not dict:
-        return reduced
-    maps: list | bool | None = False
-    shipped = dict(data)
-    for key, value in data.items():
-        if (
-            type(value) is torch.Tensor
-            and value.device.type == "cpu"
-            and value.untyped_storage().filename is not None
-        ):
-            if maps is False:
-                maps = read_maps()
-            shipped[key] = _as_file_view(value, maps)  # type: ignore[arg-type]
-    changed = len(shipped) and any(shipped[k] is not data[k] for k in data)
-    if changed or "_consolidation" in slots:
-        # the receiver maps each leaf's file itself: its leaves no longer share one
-        # storage, so it is not consolidated (and the storage is not sent).
-        slots = {k: v for k, v in slots.items() if k != "_consolidation"}
-        slots["_data"] = shipped
-        reduced = (*reduced[:2], (state[0], slots), *reduced[3:])
-    return reduced
+    return map_file(final, dtype, shape, st, sizes=sizes)

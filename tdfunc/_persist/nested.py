@@ -50,6 +50,52 @@ def nested_parts(value: torch.Tensor, api: str, key) -> tuple[str, list]:
     return layout, sizes
 
 
+def shape_sizes(shape, api: str) -> list | None:
+    """The component shapes when ``shape`` describes a nested tensor, else ``None``.
+
+    As in tensordict, a ``MemoryMappedTensor`` constructor given a 2-D integer tensor
+    as its shape (one row per component, ``t._nested_tensor_size()``) builds a nested
+    tensor; any other shape is an ordinary one.
+    """
+    if not isinstance(shape, torch.Tensor):
+        return None
+    if shape.dim() != 2 or shape.is_floating_point() or shape.is_complex() or not len(shape):
+        raise TypeError(
+            f"MemoryMappedTensor.{api}: a tensor shape describes a nested tensor: a 2-D "
+            f"integer tensor with one row per component (e.g. torch.tensor([[2, 3], [2, 4]])), "
+            f"got a {shape.dtype} tensor of shape {list(shape.shape)}."
+        )
+    sizes = shape.tolist()
+    if any(dim < 0 for size in sizes for dim in size):
+        raise ValueError(
+            f"MemoryMappedTensor.{api}: the component shapes {sizes} have a negative dim."
+        )
+    return sizes
+
+
+def component_sizes(value: torch.Tensor, shape, api: str) -> list:
+    """The component shapes of the nested tensor ``value`` (to copy it whole: ``shape``, if
+    given, must name the same shapes; a nested tensor is not broadcast)."""
+    sizes = [list(component.shape) for component in value.unbind(0)]
+    if not sizes:
+        raise ValueError(f"MemoryMappedTensor.{api}: the nested tensor has no components.")
+    wanted = shape_sizes(shape, api) if isinstance(shape, torch.Tensor) else shape
+    if wanted is not None and wanted != sizes:
+        raise ValueError(
+            f"MemoryMappedTensor.{api}: shape={wanted} differs from the nested tensor's "
+            f"component shapes {sizes}; a nested tensor is copied as it is."
+        )
+    return sizes
+
+
+def like_shape(value: torch.Tensor):
+    """The shape to build a tensor like ``value``: its ``shape``, or for a nested tensor
+    the 2-D tensor of its component shapes (what :func:`shape_sizes` reads)."""
+    if value.is_nested:
+        return torch.tensor([list(component.shape) for component in value.unbind(0)])
+    return value.shape
+
+
 def nested_flat(value: torch.Tensor) -> torch.Tensor:
     """The components' values back to back, as one flat tensor (a copy)."""
     return torch.cat([component.detach().reshape(-1) for component in value.unbind(0)])

@@ -33,7 +33,6 @@ import os
 import secrets
 import stat
 import threading
-import weakref
 from concurrent.futures import Future
 from typing import Any
 
@@ -45,6 +44,7 @@ from .._core.nontensor import NonTensorData, NonTensorStack
 from .directory import Directory, is_doomed, is_ours, remove_in_background, worker_pool
 from .directory import wait_for_cleanup as wait_for_cleanup
 from .filenames import encode_key
+from .files import allocate_file, nbytes_of, write_file
 from .format import (
     FORMAT,
     MAX_DEPTH,
@@ -55,46 +55,19 @@ from .format import (
     dtype_name,
     encode_object,
     fsync_directory,
+    inline_child,
+    inline_tensordict,
     is_json_exact,
     read_meta,
     write_meta,
 )
-from .memmap_tensor import (
-    MemmapFileExistsError,
-    MemoryMappedTensor,
-    allocate_file,
-    map_file,
-    nbytes_of,
-    write_file,
-)
+from .memmap_tensor import MemmapFileExistsError, MemoryMappedTensor, map_file
 from .nested import nested_flat, nested_numel, nested_parts, nested_view, packed_buffer
+from .saved_paths import remember_path
 from .write_back import bind
 
 _CPU = torch.device("cpu")
 _SHOWN = 5  # entries named in a "directory in the way" error
-
-
-# ---------------------------------------------------------------------------- saved paths
-_SAVED: dict[int, tuple[weakref.ref, str]] = {}
-
-
-def remember_path(obj: Any, directory: str) -> None:
-    """Record that ``obj`` mirrors ``directory`` (read back by ``saved_path``)."""
-    key = id(obj)
-
-    def forget(ref, key=key):
-        if _SAVED.get(key, (None,))[0] is ref:
-            del _SAVED[key]
-
-    with contextlib.suppress(TypeError):  # no weak references: nothing to remember
-        _SAVED[key] = (weakref.ref(obj, forget), directory)
-
-
-def saved_path_of(obj: Any) -> str | None:
-    entry = _SAVED.get(id(obj))
-    if entry is None or entry[0]() is not obj:
-        return None
-    return entry[1]
 
 
 # ---------------------------------------------------------------------------- plan
@@ -189,7 +162,7 @@ class _Save:
                     value,
                     None if directory is None else os.path.join(directory, stem),
                     path,
-                    tuple(_inline_child(node, key, stem) for node in old_nodes),
+                    tuple(inline_child(node, key, stem) for node in old_nodes),
                 )
                 level.children.append(child)
                 level.results[key] = child
@@ -217,7 +190,7 @@ class _Save:
             level.view,
             None if directory is None else os.path.join(directory, TENSORDICT_DIR),
             at,
-            tuple(_inline_tensordict(node) for node in old_nodes),
+            tuple(inline_tensordict(node) for node in old_nodes),
             inner_items,
         )
         level.node["keys"] = [key for key, _ in items]
@@ -543,27 +516,6 @@ def _reusable(value: MemoryMappedTensor, real_directory: str) -> bool:
     except OSError:
         return False
     return (st.st_dev, st.st_ino) == value._inode and st.st_size == value.nbytes
-
-
-def _inline_child(node: dict, key: str, stem: str) -> Any:
-    """The metadata ``node`` records for its sub-directory ``stem`` (key ``key``), if any."""
-    entries = node.get("entries")
-    entry = entries.get(key) if type(entries) is dict else None
-    if type(entry) is dict and entry.get("kind") == "collection" and entry.get("dir") == stem:
-        return entry.get("meta")
-    return None
-
-
-def _inline_tensordict(node: dict) -> Any:
-    """The metadata ``node`` records for its sub-directory ``_tensordict``, if any."""
-    inner = node.get("tensordict")
-    if type(inner) is dict and inner.get("dir") == TENSORDICT_DIR:
-        return inner.get("meta")
-    entries = node.get("entries")  # a version 1 node may use the name for a key
-    for key, entry in entries.items() if type(entries) is dict else ():
-        if type(entry) is dict and entry.get("dir") == TENSORDICT_DIR:
-            return _inline_child(node, key, TENSORDICT_DIR)
-    return None
 
 
 # ---------------------------------------------------------------------------- entry point

@@ -168,6 +168,21 @@ class EntriesMixin(ContainerMixin):
         return out
 
     @classmethod
+    def fromkeys(cls, keys, value: Any = 0, batch_size=None, device=None) -> Self:
+        """A container with every key in ``keys`` holding ``value`` (a tensor is cloned per key).
+
+        On a TensorClass the keys are its fields, and the result is an instance of it.
+
+        Example:
+            >>> TensorDict.fromkeys(["a", ("nested", "e")], 0)["nested", "e"]
+            tensor(0)
+        """
+        out = cls._plain_tensordict()({}, batch_size=batch_size, device=device)
+        items = [(k, value.clone() if isinstance(value, _Tensor) else value) for k in keys]
+        out._write(items, False, True, "fromkeys")
+        return cls._adopt(out)
+
+    @classmethod
     def from_tuple(
         cls,
         obj: tuple,

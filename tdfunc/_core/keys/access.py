@@ -1,4 +1,4 @@
-"""Reading and writing entries: ``[]``, ``get``, ``set``, ``update``, ``del_``, ``keys``, locking.
+"""Reading and writing entries: ``[]``, ``get``, ``set``, ``update``, ``del_``, ``keys``.
 
 A mixin of :class:`~tdfunc._core.ops.TensorOps`, so ``TensorDict`` and every
 ``TensorClass`` share it. Writes go through ``self._write`` (the atomic engine of
@@ -27,14 +27,9 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 
 from ..context import (
-    LockState,
     check_parent_batch,
     hand_out,
-    locking_parent,
-    record_parent,
-    remember,
 )
-from ..convert.consolidate import end_consolidation
 from ..frozen import FROZEN, refuse_frozen_inside
 from ..mixin import LOCK_ERROR, ContainerMixin, is_tensor_collection, read_value
 from ..nontensor import NonTensorData
@@ -543,77 +538,6 @@ class AccessMixin(ContainerMixin):
         self._check_mutable("rename_key_")
         rename_key(self, old_key, new_key, safe)
         return self
-
-    # ------------------------------------------------------------------ locking
-    def lock_(self) -> Self:
-        """Refuse new, replaced, deleted and renamed keys; returns self.
-
-        Writes into the existing tensors stay allowed (``set_``, ``update_``,
-        ``set(..., inplace=True)``); ``set``, ``td[key] = value`` and ``update``
-        raise ``RuntimeError``, as they would replace the stored tensor. Used as
-        ``with td.lock_():``, the lock state from before the call is restored when
-        the block exits (blocks nest like a stack).
-
-        Example:
-            >>> td = TensorDict({"a": torch.zeros(2)}, [2]).lock_()
-            >>> _ = td.set_("a", torch.ones(2))  # written in place
-            >>> td.is_locked, td["a"].tolist()
-            (True, [1.0, 1.0])
-        """
-        before = LockState(self)
-        _lock_tree(self)
-        return remember(self, before.restore)
-
-    def unlock_(self) -> Self:
-        """Allow structural changes again (nested TensorDicts too); returns self.
-
-        Used as ``with td.unlock_():``, the lock state from before the call (of
-        this TensorDict and every nested one) is restored when the block exits;
-        such blocks nest (``with td.unlock_(): with td.lock_(): ...``). A nested
-        TensorDict cannot be unlocked while the TensorDict that locked it is
-        locked. A frozen TensorClass stays locked (a no-op on it).
-        """
-        if self._frozen or self._is_locked == FROZEN:
-            return self
-        _refuse_locked_by_parent(self)
-        before = LockState(self)
-        _unlock_tree(self)
-        return remember(self, before.restore)
-
-
-def _lock_tree(node) -> None:
-    if node._is_locked != FROZEN:
-        node._is_locked = True
-    ref = None
-    for value in node._data.values():
-        if isinstance(value, NonTensorData):
-            value._is_locked = True  # its update() refuses, as a locked entry's set does
-        elif is_tensor_collection(value):
-            _lock_tree(value)
-            if ref is None:
-                ref = weakref.ref(node)
-            record_parent(ref, value)
-
-
-def _unlock_tree(node) -> None:
-    if node._frozen or node._is_locked == FROZEN:
-        return
-    _refuse_locked_by_parent(node)
-    node._is_locked = False
-    end_consolidation(node)
-    for value in node._data.values():
-        if isinstance(value, NonTensorData):
-            value.__dict__.pop("_is_locked", None)
-        elif is_tensor_collection(value):
-            _unlock_tree(value)
-
-
-def _refuse_locked_by_parent(node) -> None:
-    if locking_parent(node) is not None:
-        raise RuntimeError(
-            "TensorDict.unlock_: this TensorDict is an entry of a locked TensorDict, which "
-            "keeps it locked; unlock that parent first (with parent.unlock_(): ...)."
-        )
 
 
 def _levels(td):

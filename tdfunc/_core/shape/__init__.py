@@ -2,7 +2,8 @@
 
 - ``sizes.py``: batch-size arithmetic shared by every container;
 - ``batch.py``: ``BatchMixin`` (``batch_size``, ``shape``, ``names``, ``len``, iteration);
-- ``shape_ops.py``: ``ShapeOpsMixin`` (indexing, ``reshape``, ``permute``, ``unbind``, ...);
+- ``item.py``: ``ItemMixin`` (``td[index]`` and ``td[index] = value``);
+- ``shape_ops.py``: ``ShapeOpsMixin`` (``reshape``, ``permute``, ``unbind``, ...);
 - ``indexing.py``: advanced indexing, the index computed once for every leaf;
 - ``index_ops.py``: gather, where, masks, flips, tiles;
 - ``padding.py``: ``pad`` (the method and ``tdfunc.pad``) and ``pad_sequence``;

@@ -1,4 +1,5 @@
-"""Top-level functions combining containers: ``merge_tensordicts``, ``cat`` and ``stack``.
+"""Combining containers: the functions ``merge_tensordicts``, ``cat`` and ``stack``, and
+the same joins as classmethods of every container class (:class:`CombineMixin`).
 
 Padding (``pad``, ``pad_sequence``) lives in ``padding.py``.
 """
@@ -8,10 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
+
 from ..apply import rewrap
 from ..keys.nested import unravel_key
 from ..keys.writes import convert
 from ..math.leafwise import is_collection
+from ..mixin import ContainerMixin
 from ..torch_function import cat as _cat
 from ..torch_function import stack as _stack
 
@@ -36,6 +40,59 @@ def stack(items: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
         torch.Size([3, 2])
     """
     return _stack(items, dim, out=out)
+
+
+def _join(torch_fn: Callable, own_fn: Callable, items: Sequence[Any], dim: int, out: Any) -> Any:
+    """Tensors join as ``torch_fn`` joins them, containers through tdfunc's own join."""
+    items = list(items)
+    if items and not is_collection(items[0]):
+        return torch_fn(items, dim) if out is None else torch_fn(items, dim, out=out)
+    return own_fn(items, dim, out=out)
+
+
+class CombineMixin(ContainerMixin):
+    """``stack`` and ``cat`` as classmethods of ``TensorDict`` and every ``TensorClass``.
+
+    They are the functions :func:`stack` and :func:`cat` (``torch.stack`` / ``torch.cat``):
+    the result has the class of the inputs, whichever class the method is called on.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+        """Stack containers (or tensors) along a new batch dim ``dim`` (``torch.stack``).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3)}, [3])
+            >>> TensorDict.stack([td, td], 1).batch_size
+            torch.Size([3, 2])
+        """
+        return _join(torch.stack, _stack, input, dim, out)
+
+    @classmethod
+    def cat(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+        """Concatenate containers (or tensors) along batch dim ``dim`` (``torch.cat``).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3)}, [3])
+            >>> TensorDict.cat([td, td]).batch_size
+            torch.Size([6])
+        """
+        return _join(torch.cat, _cat, input, dim, out)
+
+    @classmethod
+    def maybe_dense_stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+        """:meth:`stack`: tensordict falls back on a lazy stack where a dense one is not
+        possible; tdfunc's stacks are always dense, so inputs of different structures or
+        shapes are an error that names the first difference.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3)}, [3])
+            >>> TensorDict.maybe_dense_stack([td, td]).batch_size
+            torch.Size([2, 3])
+        """
+        return _join(torch.stack, _stack, input, dim, out)
 
 
 def merge_tensordicts(*tensordicts: Any, callback_exist: Callable | dict | None = None) -> Any:

@@ -1,0 +1,112 @@
+"""One entry at an index: ``get_at``, ``set_at_``, ``update_at_``, ``copy_at_``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..math.leafwise import check_in_place_write, is_collection
+from ..mixin import ContainerMixin
+from ..nontensor import NonTensorData, write_at
+from ..shape.indexing import prepare
+from .nested import unravel_key
+from .writes import writable_view
+
+_Tensor = torch.Tensor
+_KEEP: Any = object()
+
+
+class AtIndexMixin(ContainerMixin):
+    """Reads and in-place writes of entries at a batch index (methods of ``TensorDict``)."""
+
+    __slots__ = ()
+
+    def get_at(self, key: Any, index: Any, default: Any = _KEEP):
+        """The entry at ``key``, indexed by ``index`` (``default`` when the key is missing).
+
+        Example:
+            >>> TensorDict({"a": torch.arange(3)}, [3]).get_at("a", 1)
+            tensor(1)
+        """
+        try:
+            value = self._get_leaf(key, "get_at")
+        except KeyError:
+            if default is _KEEP:
+                raise
+            return default
+        if isinstance(value, NonTensorData):
+            return value[index]._value()
+        return value[index]
+
+    def set_at_(self, key: Any, value: Any, index: Any):
+        """Write ``value`` into the entry at ``key`` at ``index`` (in place); returns self.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3)}, [3]).set_at_("a", 1.0, 1)
+            >>> td["a"].tolist()
+            [0.0, 1.0, 0.0]
+        """
+        check_in_place_write(self, "set_at_")
+        target = self._get_leaf(key, "set_at_")
+        if is_collection(target) or isinstance(target, _Tensor):
+            target[index] = value
+        elif isinstance(target, NonTensorData):
+            # a non-tensor leaf is immutable: its parent gets the leaf with the values
+            # written (a NonTensorStack once the values differ), as td[index] = ... does
+            _set_non_tensor_at(self, key, target, value, index)
+        else:
+            raise TypeError(
+                f"TensorDict.set_at_: the entry at key {key!r} is a "
+                f"{type(target).__name__}; only tensors and containers are written at an index."
+            )
+        return self
+
+    def update_at_(self, input_dict: Mapping, index: Any, clone: bool = False):
+        """Write every entry of ``input_dict`` into the existing entries at ``index``.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3), "b": torch.zeros(3)}, [3])
+            >>> td.update_at_({"a": 1.0, "b": 2.0}, slice(0, 2))["b"].tolist()
+            [2.0, 2.0, 0.0]
+        """
+        check_in_place_write(self, "update_at_")
+        if isinstance(input_dict, Mapping):
+            items = list(input_dict.items())
+        else:
+            items = list(input_dict._to_tensordict_view().items())
+        for key, _ in items:
+            self._get_leaf(key, "update_at_")  # every key must exist (KeyError with hints)
+        for key, value in items:
+            if clone and isinstance(value, _Tensor):
+                value = value.clone()
+            self.set_at_(key, value, index)
+        return self
+
+    def copy_at_(self, other: Any, index: Any, *, fast: bool = False):
+        """Write the container ``other`` into ``self[index]`` (in place); returns self.
+
+        ``fast`` is accepted for compatibility: the write is checked either way.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3)}, [3])
+            >>> td.copy_at_(TensorDict({"a": torch.ones(2)}, [2]), slice(1, 3))["a"].tolist()
+            [0.0, 1.0, 1.0]
+        """
+        check_in_place_write(self, "copy_at_")
+        self[index] = other
+        return self
+
+
+def _set_non_tensor_at(td: Any, key: Any, target: NonTensorData, value: Any, index: Any) -> None:
+    key = unravel_key(key, "set_at_")
+    parts = (key,) if isinstance(key, str) else key
+    parent = td
+    for part in parts[:-1]:
+        parent = writable_view(parent._to_tensordict_view()._data[part], "set_at_", key)
+    parent = writable_view(parent, "set_at_", key)
+    leaf_index, selected = parent._leaf_index(index)
+    if selected is None:  # a mask or an index tensor: positions once, as __setitem__ does
+        leaf_index = prepare(leaf_index, parent._batch_size)[0]
+    parent._data[parts[-1]] = write_at(target, leaf_index, value)
