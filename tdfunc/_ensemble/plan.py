@@ -110,6 +110,10 @@ class Planner:
         return vmapped_call(module, tuple(names), tuple(positions), self.context)
 
 
+# longest chain run as generated straight-line code (bounded source, bounded compile cost)
+_STRAIGHT_LINE_STEPS = 64
+
+
 def _chain(steps: tuple) -> Callable:
     if len(steps) == 1:
         return steps[0]
@@ -123,6 +127,18 @@ def _chain(steps: tuple) -> Callable:
             pairs[-1][1] = pointwise
         else:
             pairs.append([step, None])
+    if len(pairs) > _STRAIGHT_LINE_STEPS:
+        # a deep chain: a loop, so that no generated source grows with the model
+        frozen = tuple((step, after) for step, after in pairs)
+
+        def chain(leaves, x):
+            for step, after in frozen:
+                x = step(leaves, x)
+                if after is not None:
+                    x = after(x)
+            return x
+
+        return chain
     # straight-line code: no loop, no test per step
     constants: dict = {}
     lines = ["def chain(leaves, x):"]

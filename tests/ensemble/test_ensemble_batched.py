@@ -528,3 +528,27 @@ def test_compiled_batched_forward_and_backward_fullgraph(name):
     for key, grad in grads.items():
         reference = torch.stack([dict(m.named_parameters())[key].grad for m in members])
         torch.testing.assert_close(grad, reference, msg=key)
+
+
+# a short chain runs as generated code, a deep one as a loop
+@pytest.mark.parametrize("depth", [3, 80])
+def test_deep_sequential_matches_loop(depth):
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(4, 4), nn.Tanh()]
+    members = [nn.Sequential(*copy.deepcopy(layers)) for _ in range(3)]
+    for member in members:
+        for p in member.parameters():
+            p.data.normal_(0, 0.5)
+    ensemble = Ensemble(*copy.deepcopy(members))
+    x = torch.randn(5, 4)
+    out = ensemble(x)
+    expected = torch.stack([m(x) for m in members])
+    torch.testing.assert_close(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    torch.testing.assert_close(
+        ensemble.get_parameter("stacked.0.weight").grad,
+        torch.stack([m[0].weight.grad for m in members]),
+    )
