@@ -31,12 +31,13 @@ def rewrap(original: Any, result):
     )
 
 
-def _without_device(container: Any) -> Any:
+def drop_device(container: Any) -> Any:
+    """No device at any level (the leaves live on several devices); returns ``container``."""
     view = container._to_tensordict_view()
     view._device = None
     for value in view._data.values():
         if _collection(value):
-            _without_device(value)
+            drop_device(value)
     return container
 
 
@@ -160,7 +161,7 @@ class ApplyMixin(ContainerMixin):
         if names is not _KEEP:
             out_tree.names = names
         if device is not _KEEP:
-            out_tree = out_tree.to(device) if device is not None else _without_device(out_tree)
+            out_tree = out_tree.to(device) if device is not None else drop_device(out_tree)
         if out is not None:
             out.update(out_tree)  # entries replaced (a new dtype or shape is kept), as tensordict
             return out

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .apply import drop_device
 from .class_names import lookup_class
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
@@ -53,15 +54,6 @@ def describe(tensor: torch.Tensor, fields: Sequence[str]) -> Any:
         "tgt_shape": torch.Size(tensor.shape) if "shape" in fields else None,
     }
     return _attrs_class()(**values, batch_size=())
-
-
-def _drop_device(container: Any) -> None:
-    """No device at any level: the leaves now live on several devices."""
-    view = container._to_tensordict_view()
-    view._device = None
-    for value in view._data.values():
-        if _collection(value):
-            _drop_device(value)
 
 
 class AttrsMixin(ContainerMixin):
@@ -127,11 +119,11 @@ class AttrsMixin(ContainerMixin):
         device = self._device if devices <= {self._device} else None
         if not inplace:
             if device is None:
-                _drop_device(moved)
+                drop_device(moved)
             return moved
         for key, leaf in moved.items(True, True):
             if leaf is not self.get(key):  # type: ignore[attr-defined]
                 self.set(key, leaf)  # type: ignore[attr-defined]
         if device is None:
-            _drop_device(self)
+            drop_device(self)
         return self

@@ -290,15 +290,9 @@ class _Save:
             )
         if isinstance(value, MemoryMappedTensor) and value._is_whole_file() and not self.like:
             # (not a view; memmap_like wants new, empty files, so it never reuses one)
-            real = None if level.directory is None else os.path.realpath(level.directory)
-            if real is None or _reusable(value, real):
-                # already stored where it belongs: keep the same file and object
-                level.results[key] = value
-                if real is not None:
-                    entry["file"] = name = os.path.basename(value.filename)
-                    assert level.state is not None
-                    level.state.protect(name)
+            if self._keep_file(level, key, value, value, entry):
                 return entry
+            real = os.path.realpath(level.directory)
             if os.path.dirname(os.path.realpath(value.filename)) != real and not (
                 self.copy_existing
             ):
@@ -317,6 +311,20 @@ class _Save:
         self.jobs.append((nbytes, job))
         return entry
 
+    def _keep_file(self, level: _Level, key: str, value, mapped, entry: dict) -> bool:
+        """Keep ``value`` as it is when the file it maps (``mapped``) is already one of
+        this directory's: the same file and the object users hold (a new file would
+        leave their later writes in the old one). A save without a directory keeps it."""
+        real = None if level.directory is None else os.path.realpath(level.directory)
+        if real is not None and not _reusable(mapped, real):
+            return False
+        level.results[key] = value
+        if real is not None:
+            entry["file"] = name = os.path.basename(mapped.filename)
+            assert level.state is not None
+            level.state.protect(name)
+        return True
+
     def _plan_nested(self, level: _Level, key: str, value, path) -> dict:
         """A nested tensor: its components in one file, mapped back as a nested view."""
         layout, sizes = nested_parts(value, self.api, _key(path))
@@ -328,17 +336,13 @@ class _Save:
             "sizes": sizes,
         }
         buffer = packed_buffer(value, sizes)
-        if isinstance(buffer, MemoryMappedTensor) and buffer._is_whole_file() and not self.like:
-            real = None if level.directory is None else os.path.realpath(level.directory)
-            if real is None or _reusable(buffer, real):
-                # stored where it belongs already: keep the file, and the object users
-                # hold (a new file would leave their writes in the old one)
-                level.results[key] = value
-                if real is not None:
-                    entry["file"] = name = os.path.basename(buffer.filename)
-                    assert level.state is not None
-                    level.state.protect(name)
-                return entry
+        if (
+            isinstance(buffer, MemoryMappedTensor)
+            and buffer._is_whole_file()
+            and not self.like
+            and self._keep_file(level, key, value, buffer, entry)
+        ):
+            return entry
         stem = encode_key(key)
 
         def job() -> None:
