@@ -95,6 +95,33 @@ def test_update_batch_size_false_keeps_the_old_check():
         td.update(TensorDict({"a": torch.ones(5)}, [5]))
 
 
+@pytest.mark.parametrize("cls", ["td", "tc"])
+def test_mismatched_batch_sizes_refused_even_without_entries(cls):
+    # an empty source says nothing about entries, but its batch size still disagrees
+    def make(size):
+        if cls == "td":
+            return TensorDict(batch_size=size)
+        return Pair(a=torch.zeros(size), batch_size=size)
+
+    td = make([3])
+    with pytest.raises(RuntimeError, match="update_batch_size=True"):
+        td.update(make([4]))
+    assert td.batch_size == torch.Size([3])
+    td.update(TensorDict(batch_size=[3, 2]))  # leading dims agree: allowed, as before
+    td.update(TensorDict(batch_size=[]))
+    assert td.batch_size == torch.Size([3])
+
+
+def test_update_batch_size_in_place_refused_when_the_size_changes():
+    before = {"a": torch.zeros(3)}
+    td = TensorDict(dict(before), [3])
+    with pytest.raises(RuntimeError, match="inplace=True"):
+        td.update(TensorDict({"a": torch.ones(4)}, [4]), update_batch_size=True, inplace=True)
+    _same(td, before)
+    td.update(TensorDict({"a": torch.ones(3)}, [3]), update_batch_size=True, inplace=True)
+    _same(td, {"a": torch.ones(3)})
+
+
 def test_update_batch_size_locked_raises():
     td = TensorDict({"a": torch.zeros(3)}, [3]).lock_()
     with pytest.raises(RuntimeError, match="locked"):

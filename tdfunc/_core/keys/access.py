@@ -35,7 +35,7 @@ from ..mixin import LOCK_ERROR, ContainerMixin, is_tensor_collection, read_value
 from ..nontensor import NonTensorData
 from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
 from .nested import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
-from .update import merge_rule, resize_plan, send_for_set, update_items
+from .update import check_batch_sizes, merge_rule, resize_plan, send_for_set, update_items
 from .writes import full_key, items_of, rename_key, writable_view, write
 
 if TYPE_CHECKING:
@@ -404,6 +404,7 @@ class AccessMixin(ContainerMixin):
             [('a', 'b'), ('a', 'c')]
         """
         self._check_mutable("update")
+        check_batch_sizes(self, other, update_batch_size, inplace)
         if ignore_lock:  # lifting the lock never lifts frozen: refuse before anything changes
             refuse_frozen_inside(self, "update")
         items = update_items(

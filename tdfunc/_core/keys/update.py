@@ -15,6 +15,7 @@ import torch
 
 from ..mixin import is_tensor_collection
 from ..nontensor import NonTensorData
+from ..shape.sizes import BatchSizeMismatchError
 from .nested import MISSING, key_parts
 from .writes import items_of
 
@@ -164,3 +165,26 @@ def resize_plan(td, source: Any, merges, api: str = "update") -> list:
         if merged:
             plan.extend(resize_plan(value, new, merges, api))
     return plan
+
+
+def check_batch_sizes(td, source: Any, update_batch_size: bool, inplace: bool) -> None:
+    """Refuse ``td.update(source)`` when the two containers' batch sizes clearly differ
+    (their common leading dims disagree) and ``update_batch_size`` is not set, and a
+    resizing update asked to be in place."""
+    if not is_tensor_collection(source):
+        return
+    mine, theirs = tuple(td.batch_size), tuple(source.batch_size)
+    if update_batch_size:
+        if inplace and mine != theirs:
+            raise BatchSizeMismatchError(
+                f"TensorDict.update: update_batch_size=True changes the batch size from "
+                f"{list(mine)} to {list(theirs)}, which replaces the entries: it cannot be "
+                f"done with inplace=True. Nothing was written."
+            )
+        return
+    if mine[: len(theirs)] != theirs[: len(mine)]:
+        raise BatchSizeMismatchError(
+            f"TensorDict.update: the source has batch size {list(theirs)}, which does not "
+            f"match this container's {list(mine)}. Pass update_batch_size=True to take the "
+            f"source's batch size. Nothing was written."
+        )
