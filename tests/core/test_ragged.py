@@ -141,3 +141,13 @@ def test_in_place_writes_check_the_components():
 def test_auto_batch_size_reads_a_ragged_dim():
     td = TensorDict({"x": _nested(torch.strided)}, batch_size=[2])
     assert td.auto_batch_size_().batch_size == torch.Size([2, 3, -1, 5])
+
+
+@pytest.mark.parametrize("index", [(0, 1), (slice(None), slice(0, 2)), (Ellipsis, 0)])
+def test_an_index_along_a_ragged_dim_is_a_clear_error(index):
+    td = TensorDict({"n": _nested(torch.jagged)}, [2, -1])
+    with pytest.raises(IndexError, match="ragged"):
+        td[index]
+    # indexing the dims before it first gives the dense component, as torch does
+    first = _components()[0].transpose(0, 1)  # the jagged layout's first component
+    torch.testing.assert_close(td[0][1]["n"], first[1])

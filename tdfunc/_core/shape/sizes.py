@@ -232,6 +232,17 @@ def _simple_index_size(batch_size: torch.Size, index: tuple) -> torch.Size | Non
             out.append(1)
             continue
         t = type(item)
+        if (t is int or t is slice) and batch_size[dim] < 0:
+            # a ragged dim (-1, nested tensors): a full slice keeps it, nothing else fits
+            if t is slice and item == slice(None):
+                out.append(batch_size[dim])
+                dim += 1
+                continue
+            raise IndexError(
+                f"tdfunc: batch dim {dim} is ragged (-1: its length differs between nested "
+                f"components), so {item!r} cannot index it. Index the dims before it first "
+                f"(td[i] gives dense leaves), or call to_padded_tensor()."
+            )
         if t is int:
             size = batch_size[dim]
             if not -size <= item < size:
