@@ -75,8 +75,10 @@ def _close(actual, expected, what: str) -> None:
         assert actual is None and expected is None, f"{what}: {actual} vs {expected}"
         return
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} vs {expected.dtype}"
-    # float64 state may carry float32 rounding from before a dtype change
-    tolerance = 1e-5 if actual.dtype == torch.float64 else 2e-4
+    # Every sequence starts in float32, and float64 state keeps the float32 rounding of
+    # the steps before a dtype change (amplified by the training since), so both dtypes
+    # get float32's tolerance: a real bug is off by far more than rounding.
+    tolerance = 2e-4
     # Rounding error scales with the terms that were summed, not with the result: an entry
     # that cancels to near zero (a batch-norm weight's gradient over a batch of two) carries
     # the error of its large neighbours, and how large depends on the CPU's kernels.
