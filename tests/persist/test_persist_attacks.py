@@ -6,6 +6,7 @@ fails the test instead of blocking the run (the alarm interrupts a blocking ``op
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -139,7 +140,9 @@ def test_commit_is_a_rename_even_with_a_spare_name_linked_to_meta_json(saved):
     old_inode = (saved / "meta.json").stat().st_ino
     TensorDict({"a": torch.zeros(4)}, [4]).memmap(saved)
     assert (saved / "meta.json").stat().st_ino != old_inode
-    assert not spare.exists() or spare.read_bytes() == old  # removed as a leftover, or untouched
+    # removed as a leftover (by a background thread, maybe right now), or untouched
+    with contextlib.suppress(FileNotFoundError):
+        assert spare.read_bytes() == old
     assert TensorDict.load_memmap(saved)["a"].tolist() == [0.0] * 4
 
 
