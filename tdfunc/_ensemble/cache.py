@@ -97,12 +97,7 @@ class DerivedCache:
         """
         if not context.derivations and prepare is None:
             return leaves
-        if (
-            ((_is_compiling() if compiling is None else compiling) or _is_exporting())
-            or _dispatch_modes()  # tracing(compiling), one frame less
-            or _interpreters() is not None
-            or not _PLAIN.issuperset(map(type, leaves))
-        ):
+        if tracing(compiling) or not _PLAIN.issuperset(map(type, leaves)):
             return context.extend(leaves if prepare is None else prepare(leaves))
         mode = _grad_enabled() + 2 * _inference_mode()
         entry = self.entries[mode]
