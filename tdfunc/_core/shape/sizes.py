@@ -223,6 +223,14 @@ def expand_ellipsis(index: tuple, ndim: int) -> tuple:
     return index[:ellipsis_at] + fill + index[ellipsis_at + 1 :]
 
 
+def _ragged_index(dim: int, item) -> IndexError:
+    return IndexError(
+        f"tdfunc: batch dim {dim} is ragged (-1: its length differs between nested "
+        f"components), so {item!r} cannot index it. Index the dims before it first "
+        f"(td[i] gives dense leaves), or call to_padded_tensor()."
+    )
+
+
 def _simple_index_size(batch_size: torch.Size, index: tuple) -> torch.Size | None:
     """Batch size after ``index`` made of ints, slices and None; None if other kinds."""
     out: list[int] = []
@@ -232,25 +240,22 @@ def _simple_index_size(batch_size: torch.Size, index: tuple) -> torch.Size | Non
             out.append(1)
             continue
         t = type(item)
-        if (t is int or t is slice) and batch_size[dim] < 0:
-            # a ragged dim (-1, nested tensors): a full slice keeps it, nothing else fits
-            if t is slice and item == slice(None):
-                out.append(batch_size[dim])
-                dim += 1
-                continue
-            raise IndexError(
-                f"tdfunc: batch dim {dim} is ragged (-1: its length differs between nested "
-                f"components), so {item!r} cannot index it. Index the dims before it first "
-                f"(td[i] gives dense leaves), or call to_padded_tensor()."
-            )
         if t is int:
             size = batch_size[dim]
             if not -size <= item < size:
+                if size < 0:
+                    raise _ragged_index(dim, item)
                 raise IndexError(
                     f"tdfunc: index {item} is out of range for batch dim {dim} of size {size}."
                 )
             dim += 1
         elif t is slice:
+            if batch_size[dim] < 0:  # a ragged dim: a full slice keeps it, nothing else fits
+                if item != slice(None):
+                    raise _ragged_index(dim, item)
+                out.append(batch_size[dim])
+                dim += 1
+                continue
             if item.step is not None and item.step <= 0:
                 raise ValueError(f"tdfunc: slice step must be positive, got {item.step}.")
             out.append(len(range(*item.indices(batch_size[dim]))))
