@@ -320,3 +320,32 @@ def test_from_list_stacks_dicts_like_torch_stack_of_their_tensors():
         TensorDict.from_list(rows, lazy=True)
     with pytest.raises(TypeError, match="expected dicts or containers"):
         TensorDict.from_list([1, 2])
+
+
+@pytest.mark.parametrize(
+    "dim, keepdim",
+    [(0, False), (1, False), ((0, 1), False), (0, True), ((0, 1), True), ("feature", False)],
+)
+def test_several_quantiles_lead_the_batch_size(dim, keepdim):
+    g = torch.Generator().manual_seed(0)
+    inner = TensorDict({"c": torch.randn(3, 4, 2, 6, generator=g)}, [3, 4, 2])
+    td = TensorDict({"a": torch.randn(3, 4, 5, generator=g), "b": inner}, [3, 4], names=["x", "y"])
+    q = torch.tensor([0.1, 0.5, 0.9])
+    got = td.quantile(q, dim=dim, keepdim=keepdim)
+
+    def want(t: torch.Tensor, ndim: int) -> torch.Tensor:
+        if dim == "feature":
+            return torch.quantile(t.flatten(ndim), q, -1)
+        dims = (dim,) if isinstance(dim, int) else dim
+        moved = t.movedim(dims, tuple(range(-len(dims), 0))).flatten(-len(dims))
+        out = torch.quantile(moved, q, -1)
+        for d in sorted(dims) if keepdim else ():
+            out = out.unsqueeze(d + 1)
+        return out
+
+    torch.testing.assert_close(got["a"], want(td["a"], 2))
+    torch.testing.assert_close(got["b", "c"], want(inner["c"], 3))
+    assert got["a"].shape[: got.batch_dims] == got.batch_size
+    assert got["b"].batch_size == got["b", "c"].shape[: got["b"].batch_dims]
+    assert got.batch_size[0] == 3 and got.names[0] is None
+    assert td.quantile(q)["a"].shape == (3,) and td.quantile(q).batch_size == ()

@@ -20,10 +20,12 @@ import torch
 
 from ..apply import rewrap
 from ..mixin import ContainerMixin
+from ..nontensor import NonTensorData
 from ..shape.sizes import normalize_dim
-from .leafwise import drop_names, map_leaves, no_names, tensor_leaves
+from .leafwise import drop_names, map_leaves, no_names, non_tensor_with, tensor_leaves
 
 _ONE = torch.Size([1])
+_NO_LEAD = torch.Size()
 NO_DIM: Any = type("NoDim", (), {"__repr__": lambda self: "NO_DIM"})()
 
 
@@ -47,9 +49,13 @@ def _feature_flat(tensor: torch.Tensor, ndim: int) -> torch.Tensor:
     return tensor.flatten(ndim) if tensor.dim() > ndim else tensor.unsqueeze(-1)
 
 
-def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: Any) -> Any:
+def _reduce(
+    self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: Any, lead=_NO_LEAD
+) -> Any:
     """Reduce as ``dim`` asks; ``op(dims, keepdim)`` gives the function of one leaf
-    (``dims`` None: over every element)."""
+    (``dims`` None: over every element). ``lead``: dims the op puts before the kept
+    dims of every leaf (several quantiles): they lead the batch size of the result
+    when batch dims are kept."""
     keep = bool(keepdim) if keepdim is not NO_DIM else False
     ndim = len(self._batch_size)
     if dim is NO_DIM or dim is None:
@@ -65,7 +71,7 @@ def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: A
         if reduce:
             flat = [_feature_flat(t, ndim) for t in tensor_leaves(self)]
             return op((-1,), False)(torch.cat(flat, -1))
-        return _feature_tree(self, op((-1,), False))
+        return _feature_tree(self, op((-1,), False), lead)
     if reduce:
         joined, dims = _joined(self, dim, api)
         return op(dims, keep)(joined)
@@ -78,11 +84,26 @@ def _reduce(self: Any, api: str, op: Callable, dim: Any, keepdim: Any, reduce: A
         new_size = torch.Size(1 if d in dims else s for d, s in enumerate(size))
     else:
         new_size = torch.Size(s for d, s in enumerate(size) if d not in dims)
-    return map_leaves(self, op(dims, keep), new_size, True, drop_names(dims, keep))
+    names = drop_names(dims, keep)
+    if lead:
+        new_size = lead + new_size
+        names = _led(names, len(lead))
+    return map_leaves(self, op(dims, keep), new_size, True, names)
 
 
-def _feature_tree(container: Any, leaf: Callable) -> Any:
-    """Reduce every leaf over its feature dims: the dims after its own level's batch dims."""
+def _led(names: Callable, count: int) -> Callable:
+    """``names`` with ``count`` unnamed dims in front."""
+
+    def led(level: tuple | None) -> tuple | None:
+        kept = names(level)
+        return None if kept is None else (None,) * count + tuple(kept)
+
+    return led
+
+
+def _feature_tree(container: Any, leaf: Callable, lead=_NO_LEAD) -> Any:
+    """Reduce every leaf over its feature dims: the dims after its own level's batch dims
+    (``lead``: dims ``leaf`` puts in front, which lead every level's batch size)."""
     view = container._to_tensordict_view()
     ndim = len(view._batch_size)
     data = {}
@@ -90,10 +111,17 @@ def _feature_tree(container: Any, leaf: Callable) -> Any:
         if isinstance(value, torch.Tensor):
             data[key] = leaf(_feature_flat(value, ndim))
         elif getattr(type(value), "_is_tensor_collection", False):
-            data[key] = _feature_tree(value, leaf)
+            data[key] = _feature_tree(value, leaf, lead)
+        elif lead and isinstance(value, NonTensorData):
+            data[key] = non_tensor_with(value, lead + view._batch_size, ndim, True, key)
         else:
             data[key] = value
-    result = view._like(data)
+    if lead:
+        names = view._names
+        names = None if names is None else (None,) * len(lead) + tuple(names)
+        result = view._like(data, lead + view._batch_size, names)
+    else:
+        result = view._like(data)
     return rewrap(container, result)
 
 
@@ -305,30 +333,29 @@ class ReductionsMixin(ContainerMixin):
     ):
         """The ``q``-th quantile of every leaf (``torch.quantile``; ``dim`` as for ``sum``).
 
-        A tensor ``q`` with several values adds a leading dim of that size, so it is
-        allowed only where no batch dim is kept (``dim=None`` or ``reduce=True``).
+        A 1-D tensor ``q`` of several quantiles adds a leading dim of its size to every
+        leaf, as ``torch.quantile`` does; where batch dims are kept (``dim`` given, or
+        ``"feature"``) it leads the batch size of the result too.
 
         Example:
             >>> td = TensorDict({"a": torch.tensor([[1.0, 2.0], [3.0, 5.0]])}, [2])
             >>> td.quantile(0.5)["a"], td.quantile(0.5, dim=0)["a"].tolist()
             (tensor(2.5000), [2.0, 3.5])
+            >>> td.quantile(torch.tensor([0.0, 1.0]), dim=0).batch_size
+            torch.Size([2])
         """
+        if isinstance(q, (list, tuple)):
+            q = torch.tensor(q)
         several = isinstance(q, torch.Tensor) and q.dim() > 0
-        if several and not reduce and dim not in (NO_DIM, None):
-            raise ValueError(
-                f"{type(self).__name__}.quantile: several quantiles ({list(q.shape)}) add a "
-                "leading dim, which cannot precede the kept batch dims; pass one quantile at "
-                "a time, or reduce=True."
-            )
-        if several and not reduce and self._batch_size:
-            raise ValueError(
-                f"{type(self).__name__}.quantile: several quantiles over the whole container "
-                "need reduce=True (each leaf would get a leading dim of quantiles)."
-            )
+        lead = q.shape if several else torch.Size()
+        given = q
 
         def make(dims: tuple | None, keep: bool) -> Callable:
             def leaf(t: torch.Tensor) -> torch.Tensor:
                 t = t if t.is_floating_point() else t.float()
+                q = given  # torch.quantile wants q of the leaf's dtype and device
+                if isinstance(q, torch.Tensor) and (q.dtype != t.dtype or q.device != t.device):
+                    q = q.to(t.device, t.dtype)
                 if dims is None:
                     return torch.quantile(t.reshape(-1), q, interpolation=interpolation)
                 if len(dims) == 1:
@@ -340,12 +367,13 @@ class ReductionsMixin(ContainerMixin):
                 out = torch.quantile(moved, q, -1, False, interpolation=interpolation)
                 if keep:
                     for d in sorted(ds):
-                        out = out.unsqueeze(d)
+                        out = out.unsqueeze(d + len(lead))
                 return out
 
             return leaf
 
-        return _keyed(_reduce(self, "quantile", make, dim, keepdim, reduce), key_transform)
+        out = _reduce(self, "quantile", make, dim, keepdim, reduce, lead)
+        return _keyed(out, key_transform)
 
     def prod(self, dim: Any = NO_DIM, keepdim: Any = NO_DIM, *, dtype=None, reduce=None):
         """The product of every leaf.
