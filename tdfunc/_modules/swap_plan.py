@@ -152,7 +152,12 @@ class SwapPlan:
                 if list(level) != keys:
                     raise Mismatch
                 found = level.values()
-            levels += found if getter is None else map(getter, found)
+            if getter is None:
+                levels += found
+            elif getter is _data_of:  # an attribute read the interpreter specializes: 2x map's
+                levels += [value._data for value in found]
+            else:
+                levels += map(getter, found)
         if self.columns is None:
             values = list(map(getitem, self.slot_levels(levels), self.slot_keys))
         else:  # one pass per key
