@@ -30,3 +30,28 @@ def test_clashing_names_are_refused_and_nothing_is_written():
     with pytest.raises(RuntimeError, match="names"):
         outer["m"] = TensorDict({"q": torch.zeros(3)}, [3], names=["y"])
     assert "m" not in outer
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda td: td.cumsum(1),
+        lambda td: td.cumprod(0),
+        lambda td: td.flip(0),
+        lambda td: td.roll(1, 1),
+        lambda td: td.roll((1, 2), (0, 1)),
+    ],
+    ids=["cumsum", "cumprod", "flip", "roll", "roll2"],
+)
+def test_ops_that_move_elements_keep_the_names_of_nested_levels(op):
+    # a nested level with more batch dims than its parent keeps the parent's names
+    td = TensorDict(
+        {"a": torch.randn(3, 4), "n": TensorDict({"b": torch.randn(3, 4, 5)}, [3, 4, 5])},
+        [3, 4],
+        names=["x", "y"],
+    )
+    out = op(td)
+    assert out.names == ["x", "y"]
+    assert out["n"].names == ["x", "y", None]
+    assert out["n"].batch_size == torch.Size([3, 4, 5])
+    assert torch.equal(out["n", "b"], op(TensorDict({"b": td["n", "b"]}, [3, 4]))["b"])

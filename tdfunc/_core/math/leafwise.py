@@ -73,7 +73,10 @@ def map_leaves(
             out[key] = fn(value)
         elif is_collection(value):
             view = value._to_tensordict_view()
-            inner = size + view._batch_size[ndim:] if tail else size
+            if new_size is None:  # the level keeps its batch size, so its names too
+                inner = None
+            else:
+                inner = new_size + view._batch_size[ndim:] if tail else new_size
             sub = map_leaves(
                 view, fn, inner, tail, names, keep_non_tensor=keep_non_tensor, moves=moves
             )
