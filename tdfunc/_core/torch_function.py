@@ -365,10 +365,23 @@ def _loss(function: Callable) -> Callable:
         from .math.leafwise import map_leaves, map_pairs
 
         reduction = kwargs.get("reduction", "mean")
+        each = reduction == "none"  # an element-wise loss keeps the leaves' shapes
         if _is_container(input):
-            result = map_pairs(input, target, lambda a, b: function(a, b, *args, **kwargs), "loss")
+            result = map_pairs(
+                input,
+                target,
+                lambda a, b: function(a, b, *args, **kwargs),
+                "loss",
+                elementwise=each,
+            )
         else:
-            result = map_pairs(target, input, lambda b, a: function(a, b, *args, **kwargs), "loss")
+            result = map_pairs(
+                target,
+                input,
+                lambda b, a: function(a, b, *args, **kwargs),
+                "loss",
+                elementwise=each,
+            )
         if reduction == "none":
             return result
         return map_leaves(result, lambda t: t, torch.Size(()), False, lambda names: None)

@@ -225,7 +225,7 @@ class ConstructorsMixin(ContainerMixin):
             from ..math.leafwise import map_pairs
 
             view = data._to_tensordict_view()
-            pairs = map_pairs(self, view, copy, "new_tensor")
+            pairs = map_pairs(self, view, copy, "new_tensor", elementwise=False)
             return pairs._like(pairs._data, view._batch_size, None)
         if not isinstance(data, _Tensor):
             shape = torch.as_tensor(data).shape

@@ -18,6 +18,7 @@ import torch
 from ..frozen import refuse_frozen_inside
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, eq_mask
+from .leafwise import like_pair
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -113,7 +114,7 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
                 f"{type(rhs).__name__} in the other."
             )
         data[key] = op(value, rhs)
-    return self._like(data)
+    return like_pair(self, other, data, api)
 
 
 def _inplace(self, other: Any, method: str):

@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from ..frozen import refuse_frozen_inside
 from ..nontensor import NonTensorData, from_array
 
 _Tensor = torch.Tensor
+_SCALARS = frozenset((int, float, bool, complex))
 
 
 def is_collection(value: Any) -> bool:
@@ -193,18 +194,104 @@ def others_data(other: Any, self: Any, api: str) -> dict | None:
     return data
 
 
-def map_pairs(self: Any, other: Any, fn: Callable, api: str) -> Any:
-    """``fn(leaf, other_leaf)`` over two containers with the same keys (or a tensor/number)."""
+def map_pairs(self: Any, other: Any, fn: Callable, api: str, *, elementwise: bool = True) -> Any:
+    """``fn(leaf, other_leaf)`` over two containers with the same keys (or a tensor/number).
+
+    ``elementwise``: ``fn`` broadcasts its operands as torch does (``+``, ``maximum``...),
+    so a result whose leaves outgrow the batch size takes the broadcast batch size or
+    raises (see :func:`like_pair`); False for functions that reshape (reductions).
+    """
     data = others_data(other, self, api)
     if data is None:
-        return map_leaves(self, lambda t: fn(t, other), None, True, None)
+        out = map_leaves(self, lambda t: fn(t, other), None, True, None)
+        if elementwise and may_grow(self, other):
+            check_grown(out, other, api)
+        return out
     out: dict[str, Any] = {}
     for key, value in self._data.items():
         rhs = data[key]
         if isinstance(value, _Tensor):
             out[key] = fn(value, rhs)
         elif is_collection(value):
-            out[key] = rewrap(value, map_pairs(value._to_tensordict_view(), rhs, fn, api))
+            view = value._to_tensordict_view()
+            out[key] = rewrap(value, map_pairs(view, rhs, fn, api, elementwise=elementwise))
         else:
             out[key] = value
-    return self._like(out)
+    return like_pair(self, other, out, api) if elementwise else self._like(out)
+
+
+def may_grow(self: Any, other: Any) -> bool:
+    """Whether ``other`` (an operand of a leaf-by-leaf op) can broadcast leaves to more elements."""
+    if type(other) in _SCALARS:
+        return False
+    if isinstance(other, (_Tensor, np.ndarray)):
+        return other.ndim > 0
+    if is_collection(other):
+        return other.batch_size != self._batch_size
+    return isinstance(other, Mapping)
+
+
+def like_pair(self: Any, other: Any, data: dict, api: str) -> Any:
+    """The container of ``data``, the leaves of a leaf-by-leaf op of ``self`` and ``other``.
+
+    Its batch size is ``self``'s. When ``other`` is a container whose batch size grows the
+    leaves, as torch broadcasts ``self``'s batch size with it (``[1, 4]`` and ``[3, 4]``
+    give ``[3, 4]``), the result takes the broadcast batch size; a result whose leaves the
+    batch size does not describe is an error, never a container that misreports its shape.
+    """
+    if not may_grow(self, other):
+        return self._like(data)
+    size = self._batch_size
+    if is_collection(other) and not _describes(data, size, False):
+        try:
+            grown = torch.broadcast_shapes(size, other.batch_size)
+        except RuntimeError:
+            grown = size
+        if _describes(data, grown, False):
+            names = self._names
+            if names is not None:
+                names = [None] * (len(grown) - len(size)) + list(names)
+            return self._like(data, grown, names)
+    result = self._like(data)
+    check_grown(result, other, api)
+    return result
+
+
+def _describes(data: dict, size: torch.Size, deep: bool) -> bool:
+    """Whether every leaf and nested level of ``data`` starts with the batch size ``size``."""
+    count = len(size)
+    for value in data.values():
+        if isinstance(value, _Tensor):
+            if value.shape[:count] != size:
+                return False
+        elif is_collection(value):
+            if value.batch_size[:count] != size:
+                return False
+            if deep and not _describes(value._to_tensordict_view()._data, value.batch_size, True):
+                return False
+    return True
+
+
+def check_grown(result: Any, other: Any, api: str) -> None:
+    """Raise when ``other`` broadcast a leaf of ``result`` beyond its level's batch size."""
+    view = result._to_tensordict_view() if hasattr(result, "_to_tensordict_view") else result
+    if _describes(view._data, view._batch_size, True):
+        return
+    for key, leaf in leaf_items(view):
+        level = result.get(key[:-1]) if len(key) > 1 else result
+        size = level.batch_size
+        if leaf.shape[: len(size)] != size:
+            described = (
+                f"a tensor of shape {list(other.shape)}"
+                if hasattr(other, "shape")
+                else f"a {type(other).__name__}"
+                + (f" with batch size {list(other.batch_size)}" if is_collection(other) else "")
+            )
+            raise ValueError(
+                f"{type(result).__name__}.{api}: the other operand ({described}) broadcasts the "
+                f"leaf {key if len(key) > 1 else key[0]!r} to shape {list(leaf.shape)}, which "
+                f"does not start with the batch size {list(size)}. A tensor broadcasts against "
+                f"each leaf aligned on the right: give it the batch shape followed by ones "
+                f"(w.reshape(*w.shape, 1, ...)), or expand the container first "
+                f"(td.expand(...))."
+            )

@@ -15,11 +15,13 @@ import torch
 
 from ..mixin import ContainerMixin
 from .leafwise import (
+    check_grown,
     check_in_place_write,
     inplace_leaves,
     is_collection,
     map_leaves,
     map_pairs,
+    may_grow,
     others_data,
 )
 
@@ -268,7 +270,11 @@ class PointwiseMixin(ContainerMixin):
             >>> TensorDict({"a": torch.tensor([-2.0, 0.5, 3.0])}, [3]).clamp(-1, 1)["a"]
             tensor([-1.0000,  0.5000,  1.0000])
         """
-        return map_leaves(self, lambda t: torch.clamp(t, min, max), None, True, None)
+        result = map_leaves(self, lambda t: torch.clamp(t, min, max), None, True, None)
+        for bound in (min, max):
+            if may_grow(self, bound):
+                check_grown(result, bound, "clamp")
+        return result
 
     def clamp_(self, min: Any = None, max: Any = None):
         """Clamp every tensor leaf to ``[min, max]`` in place; returns self.
@@ -327,7 +333,10 @@ class PointwiseMixin(ContainerMixin):
             >>> td.lerp(td + 4, 0.25)["a"].tolist()
             [1.0, 1.0]
         """
-        return map_pairs(self, end, lambda a, b: torch.lerp(a, b, weight), "lerp")
+        result = map_pairs(self, end, lambda a, b: torch.lerp(a, b, weight), "lerp")
+        if may_grow(self, weight):
+            check_grown(result, weight, "lerp")
+        return result
 
     def addcmul(self, tensor1: Any, tensor2: Any, *, value: float = 1):
         """``self + value * tensor1 * tensor2``, leaf by leaf.

@@ -13,7 +13,16 @@ from typing import Any
 import torch
 
 from ..apply import rewrap
-from ..math.leafwise import inplace_leaves, is_collection, keep_names, map_leaves, no_names
+from ..math.leafwise import (
+    check_grown,
+    inplace_leaves,
+    is_collection,
+    keep_names,
+    like_pair,
+    map_leaves,
+    may_grow,
+    no_names,
+)
 from ..math.reductions import batch_dims
 from ..mixin import ContainerMixin
 from .padding import pad_container
@@ -504,9 +513,12 @@ def _drop_emptied(rest: Any, moved: list) -> None:
 
 def _where(self: Any, condition: _Tensor, other: Any, pad: Any) -> Any:
     if not is_collection(other):
-        return map_leaves(
+        result = map_leaves(
             self, lambda t: torch.where(_align(condition, t), t, other), None, True, None
         )
+        if may_grow(self, other):
+            check_grown(result, other, "where")
+        return result
     other_data = other._to_tensordict_view()._data
     if pad is None and other_data.keys() != self._data.keys():
         diff = sorted(set(self._data) ^ set(other_data))
@@ -545,7 +557,10 @@ def _where(self: Any, condition: _Tensor, other: Any, pad: Any) -> Any:
                 view, lambda t: torch.where(_align(condition, t), pad, t), None, True, None
             )
             out[key] = rewrap(rhs, sub)
-    return self._like(out)
+    result = like_pair(self, other, out, "where")
+    if may_grow(self, pad):
+        check_grown(result, pad, "where")
+    return result
 
 
 _MISSING = object()
