@@ -349,3 +349,28 @@ def test_in_place_refused_when_frozen_out_of_place_allowed():
             call()
     assert td.exp()["a"].tolist() == torch.ones(2).exp().tolist()
     assert td["a"].tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("op", ["max", "min", "cummax", "cummin", "cumsum", "softmax"])
+def test_ops_along_one_dim_refuse_several_dims(op):
+    # torch.max(t, dim=(0, 1)) is an error; reducing dim 0 only would be a silent wrong answer
+    td = TensorDict({"a": torch.randn(3, 4)}, [3, 4])
+    with pytest.raises(TypeError, match=f"TensorDict.{op}: dim must be a single int"):
+        getattr(td, op)(dim=(0, 1))
+    if op in ("max", "min"):
+        with pytest.raises(TypeError, match="single int"):
+            getattr(td, op)(dim=(0, 1), reduce=True)
+    one = getattr(td, op)(dim=(1,))  # a tuple holding one dim is that dim
+    reference = getattr(td["a"], op)(1)
+    one = one if isinstance(one, TensorDict) else one[0]
+    reference = reference if isinstance(reference, torch.Tensor) else reference[0]
+    assert torch.equal(one["a"], reference)
+
+
+def test_a_dim_given_twice_or_of_a_wrong_type_is_refused():
+    td = TensorDict({"a": torch.randn(3, 4)}, [3, 4])
+    with pytest.raises(ValueError, match="more than once"):
+        td.sum(dim=(0, -2))  # torch: "dim 0 appears multiple times"
+    with pytest.raises(TypeError, match="dim must be an int, a tuple of ints"):
+        td.mean(dim=0.5)
+    assert torch.equal(td.sum(dim=[0, 1])["a"], td["a"].sum((0, 1)))

@@ -34,14 +34,40 @@ def batch_dims(self: Any, dim: Any, api: str) -> tuple:
     ndim = len(self._batch_size)
     if type(dim) is int and -ndim <= dim < ndim:  # fast path
         return (dim % ndim,)
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    for d in dims:
-        if not isinstance(d, int):
-            raise TypeError(
-                f"TensorDict.{api}: dim must be an int, a tuple of ints or 'feature', got {dim!r}."
-            )
-    out = tuple(sorted({normalize_dim(d, ndim, f"TensorDict.{api}") for d in dims}))
-    return out
+    dims = (dim,) if isinstance(dim, int) else dim
+    if not isinstance(dims, (tuple, list, torch.Size)) or not all(isinstance(d, int) for d in dims):
+        raise TypeError(
+            f"TensorDict.{api}: dim must be an int, a tuple of ints or 'feature', got {dim!r}."
+        )
+    out = sorted(normalize_dim(d, ndim, f"TensorDict.{api}") for d in dims)
+    if len(set(out)) != len(out):  # torch refuses a dim given twice, so do we
+        raise ValueError(
+            f"TensorDict.{api}: dim {dim!r} names the same batch dim more than once "
+            f"(batch of {ndim} dim(s)); give each dim once."
+        )
+    return tuple(out)
+
+
+def one_batch_dim(self: Any, dim: Any, api: str) -> int:
+    """``dim`` (an int, or a sequence holding one int) as a non-negative batch dim."""
+    (d,) = batch_dims(self, single_dim(dim, api), api)
+    return d
+
+
+def single_dim(dim: Any, api: str) -> int:
+    """``dim``, an int or a sequence holding one int, as an int."""
+    if isinstance(dim, (tuple, list, torch.Size)) and len(dim) == 1:
+        dim = dim[0]
+    if type(dim) is not int and not isinstance(dim, int):
+        raise TypeError(
+            f"TensorDict.{api}: dim must be a single int (torch.{api} works along one dim), "
+            f"got {dim!r}. Call it once per dim"
+            + (", or use amax/amin for the values over several dims." if api in _PAIRS else ".")
+        )
+    return dim
+
+
+_PAIRS = ("max", "min")
 
 
 def _feature_flat(tensor: torch.Tensor, ndim: int) -> torch.Tensor:
@@ -410,10 +436,10 @@ class ReductionsMixin(ContainerMixin):
                 self, api, _simple("amax" if api == "max" else "amin"), dim, keepdim, reduce
             )
         if reduce:
-            joined, (d,) = _joined(self, dim if isinstance(dim, int) else dim[:1], api)
+            joined, (d,) = _joined(self, single_dim(dim, api), api)
             values, indices = getattr(joined, api)(d, keepdim=keepdim)
             return _values_indices(kind, values, indices, return_indices)
-        (d,) = batch_dims(self, dim if isinstance(dim, int) else dim[:1], api)
+        d = one_batch_dim(self, dim, api)
         pairs: dict = {}
 
         def values_of(t: torch.Tensor) -> torch.Tensor:
@@ -452,10 +478,10 @@ class ReductionsMixin(ContainerMixin):
     def _scan_pair(self, api: str, dim: Any, reduce: Any, return_indices: bool):
         kind = getattr(torch.return_types, api)
         if reduce:
-            joined, (d,) = _joined(self, dim if isinstance(dim, int) else dim[:1], api)
+            joined, (d,) = _joined(self, single_dim(dim, api), api)
             values, indices = getattr(joined, api)(d)
             return _values_indices(kind, values, indices, return_indices)
-        (d,) = batch_dims(self, dim if isinstance(dim, int) else dim[:1], api)
+        d = one_batch_dim(self, dim, api)
         pairs: dict = {}
 
         def values_of(t: torch.Tensor) -> torch.Tensor:
@@ -493,7 +519,7 @@ class ReductionsMixin(ContainerMixin):
             >>> TensorDict({"a": torch.ones(3)}, [3]).cumsum(0)["a"]
             tensor([1., 2., 3.])
         """
-        (d,) = batch_dims(self, dim, "cumsum")
+        d = one_batch_dim(self, dim, "cumsum")
         return map_leaves(self, lambda t: t.cumsum(d, dtype=dtype), None, True, None, moves=True)
 
     def cumprod(self, dim: int, *, dtype=None):
@@ -503,7 +529,7 @@ class ReductionsMixin(ContainerMixin):
             >>> TensorDict({"a": torch.tensor([1.0, 2.0, 3.0])}, [3]).cumprod(0)["a"]
             tensor([1., 2., 6.])
         """
-        (d,) = batch_dims(self, dim, "cumprod")
+        d = one_batch_dim(self, dim, "cumprod")
         return map_leaves(self, lambda t: t.cumprod(d, dtype=dtype), None, True, None, moves=True)
 
     def logsumexp(self, dim: Any = None, keepdim: bool = False, *, out=None):
@@ -531,7 +557,7 @@ class ReductionsMixin(ContainerMixin):
             >>> TensorDict({"a": torch.zeros(2, 3)}, [2]).softmax(0)["a"][0]
             tensor([0.5000, 0.5000, 0.5000])
         """
-        (d,) = batch_dims(self, dim, "softmax")
+        d = one_batch_dim(self, dim, "softmax")
         return map_leaves(self, lambda t: torch.softmax(t, d, dtype=dtype), None, True, None)
 
     def log_softmax(self, dim: int, dtype=None):
@@ -541,7 +567,7 @@ class ReductionsMixin(ContainerMixin):
             >>> TensorDict({"a": torch.zeros(2)}, [2]).log_softmax(0)["a"]
             tensor([-0.6931, -0.6931])
         """
-        (d,) = batch_dims(self, dim, "log_softmax")
+        d = one_batch_dim(self, dim, "log_softmax")
         return map_leaves(self, lambda t: torch.log_softmax(t, d, dtype=dtype), None, True, None)
 
     def all(self, dim: Any = None):

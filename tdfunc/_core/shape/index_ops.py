@@ -23,7 +23,7 @@ from ..math.leafwise import (
     may_grow,
     no_names,
 )
-from ..math.reductions import batch_dims
+from ..math.reductions import batch_dims, one_batch_dim
 from ..mixin import ContainerMixin
 from .padding import pad_container
 from .shape_ops import _become
@@ -84,7 +84,7 @@ class IndexOpsMixin(ContainerMixin):
                 f"(inplace writes the result into this container)."
             )
         ndim = len(self._batch_size)
-        (d,) = batch_dims(self, dim, "gather")
+        d = one_batch_dim(self, dim, "gather")
         if index.dim() != ndim and inplace:
             raise NotImplementedError(
                 f"{type(self).__name__}.gather(inplace=True): index.ndim ({index.dim()}) must "
@@ -218,7 +218,7 @@ class IndexOpsMixin(ContainerMixin):
             >>> TensorDict({"a": torch.arange(5.0)}, [5]).narrow(0, 1, 2)["a"].tolist()
             [1.0, 2.0]
         """
-        (d,) = batch_dims(self, dim, "narrow")
+        d = one_batch_dim(self, dim, "narrow")
         size = list(self._batch_size)
         size[d] = length
         return map_leaves(
@@ -372,7 +372,7 @@ class IndexOpsMixin(ContainerMixin):
                 out = flat.repeat_interleave(repeats, 0, output_size=output_size)
                 return _become(self, out, "repeat_interleave") if inplace else out
             dim = 0
-        (d,) = batch_dims(self, dim, "repeat_interleave")
+        d = one_batch_dim(self, dim, "repeat_interleave")
         size = list(self._batch_size)
         if isinstance(repeats, _Tensor) and repeats.numel() > 1:
             size[d] = int(repeats.sum())
@@ -464,7 +464,7 @@ class IndexOpsMixin(ContainerMixin):
             >>> [p["a"].tolist() for p in parts]
             [[0.0, 1.0, 2.0], [3.0, 4.0]]
         """
-        (d,) = batch_dims(self, dim, "tensor_split")
+        d = one_batch_dim(self, dim, "tensor_split")
         metas = torch.tensor_split(_meta(self._batch_size), indices_or_sections, d)
         count = len(metas)
         return tuple(
