@@ -319,6 +319,9 @@ CASES: dict[str, tuple[Callable, str]] = {
     "__rmul__": (lambda o: 2 * o, "sample"),
     "__rsub__": (lambda o: 1 - o, "sample"),
     "__rtruediv__": (lambda o: 1 / (abs(o) + 1), "sample"),
+    "__rpow__": (lambda o: 2**o, "sample"),
+    "__rfloordiv__": (lambda o: 3 // (abs(o) + 1), "sample"),
+    "__rmod__": (lambda o: 3 % (abs(o) + 1), "sample"),
     "__setitem__": (_set_item, "sample"),
     "__sub__": (lambda o: o - 1, "sample"),
     "__torch_function__": (

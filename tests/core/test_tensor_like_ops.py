@@ -513,3 +513,14 @@ def test_to_namedtuple_prints_like_a_generic_named_tuple():
         a=a, nested=generic(a, "zero!")
     )
     assert repr(td.to_namedtuple()) == repr(reference)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [lambda x: 2**x, lambda x: 7 // x, lambda x: 7 % x, lambda x: torch.tensor(3.0) ** x],
+    ids=["rpow", "rfloordiv", "rmod", "tensor-rpow"],
+)
+def test_reflected_operators_with_a_number_on_the_left(op):
+    td, ref = make(2, positive=True)
+    td, ref = td + 1, {k: v + 1 for k, v in ref.items()}
+    assert_leafwise(op(td), {k: op(v) for k, v in ref.items()}, BATCH[2])

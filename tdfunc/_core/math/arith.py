@@ -179,11 +179,20 @@ class ArithmeticMixin(ContainerMixin):
     def __pow__(self, other) -> Self:
         return _binary(self, other, operator.pow, "__pow__")
 
+    def __rpow__(self, other) -> Self:
+        return _binary(self, other, lambda a, b: b**a, "__rpow__")
+
     def __floordiv__(self, other) -> Self:
         return _binary(self, other, operator.floordiv, "__floordiv__")
 
+    def __rfloordiv__(self, other) -> Self:
+        return _binary(self, other, lambda a, b: b // a, "__rfloordiv__")
+
     def __mod__(self, other) -> Self:
         return _binary(self, other, operator.mod, "__mod__")
+
+    def __rmod__(self, other) -> Self:
+        return _binary(self, other, lambda a, b: b % a, "__rmod__")
 
     def __and__(self, other) -> Self:
         return _binary(self, other, operator.and_, "__and__")
