@@ -374,3 +374,14 @@ def test_a_dim_given_twice_or_of_a_wrong_type_is_refused():
     with pytest.raises(TypeError, match="dim must be an int, a tuple of ints"):
         td.mean(dim=0.5)
     assert torch.equal(td.sum(dim=[0, 1])["a"], td["a"].sum((0, 1)))
+
+
+def test_quantile_takes_integer_leaves_as_floats_and_refuses_complex_ones():
+    ints = TensorDict({"a": torch.arange(6).reshape(3, 2)}, [3])
+    assert torch.equal(ints.quantile(0.5, 0)["a"], torch.quantile(ints["a"].float(), 0.5, 0))
+    # a complex leaf cast to float would lose its imaginary part: torch refuses, so do we
+    values = torch.randn(3, 2, dtype=torch.complex64)
+    with pytest.raises(RuntimeError):
+        torch.quantile(values, 0.5, 0)
+    with pytest.raises(RuntimeError):
+        TensorDict({"a": values}, [3]).quantile(0.5, 0)

@@ -378,7 +378,9 @@ class ReductionsMixin(ContainerMixin):
 
         def make(dims: tuple | None, keep: bool) -> Callable:
             def leaf(t: torch.Tensor) -> torch.Tensor:
-                t = t if t.is_floating_point() else t.float()
+                # integers and bools as floats (torch.quantile takes floats only); a complex
+                # leaf stays complex, for torch to refuse rather than drop its imaginary part
+                t = t if t.is_floating_point() or t.is_complex() else t.float()
                 q = given  # torch.quantile wants q of the leaf's dtype and device
                 if isinstance(q, torch.Tensor) and (q.dtype != t.dtype or q.device != t.device):
                     q = q.to(t.device, t.dtype)
