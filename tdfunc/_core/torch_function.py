@@ -54,7 +54,16 @@ def _combined(views: list, dim: int, stacking: bool, api: str) -> dict:
         except KeyError:
             raise _key_error(views, api) from None
         if isinstance(value, torch.Tensor):
-            data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)
+            try:
+                data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)
+            except (RuntimeError, TypeError) as error:  # name the entry torch could not join
+                shapes = [
+                    list(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
+                    for v in values
+                ]
+                raise type(error)(
+                    f"{api}: cannot join the entry {key!r} (leaf shapes {shapes}): {error}"
+                ) from error
         elif getattr(type(value), "_is_tensordict", False):
             data[key] = _join(values, dim, stacking, api)
         elif isinstance(value, NonTensorData):

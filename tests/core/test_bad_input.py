@@ -407,3 +407,12 @@ def test_writes_through_a_parent_into_a_frozen_tensorclass_are_refused():
         with pytest.raises(RuntimeError, match="inside a frozen Params"):
             action()
         assert_unchanged(td, before)
+
+
+@pytest.mark.parametrize("join", [torch.stack, torch.cat])
+def test_a_join_torch_refuses_names_the_entry(join):
+    first = TensorDict({"a": torch.zeros(3), "x": torch.zeros(3)}, [3])
+    second = TensorDict({"a": torch.zeros(3), "x": torch.zeros(3, 1)}, [3])
+    shapes = re.escape("'x' (leaf shapes [[3], [3, 1]])")
+    with pytest.raises(RuntimeError, match=f"cannot join the entry {shapes}"):
+        join([first, second])
