@@ -112,3 +112,15 @@ def test_tensorclass_takes_the_broadcast_batch_size_too():
     assert torch.equal(out.a, small.a * large.a)
     with pytest.raises(ValueError, match="batch size"):
         small * torch.randn(3, 1, 1)
+
+
+@pytest.mark.parametrize("op", ["add", "eq", "maximum"])
+def test_non_tensor_entries_take_the_broadcast_batch_size(op):
+    small = TensorDict({"x": torch.randn(1, 4), "s": "hello"}, [1, 4])
+    large = TensorDict({"x": torch.randn(3, 4), "s": "hello"}, [3, 4])
+    out = BINARY[op](small, large)
+    assert out.batch_size == torch.Size([3, 4])
+    if op == "eq":  # the comparison of the values, one per batch element
+        assert out["s"].shape == torch.Size([3, 4]) and bool(out["s"].all())
+    else:
+        assert out.get("s").batch_size == torch.Size([3, 4]) and out["s"] == "hello"

@@ -247,6 +247,8 @@ def like_pair(self: Any, other: Any, data: dict, api: str) -> Any:
             grown = torch.broadcast_shapes(size, other.batch_size)
         except RuntimeError:
             grown = size
+        if grown != size:
+            data = _broadcast_rest(data, size, grown)
         if _describes(data, grown, False):
             names = self._names
             if names is not None:
@@ -257,12 +259,30 @@ def like_pair(self: Any, other: Any, data: dict, api: str) -> Any:
     return result
 
 
+def _broadcast_rest(data: dict, size: torch.Size, grown: torch.Size) -> dict:
+    """``data`` with the values torch did not broadcast (non-tensor leaves, their masks)
+    given the broadcast batch size ``grown`` in place of ``size``."""
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, NonTensorData) and value.batch_size[: len(grown)] != grown:
+            value = non_tensor_with(value, grown, len(size), True, key)
+        elif isinstance(value, _Tensor) and value.shape[: len(grown)] != grown:
+            rest = value.shape[len(size) :]
+            if value.shape[: len(size)] == size and grown == torch.broadcast_shapes(size, grown):
+                value = value.expand(*grown, *rest)
+        out[key] = value
+    return out
+
+
 def _describes(data: dict, size: torch.Size, deep: bool) -> bool:
     """Whether every leaf and nested level of ``data`` starts with the batch size ``size``."""
     count = len(size)
     for value in data.values():
         if isinstance(value, _Tensor):
             if value.shape[:count] != size:
+                return False
+        elif isinstance(value, NonTensorData):
+            if value.batch_size[:count] != size:
                 return False
         elif is_collection(value):
             if value.batch_size[:count] != size:
@@ -277,16 +297,15 @@ def check_grown(result: Any, other: Any, api: str) -> None:
     view = result._to_tensordict_view() if hasattr(result, "_to_tensordict_view") else result
     if _describes(view._data, view._batch_size, True):
         return
+    if is_collection(other):
+        described = f"a {type(other).__name__} with batch size {list(other.batch_size)}"
+    elif hasattr(other, "shape"):
+        described = f"a {type(other).__name__} of shape {list(other.shape)}"
+    else:
+        described = f"a {type(other).__name__}"
     for key, leaf in leaf_items(view):
-        level = result.get(key[:-1]) if len(key) > 1 else result
-        size = level.batch_size
+        size = view.get(key[:-1]).batch_size if len(key) > 1 else view.batch_size
         if leaf.shape[: len(size)] != size:
-            described = (
-                f"a tensor of shape {list(other.shape)}"
-                if hasattr(other, "shape")
-                else f"a {type(other).__name__}"
-                + (f" with batch size {list(other.batch_size)}" if is_collection(other) else "")
-            )
             raise ValueError(
                 f"{type(result).__name__}.{api}: the other operand ({described}) broadcasts the "
                 f"leaf {key if len(key) > 1 else key[0]!r} to shape {list(leaf.shape)}, which "
@@ -295,3 +314,8 @@ def check_grown(result: Any, other: Any, api: str) -> None:
                 f"(w.reshape(*w.shape, 1, ...)), or expand the container first "
                 f"(td.expand(...))."
             )
+    raise ValueError(  # a non-tensor entry the op could not give the new batch size
+        f"{type(result).__name__}.{api}: the other operand ({described}) does not broadcast "
+        f"against the batch size {list(view.batch_size)} of every entry; expand the "
+        f"containers to one batch size first (td.expand(...))."
+    )
