@@ -255,7 +255,7 @@ def like_pair(self: Any, other: Any, data: dict, api: str) -> Any:
                 names = [None] * (len(grown) - len(size)) + list(names)
             return self._like(data, grown, names)
     result = self._like(data)
-    check_grown(result, other, api)
+    check_grown(result, other, api, deep=False)  # nested levels were checked by their op
     return result
 
 
@@ -274,11 +274,17 @@ def _broadcast_rest(data: dict, size: torch.Size, grown: torch.Size) -> dict:
     return out
 
 
-def _describes(data: dict, size: torch.Size, deep: bool) -> bool:
-    """Whether every leaf and nested level of ``data`` starts with the batch size ``size``."""
+def _describes(data: dict, size: torch.Size, deep: bool, reach: int | None = None) -> bool:
+    """Whether every leaf and nested level of ``data`` starts with the batch size ``size``.
+
+    ``reach``: the number of dims of the tensor operand that made the leaves; a leaf
+    with at least that many dims after the batch dims cannot have grown (fast path).
+    """
     count = len(size)
     for value in data.values():
         if isinstance(value, _Tensor):
+            if reach is not None and value.ndim - count >= reach:
+                continue
             if value.shape[:count] != size:
                 return False
         elif isinstance(value, NonTensorData):
@@ -287,15 +293,19 @@ def _describes(data: dict, size: torch.Size, deep: bool) -> bool:
         elif is_collection(value):
             if value.batch_size[:count] != size:
                 return False
-            if deep and not _describes(value._to_tensordict_view()._data, value.batch_size, True):
-                return False
+            if deep:
+                nested = value._to_tensordict_view()
+                if not _describes(nested._data, nested._batch_size, True, reach):
+                    return False
     return True
 
 
-def check_grown(result: Any, other: Any, api: str) -> None:
-    """Raise when ``other`` broadcast a leaf of ``result`` beyond its level's batch size."""
+def check_grown(result: Any, other: Any, api: str, deep: bool = True) -> None:
+    """Raise when ``other`` broadcast a leaf of ``result`` beyond its level's batch size
+    (``deep``: at every level; else at the top level only)."""
     view = result._to_tensordict_view() if hasattr(result, "_to_tensordict_view") else result
-    if _describes(view._data, view._batch_size, True):
+    reach = other.ndim if isinstance(other, (_Tensor, np.ndarray)) else None
+    if _describes(view._data, view._batch_size, deep, reach):
         return
     if is_collection(other):
         described = f"a {type(other).__name__} with batch size {list(other.batch_size)}"
