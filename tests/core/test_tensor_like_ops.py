@@ -524,3 +524,14 @@ def test_reflected_operators_with_a_number_on_the_left(op):
     td, ref = make(2, positive=True)
     td, ref = td + 1, {k: v + 1 for k, v in ref.items()}
     assert_leafwise(op(td), {k: op(v) for k, v in ref.items()}, BATCH[2])
+
+
+def test_clamp_takes_container_bounds_paired_key_by_key():
+    td, ref = make(2)
+    low, high = td * 0 - 0.5, td * 0 + 0.25
+    expected = {k: torch.clamp(v, -0.5, 0.25) for k, v in ref.items()}
+    assert_leafwise(td.clamp(low, high), expected, BATCH[2])
+    assert_leafwise(td.clamp(max=high), {k: v.clamp(max=0.25) for k, v in ref.items()}, BATCH[2])
+    assert_leafwise(td.clone().clamp_(low, 0.25), expected, BATCH[2])
+    with pytest.raises(TypeError, match="lerp: weight must be a number or a tensor"):
+        td.lerp(high, low)  # a weight per entry: td.apply(torch.lerp, end, weight)

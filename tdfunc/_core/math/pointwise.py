@@ -264,12 +264,16 @@ class PointwiseMixin(ContainerMixin):
     pow_ = _binary_("pow")
 
     def clamp(self, min: Any = None, max: Any = None):
-        """Clamp every tensor leaf to ``[min, max]`` (tensors or numbers).
+        """Clamp every tensor leaf to ``[min, max]`` (numbers, tensors or containers).
 
         Example:
             >>> TensorDict({"a": torch.tensor([-2.0, 0.5, 3.0])}, [3]).clamp(-1, 1)["a"]
             tensor([-1.0000,  0.5000,  1.0000])
         """
+        if is_collection(min) or is_collection(max):
+            # torch.clamp is min(max(x, lo), hi): the same two steps, paired key by key
+            result = self if min is None else self.clamp_min(min)
+            return result if max is None else result.clamp_max(max)
         result = map_leaves(self, lambda t: torch.clamp(t, min, max), None, True, None)
         for bound in (min, max):
             if may_grow(self, bound):
@@ -283,6 +287,12 @@ class PointwiseMixin(ContainerMixin):
             >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_(max=1.0)["a"]
             tensor([-2.,  1.])
         """
+        if is_collection(min) or is_collection(max):
+            for bound in (min, max):  # both bounds' keys are checked before any write
+                others_data(bound, self, "clamp_")
+            if min is not None:
+                self.clamp_min_(min)
+            return self if max is None else self.clamp_max_(max)
         for leaf in inplace_leaves(self, "clamp_"):
             leaf.clamp_(min, max)
         return self
@@ -333,6 +343,12 @@ class PointwiseMixin(ContainerMixin):
             >>> td.lerp(td + 4, 0.25)["a"].tolist()
             [1.0, 1.0]
         """
+        if is_collection(weight):
+            raise TypeError(
+                f"{type(self).__name__}.lerp: weight must be a number or a tensor, got a "
+                f"{type(weight).__name__}. For a weight per entry, use "
+                f"td.apply(torch.lerp, end, weight)."
+            )
         result = map_pairs(self, end, lambda a, b: torch.lerp(a, b, weight), "lerp")
         if may_grow(self, weight):
             check_grown(result, weight, "lerp")
