@@ -77,7 +77,7 @@ def ops_for(draw, rank: int) -> tuple:
         options += ["reduce", "quantile", "maxdim", "scan", "flip", "roll", "unsqueeze"]
         options += ["expand", "repeat", "stack", "cat", "where", "unbind", "split", "gather"]
         options += ["grow"]
-    options += ["scalar", "pair", "eq", "clamp", "neg", "norm", "sum_all", "amax_all"]
+    options += ["scalar", "pair", "eq", "clamp", "neg", "norm", "sum_all", "amax_all", "keep_all"]
     name = draw(st.sampled_from(options))
     if name == "scalar":
         value = draw(st.sampled_from([2, 0.5, -1]))
@@ -97,6 +97,13 @@ def ops_for(draw, rank: int) -> tuple:
             return torch.linalg.vector_norm(t) if name == "norm" else getattr(t, method)()
 
         return name, lambda x: getattr(x, method)(), leaf
+    if name == "keep_all":  # no dim, keepdim=True: every dim of every leaf kept with size 1
+        method = draw(st.sampled_from(["sum", "mean", "amax", "std", "nansum"]))
+        return (
+            f"{method}(keepdim=True)",
+            lambda x: getattr(x, method)(keepdim=True),
+            lambda t: getattr(t, method)(dim=None, keepdim=True),
+        )
     if name == "reduce":
         methods = ["sum", "mean", "amax", "amin", "prod", "std", "var", "nansum", "logsumexp"]
         method = draw(st.sampled_from(methods))

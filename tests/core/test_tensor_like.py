@@ -385,3 +385,18 @@ def test_quantile_takes_integer_leaves_as_floats_and_refuses_complex_ones():
         torch.quantile(values, 0.5, 0)
     with pytest.raises(RuntimeError):
         TensorDict({"a": values}, [3]).quantile(0.5, 0)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "std", "prod", "max"])
+def test_keepdim_without_dim_keeps_every_dim_with_size_one(op):
+    # torch.amax(t, keepdim=True) has t's dims, each of size 1; keepdim was ignored
+    td, ref = make(2, names=True)
+    out = getattr(td, op)(keepdim=True)
+
+    def reference(t):
+        if op == "prod":
+            return t.prod().reshape([1] * t.dim())
+        return getattr(t, "amax" if op == "max" else op)(dim=None, keepdim=True)
+
+    assert_leafwise(out, {k: reference(v) for k, v in ref.items()}, [1, 1])
+    assert out.names == ["x", "y"] and out["n"].batch_size == torch.Size([1, 1])

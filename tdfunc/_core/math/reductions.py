@@ -3,7 +3,8 @@
 Every reduction takes the same ``dim`` forms as tensordict:
 
 - not given: each leaf is reduced over all its elements; the result is a container
-  of scalar leaves with ``batch_size=[]``;
+  of scalar leaves with ``batch_size=[]`` (with ``keepdim=True``, as ``torch.amax``,
+  every leaf keeps its dims with size 1, and every batch dim is 1);
 - an int or a tuple of ints: those batch dims are reduced in every leaf (negative
   dims count from the end of the batch dims), ``keepdim`` keeps them with size 1;
 - ``"feature"``: the dims after the batch dims are reduced; the batch size stays.
@@ -90,6 +91,8 @@ def _reduce(
             if not leaves:
                 raise ValueError(f"TensorDict.{api}: reduce=True needs at least one tensor leaf.")
             return op(None, False)(torch.cat([t.reshape(-1) for t in leaves]))
+        if keep:  # as torch's amax(keepdim=True): every dim kept, of size 1
+            return _kept_tree(self, op(None, False), lead)
         return map_leaves(self, op(None, False), torch.Size(()), False, no_names)
     if dim == "feature":
         if keep:
@@ -149,6 +152,28 @@ def _feature_tree(container: Any, leaf: Callable, lead=_NO_LEAD) -> Any:
     else:
         result = view._like(data)
     return rewrap(container, result)
+
+
+def _kept_tree(container: Any, leaf: Callable, lead=_NO_LEAD) -> Any:
+    """Reduce every leaf over all its elements, keeping each of its dims with size 1; every
+    level's batch dims become ones too (``lead``: dims ``leaf`` puts in front)."""
+    view = container._to_tensordict_view()
+    ndim = len(view._batch_size)
+    size = lead + torch.Size([1] * ndim)
+    data = {}
+    for key, value in view._data.items():
+        if isinstance(value, torch.Tensor):
+            reduced = leaf(value)
+            data[key] = reduced.reshape(reduced.shape + (1,) * value.dim())
+        elif getattr(type(value), "_is_tensor_collection", False):
+            data[key] = _kept_tree(value, leaf, lead)
+        elif isinstance(value, NonTensorData):
+            data[key] = non_tensor_with(value, size, ndim, True, key)
+        else:
+            data[key] = value
+    names = view._names
+    names = None if names is None else (None,) * len(lead) + tuple(names)
+    return rewrap(container, view._like(data, size, names))
 
 
 def _joined(self: Any, dim: Any, api: str) -> tuple:
