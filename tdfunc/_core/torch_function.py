@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .math.pointwise import PREDICATES, UNARY
+from .math.reductions import NO_DIM
 from .nontensor import NonTensorData, cat_non_tensor, stack_non_tensor
 from .shape.sizes import normalize_dim
 
@@ -266,8 +267,6 @@ _METHODS = [
     "nansum",
     "mean",
     "nanmean",
-    "std",
-    "var",
     "prod",
     "amax",
     "amin",
@@ -306,11 +305,51 @@ _METHODS = [
     "lerp",
     "addcmul",
     "addcdiv",
+    "quantile",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
     *PREDICATES,
     *UNARY,
 ]
 for _name in _METHODS:
     HANDLED[getattr(torch, _name)] = _method_handler(_name)
+
+
+def _spread(name: str) -> Callable:
+    """``torch.std`` / ``torch.var``: torch's signatures, whose positional arguments after
+    ``dim`` are ``unbiased`` then ``keepdim`` (the methods take ``keepdim`` second, as
+    tensordict's do), and ``torch.std(input, unbiased)``."""
+
+    def handler(input, *args, unbiased=None, correction=None, keepdim=False, dim=NO_DIM, out=None):
+        if args and isinstance(args[0], bool):  # torch.std(input, unbiased)
+            unbiased, args = args[0], args[1:]
+        elif args:
+            dim, args = args[0], args[1:]
+            if args:
+                unbiased, args = args[0], args[1:]
+            if args:
+                (keepdim,) = args
+        if unbiased is not None:
+            if correction is not None:
+                raise TypeError(f"torch.{name}: pass unbiased or correction, not both.")
+            correction = int(bool(unbiased))
+        result = getattr(input, name)(
+            dim, keepdim, correction=1 if correction is None else correction
+        )
+        if out is not None:
+            out.update(result, inplace=True)
+            return out
+        return result
+
+    handler.__name__ = name
+    return handler
+
+
+HANDLED[torch.std] = _spread("std")
+HANDLED[torch.var] = _spread("var")
 HANDLED[torch.negative] = _method_handler("neg")
 HANDLED[torch.absolute] = _method_handler("abs")
 HANDLED[torch.clip] = _method_handler("clamp")

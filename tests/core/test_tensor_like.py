@@ -400,3 +400,50 @@ def test_keepdim_without_dim_keeps_every_dim_with_size_one(op):
 
     assert_leafwise(out, {k: reference(v) for k, v in ref.items()}, [1, 1])
     assert out.names == ["x", "y"] and out["n"].batch_size == torch.Size([1, 1])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f, x: f(x, 0, False),  # torch's third positional argument is unbiased
+        lambda f, x: f(x, False),  # torch.std(input, unbiased)
+        lambda f, x: f(x, 0, True, True),
+        lambda f, x: f(x, 0, unbiased=False, keepdim=True),
+        lambda f, x: f(x, dim=1, correction=0),
+        lambda f, x: f(x),
+    ],
+)
+@pytest.mark.parametrize("fn", [torch.std, torch.var], ids=["std", "var"])
+def test_torch_std_and_var_read_torchs_signature(fn, call):
+    # torch.std(td, 0, False) was read as keepdim=False: Bessel-corrected, silently
+    td, ref = make(2)
+    expected = {k: call(fn, v) for k, v in ref.items()}
+    out = call(fn, td)
+    assert_leafwise(out, expected, out.batch_size)
+    assert out.batch_size == expected[("b",)].shape or not out.batch_dims
+
+
+def test_a_bool_dim_is_refused():
+    td, _ = make(2)
+    with pytest.raises(TypeError, match="dim must be an int"):
+        td.std(False)  # would have reduced dim 0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: torch.quantile(x, 0.25, 0),
+        lambda x: torch.add(x, 2, alpha=3),
+        lambda x: torch.sub(x, 1),
+        lambda x: torch.mul(x, 2),
+        lambda x: torch.div(x, 2),
+        lambda x: torch.pow(x, 2),
+    ],
+    ids=["quantile", "add", "sub", "mul", "div", "pow"],
+)
+def test_torch_functions_with_a_container_first(call):
+    td, ref = make(2)
+    expected = {k: call(v) for k, v in ref.items()}
+    out = call(td)
+    assert_leafwise(out, expected, out.batch_size)
+    assert out.batch_size == expected[("b",)].shape  # "b" has no feature dims

@@ -36,7 +36,10 @@ def batch_dims(self: Any, dim: Any, api: str) -> tuple:
     if type(dim) is int and -ndim <= dim < ndim:  # fast path
         return (dim % ndim,)
     dims = (dim,) if isinstance(dim, int) else dim
-    if not isinstance(dims, (tuple, list, torch.Size)) or not all(isinstance(d, int) for d in dims):
+    if not isinstance(dims, (tuple, list, torch.Size)) or not all(
+        isinstance(d, int) and type(d) is not bool
+        for d in dims  # torch refuses a bool dim
+    ):
         raise TypeError(
             f"TensorDict.{api}: dim must be an int, a tuple of ints or 'feature', got {dim!r}."
         )
