@@ -84,12 +84,14 @@ def sgd(
         if H.is_zero(dampening):
             weight: H.Hyper = 1.0
         elif isinstance(step, torch.Tensor):
-            weight = torch.where(step == 1, 1.0, 1.0 - dampening)
+            # ``1 - dampening`` stays in float64 (``step`` is float64), the Python number
+            # torch.optim uses: a float32 weight would be off by ~1e-8 on float64 leaves
+            weight = torch.where(step == 1, 1.0, torch.full_like(step, 1.0 - dampening))
         else:
             weight = 1.0 if step == 1 else 1.0 - dampening
         if isinstance(momentum, torch.Tensor) and not H.is_zero(dampening):
             # a member without momentum takes plain gradient steps (no dampening), as in torch
-            weight = H._binary(lambda w, m: torch.where(m == 0, 1.0, w), weight, momentum)
+            weight = H._binary(_undamped_without_momentum, weight, momentum)
         momentum_buffer = K.add_tmp(
             K.mul_(momentum_buffer, per_leaf(momentum)), grads, per_leaf(weight)
         )
@@ -97,6 +99,13 @@ def sgd(
     # negation is exact: -lr needs no float64 detour
     updates = K.descend_add(params, grads, per_leaf(H.neg(lr)))
     return updates, momentum_buffer
+
+
+def _undamped_without_momentum(weight, momentum: torch.Tensor) -> torch.Tensor:
+    """``weight``, or 1 where ``momentum`` is 0; in float64, as a Python number would be."""
+    if not isinstance(weight, torch.Tensor):
+        weight = torch.tensor(weight, dtype=torch.float64, device=momentum.device)
+    return torch.where(momentum == 0, 1.0, weight.to(dtype=torch.float64))
 
 
 def rmsprop(
