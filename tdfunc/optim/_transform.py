@@ -332,6 +332,8 @@ class GradientTransformation:
             if paths is None:
                 paths = _paths(grads)
             H.check_leading(api, name, value, leaves, paths)
+            if isinstance(value, H.Leaves):
+                resolved[name] = H.full_rank(value, leaves)
         return resolved, tensors
 
 
