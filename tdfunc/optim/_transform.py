@@ -94,8 +94,29 @@ def apply_updates(params: Any, updates: Any) -> Any:
             f"{len(leaves)}; pass the updates returned by opt.update(grads, state, params). "
             f"Structures: params {spec}, updates {update_spec}."
         )
+    if update_spec != spec:
+        _same_paths(params, updates)
     _same_shapes("apply_updates", "updates", update_leaves, "params", leaves, params)
     return pytree.tree_unflatten(_add(leaves, update_leaves), spec)
+
+
+def _same_paths(params: Any, updates: Any) -> None:
+    """Leaves are added by position: the updates must name them in the params' order.
+
+    Containers of other kinds with the same keys (a dict of updates for a
+    TensorDict of parameters) line up; other keys, or the same keys in another
+    order, would add each update to another parameter.
+    """
+    names = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(params)[0]]
+    update_names = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(updates)[0]]
+    for name, update_name in zip(names, update_names):
+        if name != update_name:
+            raise ValueError(
+                f"apply_updates: updates and params must name their leaves in the same order, "
+                f"but the params leaf {name!r} meets the updates leaf {update_name!r}; pass "
+                f"the updates returned by opt.update(grads, state, params), or build them "
+                f"with the params' keys in the params' order."
+            )
 
 
 def _same_shapes(api: str, name: str, leaves: list, reference: str, expected: list, tree) -> None:

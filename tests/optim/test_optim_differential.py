@@ -262,3 +262,27 @@ def test_per_leaf_lr_with_more_dims_than_its_leaf_is_refused():
     opt = optim.sgd(lr={"w": torch.full((2, 4), 0.1)})
     with pytest.raises(ValueError, match="does not broadcast to the parameter's shape"):
         opt.update({"w": torch.ones(4)}, opt.init(params), params)
+
+
+@pytest.mark.parametrize(
+    "updates",
+    [
+        TensorDict({"b": torch.ones(3), "a": torch.full((3,), 2.0)}),
+        {"b": torch.ones(3), "a": torch.full((3,), 2.0)},
+        {"x": torch.ones(3), "y": torch.full((3,), 2.0)},
+    ],
+    ids=["tensordict-reordered", "dict-reordered", "dict-other-keys"],
+)
+def test_apply_updates_refuses_updates_that_name_other_leaves(updates):
+    """Updates in another key order were added by position: ``a`` got ``b``'s update."""
+    params = TensorDict({"a": torch.zeros(3), "b": torch.zeros(3)})
+    with pytest.raises(ValueError, match="apply_updates: updates and params must name"):
+        optim.apply_updates(params, updates)
+
+
+def test_apply_updates_accepts_a_dict_with_the_params_keys():
+    params = TensorDict({"a": torch.zeros(3), "n": {"b": torch.zeros(2)}})
+    updates = {"a": torch.ones(3), "n": {"b": torch.full((2,), 2.0)}}
+    result = optim.apply_updates(params, updates)
+    torch.testing.assert_close(result["a"], updates["a"])
+    torch.testing.assert_close(result["n", "b"], updates["n"]["b"])
