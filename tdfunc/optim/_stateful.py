@@ -294,6 +294,14 @@ class Adam(_Stacked):
                 f"into tdfunc.optim.{saved}, not {other}."
             )
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for state in self.state.values():
+            step = state.get("step")
+            if step is not None and not isinstance(step, torch.Tensor):
+                # older torch.optim state dicts hold the count as a Python number
+                state["step"] = torch.tensor(float(step), dtype=torch.float32)
+
     def _on_new_states(self, states: list) -> None:
         # the step counters of parameters started together are the elements of one
         # tensor (each its own 0-dim float32 tensor, as in torch.optim): one add per step

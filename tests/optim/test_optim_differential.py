@@ -286,3 +286,23 @@ def test_apply_updates_accepts_a_dict_with_the_params_keys():
     result = optim.apply_updates(params, updates)
     torch.testing.assert_close(result["a"], updates["a"])
     torch.testing.assert_close(result["n", "b"], updates["n"]["b"])
+
+
+def test_adam_loads_a_state_dict_with_python_step_counts():
+    """Older torch.optim state dicts count steps in Python numbers (AttributeError before)."""
+    param = torch.nn.Parameter(torch.randn(2, 3, dtype=torch.float64))
+    twin = torch.nn.Parameter(param.detach().clone())
+    theirs = torch.optim.Adam([twin], lr=0.1, foreach=False)
+    twin.grad = torch.randn(2, 3, dtype=torch.float64)
+    theirs.step()
+    saved = copy.deepcopy(theirs.state_dict())
+    saved["state"][0]["step"] = int(saved["state"][0]["step"])
+    with torch.no_grad():
+        param.copy_(twin)
+    ours = optim.Adam([param], lr=0.1)
+    ours.load_state_dict(saved)
+    param.grad, twin.grad = (torch.randn(2, 3, dtype=torch.float64),) * 2
+    ours.step()
+    theirs.step()
+    torch.testing.assert_close(param, twin, rtol=1e-13, atol=1e-14)
+    assert float(ours.state[param]["step"]) == 2.0
