@@ -392,6 +392,16 @@ def _hyper(
     return value if isinstance(value, torch.Tensor) else float(value)
 
 
+def _momentum_fixed(api: str, with_momentum: bool, momentum: Any) -> None:
+    """The state holds a momentum buffer only if momentum was on when the optimizer was made."""
+    if not with_momentum and not H.is_zero(momentum):
+        raise ValueError(
+            f"{api}: hyperparameters['momentum'] was set to {_brief(momentum)}, but the "
+            f"optimizer was made with momentum=0 and its state has no momentum buffer; make "
+            f"a new optimizer with the momentum (and a new state with its init)."
+        )
+
+
 # ------------------------------------------------------------------ optimizers
 def adam(
     lr: Any = 1e-3,
@@ -513,6 +523,7 @@ def sgd(
     with_momentum = not H.is_zero(hypers["momentum"])
 
     def rule(K, params, grads, moments, step, h):
+        _momentum_fixed(api, with_momentum, h["momentum"])
         updates, buffer = _rules.sgd(
             K,
             params,
@@ -565,6 +576,7 @@ def rmsprop(
     )
 
     def rule(K, params, grads, state, step, h):
+        _momentum_fixed(api, with_momentum, h["momentum"])
         grad_avg = state[1] if centered else None
         buffer = state[-1] if with_momentum else None
         updates, square_avg, grad_avg, buffer = _rules.rmsprop(

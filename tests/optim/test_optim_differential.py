@@ -306,3 +306,14 @@ def test_adam_loads_a_state_dict_with_python_step_counts():
     theirs.step()
     torch.testing.assert_close(param, twin, rtol=1e-13, atol=1e-14)
     assert float(ours.state[param]["step"]) == 2.0
+
+
+@pytest.mark.parametrize("make", [optim.sgd, optim.rmsprop])
+def test_momentum_set_after_construction_is_refused(make):
+    """Setting momentum on an optimizer made without it was silently ignored."""
+    params = {"w": torch.zeros(2)}
+    opt = make(lr=1.0)
+    state = opt.init(params)
+    opt.hyperparameters["momentum"] = 0.9
+    with pytest.raises(ValueError, match=r"hyperparameters\['momentum'\] was set to 0.9"):
+        opt.update({"w": torch.ones(2)}, state, params)
