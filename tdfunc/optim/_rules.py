@@ -52,17 +52,24 @@ def adam(
     # exact), one operation fewer on tensor hyperparameters
     neg_correction1, correction2 = H.corrections(beta1, beta2, step)
     neg_step_size = per_leaf(H.div(H.wide(lr), neg_correction1))
-    root_correction2 = per_leaf(H.sqrt(correction2))
-    # eps_root (optax's name) keeps sqrt differentiable where the second moment is 0
+    # eps_root (optax's name) keeps sqrt differentiable where the second moment is 0; as in
+    # optax it is added to the bias-corrected second moment: sqrt(v / (1 - beta2**t) + eps_root)
     root_eps = None if H.is_zero(eps_root) else per_leaf(eps_root)
+    if root_eps is None:
+        root_correction2 = per_leaf(H.sqrt(correction2))
+    else:
+        correction2 = per_leaf(correction2)
     eps = per_leaf(eps)
 
     if coupled_decay is not None:
         grads = K.add(grads, params, coupled_decay)
     exp_avg = K.lerp_(exp_avg, grads, average_weight)
     exp_avg_sq = K.addcmul_tmp(K.mul_(exp_avg_sq, square_decay), grads, grads, square_weight)
-    second = exp_avg_sq if root_eps is None else K.shift(exp_avg_sq, root_eps)
-    denom = K.shift_tmp(K.div_tmp(K.sqrt(second), root_correction2), eps)
+    if root_eps is None:
+        denom = K.shift_tmp(K.div_tmp(K.sqrt(exp_avg_sq), root_correction2), eps)
+    else:
+        corrected = K.shift_tmp(K.div(exp_avg_sq, correction2), root_eps)
+        denom = K.shift_tmp(K.sqrt(corrected), eps)
     updates = K.descend(params, exp_avg, denom, neg_step_size, decay)
     return updates, exp_avg, exp_avg_sq
 

@@ -317,3 +317,27 @@ def test_momentum_set_after_construction_is_refused(make):
     opt.hyperparameters["momentum"] = 0.9
     with pytest.raises(ValueError, match=r"hyperparameters\['momentum'\] was set to 0.9"):
         opt.update({"w": torch.ones(2)}, state, params)
+
+
+@pytest.mark.parametrize("transformed", [False, True])
+def test_eps_root_is_added_to_the_bias_corrected_second_moment(transformed):
+    """As in optax: sqrt(v / (1 - beta2**t) + eps_root); it was sqrt(v + eps_root) / ...,
+
+    eps_root scaled by 1 / (1 - beta2**t) (1000x at the first step).
+    """
+    params = TensorDict({"w": torch.randn(3, 5, dtype=torch.float64)}, batch_size=[3])
+    grads = [params.apply(torch.randn_like) for _ in range(3)]
+    lr, beta1, beta2, eps, eps_root = 0.1, 0.9, 0.999, 1e-8, 1e-3
+    opt = optim.adam(lr=lr, betas=(beta1, beta2), eps=eps, eps_root=eps_root)
+    update = torch.func.vmap(opt.update) if transformed else opt.update
+    state, current = opt.init(params), params
+    weights = params["w"]
+    first = second = torch.zeros_like(weights)
+    for step, grad in enumerate(grads, start=1):
+        updates, state = update(grad, state, current)
+        current = optim.apply_updates(current, updates)
+        first = beta1 * first + (1 - beta1) * grad["w"]
+        second = beta2 * second + (1 - beta2) * grad["w"] ** 2
+        corrected = second / (1 - beta2**step)
+        weights = weights - lr * first / (1 - beta1**step) / ((corrected + eps_root).sqrt() + eps)
+        torch.testing.assert_close(current["w"], weights, rtol=1e-12, atol=1e-14)
