@@ -217,3 +217,20 @@ def test_module_level_functions_and_from_any(tmp_path):
     assert tdfunc.from_tuple((torch.zeros(2),))["0"].shape == (2,)
     model = torch.nn.Linear(2, 3)
     assert tdfunc.from_module(model)["weight"] is model.weight
+
+
+def test_multiindex_columns_are_nested_keys():
+    frame = pd.DataFrame([[1.0, 3, 0], [2.0, 4, 1]])
+    frame.columns = pd.MultiIndex.from_tuples([("obs", "x"), ("obs", "y"), ("act", "")])
+    td = TensorDict.from_pandas(frame)
+    assert set(td.keys(True, True)) == {("obs", "x"), ("obs", "y"), "act"}
+    assert td["obs", "y"].tolist() == [3, 4] and td["act"].tolist() == [0, 1]
+
+
+def test_numbers_held_as_objects_become_tensors():
+    frame = pd.concat([pd.DataFrame({"a": [1, 2]}), pd.DataFrame({"a": ["x"]})]).iloc[:2]
+    assert frame["a"].dtype == object
+    td = TensorDict.from_pandas(frame)
+    assert td["a"].dtype == torch.int64 and td["a"].tolist() == [1, 2]
+    empty = TensorDict.from_pandas(pd.DataFrame({"s": pd.Series([], dtype=object)}))
+    assert empty.batch_size == (0,) and list(empty["s"]) == []

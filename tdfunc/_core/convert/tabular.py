@@ -69,6 +69,10 @@ def _column(series: Any, pandas: Any) -> Any:
             return torch.from_numpy(series.to_numpy(dtype=numpy_dtype, na_value=np.nan))
     elif isinstance(dtype, np.dtype) and dtype.kind in _NUMERIC_KINDS:
         return torch.from_numpy(series.to_numpy().copy())  # a copy: pandas may share or lock it
+    elif isinstance(dtype, np.dtype) and dtype.kind == "O" and len(series):
+        inferred = series.infer_objects()  # numbers held as objects (after a concat, ...)
+        if inferred.dtype.kind in _NUMERIC_KINDS:
+            return torch.from_numpy(inferred.to_numpy().copy())
     # a missing value (None, NaN, NA or NaT, as the column's dtype spells it) is None
     values = [None if gone else value for value, gone in zip(series.tolist(), series.isna())]
     return NonTensorStack.from_list(values, batch_size=[len(values)])  # a list value is one row
@@ -81,25 +85,30 @@ def _nanoseconds(values: np.ndarray) -> torch.Tensor:
 
 def _nested(columns: dict, separator: str | None, api: str) -> dict:
     """The columns as a nested dict, names split at ``separator``."""
-    if separator is None:
+    if separator is None and not any(isinstance(name, tuple) for name in columns):
         return columns
     out: dict = {}
     for name, value in columns.items():
-        *parents, last = name.split(separator)
+        if isinstance(name, tuple):
+            *parents, last = name
+        elif separator is None:
+            *parents, last = (name,)
+        else:
+            *parents, last = name.split(separator)
         level = out
         for depth, part in enumerate(parents):
             level = level.setdefault(part, {})
             if not isinstance(level, dict):
-                prefix = separator.join(parents[: depth + 1])
                 raise ValueError(
-                    f"TensorDict.{api}: the column {prefix!r} is also the prefix of the "
-                    f"column {name!r} (separator {separator!r}); a key cannot be both a "
+                    f"TensorDict.{api}: the column {parents[: depth + 1]} is also the prefix of "
+                    f"the column {name!r} (separator {separator!r}); a key cannot be both a "
                     f"value and a nested level. Rename one of them, or pass separator=None."
                 )
         if last in level:
             raise ValueError(
-                f"TensorDict.{api}: the column {name!r} is also the prefix of other columns "
-                f"(separator {separator!r}); rename one of them, or pass separator=None."
+                f"TensorDict.{api}: the column {name!r} is also the prefix of other columns, "
+                f"or named twice (separator {separator!r}); rename one of them, or pass "
+                f"separator=None."
             )
         level[last] = value
     return out
@@ -114,7 +123,7 @@ def _from_frame(cls: Any, frame: Any, api: str, options: dict) -> Any:
     columns: dict = {}
     dtype = options["dtype"]
     for name, series in frame.items():
-        key = str(name)
+        key = _key(name)
         if key in columns:
             raise ValueError(
                 f"TensorDict.{api}: two columns are both named {key!r} (as strings); "
@@ -141,6 +150,17 @@ def _from_frame(cls: Any, frame: Any, api: str, options: dict) -> Any:
     if auto:
         out.auto_batch_size_(options["batch_dims"])
     return out
+
+
+def _key(name: Any) -> Any:
+    """A column's key: its name as a string; a nested key for a column of a MultiIndex
+    (a tuple, whose shorter names pandas pads with empty strings)."""
+    if not isinstance(name, tuple):
+        return str(name)
+    parts = [str(part) for part in name]
+    while len(parts) > 1 and not parts[-1]:
+        parts.pop()
+    return parts[0] if len(parts) == 1 else tuple(parts)
 
 
 def _is_quantity(dtype: Any, pandas: Any) -> bool:
@@ -170,6 +190,8 @@ def _flat_columns(view: Any, separator: str | None, rows: int, prefix: str, out:
             out[name] = value.tolist()
         elif isinstance(value, NonTensorData):
             out[name] = [value.data] * rows
+        elif value is None:  # an unset field of a TensorClass
+            continue
         elif is_collection(value):
             if separator is None:
                 raise ValueError(
