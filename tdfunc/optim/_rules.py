@@ -37,17 +37,20 @@ def adam(
 ):
     """Adam (``decoupled=False``: L2 penalty added to the gradient) or AdamW."""
     # every hyperparameter first, then the kernels back to back: small operations
-    # between big kernels run on caches the kernels have just evicted
+    # between big kernels run on caches the kernels have just evicted. Derived values
+    # (1 - beta1, lr * weight_decay) are computed in float64, as torch.optim computes them
+    # in Python floats: a float32 tensor hyperparameter would round them before a float64
+    # leaf sees them.
     per_leaf = H.PerLeaf(grads)
     coupled_decay = decay = None
     if not H.is_zero(weight_decay):
         if decoupled:
-            decay = per_leaf(H.mul(H.wide(lr), weight_decay))
+            decay = per_leaf(H.mul(H.wide(lr), H.wide(weight_decay)))
         else:
             coupled_decay = per_leaf(weight_decay)
-    average_weight = per_leaf(H.rsub(1.0, beta1))
+    average_weight = per_leaf(H.rsub(1.0, H.wide(beta1)))
     square_decay = per_leaf(beta2)
-    square_weight = per_leaf(H.rsub(1.0, beta2))
+    square_weight = per_leaf(H.rsub(1.0, H.wide(beta2)))
     # -lr / (1 - beta1**t) as lr / (beta1**t - 1): the same bits (IEEE negation is
     # exact), one operation fewer on tensor hyperparameters
     neg_correction1, correction2 = H.corrections(beta1, beta2, step)
@@ -131,14 +134,13 @@ def rmsprop(
 ):
     """RMSprop; ``grad_avg`` is ``None`` unless centered, ``momentum_buffer`` unless momentum."""
     per_leaf = H.PerLeaf(grads)
+    square_weight = per_leaf(H.rsub(1.0, H.wide(alpha)))
 
     if not H.is_zero(weight_decay):
         grads = K.add(grads, params, per_leaf(weight_decay))
-    square_avg = K.addcmul_tmp(
-        K.mul_(square_avg, per_leaf(alpha)), grads, grads, per_leaf(H.rsub(1.0, alpha))
-    )
+    square_avg = K.addcmul_tmp(K.mul_(square_avg, per_leaf(alpha)), grads, grads, square_weight)
     if grad_avg is not None:
-        grad_avg = K.lerp_(grad_avg, grads, per_leaf(H.rsub(1.0, alpha)))
+        grad_avg = K.lerp_(grad_avg, grads, square_weight)
         avg = K.sqrt(K.addcmul(square_avg, grad_avg, grad_avg, -1.0))
     else:
         avg = K.sqrt(square_avg)

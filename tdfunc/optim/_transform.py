@@ -417,9 +417,9 @@ def adam(
     every parameter's shape: ``lr=torch.tensor([...])`` with one value per
     member of parameters stacked along dim 0. ``lr`` may also be a pytree shaped
     like the parameters (per-parameter learning rates). ``eps_root`` is added
-    to the bias-corrected second moment under the square root (as in optax): set it (e.g. ``1e-16``) when differentiating through
-    steps where a gradient entry can be exactly zero, where ``sqrt`` has no
-    derivative.
+    to the bias-corrected second moment under the square root (as in optax): set
+    it (e.g. ``1e-16``) when differentiating through steps where a gradient entry
+    can be exactly zero, where ``sqrt`` has no derivative.
 
     Example:
         >>> from tdfunc import TensorDict

@@ -75,7 +75,7 @@ def cases(draw):
             return torch.tensor(chosen, dtype=draw(st.sampled_from([torch.float32, dtype])))
         return draw(st.sampled_from(values))
 
-    kwargs = {"lr": hyper([0.5, 0.1, 1e-3]), "weight_decay": hyper([0.0, 0.1])}
+    kwargs = {"lr": hyper([0.5, 0.1, 1e-3]), "weight_decay": hyper([0.0, 0.1, 0.3])}
     if kind == "sgd":
         kwargs["momentum"] = hyper([0.0, 0.5, 0.9])
         kwargs["dampening"] = draw(st.sampled_from([0.0, 0.3]))
@@ -83,10 +83,10 @@ def cases(draw):
         if plain_momentum and kwargs["momentum"] > 0 and kwargs["dampening"] == 0:
             kwargs["nesterov"] = draw(st.booleans())
     elif kind == "rmsprop":
-        kwargs.update(alpha=hyper([0.99, 0.5]), momentum=hyper([0.0, 0.9]))
+        kwargs.update(alpha=hyper([0.99, 0.3]), momentum=hyper([0.0, 0.9]))
         kwargs.update(eps=draw(st.sampled_from([1e-8, 1e-3])), centered=draw(st.booleans()))
     else:
-        kwargs["betas"] = (hyper([0.9, 0.5, 0.0]), hyper([0.999, 0.8]))
+        kwargs["betas"] = (hyper([0.9, 0.3, 0.0]), hyper([0.999, 0.7]))
         kwargs["eps"] = draw(st.sampled_from([1e-8, 1e-3]))
     seed = draw(st.integers(0, 2**16))
     return kind, members, dtype, kwargs, seed
@@ -341,3 +341,25 @@ def test_eps_root_is_added_to_the_bias_corrected_second_moment(transformed):
         corrected = second / (1 - beta2**step)
         weights = weights - lr * first / (1 - beta1**step) / ((corrected + eps_root).sqrt() + eps)
         torch.testing.assert_close(current["w"], weights, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("kind", "kwargs"),
+    [
+        ("adamw", {"lr": 0.1, "weight_decay": torch.tensor([0.1, 0.3])}),
+        ("adam", {"lr": 0.1, "betas": (torch.tensor([0.3, 0.2]), torch.tensor([0.3, 0.4]))}),
+        ("rmsprop", {"lr": 0.01, "alpha": torch.tensor([0.3, 0.2]), "centered": True}),
+    ],
+)
+def test_float32_tensor_hyperparameters_on_float64_leaves(kind, kwargs):
+    """``1 - beta`` and ``lr * weight_decay`` were rounded to float32 before the leaves saw them."""
+    params, grads = random_params(2, torch.float64, seed=0)
+    references = reference_runs(kind, kwargs, params["a"], [g["a"] for g in grads])
+    opt = getattr(optim, kind)(**kwargs)
+    state, current = opt.init(params), params
+    for step, grad in enumerate(grads):
+        updates, state = opt.update(grad, state, current)
+        current = optim.apply_updates(current, updates)
+        for index in range(2):
+            expected = references[index][step][0]
+            torch.testing.assert_close(current["a"][index], expected, rtol=1e-13, atol=1e-14)
