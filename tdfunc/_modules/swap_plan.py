@@ -22,7 +22,12 @@ fills only its own slot (``torch.func.functional_call``'s ``tie_weights``).
 ``read`` reads and checks everything before the caller's first write, so a
 mapping that does not fit (other keys, a replaced submodule, a tie that was
 undone) raises :class:`Mismatch` with the module untouched, and the caller
-builds a new plan.
+builds a new plan. A tie made after the plan was built (``b.weight =
+a.weight``) puts a known object in another slot, which no check of the plan's
+own slots can see: every parameter or buffer registered anywhere bumps
+:data:`REGISTRATIONS` (torch's global registration hooks), a tying plan
+records the count it was built at, and when it differs the caller compares
+the module's ties with the plan's (:func:`ties_of`) before trusting it again.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from operator import attrgetter, getitem, setitem
 from typing import Any
 
 from torch import nn
+from torch.nn.modules import module as _torch_module
 
 from .._core.keys.nested import close_matches_hint
 from .._core.mixin import is_tensor_collection as _collection
@@ -42,6 +48,21 @@ from .swap_fast import Mismatch, _by_columns, _picker, _straight_line
 
 _data_of = attrgetter("_data")  # a nested TensorDict's (or TensorClass's) dict
 _modules_of = attrgetter("_modules")
+
+
+# Parameters and buffers registered so far, in any module (``register_parameter``,
+# ``register_buffer``, ``module.name = tensor``). A swap writes the slots' dicts
+# directly, so swaps do not count. Only "changed" matters: a lost increment between
+# threads still changes the value.
+REGISTRATIONS = [0]
+
+
+def _registered(_module: nn.Module, _name: str, _value: Any) -> None:
+    REGISTRATIONS[0] += 1
+
+
+_torch_module.register_module_parameter_registration_hook(_registered)
+_torch_module.register_module_buffer_registration_hook(_registered)
 
 
 def _level_of(value: Any) -> Any:
@@ -84,6 +105,9 @@ class SwapPlan:
         own_slots: per value, the slot its key names (``None``: value ``i``, slot ``i``).
         signature: the key structure (a newer plan with the same one replaces this).
         tie: whether one value fills every slot of a tie.
+        ties: the module's groups of tied slots that meet the plan's slots, when
+            it was built (:func:`ties_of`); stamp: :data:`REGISTRATIONS` when
+            they were last found current (``None``: a plan that does not tie).
         swap: ``swap(data, plan)``: ``enter``, then the swap recorded as in
             effect; its record ``[olds, plan, 0, thread id]`` (set by the
             caller, or generated). The plan is an argument, not a constant of
@@ -117,9 +141,11 @@ class SwapPlan:
         "slot_keys",
         "slot_levels",
         "spread",
+        "stamp",
         "swap",
         "tie",
         "tied",
+        "ties",
         "total",
         "unread",
         "write",
@@ -143,6 +169,9 @@ class SwapPlan:
         level's keys are checked by reading every one of them, and the levels'
         total size by one sum.
         """
+        stamp = self.stamp
+        if stamp is not None and stamp != REGISTRATIONS[0]:  # maybe a new tie
+            raise Mismatch
         levels = [data]
         for parents, keys, getter, whole in self.depths:
             if whole is None:
@@ -275,6 +304,23 @@ class SwapPlan:
 
 
 # ------------------------------------------------------------------ building
+def ties_of(aliases: dict, slots: Any) -> list:
+    """The groups of tied slots (``_slot_aliases``' values) that meet ``slots``
+    (``(id(owner dict), name)`` pairs), each as such pairs in walk order, sorted."""
+    groups = []
+    for tied in aliases.values():
+        group = tuple((id(owner), name) for owner, name in tied)
+        if any(pair in slots for pair in group):
+            groups.append(group)
+    groups.sort()
+    return groups
+
+
+def plan_ties_current(plan: SwapPlan, aliases: dict) -> bool:
+    """Whether ``plan`` still has the module's ties (``aliases``: ``_slot_aliases``)."""
+    return ties_of(aliases, plan.slot_of()) == plan.ties
+
+
 def _slot_aliases(root: nn.Module) -> dict[int, list]:
     """For every tensor in ``root``: all (owner dict, name) slots that hold it."""
     aliases: dict[int, list] = {}
@@ -307,8 +353,13 @@ def build_swap_plan(
         KeyError: a key is not a parameter, buffer or submodule of ``module``
             (with the closest names).
     """
-    builder = _Builder(_slot_aliases(module) if tie else {}, api)
-    plan = builder.build(data, module, traced, recording)
+    # read before the walk: a registration during it is seen later. A traced plan is
+    # never cached (and dynamo would guard on the count: recompile at each new module)
+    stamp = REGISTRATIONS[0] if tie and not traced else None
+    aliases = _slot_aliases(module) if tie else {}
+    builder = _Builder(aliases, api)
+    plan = builder.build(data, module, traced, recording, stamp)
+    plan.ties = ties_of(aliases, builder.index) if stamp is not None else None
     plan.tie = tie
     plan.signature = (tie, plan.signature)
     return plan
@@ -332,7 +383,9 @@ class _Builder:
         self.same_key: list = []  # (value, value, error)
         self.steps: list = []  # (module, name, child): module._modules[name] is child
 
-    def build(self, data, module: nn.Module, traced: bool, recording: dict | None) -> SwapPlan:
+    def build(
+        self, data, module: nn.Module, traced: bool, recording: dict | None, stamp: Any
+    ) -> SwapPlan:
         sizes = [len(data)]
         keys: list = [list(data)]
         nodes: list = []  # per level past the root: (parent level, position, key, is_dict)
@@ -364,6 +417,7 @@ class _Builder:
                 depth_starts.append(following[0][0])
             current = following
         plan = SwapPlan()
+        plan.stamp = stamp
         plan.module = weakref.ref(module)
         plan.depths = []
         for depth in range(len(depth_starts) - 1):
@@ -412,7 +466,7 @@ class _Builder:
         plan.columns = None
         if not traced:
             if len(self.owners) + len(sizes) <= SMALL:
-                _straight_line(plan, module, keys, nodes, self, recording)
+                _straight_line(plan, module, keys, nodes, self, recording, REGISTRATIONS)
             else:
                 _by_columns(plan)
         return plan
