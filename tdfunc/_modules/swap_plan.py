@@ -91,8 +91,9 @@ class SwapPlan:
             over the levels ``start:stop`` (``pick`` ``None``) or those ``pick``
             gives (``columns`` ``None``: read through ``slot_levels`` and
             ``slot_keys``).
-        unread: ``(level, key)`` of keys no slot reads (metadata): looked up
-            so that a level of the right size has exactly the plan's keys.
+        unread: ``(level, key)`` of keys no slot reads (metadata): checked to
+            still be metadata (a level of the right size then has exactly the
+            plan's keys, and a tensor put there gets the fresh plan's error).
         owners, names: the slots (distinct ``(owner dict, name)`` pairs).
         parents, child_counts, child_names, children: the modules the keys
             walk through (``None`` stands for the root, held weakly) and what
@@ -194,8 +195,9 @@ class SwapPlan:
             for start, stop, pick, get in self.columns:
                 # a run of levels is iterated in place (no copy of the list)
                 values += map(get, islice(levels, start, stop) if pick is None else pick(levels))
-        for level, key in self.unread:
-            levels[level][key]
+        for level, key in self.unread:  # metadata, still: a tensor there needs a slot
+            if not isinstance(levels[level][key], NonTensorData):
+                raise Mismatch
         # Every key of the plan was found in its level, so no level is smaller than
         # the plan's: the same total size means each has exactly the plan's keys (one
         # sum, from levels the reads above brought into the cache).
