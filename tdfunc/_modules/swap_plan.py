@@ -24,7 +24,7 @@ mapping that does not fit (other keys, a replaced submodule, a tie that was
 undone) raises :class:`Mismatch` with the module untouched, and the caller
 builds a new plan. A tie made after the plan was built (``b.weight =
 a.weight``) puts a known object in another slot, which no check of the plan's
-own slots can see: every parameter or buffer registered anywhere bumps
+own slots can see: every parameter, buffer or submodule registered anywhere bumps
 :data:`REGISTRATIONS` (torch's global registration hooks), a tying plan
 records the count it was built at, and when it differs the caller compares
 the module's ties with the plan's (:func:`ties_of`) before trusting it again.
@@ -50,10 +50,10 @@ _data_of = attrgetter("_data")  # a nested TensorDict's (or TensorClass's) dict
 _modules_of = attrgetter("_modules")
 
 
-# Parameters and buffers registered so far, in any module (``register_parameter``,
-# ``register_buffer``, ``module.name = tensor``). A swap writes the slots' dicts
-# directly, so swaps do not count. Only "changed" matters: a lost increment between
-# threads still changes the value.
+# Parameters, buffers and submodules registered so far, in any module
+# (``register_parameter``, ``register_buffer``, ``add_module``, ``module.name =
+# value``). A swap writes the slots' dicts directly, so swaps do not count. Only
+# "changed" matters: a lost increment between threads still changes the value.
 REGISTRATIONS = [0]
 
 
@@ -63,6 +63,7 @@ def _registered(_module: nn.Module, _name: str, _value: Any) -> None:
 
 _torch_module.register_module_parameter_registration_hook(_registered)
 _torch_module.register_module_buffer_registration_hook(_registered)
+_torch_module.register_module_module_registration_hook(_registered)
 
 
 def _level_of(value: Any) -> Any:
@@ -121,12 +122,12 @@ class SwapPlan:
         "child_names",
         "children",
         "columns",
+        "complete_at",
         "depths",
         "enter",
         "keys",
         "leaf_keys",
         "leaf_levels",
-        "missing",
         "module",
         "names",
         "nodes",
@@ -153,7 +154,7 @@ class SwapPlan:
     )
 
     def __init__(self) -> None:
-        self.missing: Any = None
+        self.complete_at: Any = None  # REGISTRATIONS when no slot was missing
         self.slot_index: Any = None
         self.swap: Any = None  # set by the caller, or generated (small plans)
         self.read = self.read_passes  # small plans: generated straight-line functions
@@ -293,16 +294,24 @@ class SwapPlan:
         return self.slot_index
 
     def missing_names(self) -> list:
-        """Dotted names of the module's parameters and buffers that no key fills."""
-        if self.missing is None:
-            module = self.module()
-            filled = self.slot_of()
-            self.missing = [
-                slot.path
-                for slot in iter_slots(module)
-                if slot.value is not None and (id(slot.owner), slot.name) not in filled
-            ]
-        return self.missing
+        """Dotted names of the module's parameters and buffers that no key fills.
+
+        Only "none missing" is remembered, with the count of registrations it was
+        found at: a parameter, buffer or submodule registered since (anywhere) may
+        be a slot no key fills, and a deletion cannot make one go missing.
+        """
+        now = REGISTRATIONS[0]  # read before the walk: a registration during it is seen later
+        if self.complete_at == now:
+            return []
+        module = self.module()
+        filled = self.slot_of()
+        missing = [
+            slot.path
+            for slot in iter_slots(module)
+            if slot.value is not None and (id(slot.owner), slot.name) not in filled
+        ]
+        self.complete_at = None if missing else now
+        return missing
 
 
 # ------------------------------------------------------------------ building
