@@ -144,7 +144,9 @@ def swap_mapping(
     if entry is not None:
         plans = entry[1]
         plan = plans[0]
-        if plan.tie is tie:  # the most recent plan nearly always fits: _swap, inlined
+        stamp = plan.stamp  # None: a plan that does not tie; else a registration since?
+        if plan.tie is tie and (stamp is None or stamp == REGISTRATIONS[0]):
+            # the most recent plan nearly always fits: _swap, inlined
             try:
                 record = plan.swap(data, plan)
             except _MISMATCH:
@@ -181,9 +183,10 @@ def swap_mapping(
 
 def _swap_cached(plans: list, data, handle_class: type, tie: bool) -> Any:
     """The handle of a swap by the first cached plan that fits, else ``None``."""
+    now = REGISTRATIONS[0]
     for position, plan in enumerate(plans):
-        if plan.tie is not tie:
-            continue
+        if plan.tie is not tie or (plan.stamp is not None and plan.stamp != now):
+            continue  # another mode, or a registration since (maybe a new tie)
         try:
             handle = _swap(plan, data, handle_class)
         except _MISMATCH:
@@ -542,7 +545,7 @@ class ModuleSwapMixin:
                 # swap_mapping's common case, one frame less: the module swapped last,
                 # its most recent plan
                 plan = entry[1][0]
-                if plan.tie:
+                if plan.tie and plan.stamp == REGISTRATIONS[0]:  # no registration since
                     try:
                         record = plan.swap(self._data, plan)
                     except _MISMATCH:

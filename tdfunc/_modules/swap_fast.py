@@ -43,7 +43,6 @@ def _straight_line(
     nodes: list,
     built,
     recording: dict | None,
-    registrations: list,
 ) -> None:
     """Replace ``plan.read``/``plan.write`` by generated straight-line functions
     doing the same reads and checks, one statement per key, step and slot, and
@@ -102,11 +101,7 @@ def _straight_line(
     if recording is not None:  # enter, recorded as a swap in effect under the lock
         constants.update(recording)
         body = lines[lines.index("def enter(data):") + 1 : -1]  # enter, but its return
-        lines.append("def swap(data, plan):")
-        if plan.stamp is not None:  # a parameter or buffer registered since: maybe a new tie
-            constants["REGISTRATIONS"] = registrations
-            lines.append("    if plan.stamp != REGISTRATIONS[0]: raise Mismatch")
-        lines += ["    _acquire()", "    try:"]
+        lines += ["def swap(data, plan):", "    _acquire()", "    try:"]
         lines += [f"    {line}" for line in body]
         lines += [
             f"        record = [[{olds}], plan, 0, _ident()]",

@@ -28,6 +28,9 @@ own slots can see: every parameter, buffer or submodule registered anywhere bump
 :data:`REGISTRATIONS` (torch's global registration hooks), a tying plan
 records the count it was built at, and when it differs the caller compares
 the module's ties with the plan's (:func:`ties_of`) before trusting it again.
+The count is checked by the caller before a cached plan's swap, not by the
+swap: a plan just built is used once whatever another thread registers
+meanwhile (a check there could be failed forever by a thread building modules).
 """
 
 from __future__ import annotations
@@ -171,9 +174,6 @@ class SwapPlan:
         level's keys are checked by reading every one of them, and the levels'
         total size by one sum.
         """
-        stamp = self.stamp
-        if stamp is not None and stamp != REGISTRATIONS[0]:  # maybe a new tie
-            raise Mismatch
         levels = [data]
         for parents, keys, getter, whole in self.depths:
             if whole is None:
@@ -477,7 +477,7 @@ class _Builder:
         plan.columns = None
         if not traced:
             if len(self.owners) + len(sizes) <= SMALL:
-                _straight_line(plan, module, keys, nodes, self, recording, REGISTRATIONS)
+                _straight_line(plan, module, keys, nodes, self, recording)
             else:
                 _by_columns(plan)
         return plan

@@ -86,3 +86,64 @@ def test_unrelated_registrations_keep_swaps_right(depth):
         model[2].register_buffer("extra", torch.zeros(1))  # a new slot no key names
         with params.to_module(model):
             assert torch.equal(model(X), expected)
+
+
+def _held(model: nn.Module, name: str):
+    owner, _, leaf = name.rpartition(".")
+    return getattr(model.get_submodule(owner), leaf)
+
+
+class _RegistersWhileWalked(nn.Sequential):
+    """Registers a parameter elsewhere each time its modules are walked: what another
+    thread building a model does while a swap plan for this one is being built."""
+
+    def named_modules(self, *args, **kwargs):
+        nn.Linear(1, 1)
+        return super().named_modules(*args, **kwargs)
+
+
+@pytest.mark.parametrize("depth", [5, 200])
+def test_registration_while_a_plan_is_built_does_not_fail_the_swap(depth):
+    torch.manual_seed(depth)
+    model = _RegistersWhileWalked(*[nn.Linear(3, 3) for _ in range(depth)])
+    model[1].weight = model[0].weight
+    params = TensorDict.from_module(model).apply(torch.randn_like)
+    expected = _reference(model, dict(params.flatten_keys(".").items()))
+    for _ in range(3):  # every swap finds a registration since its plan's
+        with params.to_module(model):
+            assert model[1].weight is params["0", "weight"]
+            assert torch.equal(model(X), expected)
+        assert torch.equal(tdfunc.functional_call(model, params, (X,)), expected)
+
+
+def test_swaps_while_another_thread_builds_modules():
+    import threading
+
+    model = _model(150)
+    model[1].weight = model[0].weight
+    base = dict(model.named_parameters(remove_duplicate=False))
+    params = TensorDict.from_module(model)
+    keys = list(params.keys(True, True))
+    stop, errors = threading.Event(), []
+
+    def build() -> None:
+        while not stop.is_set():
+            nn.Linear(1, 1)
+
+    builder = threading.Thread(target=build)
+    builder.start()
+    try:
+        for count in range(1, 40):
+            part = params.select(*keys[: count * 7 % len(keys) + 1]).apply(torch.randn_like)
+            values = dict(part.flatten_keys(".").items())
+            with part.to_module(model):
+                errors += [
+                    name for name, value in values.items() if _held(model, name) is not value
+                ]
+    finally:
+        stop.set()
+        builder.join()
+    assert errors == []
+    assert all(
+        value is base[name] for name, value in model.named_parameters(remove_duplicate=False)
+    )
