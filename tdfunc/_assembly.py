@@ -361,6 +361,23 @@ def from_dataclass(
     )
 
 
+# tensordict's module-level constructors (``from tensordict import from_dict``): the
+# classmethods of TensorDict themselves, so each behaviour has one home.
+from_any = TensorDict.from_any
+from_consolidated = TensorDict.from_consolidated
+from_csv = TensorDict.from_csv
+from_dict = TensorDict.from_dict
+from_json = TensorDict.from_json
+from_module = TensorDict.from_module
+from_modules = TensorDict.from_modules
+from_namedtuple = TensorDict.from_namedtuple
+from_pandas = TensorDict.from_pandas
+from_parquet = TensorDict.from_parquet
+from_pytree = TensorDict.from_pytree
+from_struct_array = TensorDict.from_struct_array
+from_tuple = TensorDict.from_tuple
+
+
 # The composed classes say ``__module__ = "tdfunc"``, so doctest would not look for
 # their examples here: name them.
 __test__ = {

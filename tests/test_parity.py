@@ -148,6 +148,24 @@ def _from_consolidated(o: Any, tmp_path: Any) -> Any:
     return _cls(o).from_consolidated(path)
 
 
+def _table(o: Any) -> Any:
+    """``o``'s rows as a one-dim container whose leaves fit table columns."""
+    return o[0].select("reward")
+
+
+def _written(method: str) -> Callable:
+    """``to_csv``/``to_json``/``to_parquet`` of the rows, then the same file read back."""
+
+    def run(o: Any, tmp_path: Any) -> Any:
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        path = tmp_path / f"rows.{method}"
+        getattr(_table(o), method)(path)
+        reader = "from_" + method.removeprefix("to_")
+        return getattr(_cls(o), reader)(path)["reward"]
+
+    return run
+
+
 def _refresh(o: Any, tmp_path: Any) -> Any:
     saved = o.memmap(str(tmp_path / "refresh"))
     return saved.memmap_refresh_(), saved.saved_path is not None
@@ -269,6 +287,14 @@ CASES: dict[str, tuple[Callable, str]] = {
         ),
         "sample",
     ),
+    "from_pandas": (lambda o: _cls(o).from_pandas(_table(o).to_pandas())["reward"], "sample"),
+    "to_pandas": (lambda o: torch.as_tensor(_table(o).to_pandas()["reward"].to_numpy()), "sample"),
+    "to_csv": (_written("to_csv"), "sample"),
+    "from_csv": (_written("to_csv"), "sample"),
+    "to_json": (_written("to_json"), "sample"),
+    "from_json": (_written("to_json"), "sample"),
+    "to_parquet": (_written("to_parquet"), "sample"),
+    "from_parquet": (_written("to_parquet"), "sample"),
     "from_pytree": (lambda o: type(o).from_pytree([o["obs"]]).to_pytree()[0], "sample"),
     "to_pytree": (lambda o: type(o).from_pytree({"r": o["reward"]}).to_pytree()["r"], "sample"),
     "to_struct_array": (lambda o: torch.as_tensor(o.to_struct_array()["obs"]), "sample"),

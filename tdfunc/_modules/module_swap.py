@@ -27,7 +27,14 @@ import torch
 from torch import nn
 from torch._C import _functorch
 
-from .swap_plan import Mismatch, SwapPlan, build_swap_plan
+from .swap_plan import (
+    REGISTRATIONS,
+    Mismatch,
+    SwapPlan,
+    _slot_aliases,
+    build_swap_plan,
+    plan_ties_current,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -137,7 +144,9 @@ def swap_mapping(
     if entry is not None:
         plans = entry[1]
         plan = plans[0]
-        if plan.tie is tie:  # the most recent plan nearly always fits: _swap, inlined
+        stamp = plan.stamp  # None: a plan that does not tie; else a registration since?
+        if plan.tie is tie and (stamp is None or stamp == REGISTRATIONS[0]):
+            # the most recent plan nearly always fits: _swap, inlined
             try:
                 record = plan.swap(data, plan)
             except _MISMATCH:
@@ -146,15 +155,10 @@ def swap_mapping(
                 handle = _new(handle_class)
                 handle._rec = record
                 return handle
-        for position, plan in enumerate(plans):
-            if plan.tie is not tie:
-                continue
-            try:
-                handle = _swap(plan, data, handle_class)
-            except _MISMATCH:
-                continue
-            if position:  # the most recent plan is tried first
-                plans.insert(0, plans.pop(position))
+        handle = _swap_cached(plans, data, handle_class, tie)
+        if handle is None and _restamp(module, plans):  # a registration, but no new tie
+            handle = _swap_cached(plans, data, handle_class, tie)
+        if handle is not None:
             return handle
     if not isinstance(module, nn.Module):
         raise TypeError(f"{api}: expected an nn.Module, got {type(module).__name__}.")
@@ -175,6 +179,39 @@ def swap_mapping(
     del plans[_MAX_PLANS:]
     _remember(_PLANS[id(module)])
     return handle
+
+
+def _swap_cached(plans: list, data, handle_class: type, tie: bool) -> Any:
+    """The handle of a swap by the first cached plan that fits, else ``None``."""
+    now = REGISTRATIONS[0]
+    for position, plan in enumerate(plans):
+        if plan.tie is not tie or (plan.stamp is not None and plan.stamp != now):
+            continue  # another mode, or a registration since (maybe a new tie)
+        try:
+            handle = _swap(plan, data, handle_class)
+        except _MISMATCH:
+            continue
+        if position:  # the most recent plan is tried first
+            plans.insert(0, plans.pop(position))
+        return handle
+    return None
+
+
+def _restamp(module: nn.Module, plans: list) -> bool:
+    """After parameters or buffers were registered (anywhere), mark the plans whose
+    ties the module still has as current; whether any was. A plan whose ties
+    changed stays stale: a new plan replaces it."""
+    now = REGISTRATIONS[0]  # read before the walk: a registration during it is seen later
+    stale = [plan for plan in plans if plan.stamp is not None and plan.stamp != now]
+    if not stale:
+        return False
+    aliases = _slot_aliases(module)
+    renewed = False
+    for plan in stale:
+        if plan_ties_current(plan, aliases):
+            plan.stamp = now
+            renewed = True
+    return renewed
 
 
 def _swap(plan: SwapPlan, data, handle_class: type) -> Any:
@@ -508,7 +545,7 @@ class ModuleSwapMixin:
                 # swap_mapping's common case, one frame less: the module swapped last,
                 # its most recent plan
                 plan = entry[1][0]
-                if plan.tie:
+                if plan.tie and plan.stamp == REGISTRATIONS[0]:  # no registration since
                     try:
                         record = plan.swap(self._data, plan)
                     except _MISMATCH:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from .._core.nontensor import NonTensorData
+
 if TYPE_CHECKING:
     from .swap_plan import SwapPlan
 
@@ -35,7 +37,12 @@ def _picker(positions: list) -> Any:
 
 
 def _straight_line(
-    plan: SwapPlan, root: nn.Module, keys: list, nodes: list, built, recording: dict | None
+    plan: SwapPlan,
+    root: nn.Module,
+    keys: list,
+    nodes: list,
+    built,
+    recording: dict | None,
 ) -> None:
     """Replace ``plan.read``/``plan.write`` by generated straight-line functions
     doing the same reads and checks, one statement per key, step and slot, and
@@ -52,8 +59,13 @@ def _straight_line(
         read_at[(level, key)] = value
         lines.append(f"    v{value} = l{level}[{key!r}]")
     read_at.update(((parent, key), None) for parent, _, key, _ in nodes)  # the levels
-    for level, level_keys in enumerate(keys):  # keys without a place (metadata) exist too
-        lines += [f"    l{level}[{key!r}]" for key in level_keys if (level, key) not in read_at]
+    constants["NonTensorData"] = NonTensorData
+    for level, level_keys in enumerate(keys):  # keys without a place: still metadata
+        lines += [
+            f"    if not isinstance(l{level}[{key!r}], NonTensorData): raise Mismatch"
+            for key in level_keys
+            if (level, key) not in read_at
+        ]
     lines.append("    root = ROOT()")
     seen: set = set()
     held: dict = {}  # id(module) -> the local holding its _modules

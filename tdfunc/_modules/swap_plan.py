@@ -22,7 +22,15 @@ fills only its own slot (``torch.func.functional_call``'s ``tie_weights``).
 ``read`` reads and checks everything before the caller's first write, so a
 mapping that does not fit (other keys, a replaced submodule, a tie that was
 undone) raises :class:`Mismatch` with the module untouched, and the caller
-builds a new plan.
+builds a new plan. A tie made after the plan was built (``b.weight =
+a.weight``) puts a known object in another slot, which no check of the plan's
+own slots can see: every parameter, buffer or submodule registered anywhere bumps
+:data:`REGISTRATIONS` (torch's global registration hooks), a tying plan
+records the count it was built at, and when it differs the caller compares
+the module's ties with the plan's (:func:`ties_of`) before trusting it again.
+The count is checked by the caller before a cached plan's swap, not by the
+swap: a plan just built is used once whatever another thread registers
+meanwhile (a check there could be failed forever by a thread building modules).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from operator import attrgetter, getitem, setitem
 from typing import Any
 
 from torch import nn
+from torch.nn.modules import module as _torch_module
 
 from .._core.keys.nested import close_matches_hint
 from .._core.mixin import is_tensor_collection as _collection
@@ -42,6 +51,22 @@ from .swap_fast import Mismatch, _by_columns, _picker, _straight_line
 
 _data_of = attrgetter("_data")  # a nested TensorDict's (or TensorClass's) dict
 _modules_of = attrgetter("_modules")
+
+
+# Parameters, buffers and submodules registered so far, in any module
+# (``register_parameter``, ``register_buffer``, ``add_module``, ``module.name =
+# value``). A swap writes the slots' dicts directly, so swaps do not count. Only
+# "changed" matters: a lost increment between threads still changes the value.
+REGISTRATIONS = [0]
+
+
+def _registered(_module: nn.Module, _name: str, _value: Any) -> None:
+    REGISTRATIONS[0] += 1
+
+
+_torch_module.register_module_parameter_registration_hook(_registered)
+_torch_module.register_module_buffer_registration_hook(_registered)
+_torch_module.register_module_module_registration_hook(_registered)
 
 
 def _level_of(value: Any) -> Any:
@@ -70,8 +95,9 @@ class SwapPlan:
             over the levels ``start:stop`` (``pick`` ``None``) or those ``pick``
             gives (``columns`` ``None``: read through ``slot_levels`` and
             ``slot_keys``).
-        unread: ``(level, key)`` of keys no slot reads (metadata): looked up
-            so that a level of the right size has exactly the plan's keys.
+        unread: ``(level, key)`` of keys no slot reads (metadata): checked to
+            still be metadata (a level of the right size then has exactly the
+            plan's keys, and a tensor put there gets the fresh plan's error).
         owners, names: the slots (distinct ``(owner dict, name)`` pairs).
         parents, child_counts, child_names, children: the modules the keys
             walk through (``None`` stands for the root, held weakly) and what
@@ -84,6 +110,9 @@ class SwapPlan:
         own_slots: per value, the slot its key names (``None``: value ``i``, slot ``i``).
         signature: the key structure (a newer plan with the same one replaces this).
         tie: whether one value fills every slot of a tie.
+        ties: the module's groups of tied slots that meet the plan's slots, when
+            it was built (:func:`ties_of`); stamp: :data:`REGISTRATIONS` when
+            they were last found current (``None``: a plan that does not tie).
         swap: ``swap(data, plan)``: ``enter``, then the swap recorded as in
             effect; its record ``[olds, plan, 0, thread id]`` (set by the
             caller, or generated). The plan is an argument, not a constant of
@@ -96,12 +125,12 @@ class SwapPlan:
         "child_names",
         "children",
         "columns",
+        "complete_at",
         "depths",
         "enter",
         "keys",
         "leaf_keys",
         "leaf_levels",
-        "missing",
         "module",
         "names",
         "nodes",
@@ -117,16 +146,18 @@ class SwapPlan:
         "slot_keys",
         "slot_levels",
         "spread",
+        "stamp",
         "swap",
         "tie",
         "tied",
+        "ties",
         "total",
         "unread",
         "write",
     )
 
     def __init__(self) -> None:
-        self.missing: Any = None
+        self.complete_at: Any = None  # REGISTRATIONS when no slot was missing
         self.slot_index: Any = None
         self.swap: Any = None  # set by the caller, or generated (small plans)
         self.read = self.read_passes  # small plans: generated straight-line functions
@@ -165,8 +196,9 @@ class SwapPlan:
             for start, stop, pick, get in self.columns:
                 # a run of levels is iterated in place (no copy of the list)
                 values += map(get, islice(levels, start, stop) if pick is None else pick(levels))
-        for level, key in self.unread:
-            levels[level][key]
+        for level, key in self.unread:  # metadata, still: a tensor there needs a slot
+            if not isinstance(levels[level][key], NonTensorData):
+                raise Mismatch
         # Every key of the plan was found in its level, so no level is smaller than
         # the plan's: the same total size means each has exactly the plan's keys (one
         # sum, from levels the reads above brought into the cache).
@@ -262,19 +294,44 @@ class SwapPlan:
         return self.slot_index
 
     def missing_names(self) -> list:
-        """Dotted names of the module's parameters and buffers that no key fills."""
-        if self.missing is None:
-            module = self.module()
-            filled = self.slot_of()
-            self.missing = [
-                slot.path
-                for slot in iter_slots(module)
-                if slot.value is not None and (id(slot.owner), slot.name) not in filled
-            ]
-        return self.missing
+        """Dotted names of the module's parameters and buffers that no key fills.
+
+        Only "none missing" is remembered, with the count of registrations it was
+        found at: a parameter, buffer or submodule registered since (anywhere) may
+        be a slot no key fills, and a deletion cannot make one go missing.
+        """
+        now = REGISTRATIONS[0]  # read before the walk: a registration during it is seen later
+        if self.complete_at == now:
+            return []
+        module = self.module()
+        filled = self.slot_of()
+        missing = [
+            slot.path
+            for slot in iter_slots(module)
+            if slot.value is not None and (id(slot.owner), slot.name) not in filled
+        ]
+        self.complete_at = None if missing else now
+        return missing
 
 
 # ------------------------------------------------------------------ building
+def ties_of(aliases: dict, slots: Any) -> list:
+    """The groups of tied slots (``_slot_aliases``' values) that meet ``slots``
+    (``(id(owner dict), name)`` pairs), each as such pairs in walk order, sorted."""
+    groups = []
+    for tied in aliases.values():
+        group = tuple((id(owner), name) for owner, name in tied)
+        if any(pair in slots for pair in group):
+            groups.append(group)
+    groups.sort()
+    return groups
+
+
+def plan_ties_current(plan: SwapPlan, aliases: dict) -> bool:
+    """Whether ``plan`` still has the module's ties (``aliases``: ``_slot_aliases``)."""
+    return ties_of(aliases, plan.slot_of()) == plan.ties
+
+
 def _slot_aliases(root: nn.Module) -> dict[int, list]:
     """For every tensor in ``root``: all (owner dict, name) slots that hold it."""
     aliases: dict[int, list] = {}
@@ -307,8 +364,13 @@ def build_swap_plan(
         KeyError: a key is not a parameter, buffer or submodule of ``module``
             (with the closest names).
     """
-    builder = _Builder(_slot_aliases(module) if tie else {}, api)
-    plan = builder.build(data, module, traced, recording)
+    # read before the walk: a registration during it is seen later. A traced plan is
+    # never cached (and dynamo would guard on the count: recompile at each new module)
+    stamp = REGISTRATIONS[0] if tie and not traced else None
+    aliases = _slot_aliases(module) if tie else {}
+    builder = _Builder(aliases, api)
+    plan = builder.build(data, module, traced, recording, stamp)
+    plan.ties = ties_of(aliases, builder.index) if stamp is not None else None
     plan.tie = tie
     plan.signature = (tie, plan.signature)
     return plan
@@ -332,7 +394,9 @@ class _Builder:
         self.same_key: list = []  # (value, value, error)
         self.steps: list = []  # (module, name, child): module._modules[name] is child
 
-    def build(self, data, module: nn.Module, traced: bool, recording: dict | None) -> SwapPlan:
+    def build(
+        self, data, module: nn.Module, traced: bool, recording: dict | None, stamp: Any
+    ) -> SwapPlan:
         sizes = [len(data)]
         keys: list = [list(data)]
         nodes: list = []  # per level past the root: (parent level, position, key, is_dict)
@@ -364,6 +428,7 @@ class _Builder:
                 depth_starts.append(following[0][0])
             current = following
         plan = SwapPlan()
+        plan.stamp = stamp
         plan.module = weakref.ref(module)
         plan.depths = []
         for depth in range(len(depth_starts) - 1):

@@ -259,10 +259,29 @@ def check_leading(api: str, name: str, hyper: Hyper, leaves: list, paths: Callab
         for index, (value, leaf) in enumerate(zip(hyper.values, leaves)):
             if isinstance(value, torch.Tensor):
                 try:
-                    torch.broadcast_shapes(value.shape, leaf.shape)
+                    fits = torch.broadcast_shapes(value.shape, leaf.shape) == leaf.shape
                 except RuntimeError:
+                    fits = False
+                if not fits:
                     raise ValueError(
                         f"{api}: the {name} leaf at {paths(index)} has shape {list(value.shape)}, "
-                        f"which does not broadcast against the parameter's shape "
+                        f"which does not broadcast to the parameter's shape "
                         f"{list(leaf.shape)}."
-                    ) from None
+                    )
+
+
+def full_rank(hyper: Leaves, leaves: list) -> Leaves:
+    """``hyper``'s values viewed with leading size-1 dims up to their leaf's rank.
+
+    A per-leaf value broadcasts against its leaf from the right (``[4]`` against a
+    ``[N, 4]`` leaf is one value per column), while per-member quantities (the bias
+    corrections of a step count shaped like the batch) are aligned from the left by
+    :func:`lead`. At the leaf's rank both line up: ``lead`` pads a ``[N]`` count to
+    ``[N, 1]``, which broadcasts with ``[1, 4]`` as it should, not with ``[4]``.
+    """
+    values = []
+    for value, leaf in zip(hyper.values, leaves):
+        if isinstance(value, torch.Tensor) and value.dim() < leaf.dim():
+            value = value.reshape(*(1,) * (leaf.dim() - value.dim()), *value.shape)
+        values.append(value)
+    return Leaves(values)

@@ -62,6 +62,9 @@ class _Foreach:
     def sqrt(self, xs):
         return torch._foreach_sqrt(xs)
 
+    def div(self, xs, scale):
+        return torch._foreach_div(xs, scale)
+
     def shift(self, xs, value):
         return torch._foreach_add(xs, value)
 
@@ -183,6 +186,9 @@ class _Tensorwise:
 
     def sqrt(self, xs):
         return [torch.sqrt(x) for x in xs]
+
+    def div(self, xs, scale):
+        return [x / s for x, s in zip(xs, _pairs(scale, len(xs)))]
 
     def div_tmp(self, xs, scale):
         return [x / s for x, s in zip(xs, _pairs(scale, len(xs)))]

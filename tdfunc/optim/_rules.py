@@ -37,32 +37,42 @@ def adam(
 ):
     """Adam (``decoupled=False``: L2 penalty added to the gradient) or AdamW."""
     # every hyperparameter first, then the kernels back to back: small operations
-    # between big kernels run on caches the kernels have just evicted
+    # between big kernels run on caches the kernels have just evicted. Derived values
+    # (1 - beta1, lr * weight_decay) are computed in float64, as torch.optim computes them
+    # in Python floats: a float32 tensor hyperparameter would round them before a float64
+    # leaf sees them.
     per_leaf = H.PerLeaf(grads)
     coupled_decay = decay = None
     if not H.is_zero(weight_decay):
         if decoupled:
-            decay = per_leaf(H.mul(H.wide(lr), weight_decay))
+            decay = per_leaf(H.mul(H.wide(lr), H.wide(weight_decay)))
         else:
             coupled_decay = per_leaf(weight_decay)
-    average_weight = per_leaf(H.rsub(1.0, beta1))
+    average_weight = per_leaf(H.rsub(1.0, H.wide(beta1)))
     square_decay = per_leaf(beta2)
-    square_weight = per_leaf(H.rsub(1.0, beta2))
+    square_weight = per_leaf(H.rsub(1.0, H.wide(beta2)))
     # -lr / (1 - beta1**t) as lr / (beta1**t - 1): the same bits (IEEE negation is
     # exact), one operation fewer on tensor hyperparameters
     neg_correction1, correction2 = H.corrections(beta1, beta2, step)
     neg_step_size = per_leaf(H.div(H.wide(lr), neg_correction1))
-    root_correction2 = per_leaf(H.sqrt(correction2))
-    # eps_root (optax's name) keeps sqrt differentiable where the second moment is 0
+    # eps_root (optax's name) keeps sqrt differentiable where the second moment is 0; as in
+    # optax it is added to the bias-corrected second moment: sqrt(v / (1 - beta2**t) + eps_root)
     root_eps = None if H.is_zero(eps_root) else per_leaf(eps_root)
+    if root_eps is None:
+        root_correction2 = per_leaf(H.sqrt(correction2))
+    else:
+        correction2 = per_leaf(correction2)
     eps = per_leaf(eps)
 
     if coupled_decay is not None:
         grads = K.add(grads, params, coupled_decay)
     exp_avg = K.lerp_(exp_avg, grads, average_weight)
     exp_avg_sq = K.addcmul_tmp(K.mul_(exp_avg_sq, square_decay), grads, grads, square_weight)
-    second = exp_avg_sq if root_eps is None else K.shift(exp_avg_sq, root_eps)
-    denom = K.shift_tmp(K.div_tmp(K.sqrt(second), root_correction2), eps)
+    if root_eps is None:
+        denom = K.shift_tmp(K.div_tmp(K.sqrt(exp_avg_sq), root_correction2), eps)
+    else:
+        corrected = K.shift_tmp(K.div(exp_avg_sq, correction2), root_eps)
+        denom = K.shift_tmp(K.sqrt(corrected), eps)
     updates = K.descend(params, exp_avg, denom, neg_step_size, decay)
     return updates, exp_avg, exp_avg_sq
 
@@ -84,12 +94,14 @@ def sgd(
         if H.is_zero(dampening):
             weight: H.Hyper = 1.0
         elif isinstance(step, torch.Tensor):
-            weight = torch.where(step == 1, 1.0, 1.0 - dampening)
+            # ``1 - dampening`` stays in float64 (``step`` is float64), the Python number
+            # torch.optim uses: a float32 weight would be off by ~1e-8 on float64 leaves
+            weight = torch.where(step == 1, 1.0, torch.full_like(step, 1.0 - dampening))
         else:
             weight = 1.0 if step == 1 else 1.0 - dampening
         if isinstance(momentum, torch.Tensor) and not H.is_zero(dampening):
             # a member without momentum takes plain gradient steps (no dampening), as in torch
-            weight = H._binary(lambda w, m: torch.where(m == 0, 1.0, w), weight, momentum)
+            weight = H._binary(_undamped_without_momentum, weight, momentum)
         momentum_buffer = K.add_tmp(
             K.mul_(momentum_buffer, per_leaf(momentum)), grads, per_leaf(weight)
         )
@@ -97,6 +109,13 @@ def sgd(
     # negation is exact: -lr needs no float64 detour
     updates = K.descend_add(params, grads, per_leaf(H.neg(lr)))
     return updates, momentum_buffer
+
+
+def _undamped_without_momentum(weight, momentum: torch.Tensor) -> torch.Tensor:
+    """``weight``, or 1 where ``momentum`` is 0; in float64, as a Python number would be."""
+    if not isinstance(weight, torch.Tensor):
+        weight = torch.tensor(weight, dtype=torch.float64, device=momentum.device)
+    return torch.where(momentum == 0, 1.0, weight.to(dtype=torch.float64))
 
 
 def rmsprop(
@@ -115,14 +134,13 @@ def rmsprop(
 ):
     """RMSprop; ``grad_avg`` is ``None`` unless centered, ``momentum_buffer`` unless momentum."""
     per_leaf = H.PerLeaf(grads)
+    square_weight = per_leaf(H.rsub(1.0, H.wide(alpha)))
 
     if not H.is_zero(weight_decay):
         grads = K.add(grads, params, per_leaf(weight_decay))
-    square_avg = K.addcmul_tmp(
-        K.mul_(square_avg, per_leaf(alpha)), grads, grads, per_leaf(H.rsub(1.0, alpha))
-    )
+    square_avg = K.addcmul_tmp(K.mul_(square_avg, per_leaf(alpha)), grads, grads, square_weight)
     if grad_avg is not None:
-        grad_avg = K.lerp_(grad_avg, grads, per_leaf(H.rsub(1.0, alpha)))
+        grad_avg = K.lerp_(grad_avg, grads, square_weight)
         avg = K.sqrt(K.addcmul(square_avg, grad_avg, grad_avg, -1.0))
     else:
         avg = K.sqrt(square_avg)

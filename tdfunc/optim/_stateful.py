@@ -155,6 +155,8 @@ class _Stacked(torch.optim.Optimizer):
         return packed
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for group in state_dict.get("param_groups", ()):
+            self._check_loaded_group(group)
         super().load_state_dict(state_dict)
         for group in self.param_groups:
             for name in self._tensor_names:
@@ -163,6 +165,20 @@ class _Stacked(torch.optim.Optimizer):
                     group[name] = tuple(_rewrap(v) for v in value)
                 else:
                     group[name] = _rewrap(value)
+
+    # options of torch.optim's optimizers that change the update and that this class does
+    # not implement: a state dict saved with one set would be followed without it
+    _unsupported_options: tuple[str, ...] = ("maximize",)
+
+    def _check_loaded_group(self, group: dict) -> None:
+        api = f"{type(self).__name__}.load_state_dict"
+        for name in self._unsupported_options:
+            if group.get(name):
+                raise ValueError(
+                    f"{api}: the state dict was saved with {name}={group[name]!r}, which "
+                    f"{type(self).__name__} does not implement; load it into the torch.optim "
+                    f"optimizer that saved it, or save it with {name}=False."
+                )
 
     def _gather(self, group: dict, fresh) -> dict:
         """``{step count: (params, grads, states)}`` for the parameters with gradients."""
@@ -265,6 +281,26 @@ class Adam(_Stacked):
 
     _tensor_names = ("lr", "betas", "weight_decay")
     _decoupled = False
+    _unsupported_options = ("maximize", "amsgrad")
+
+    def _check_loaded_group(self, group: dict) -> None:
+        super()._check_loaded_group(group)
+        decoupled = group.get("decoupled_weight_decay")
+        if decoupled is not None and bool(decoupled) != self._decoupled:
+            saved, other = ("AdamW", "Adam") if decoupled else ("Adam", "AdamW")
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: the state dict was saved with "
+                f"decoupled_weight_decay={decoupled!r} ({saved}'s weight decay); load it "
+                f"into tdfunc.optim.{saved}, not {other}."
+            )
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for state in self.state.values():
+            step = state.get("step")
+            if step is not None and not isinstance(step, torch.Tensor):
+                # older torch.optim state dicts hold the count as a Python number
+                state["step"] = torch.tensor(float(step), dtype=torch.float32)
 
     def _on_new_states(self, states: list) -> None:
         # the step counters of parameters started together are the elements of one
@@ -414,6 +450,8 @@ class SGD(_Stacked):
                 # zero, marked unstarted: the rule's first step makes it the gradient
                 return {"momentum_buffer": torch.zeros_like(param), "_started": False}
 
+            if with_momentum:
+                self._start_buffers(group)
             for unstarted, (params, grads, states) in self._gather(group, fresh).items():
                 buffers = [state["momentum_buffer"] for state in states] if with_momentum else None
                 _rules.sgd(
@@ -431,3 +469,14 @@ class SGD(_Stacked):
                 for state in states:
                     state["_started"] = True
         return loss
+
+    def _start_buffers(self, group: dict) -> None:
+        """Give a momentum buffer to states made without one (momentum was 0 until now).
+
+        As in ``torch.optim.SGD``, the buffer starts from this step's gradient.
+        """
+        for param in group["params"]:
+            state = self.state.get(param)
+            if state and param.grad is not None and state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(param)
+                state["_started"] = False

@@ -94,8 +94,29 @@ def apply_updates(params: Any, updates: Any) -> Any:
             f"{len(leaves)}; pass the updates returned by opt.update(grads, state, params). "
             f"Structures: params {spec}, updates {update_spec}."
         )
+    if update_spec != spec:
+        _same_paths(params, updates)
     _same_shapes("apply_updates", "updates", update_leaves, "params", leaves, params)
     return pytree.tree_unflatten(_add(leaves, update_leaves), spec)
+
+
+def _same_paths(params: Any, updates: Any) -> None:
+    """Leaves are added by position: the updates must name them in the params' order.
+
+    Containers of other kinds with the same keys (a dict of updates for a
+    TensorDict of parameters) line up; other keys, or the same keys in another
+    order, would add each update to another parameter.
+    """
+    names = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(params)[0]]
+    update_names = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(updates)[0]]
+    for name, update_name in zip(names, update_names):
+        if name != update_name:
+            raise ValueError(
+                f"apply_updates: updates and params must name their leaves in the same order, "
+                f"but the params leaf {name!r} meets the updates leaf {update_name!r}; pass "
+                f"the updates returned by opt.update(grads, state, params), or build them "
+                f"with the params' keys in the params' order."
+            )
 
 
 def _same_shapes(api: str, name: str, leaves: list, reference: str, expected: list, tree) -> None:
@@ -332,6 +353,8 @@ class GradientTransformation:
             if paths is None:
                 paths = _paths(grads)
             H.check_leading(api, name, value, leaves, paths)
+            if isinstance(value, H.Leaves):
+                resolved[name] = H.full_rank(value, leaves)
         return resolved, tensors
 
 
@@ -369,6 +392,16 @@ def _hyper(
     return value if isinstance(value, torch.Tensor) else float(value)
 
 
+def _momentum_fixed(api: str, with_momentum: bool, momentum: Any) -> None:
+    """The state holds a momentum buffer only if momentum was on when the optimizer was made."""
+    if not with_momentum and not H.is_zero(momentum):
+        raise ValueError(
+            f"{api}: hyperparameters['momentum'] was set to {_brief(momentum)}, but the "
+            f"optimizer was made with momentum=0 and its state has no momentum buffer; make "
+            f"a new optimizer with the momentum (and a new state with its init)."
+        )
+
+
 # ------------------------------------------------------------------ optimizers
 def adam(
     lr: Any = 1e-3,
@@ -384,9 +417,9 @@ def adam(
     every parameter's shape: ``lr=torch.tensor([...])`` with one value per
     member of parameters stacked along dim 0. ``lr`` may also be a pytree shaped
     like the parameters (per-parameter learning rates). ``eps_root`` is added
-    under the square root: set it (e.g. ``1e-16``) when differentiating through
-    steps where a gradient entry can be exactly zero, where ``sqrt`` has no
-    derivative.
+    to the bias-corrected second moment under the square root (as in optax): set
+    it (e.g. ``1e-16``) when differentiating through steps where a gradient entry
+    can be exactly zero, where ``sqrt`` has no derivative.
 
     Example:
         >>> from tdfunc import TensorDict
@@ -490,6 +523,7 @@ def sgd(
     with_momentum = not H.is_zero(hypers["momentum"])
 
     def rule(K, params, grads, moments, step, h):
+        _momentum_fixed(api, with_momentum, h["momentum"])
         updates, buffer = _rules.sgd(
             K,
             params,
@@ -542,6 +576,7 @@ def rmsprop(
     )
 
     def rule(K, params, grads, state, step, h):
+        _momentum_fixed(api, with_momentum, h["momentum"])
         grad_avg = state[1] if centered else None
         buffer = state[-1] if with_momentum else None
         updates, square_avg, grad_avg, buffer = _rules.rmsprop(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,6 +66,12 @@ def _tuples_as_dicts(obj: Any) -> Any:
     if isinstance(obj, Mapping) and not is_collection(obj):
         return {k: _tuples_as_dicts(v) for k, v in obj.items()}
     return obj
+
+
+def _is_dataframe(obj: Any) -> bool:
+    """Whether ``obj`` is a pandas DataFrame (pandas is not imported to find out)."""
+    pandas = sys.modules.get("pandas")
+    return pandas is not None and isinstance(obj, pandas.DataFrame)
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -324,7 +331,8 @@ class ConstructorsMixin(ContainerMixin):
         device=None,
         batch_size=None,
     ):
-        """A container from a dict, dataclass, named tuple, structured array or container.
+        """A container from a dict, dataclass, named tuple, structured array, pandas
+        DataFrame (:meth:`from_pandas`) or container.
 
         A tuple becomes a container keyed ``"0"``, ``"1"``, ...; a list of numbers
         becomes a tensor, any other list a ``NonTensorStack``.
@@ -339,6 +347,14 @@ class ConstructorsMixin(ContainerMixin):
         """
         if is_collection(obj):
             return obj
+        if _is_dataframe(obj):
+            return cls.from_pandas(
+                obj,
+                auto_batch_size=auto_batch_size,
+                batch_dims=batch_dims,
+                device=device,
+                batch_size=batch_size,
+            )
         if type(obj) is list:  # numbers make a tensor; other values one value per element
             try:
                 return torch.as_tensor(obj, device=device)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from ..convert.consolidate import ConsolidateMixin
 from ..convert.constructors import ConstructorsMixin
 from ..convert.interop import InteropMixin
+from ..convert.tabular import TabularMixin
 from ..shape.index_ops import IndexOpsMixin
 from .autograd import AutogradMixin
 from .pointwise import PointwiseMixin
@@ -28,9 +29,11 @@ class TensorLikeMixin(
     IndexOpsMixin,
     ConstructorsMixin,
     InteropMixin,
+    TabularMixin,
     AutogradMixin,
     ConsolidateMixin,
 ):
-    """Reductions, pointwise math, index ops, constructors, autograd and consolidation."""
+    """Reductions, pointwise math, index ops, constructors, conversions (arrays, pytrees,
+    tables), autograd and consolidation."""
 
     __slots__ = ()
