@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from .math.dims import NO_DIM
 from .math.pointwise import PREDICATES, UNARY
-from .math.reductions import NO_DIM
 from .nontensor import NonTensorData, cat_non_tensor, stack_non_tensor
 from .shape.sizes import normalize_dim
 

@@ -23,55 +23,11 @@ from ..apply import rewrap
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData
 from ..shape.sizes import normalize_dim
+from .dims import NO_DIM, batch_dims, one_batch_dim, single_dim
 from .leafwise import drop_names, map_leaves, no_names, non_tensor_with, tensor_leaves
 
 _ONE = torch.Size([1])
 _NO_LEAD = torch.Size()
-NO_DIM: Any = type("NoDim", (), {"__repr__": lambda self: "NO_DIM"})()
-
-
-def batch_dims(self: Any, dim: Any, api: str) -> tuple:
-    """``dim`` (an int or a sequence of ints) as sorted non-negative batch dims."""
-    ndim = len(self._batch_size)
-    if type(dim) is int and -ndim <= dim < ndim:  # fast path
-        return (dim % ndim,)
-    dims = (dim,) if isinstance(dim, int) else dim
-    if not isinstance(dims, (tuple, list, torch.Size)) or not all(
-        isinstance(d, int) and type(d) is not bool
-        for d in dims  # torch refuses a bool dim
-    ):
-        raise TypeError(
-            f"TensorDict.{api}: dim must be an int, a tuple of ints or 'feature', got {dim!r}."
-        )
-    out = sorted(normalize_dim(d, ndim, f"TensorDict.{api}") for d in dims)
-    if len(set(out)) != len(out):  # torch refuses a dim given twice, so do we
-        raise ValueError(
-            f"TensorDict.{api}: dim {dim!r} names the same batch dim more than once "
-            f"(batch of {ndim} dim(s)); give each dim once."
-        )
-    return tuple(out)
-
-
-def one_batch_dim(self: Any, dim: Any, api: str) -> int:
-    """``dim`` (an int, or a sequence holding one int) as a non-negative batch dim."""
-    (d,) = batch_dims(self, single_dim(dim, api), api)
-    return d
-
-
-def single_dim(dim: Any, api: str) -> int:
-    """``dim``, an int or a sequence holding one int, as an int."""
-    if isinstance(dim, (tuple, list, torch.Size)) and len(dim) == 1:
-        dim = dim[0]
-    if type(dim) is not int and not isinstance(dim, int):
-        raise TypeError(
-            f"TensorDict.{api}: dim must be a single int (torch.{api} works along one dim), "
-            f"got {dim!r}. Call it once per dim"
-            + (", or use amax/amin for the values over several dims." if api in _PAIRS else ".")
-        )
-    return dim
-
-
-_PAIRS = ("max", "min")
 
 
 def _feature_flat(tensor: torch.Tensor, ndim: int) -> torch.Tensor:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..apply import rewrap
+from ..math.dims import batch_dims, one_batch_dim
 from ..math.leafwise import (
     check_grown,
     inplace_leaves,
@@ -23,7 +24,6 @@ from ..math.leafwise import (
     may_grow,
     no_names,
 )
-from ..math.reductions import batch_dims, one_batch_dim
 from ..mixin import ContainerMixin
 from .padding import pad_container
 from .shape_ops import _become
