@@ -436,10 +436,10 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         else:
             body += [f"if {name} is not None:", f"    {convert}"]
     body.append("_tc_td = _tc_new_td(_tc_data, _tc_size, _tc_dev, None)")
+    if "names" in extra:  # before freezing: naming the dims is part of building
+        body.append("if names is not None: _tc_td.names = names")
     if flags["frozen"]:
         body.append("_tc_freeze(_tc_td)")
-    if "names" in extra:
-        body.append("if names is not None: _tc_td.names = names")
     body.append("_tc_set_td(_tc_self, _tc_td)")
     if hasattr(cls, "__post_init__"):
         body.append("_tc_self.__post_init__()")
