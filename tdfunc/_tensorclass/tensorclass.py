@@ -289,6 +289,17 @@ def _dataclass_fields(fields: tuple[Field, ...]) -> dict[str, dataclasses.Field]
         spec.type = field.annotation
         spec._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
         out[field.name] = spec
+    # the constructor's keywords, as init-only pseudo-fields: ``dataclasses.replace``
+    # passes them on (the copy keeps the batch size, device and names), while
+    # ``dataclasses.fields`` and ``asdict`` list only the fields
+    for name in ("batch_size", "device", "names"):
+        if name in out:  # a field of that name (shadow) takes the keyword's place
+            continue
+        spec = dataclasses.field(default=None)
+        spec.name = name
+        spec.type = dataclasses.InitVar
+        spec._field_type = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
+        out[name] = spec
     return out
 
 

@@ -31,3 +31,18 @@ def test_names_in_the_constructor(cls):
     assert obj.names == ["b"]
     assert obj.batch_size == torch.Size([2])
 
+
+@pytest.mark.parametrize("cls", [Plain, Frozen])
+def test_dataclasses_replace_keeps_batch_size_device_and_names(cls):
+    obj = cls(torch.zeros(2, 3), batch_size=[2], device="cpu", names=["b"])
+    out = dataclasses.replace(obj, label="b")
+    assert type(out) is cls
+    assert out.batch_size == obj.batch_size
+    assert out.device == obj.device
+    assert out.names == ["b"]
+    assert out.label == "b" and obj.label == "a"
+    assert out.x is obj.x
+    # the keywords are not fields: a dataclass of the same fields lists the same
+    assert [f.name for f in dataclasses.fields(obj)] == ["x", "label"]
+    assert dataclasses.asdict(obj).keys() == {"x", "label"}
+
