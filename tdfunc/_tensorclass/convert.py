@@ -82,8 +82,11 @@ class TensorClassConvert(TensorClassState):
                     )
         out = object.__new__(cls)
         _set_td(out, tensordict)
-        if cls._frozen:
-            freeze(tensordict)
+        if cls._tc_flags["autocast"]:
+            # the entries become what the constructor makes of them (an ``int`` field
+            # reads an int, a nested tensorclass field its class), as autocast promises
+            for name in cls._tc_field_names & tensordict._data.keys():
+                out._write_unchecked(name, tensordict._data[name])
         for name, value in (non_tensordict or {}).items():
             out._write_unchecked(name, value)
         for field in cls._tc_fields:
@@ -93,6 +96,10 @@ class TensorClassConvert(TensorClassState):
                 out._write_unchecked(field.name, field.default_factory())
             elif field.default is not MISSING:
                 out._write_unchecked(field.name, field.default)
+        if cls._frozen:
+            freeze(tensordict)
+        if hasattr(cls, "__post_init__"):
+            out.__post_init__()  # its checks and normalisations hold however it is built
         return out
 
     def _write_unchecked(self, name: str, value: Any) -> None:

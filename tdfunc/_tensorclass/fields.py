@@ -397,10 +397,7 @@ def _to_collection(target: Any, value: Any, size, device, plain: type) -> Any:
         if issubclass(target, plain):
             return plain(value, batch_size=size, device=device)
         # fields the dict leaves out get their default, or None (as tensordict does)
-        out = target.from_tensordict(plain({}, batch_size=size, device=device))
-        for name, item in value.items():
-            out._write_unchecked(name, item)
-        return out
+        return target.from_tensordict(plain({}, batch_size=size, device=device), value)
     raise TypeError(
         f"autocast: cannot cast a {type(value).__name__} to {target.__name__}; give a "
         f"{target.__name__} or a dict of its fields."

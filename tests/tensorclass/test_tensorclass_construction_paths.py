@@ -46,3 +46,51 @@ def test_dataclasses_replace_keeps_batch_size_device_and_names(cls):
     assert [f.name for f in dataclasses.fields(obj)] == ["x", "label"]
     assert dataclasses.asdict(obj).keys() == {"x", "label"}
 
+
+class Auto(TensorClass["autocast"]):
+    x: torch.Tensor
+    n: int = 3
+
+
+class Inner(TensorClass["autocast"]):
+    a: torch.Tensor
+
+
+class Outer(TensorClass["autocast"]):
+    inner: Inner
+
+
+def test_autocast_from_tensordict_casts_like_the_constructor():
+    td = TensorDict(x=torch.zeros(()), n=4)
+    built = Auto(torch.zeros(()), n=torch.tensor(4))
+    wrapped = Auto.from_tensordict(td)
+    assert type(built.n) is int and built.n == 4
+    assert type(wrapped.n) is int and wrapped.n == 4
+    outer = Outer.from_tensordict(TensorDict(inner=TensorDict(a=torch.ones(2))))
+    assert type(outer.inner) is Inner
+    assert torch.equal(outer.inner.a, torch.ones(2))
+
+
+class Normalised(TensorClass):
+    x: torch.Tensor
+    y: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if (self.x < 0).any():
+            raise ValueError("x must be non-negative")
+        if self.y is None:
+            self.y = self.x * 2
+
+
+def test_post_init_runs_on_every_construction_path():
+    x = torch.arange(3.0)
+    for obj in (
+        Normalised(x),
+        Normalised.from_tensordict(TensorDict(x=x)),
+        Normalised.from_dict({"x": x}),
+    ):
+        assert torch.equal(obj.y, x * 2)
+    with pytest.raises(ValueError, match="non-negative"):
+        Normalised.from_tensordict(TensorDict(x=-x - 1))
+    with pytest.raises(ValueError, match="non-negative"):
+        Normalised.from_dict({"x": -x - 1})
