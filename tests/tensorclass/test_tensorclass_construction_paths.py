@@ -71,6 +71,34 @@ def test_autocast_from_tensordict_casts_like_the_constructor():
     assert torch.equal(outer.inner.a, torch.ones(2))
 
 
+class Default(TensorClass):
+    x: torch.Tensor
+    n: int = 3
+
+
+class NoCast(TensorClass["nocast"]):
+    x: torch.Tensor
+    n: int = 3
+    s: str | None = None
+
+
+@pytest.mark.parametrize("cls", [Plain, Default, Auto, NoCast])
+def test_from_dict_casts_like_the_constructor(cls):
+    fields = {f.name for f in dataclasses.fields(cls)}
+    values = {"x": torch.zeros(2, 3), "n": 4, "label": "q", "s": "t"}
+    values = {k: v for k, v in values.items() if k in fields}
+    for size in ([2], []):
+        built = cls(**values, batch_size=size)
+        loaded = cls.from_dict(values, batch_size=size)
+        for name in fields:
+            got, want = getattr(loaded, name), getattr(built, name)
+            assert type(got) is type(want), name
+            if isinstance(want, torch.Tensor):
+                assert torch.equal(got, want)
+            else:
+                assert got == want
+
+
 class Normalised(TensorClass):
     x: torch.Tensor
     y: torch.Tensor | None = None
