@@ -73,6 +73,13 @@ class TensorClassConvert(TensorClassState):
                 f"{cls.__name__}.from_tensordict: expected a TensorDict, got "
                 f"{type(tensordict).__name__}. Pass safe=False to wrap another container."
             )
+        data = tensordict._data
+        for name in cls._tc_field_names & data.keys():
+            value = data[name]
+            if type(value) is NonTensorData and value.data is None:
+                # an unset field (``to_tensordict`` keeps it as ``None``): no entry, as the
+                # constructor leaves it (a tensor_only class has no non-tensor entries)
+                del data[name]
         if cls._tc_flags["tensor_only"]:
             for key, value in tensordict._data.items():
                 if isinstance(value, NonTensorData):
