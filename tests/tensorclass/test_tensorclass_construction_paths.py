@@ -126,7 +126,7 @@ def test_post_init_runs_on_every_construction_path():
 
 class TensorOnly(TensorClass["tensor_only"]):
     x: torch.Tensor
-    opt: Optional[torch.Tensor] = None
+    opt: torch.Tensor | None = None
 
 
 @pytest.mark.parametrize("cls", [TensorOnly, Plain, Auto, NoCast])
@@ -134,9 +134,9 @@ def test_from_tensordict_of_to_tensordict_keeps_unset_fields_unset(cls):
     obj = cls(torch.zeros(2, 3), batch_size=[2])
     unset = [f.name for f in dataclasses.fields(cls) if getattr(obj, f.name) is None]
     td = obj.to_tensordict()  # keeps the unset fields as None
-    assert all(name in td.keys() for name in unset)
+    assert all(name in td for name in unset)
     back = cls.from_tensordict(td)
     for name in unset:
         assert getattr(back, name) is None
-        assert name not in back.keys()
+        assert name not in back.keys()  # noqa: SIM118 (the keys, not the fields)
     assert torch.equal(back.x, obj.x)
