@@ -210,16 +210,20 @@ def _resolve(field: Field) -> Any:
 
 
 def check_tensor_only_annotations(cls, fields: tuple[Field, ...]) -> None:
-    """``tensor_only`` classes declare tensor-compatible fields (checked when resolvable)."""
+    """``tensor_only`` classes declare tensor-compatible fields (checked when resolvable).
+
+    Inherited fields are checked too: a base that is not ``tensor_only`` may declare
+    a ``str`` field, which a ``tensor_only`` subclass could never store.
+    """
     for field in fields:
-        if field.owner is not cls:
-            continue
         target = _resolve(field)
         if target is None:
             continue
         if not _tensor_compatible_annotation(target):
+            where = "" if field.owner is cls else f" (inherited from {field.owner.__name__})"
             raise TypeError(
-                f"{cls.__name__}(tensor_only): field {field.name!r} is annotated {target!r}, "
+                f"{cls.__name__}(tensor_only): field {field.name!r}{where} is annotated "
+                f"{target!r}, "
                 f"which is not a tensor type. tensor_only fields hold tensors (or "
                 f"Optional[Tensor], numbers, arrays, TensorDict/TensorClass, NonTensorData for a "
                 f"wrapped value); drop "
