@@ -41,6 +41,7 @@ class TensorClassConvert(TensorClassState):
     if TYPE_CHECKING:
         _tc_fields: ClassVar[tuple[Field, ...]]
         _tc_flags: ClassVar[dict[str, bool]]
+        _tc_init_vars: ClassVar[tuple[tuple[str, Any], ...]]
 
     @classmethod
     def from_tensordict(
@@ -106,7 +107,15 @@ class TensorClassConvert(TensorClassState):
         if cls._frozen:
             freeze(tensordict)
         if hasattr(cls, "__post_init__"):
-            out.__post_init__()  # its checks and normalisations hold however it is built
+            # its checks and normalisations hold however it is built
+            missing = [name for name, default in cls._tc_init_vars if default is MISSING]
+            if missing:
+                raise TypeError(
+                    f"{cls.__name__}.from_tensordict: __post_init__ takes the InitVars "
+                    f"{missing}, which have no default; call the constructor instead, or give "
+                    f"them defaults."
+                )
+            out.__post_init__(*(default for _, default in cls._tc_init_vars))
         return out
 
     def _write_unchecked(self, name: str, value: Any) -> None:

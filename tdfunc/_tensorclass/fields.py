@@ -142,6 +142,29 @@ def _is_classvar(annotation: Any) -> bool:
     return isinstance(annotation, dataclasses.InitVar) or annotation is dataclasses.InitVar
 
 
+def _is_init_var(annotation: Any) -> bool:
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "").strip("'\"")
+        return text.startswith(("InitVar", "dataclasses.InitVar"))
+    return isinstance(annotation, dataclasses.InitVar) or annotation is dataclasses.InitVar
+
+
+def init_order(cls) -> list[tuple[str, bool, Any]]:
+    """``(name, is_init_var, default)`` of the constructor's parameters, in declaration
+    order (bases first; a redeclared name keeps its first place), as a dataclass orders
+    them. An ``InitVar`` is passed to ``__post_init__``, not stored."""
+    order: dict[str, tuple[bool, Any]] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or "__annotations__" not in klass.__dict__:
+            continue
+        for name, annotation in inspect.get_annotations(klass).items():
+            if _is_init_var(annotation):
+                order[name] = (True, klass.__dict__.get(name, MISSING))
+            elif not _is_classvar(annotation) and name in cls._tc_field_names:
+                order[name] = (False, None)
+    return [(name, is_var, default) for name, (is_var, default) in order.items()]
+
+
 def collect_fields(
     cls, reserved: frozenset[str], shadow: bool, localns: dict | None = None
 ) -> tuple[Field, ...]:

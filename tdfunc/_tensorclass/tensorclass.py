@@ -46,6 +46,7 @@ from .fields import (
     convert_non_tensor,
     convert_tensor_only,
     holds_non_tensor,
+    init_order,
     make_autocast,
     mapping_aware,
     parse_bracket_flags,
@@ -125,6 +126,7 @@ class TensorClassCore(TensorClassConvert, metaclass=_Meta):
     _get_reads_value: ClassVar[bool] = True  # tensordict: a tensorclass's get gives the value
     _tc_ready: ClassVar[bool] = False  # a real tensorclass (not TensorClass, not a flag carrier)
     _tc_init: ClassVar[Callable[..., None]]
+    _tc_init_vars: ClassVar[tuple[tuple[str, Any], ...]] = ()  # (name, default) of InitVars
 
     def __init_subclass__(
         cls,
@@ -374,7 +376,37 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         "_tc_freeze": freeze,
     }
     params = []
-    for field in fields:
+    by_name = {field.name: field for field in fields}
+    order = init_order(cls)
+    if [name for name, is_var, _ in order if not is_var] != names:
+        # fields declared where the annotations do not show them: fields first, as stored
+        order = [(n, False, None) for n in names] + [o for o in order if o[1]]
+    init_vars = tuple((name, default) for name, is_var, default in order if is_var)
+    cls._tc_init_vars = init_vars
+    post_init = "_tc_self.__post_init__(" + ", ".join(name for name, _ in init_vars) + ")"
+    seen_default = None
+    for name, is_var, default in order:
+        if is_var:  # an InitVar: a parameter for __post_init__, not stored
+            if default is not MISSING:
+                namespace[f"_tc_default_{name}"] = default
+                params.append(f"{name}=_tc_default_{name}")
+                seen_default = name
+            elif seen_default is not None:
+                raise TypeError(
+                    f"{api}: non-default InitVar {name!r} follows default {seen_default!r}; "
+                    f"give it a default or move it before."
+                )
+            else:
+                params.append(name)
+            continue
+        field = by_name[name]
+        if field.has_default:
+            seen_default = name
+        elif seen_default is not None:  # after a default InitVar (fields alone are checked)
+            raise TypeError(
+                f"{api}: non-default field {name!r} follows default {seen_default!r}; give "
+                f"it a default or move it before."
+            )
         if field.default is not MISSING:
             namespace[f"_tc_default_{field.name}"] = field.default
             params.append(f"{field.name}=_tc_default_{field.name}")
@@ -421,7 +453,7 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
                 )
             body.append(f"if {field.name} is not None: _tc_self.{field.name} = {field.name}")
         if hasattr(cls, "__post_init__"):
-            body.append("_tc_self.__post_init__()")
+            body.append(post_init)
         return _compile_init(cls, fields, signature, body, namespace)
     for field in fields:
         name = field.name
@@ -453,7 +485,7 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         body.append("_tc_freeze(_tc_td)")
     body.append("_tc_set_td(_tc_self, _tc_td)")
     if hasattr(cls, "__post_init__"):
-        body.append("_tc_self.__post_init__()")
+        body.append(post_init)
     return _compile_init(cls, fields, signature, body, namespace)
 
 
