@@ -357,6 +357,14 @@ def convert_tensor_only(
         return fit_tensor(owner, name, torch.as_tensor(value, device=device), size, device)
     if isinstance(value, Mapping):
         return _nested_from_mapping(value, size, device, plain)
+    if isinstance(value, (list, tuple)):
+        # tensor-compatible (a list of numbers, of tensors...): cast, as the flag promises
+        try:
+            tensor = torch.as_tensor(value, device=device)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+        else:
+            return fit_tensor(owner, name, tensor, size, device)
     raise TypeError(
         f"{owner}(tensor_only): field {name!r} expects a tensor (or a value torch.as_tensor "
         f"accepts), got {type(value).__name__} {value!r}. Drop the tensor_only flag to store "

@@ -99,3 +99,19 @@ def test_init_var_order_follows_declaration():
     got = Mixed(torch.zeros(1), 5, torch.ones(1))
     want = MixedReference(torch.zeros(1), 5, torch.ones(1))
     assert torch.equal(got.a, want.a) and torch.equal(got.b, want.b)
+
+
+class FastPoint(TensorClass["tensor_only"]):
+    x: torch.Tensor
+
+
+def test_tensor_only_casts_a_list_of_numbers_as_torch_does():
+    for value in ([1.0, 2.0], (1, 2), [[1, 2], [3, 4]]):
+        want = torch.as_tensor(value)
+        got = FastPoint(x=value, batch_size=[2]).x
+        assert got.dtype == want.dtype and torch.equal(got, want)
+        obj = FastPoint(x=torch.zeros_like(want), batch_size=[2])
+        obj.x = value
+        assert torch.equal(obj.x, want)
+    with pytest.raises(TypeError, match="tensor_only"):
+        FastPoint(x=["a", "b"])
