@@ -104,8 +104,6 @@ class TensorClassConvert(TensorClassState):
                 out._write_unchecked(field.name, field.default_factory())
             elif field.default is not MISSING:
                 out._write_unchecked(field.name, field.default)
-        if cls._frozen:
-            freeze(tensordict)
         if hasattr(cls, "__post_init__"):
             # its checks and normalisations hold however it is built
             missing = [name for name, default in cls._tc_init_vars if default is MISSING]
@@ -116,6 +114,8 @@ class TensorClassConvert(TensorClassState):
                     f"them defaults."
                 )
             out.__post_init__(*(default for _, default in cls._tc_init_vars))
+        if cls._frozen:
+            freeze(tensordict)  # after __post_init__, as the constructor does
         return out
 
     def _write_unchecked(self, name: str, value: Any) -> None:

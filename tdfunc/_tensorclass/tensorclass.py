@@ -31,7 +31,7 @@ import torch
 from typing_extensions import dataclass_transform
 
 from .._core.class_names import register_class
-from .._core.frozen import freeze
+from .._core.frozen import FROZEN, freeze
 from .._core.nontensor import NonTensorData
 from .._core.shape.sizes import as_size
 from .convert import TensorClassConvert
@@ -309,10 +309,19 @@ def _frozen_setattr(self: TensorClassCore, name: str, value: Any) -> None:
     if name in _STATE:  # the shared mixins' state (e.g. the device of a new result)
         object.__setattr__(self, name, value)
         return
-    raise FrozenInstanceError(
-        f"{type(self).__name__} is frozen: cannot assign {name!r}. Build a new instance "
-        f"instead (frozen instances are immutable parameter sets and batches)."
-    )
+    td = getattr(self, "_td", None)
+    if td is not None and td._is_locked != FROZEN and name in self._tc_field_names:
+        # still being built: __post_init__
+        hint = (
+            f"In __post_init__, use object.__setattr__(self, {name!r}, value), as in a "
+            f"frozen dataclass."
+        )
+    else:
+        hint = (
+            "Build a new instance instead (frozen instances are immutable parameter sets "
+            "and batches)."
+        )
+    raise FrozenInstanceError(f"{type(self).__name__} is frozen: cannot assign {name!r}. {hint}")
 
 
 def _frozen_delattr(self: TensorClassCore, name: str) -> None:
@@ -481,11 +490,13 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
     body.append("_tc_td = _tc_new_td(_tc_data, _tc_size, _tc_dev, None)")
     if "names" in extra:  # before freezing: naming the dims is part of building
         body.append("if names is not None: _tc_td.names = names")
-    if flags["frozen"]:
-        body.append("_tc_freeze(_tc_td)")
     body.append("_tc_set_td(_tc_self, _tc_td)")
     if hasattr(cls, "__post_init__"):
         body.append(post_init)
+    if flags["frozen"]:
+        # after __post_init__, which may set a field with object.__setattr__ (the idiom of
+        # a frozen dataclass); ``self.field = ...`` refuses there, as in a dataclass
+        body.append("_tc_freeze(_tc_td)")
     return _compile_init(cls, fields, signature, body, namespace)
 
 

@@ -140,3 +140,50 @@ def test_from_tensordict_of_to_tensordict_keeps_unset_fields_unset(cls):
         assert getattr(back, name) is None
         assert name not in back.keys()  # noqa: SIM118 (the keys, not the fields)
     assert torch.equal(back.x, obj.x)
+
+
+class FrozenDerived(TensorClass["frozen"]):
+    x: torch.Tensor
+    twice: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.twice is None:
+            object.__setattr__(self, "twice", self.x * 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenDerivedReference:
+    x: torch.Tensor
+    twice: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.twice is None:
+            object.__setattr__(self, "twice", self.x * 2)
+
+
+def test_frozen_post_init_sets_a_field_with_object_setattr_as_a_frozen_dataclass():
+    x = torch.arange(3.0)
+    want = FrozenDerivedReference(x).twice
+    for obj in (FrozenDerived(x), FrozenDerived.from_tensordict(TensorDict(x=x))):
+        assert torch.equal(obj.twice, want)
+        # once built, every way of writing refuses
+        for write in (
+            lambda o: object.__setattr__(o, "twice", x),
+            lambda o: object.__setattr__(o, "twice", None),
+            lambda o: setattr(o, "twice", x),
+            lambda o: o.set("twice", x),
+        ):
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                write(obj)
+        assert torch.equal(obj.twice, want)
+
+
+def test_frozen_post_init_plain_assignment_refuses_with_the_idiom_in_the_message():
+    class Doubling(TensorClass["frozen"]):
+        x: torch.Tensor
+
+        def __post_init__(self):
+            self.x = self.x * 2
+
+    with pytest.raises(dataclasses.FrozenInstanceError, match=r"object\.__setattr__"):
+        Doubling(torch.ones(2))
