@@ -187,3 +187,13 @@ def test_frozen_post_init_plain_assignment_refuses_with_the_idiom_in_the_message
 
     with pytest.raises(dataclasses.FrozenInstanceError, match=r"object\.__setattr__"):
         Doubling(torch.ones(2))
+
+
+@pytest.mark.parametrize("cls", [Default, Auto, NoCast])
+def test_from_dict_auto_batch_size_infers_from_what_the_constructor_stores(cls):
+    values = {"x": torch.zeros(2, 3), "n": 4}
+    want = cls(**values).auto_batch_size_()  # built with batch [], then inferred
+    got = cls.from_dict(values, auto_batch_size=True)
+    assert got.batch_size == want.batch_size
+    assert type(got.n) is type(want.n)
+    assert (torch.equal(got.n, want.n)) if isinstance(want.n, torch.Tensor) else got.n == want.n

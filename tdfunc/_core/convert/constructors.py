@@ -51,11 +51,17 @@ def _build(cls: Any, data: dict, batch_size: Any, device: Any, auto: bool, batch
         }
         data = {k: v for k, v in data.items() if k not in values}
     td = plain(data, batch_size=[] if batch_size is None else batch_size, device=device)
-    if batch_size is None and (auto or batch_dims is not None):
-        td.auto_batch_size_(batch_dims)
+    infer = batch_size is None and (auto or batch_dims is not None)
     if values is None:
+        if infer:
+            td.auto_batch_size_(batch_dims)
         return td
-    return cls.from_tensordict(td, values)
+    # a TensorClass: built as its constructor builds it, then the batch size inferred
+    # (a number the default rules make a 0-d tensor keeps the batch size [])
+    out = cls.from_tensordict(td, values)
+    if infer:
+        out.auto_batch_size_(batch_dims)
+    return out
 
 
 def _regular_shape(values: list) -> torch.Size:
