@@ -337,7 +337,7 @@ def fget(self):
     if type(value) is Tensor:
         return value
     if isinstance(value, NonTensorData):
-        return value.data
+        return value._value()  # a stack inside a transform refuses to be read
     return value
 """
 
