@@ -234,3 +234,42 @@ def test_list_of_keys_is_a_clear_error(index):
     with pytest.raises(TypeError, match="list of keys"):
         td[index] = 0
     assert td.select("a", "b").keys() == td.keys()  # what the hint offers
+
+
+# A bool (``True``, a 0-dim mask) consumes no batch dim and a nested list or numpy
+# array of bools spans as many dims as it has: the ellipsis is filled accordingly.
+# Each case: (index, the same index written out for a leaf with feature dims).
+_MASK = torch.arange(12).reshape(3, 4) % 3 == 0
+_ALL = slice(None)
+BOOL_INDICES = [
+    ((Ellipsis, True), (_ALL, _ALL, True)),
+    ((True, Ellipsis, 0), (True, _ALL, 0)),
+    ((Ellipsis, torch.tensor(False)), (_ALL, _ALL, torch.tensor(False))),
+    ((None, True, Ellipsis, -1), (None, True, _ALL, -1)),
+    ((_MASK.numpy(), Ellipsis), (_MASK,)),
+    ((_MASK.tolist(),), (_MASK,)),
+    ((0, [True, False, True, False], Ellipsis), (0, torch.tensor([True, False, True, False]))),
+]
+
+
+@pytest.mark.parametrize(("index", "explicit"), BOOL_INDICES, ids=repr)
+def test_bool_items_consume_dims_as_in_torch(index, explicit):
+    td, leaves = _td()
+    expected_size = torch.zeros(3, 4)[explicit].shape
+    out = td[index]
+    assert out.batch_size == expected_size
+    for got, leaf in zip((out["a"], out["n", "b"], out["n", "c"]), leaves):
+        assert torch.equal(got, leaf[explicit])
+    td[index] = 0  # a write through the same index reaches the same elements
+    for got, leaf in zip((td["a"], td["n", "b"], td["n", "c"]), leaves):
+        ref = leaf.clone()
+        ref[explicit] = 0
+        assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("mask", [_MASK.numpy(), _MASK.tolist()], ids=["numpy", "list"])
+def test_nd_bool_mask_as_list_or_array_then_int_is_too_many_indices(mask):
+    # the mask spans both batch dims: a further int would index a feature dim
+    td, _ = _td()
+    with pytest.raises(IndexError, match="too many indices"):
+        td[mask, 0]
