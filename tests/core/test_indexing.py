@@ -273,3 +273,38 @@ def test_nd_bool_mask_as_list_or_array_then_int_is_too_many_indices(mask):
     td, _ = _td()
     with pytest.raises(IndexError, match="too many indices"):
         td[mask, 0]
+
+
+@pytest.mark.parametrize(
+    "index",
+    [0, slice(0, 2), torch.tensor([0, 2]), [2, 0], torch.tensor([True, False, True])],
+    ids=repr,
+)
+@pytest.mark.parametrize("value", [0.1, 3, True, 2**40 + 1], ids=repr)
+def test_number_written_at_an_index_is_written_as_torch_writes_it(index, value):
+    # a Python number reaches each leaf exactly in its dtype (0.1 in a float64 leaf
+    # is not rounded to float32), also at a tensor or mask index
+    leaves = {
+        "f64": torch.zeros(3, 2, dtype=torch.float64),
+        "f32": torch.zeros(3),
+        "i64": torch.zeros(3, dtype=torch.long),
+    }
+    td = TensorDict({"f64": leaves["f64"].clone(), "n": {"f32": leaves["f32"].clone()}}, [3])
+    td["i64"] = leaves["i64"].clone()
+    td[index] = value
+    for key, ref in leaves.items():
+        ref[index] = value
+        got = td["n", key] if key == "f32" else td[key]
+        assert got.dtype == ref.dtype and torch.equal(got, ref), key
+
+
+def test_tensor_written_at_a_tensor_index_is_cast_like_at_an_int():
+    # torch's index_put_ refuses another dtype; a write at an int casts (copy_):
+    # a tensor index gives the same result, and no entry is written before a refusal
+    td = TensorDict({"f": torch.zeros(3), "i": torch.zeros(3, dtype=torch.long)}, [3])
+    at_int, at_tensor = td.clone(), td.clone()
+    value = TensorDict({"f": torch.tensor(7), "i": torch.tensor(2.0)}, [])
+    at_int[1] = value
+    at_tensor[torch.tensor([1])] = value.unsqueeze(0)
+    assert torch.equal(at_tensor["f"], at_int["f"]) and torch.equal(at_tensor["i"], at_int["i"])
+    assert at_tensor["f"].dtype == torch.float32 and at_tensor["i"].dtype == torch.long

@@ -11,8 +11,9 @@ from ..math.leafwise import check_in_place_write, is_collection
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, write_at
 from ..shape.indexing import prepare
+from ..shape.sizes import index_batch_size
 from .nested import unravel_key
-from .writes import writable_view
+from .writes import assign_at, check_copy_target, check_fits, writable_view
 
 _Tensor = torch.Tensor
 _KEEP: Any = object()
@@ -38,7 +39,8 @@ class AtIndexMixin(ContainerMixin):
             return default
         if isinstance(value, NonTensorData):
             return value[index]._value()
-        return value[index]
+        # the index selects batch dims of self: an ellipsis stands for those only
+        return value[self._leaf_index(index)[0]]
 
     def set_at_(self, key: Any, value: Any, index: Any):
         """Write ``value`` into the entry at ``key`` at ``index`` (in place); returns self.
@@ -50,8 +52,11 @@ class AtIndexMixin(ContainerMixin):
         """
         check_in_place_write(self, "set_at_")
         target = self._get_leaf(key, "set_at_")
-        if is_collection(target) or isinstance(target, _Tensor):
-            target[index] = value
+        if isinstance(target, _Tensor):
+            leaf_index = _checked_write(self, key, target, value, index, "set_at_")
+            assign_at(target, leaf_index, value)
+        elif is_collection(target):
+            target[self._leaf_index(index)[0]] = value
         elif isinstance(target, NonTensorData):
             # a non-tensor leaf is immutable: its parent gets the leaf with the values
             # written (a NonTensorStack once the values differ), as td[index] = ... does
@@ -76,8 +81,10 @@ class AtIndexMixin(ContainerMixin):
             items = list(input_dict.items())
         else:
             items = list(input_dict._to_tensordict_view().items())
-        for key, _ in items:
-            self._get_leaf(key, "update_at_")  # every key must exist (KeyError with hints)
+        for key, value in items:  # every key must exist (KeyError with hints) and fit
+            target = self._get_leaf(key, "update_at_")
+            if isinstance(target, _Tensor):  # checked before any entry is written
+                _checked_write(self, key, target, value, index, "update_at_")
         for key, value in items:
             if clone and isinstance(value, _Tensor):
                 value = value.clone()
@@ -110,3 +117,19 @@ def _set_non_tensor_at(td: Any, key: Any, target: NonTensorData, value: Any, ind
     if selected is None:  # a mask or an index tensor: positions once, as __setitem__ does
         leaf_index = prepare(leaf_index, parent._batch_size)[0]
     parent._data[parts[-1]] = write_at(target, leaf_index, value)
+
+
+def _checked_write(td: Any, key: Any, target: _Tensor, value: Any, index: Any, api: str):
+    """The index for ``target``, once ``value`` is checked to fit there."""
+    leaf_index, selected = td._leaf_index(index)
+    if selected is None:
+        selected = index_batch_size(td._batch_size, leaf_index)
+    expected = selected + target.shape[len(td._batch_size) :]
+    try:
+        shape = value.shape if isinstance(value, _Tensor) else torch.as_tensor(value).shape
+    except (TypeError, ValueError, RuntimeError):
+        shape = None  # not a tensor-like value: torch's write gives its error
+    if shape is not None:
+        check_fits(shape, expected, (key,) if isinstance(key, str) else key, api)
+    check_copy_target(target, value, key, api)
+    return leaf_index

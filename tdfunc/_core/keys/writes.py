@@ -278,6 +278,36 @@ def write(td, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None
         raise
 
 
+def assign_at(target: torch.Tensor, index, value) -> None:
+    """``target[index] = value``, ``value`` cast to ``target``'s dtype."""
+    if isinstance(value, torch.Tensor) and value.dtype != target.dtype:
+        # a write casts to the entry's dtype, as copy_ (and so a write at an int or
+        # a slice) does; torch's index_put_ (a tensor or mask index) would refuse it
+        # after the entries before it in the plan were written
+        value = value.to(target.dtype)
+    target[index] = value
+
+
+def check_fits(shape: torch.Size, expected: torch.Size, key, api: str) -> None:
+    """``shape`` must broadcast to ``expected`` (the shape of the indexed entry)."""
+    if shape == expected:
+        return
+    # torch drops leading size-1 dims of the value: x[0] = torch.ones(1, 28, 28)
+    # writes a [28, 28] row
+    while len(shape) > len(expected) and shape[0] == 1:
+        shape = shape[1:]
+    try:
+        ok = torch.broadcast_shapes(shape, expected) == expected
+    except RuntimeError:
+        ok = False
+    if not ok:
+        shown = key[0] if len(key) == 1 else key
+        raise ValueError(
+            f"TensorDict.{api}: cannot write a value of shape {list(shape)} at key "
+            f"{shown!r}: the indexed entry has shape {list(expected)}."
+        )
+
+
 def check_copy_target(target: torch.Tensor, source: Any, key, api: str) -> None:
     """Raise now what ``target.copy_(source)`` would raise, before any entry is written."""
     problem = None
