@@ -286,6 +286,16 @@ def test_set_inplace_and_nested():
     assert data.y is storage and torch.equal(storage, torch.ones(4, 3))
 
 
+def test_rename_key_to_a_name_that_is_not_a_field_is_refused_like_set():
+    # it made an entry no attribute reads (data.z raised) that keys() listed
+    data, x, y = make()
+    with pytest.raises(AttributeError, match=r"rename_key_: 'z' is not a field"):
+        data.rename_key_("x", "z")
+    assert data.x is x and data.y is y and list(data.keys()) == ["x", "y", "label"]
+    data.rename_key_("x", "y")  # onto another field: as set("y", ...) followed by del x
+    assert data.y is x and data.x is None
+
+
 def test_update_casts_fields():
     class Casting(TensorClass["autocast"]):
         count: int

@@ -419,6 +419,14 @@ def rename_key(td, old_key, new_key, safe: bool = False) -> None:
     """Rename ``old_key`` to ``new_key`` in ``td`` (atomic); see ``TensorDict.rename_key_``."""
     old_parts = key_parts(old_key, "TensorDict.rename_key_")
     new_parts = key_parts(new_key, "TensorDict.rename_key_")
+    fields = getattr(type(td), "_tc_field_names", None)
+    if fields is not None and new_parts[0] not in fields and new_parts[0] not in td._data:
+        # a TensorClass: a new top-level key must be a field, as set requires
+        name = type(td).__name__
+        raise AttributeError(
+            f"{name}.rename_key_: {new_parts[0]!r} is not a field of {name}; the fields are "
+            f"{sorted(fields)}. Nothing was renamed."
+        )
     value = td._get_leaf(old_parts, "rename_key_")
     if old_parts == new_parts:
         return
