@@ -189,7 +189,11 @@ class ItemMixin(ContainerMixin):
                 check_fits(sub.shape, target + existing.shape[ndim:], full, "__setitem__")
                 plan.append((assign_at, existing, leaf_index, sub))
             elif _collection(existing):
-                existing = writable_view(existing, "__setitem__", full)
+                view = writable_view(existing, "__setitem__", full)  # frozen: its error first
+                fields = getattr(type(existing), "_tc_field_names", None)
+                if fields is not None and _collection(sub) and type(sub) is not type(existing):
+                    _check_compatible_class(existing, sub, fields)  # a nested TensorClass
+                existing = view
                 inner = target + existing._batch_size[ndim:]
                 existing._plan_index_write(leaf_index, inner, sub, plan, full, missing)
             else:
