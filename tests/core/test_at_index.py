@@ -1,6 +1,7 @@
-"""``get_at``, ``set_at_``, ``update_at_``: the index selects batch dims, as ``td[index]`` does.
+"""``get_at``, ``set_at_``, ``update_at_``: ``td.get(key)[index]``, read or written in place.
 
-References index the plain tensors, with any ellipsis written out over the batch dims.
+As in tensordict, the index applies to the entry itself (an ellipsis stands for all
+of its dims, feature dims included). References index the plain tensors.
 """
 
 from __future__ import annotations
@@ -17,28 +18,28 @@ def _td():
     return TensorDict({"a": a.clone(), "n": {"b": b.clone()}}, [3, 4]), a, b
 
 
-# (index, the same index written out for a leaf with feature dims)
-CASES = [
-    ((Ellipsis, 0), (slice(None), 0)),
-    ((Ellipsis, torch.tensor([0, 3])), (slice(None), torch.tensor([0, 3]))),
-    ((1, Ellipsis), (1,)),
-    ((torch.tensor([2, 0]), Ellipsis, 1), (torch.tensor([2, 0]), 1)),
+INDICES = [
+    (Ellipsis, 0),
+    (1, Ellipsis),
+    (torch.tensor([2, 0]), 1),
+    torch.tensor([True, False, True]),
 ]
 
 
-@pytest.mark.parametrize(("index", "explicit"), CASES, ids=repr)
-def test_get_at_and_set_at_index_batch_dims_only(index, explicit):
+@pytest.mark.parametrize("index", INDICES, ids=repr)
+def test_get_at_and_set_at_index_the_entry(index):
     td, a, b = _td()
-    assert torch.equal(td.get_at("a", index), a[explicit])
-    assert torch.equal(td.get_at(("n", "b"), index), b[explicit])
+    assert torch.equal(td.get_at("a", index), a[index])
+    assert torch.equal(td.get_at(("n", "b"), index), b[index])
     td.set_at_("a", -1.0, index)
     td.set_at_(("n", "b"), -1, index)
-    a[explicit] = -1.0
-    b[explicit] = -1
+    a[index] = -1.0
+    b[index] = -1
     assert torch.equal(td["a"], a) and torch.equal(td["n", "b"], b)
 
 
 def test_set_at_number_and_tensor_of_another_dtype_at_a_tensor_index():
+    # a number is written exactly; a tensor is cast to the entry's dtype, as at an int
     td = TensorDict({"a": torch.zeros(3, dtype=torch.float64)}, [3])
     td.set_at_("a", 0.1, torch.tensor([0, 2]))
     td.set_at_("a", torch.tensor([5, 6]), torch.tensor([True, True, False]))

@@ -124,7 +124,7 @@ def test_index_reads_and_writes_match_plain_tensors(data):
         assert out.batch_size == selected
         for key, value in leaves.items():
             assert torch.equal(out[key], value[explicit]), key
-        assert torch.equal(td.get_at(("n", "b"), index), leaves["n", "b"][explicit])
+        assert torch.equal(td.get_at(("n", "b"), explicit), leaves["n", "b"][explicit])
         if not _unique(explicit):
             continue
         how = data.draw(st.sampled_from(["number", "container", "set_at_", "update_at_"]))
@@ -139,10 +139,10 @@ def test_index_reads_and_writes_match_plain_tensors(data):
         if how == "container":
             td[index] = TensorDict({k: v.clone() for k, v in new.items()}, selected)
         elif how == "set_at_":
-            for key, value in new.items():
-                td.set_at_(key, value.clone(), index)
+            for key, value in new.items():  # the index applies to the entry itself
+                td.set_at_(key, value.clone(), explicit)
         else:
-            td.update_at_({k: v.clone() for k, v in new.items()}, index)
+            td.update_at_({k: v.clone() for k, v in new.items()}, explicit)
         for key, value in new.items():
             leaves[key][explicit] = value
         _check(td, leaves, sizes)
@@ -199,7 +199,7 @@ def test_key_operations_match_a_nested_dict(steps):
             node = node.get(part, {}) if isinstance(node, dict) else None
         fits = isinstance(node, dict)
         node_path = next(key[:n] for n in range(len(key) - 1, -1, -1) if key[:n] in sizes)
-        shape = sizes[node_path] if node_path == key[:-1] else BATCH  # new levels get BATCH
+        shape = sizes[node_path]  # new levels get the batch size of their parent
         before = td.clone()
         if op == "rename" and other == key:  # renaming an entry to itself changes nothing
             td.rename_key_(key, other) if fits and key[-1] in node else None
@@ -238,10 +238,10 @@ def test_key_operations_match_a_nested_dict(steps):
 
 
 def _put(root: dict, sizes: dict, key: tuple, value) -> None:
-    """``root[key] = value`` creating the missing levels (batch size ``BATCH``)."""
+    """``root[key] = value``, creating the missing levels with their parent's batch size."""
     _drop_levels(sizes, key)
     parent = root
     for n, part in enumerate(key[:-1], 1):
         parent = parent.setdefault(part, {})
-        sizes.setdefault(key[:n], BATCH)
+        sizes.setdefault(key[:n], sizes[key[: n - 1]])
     parent[key[-1]] = value  # a replaced entry keeps its place, as in a dict

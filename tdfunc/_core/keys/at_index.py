@@ -11,7 +11,6 @@ from ..math.leafwise import check_in_place_write, is_collection
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, write_at
 from ..shape.indexing import prepare
-from ..shape.sizes import index_batch_size
 from .nested import unravel_key
 from .writes import assign_at, check_copy_target, check_fits, writable_view
 
@@ -27,6 +26,9 @@ class AtIndexMixin(ContainerMixin):
     def get_at(self, key: Any, index: Any, default: Any = _KEEP):
         """The entry at ``key``, indexed by ``index`` (``default`` when the key is missing).
 
+        The index applies to the entry itself, as ``td.get(key)[index]`` does (an
+        ellipsis stands for all of its dims), as in tensordict.
+
         Example:
             >>> TensorDict({"a": torch.arange(3)}, [3]).get_at("a", 1)
             tensor(1)
@@ -39,11 +41,14 @@ class AtIndexMixin(ContainerMixin):
             return default
         if isinstance(value, NonTensorData):
             return value[index]._value()
-        # the index selects batch dims of self: an ellipsis stands for those only
-        return value[self._leaf_index(index)[0]]
+        return value[index]
 
     def set_at_(self, key: Any, value: Any, index: Any):
         """Write ``value`` into the entry at ``key`` at ``index`` (in place); returns self.
+
+        As ``td.get(key)[index] = value`` (the index applies to the entry itself); a
+        tensor value is cast to the entry's dtype, and a value that does not fit
+        raises before anything is written.
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(3)}, [3]).set_at_("a", 1.0, 1)
@@ -53,10 +58,10 @@ class AtIndexMixin(ContainerMixin):
         check_in_place_write(self, "set_at_")
         target = self._get_leaf(key, "set_at_")
         if isinstance(target, _Tensor):
-            leaf_index = _checked_write(self, key, target, value, index, "set_at_")
-            assign_at(target, leaf_index, value)
+            _check_fits_at(key, target, value, index, "set_at_")
+            assign_at(target, index, value)
         elif is_collection(target):
-            target[self._leaf_index(index)[0]] = value
+            target[index] = value
         elif isinstance(target, NonTensorData):
             # a non-tensor leaf is immutable: its parent gets the leaf with the values
             # written (a NonTensorStack once the values differ), as td[index] = ... does
@@ -84,7 +89,7 @@ class AtIndexMixin(ContainerMixin):
         for key, value in items:  # every key must exist (KeyError with hints) and fit
             target = self._get_leaf(key, "update_at_")
             if isinstance(target, _Tensor):  # checked before any entry is written
-                _checked_write(self, key, target, value, index, "update_at_")
+                _check_fits_at(key, target, value, index, "update_at_")
         for key, value in items:
             if clone and isinstance(value, _Tensor):
                 value = value.clone()
@@ -119,12 +124,14 @@ def _set_non_tensor_at(td: Any, key: Any, target: NonTensorData, value: Any, ind
     parent._data[parts[-1]] = write_at(target, leaf_index, value)
 
 
-def _checked_write(td: Any, key: Any, target: _Tensor, value: Any, index: Any, api: str):
-    """The index for ``target``, once ``value`` is checked to fit there."""
-    leaf_index, selected = td._leaf_index(index)
-    if selected is None:
-        selected = index_batch_size(td._batch_size, leaf_index)
-    expected = selected + target.shape[len(td._batch_size) :]
+def _check_fits_at(key: Any, target: _Tensor, value: Any, index: Any, api: str) -> None:
+    """Raise now if ``target[index] = value`` would, before any entry is written.
+
+    The index applies to the entry itself, as ``td.get(key)[index]`` (an ellipsis
+    stands for all of its dims), as in tensordict.
+    """
+    stand_in = torch.zeros((), dtype=torch.uint8, device=target.device).expand(target.shape)
+    expected = stand_in[index].shape  # stride 0: no data is read
     try:
         shape = value.shape if isinstance(value, _Tensor) else torch.as_tensor(value).shape
     except (TypeError, ValueError, RuntimeError):
@@ -132,4 +139,3 @@ def _checked_write(td: Any, key: Any, target: _Tensor, value: Any, index: Any, a
     if shape is not None:
         check_fits(shape, expected, (key,) if isinstance(key, str) else key, api)
     check_copy_target(target, value, key, api)
-    return leaf_index
