@@ -318,14 +318,20 @@ def _embedding(module: nn.Module, slots: dict, context: BatchContext):
     if module.max_norm is not None or module.sparse:
         return None  # in-place renormalisation, sparse gradients: left to vmap
     w = slots["weight"]
-    padding_idx = module.padding_idx
+    padding_idx, by_freq = module.padding_idx, module.scale_grad_by_freq
 
     def step(leaves, indices):
         weight = leaves[w]
         n, rows = weight.shape[0], weight.shape[1]
         offsets = torch.arange(n, device=indices.device) * rows
         shifted = indices + offsets.view(n, *(1,) * (indices.dim() - 1))
-        out = F.embedding(shifted, weight.flatten(0, 1))
+        # An index outside [0, rows) would read a neighbouring member's row of the
+        # merged table; -1 makes F.embedding fail as the member's own lookup would
+        # (an IndexError on the CPU, a device-side assert on a GPU), without a sync.
+        shifted = torch.where((indices >= 0) & (indices < rows), shifted, -1)
+        # The shifted indices of different members differ, so the counts behind
+        # scale_grad_by_freq stay per member.
+        out = F.embedding(shifted, weight.flatten(0, 1), scale_grad_by_freq=by_freq)
         if padding_idx is not None:  # no gradient flows to the padding row
             pad = (indices == padding_idx).unsqueeze(-1)
             out = torch.where(pad, out.detach(), out)
