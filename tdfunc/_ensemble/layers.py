@@ -264,29 +264,52 @@ def _batch_norm(module: nn.Module, slots: dict, context: BatchContext):
         n, batch = x.shape[0], x.shape[1]
         training = module.training
         factor = 0.0 if momentum is None else momentum
+        per_member = None  # the cumulative average's factor, when the members' counts differ
         if training and track and tracked is not None:
             counter = leaves[tracked]
             counter.add_(1)
-            if momentum is None:  # a cumulative average: the members count alike
-                factor = 1.0 / float(counter[0])
+            if momentum is None:  # a cumulative average: 1 / (batches seen), per member
+                if n > 1 and not bool((counter == counter[0]).all()):
+                    per_member = counter
+                else:
+                    factor = 1.0 / float(counter[0])
         use_batch_stats = training or (mean is None and var is None)
         keep = not training or track
-        running_mean = leaves[mean].view(-1) if keep and mean is not None else None
-        running_var = leaves[var].view(-1) if keep and var is not None else None
+        running_mean = _flat_buffer(leaves[mean]) if keep and mean is not None else None
+        running_var = _flat_buffer(leaves[var]) if keep and var is not None else None
         h = x.transpose(0, 1).reshape(batch, n * x.shape[2], *x.shape[3:])
+        fresh = (running_mean, running_var)
+        if per_member is not None:
+            # momentum 1 leaves this batch's statistics in fresh tensors; each member
+            # then moves its running statistics towards them by its own factor
+            fresh = tuple(None if r is None else torch.empty_like(r) for r in fresh)
         out = F.batch_norm(
             h,
-            running_mean,
-            running_var,
+            fresh[0],
+            fresh[1],
             None if w is None else leaves[w].reshape(-1),
             None if b is None else leaves[b].reshape(-1),
             use_batch_stats,
-            factor,
+            1.0 if per_member is not None else factor,
             eps,
         )
+        if per_member is not None:
+            weights = (1.0 / per_member.double()).repeat_interleave(x.shape[2])
+            for running, stats in zip((running_mean, running_var), fresh):
+                if running is not None:
+                    running.lerp_(stats, weights.to(running.dtype))
+        for position, running in ((mean, running_mean), (var, running_var)):
+            if running is not None and not leaves[position].is_contiguous():
+                leaves[position].copy_(running.view(leaves[position].shape))  # see _flat_buffer
         return out.view(batch, n, *x.shape[2:]).transpose(0, 1)
 
     return step
+
+
+def _flat_buffer(buffer: torch.Tensor) -> torch.Tensor:
+    """A running statistic as one row for F.batch_norm: a view, or (strided members,
+    ``ens[::2]``) a copy that the step writes back after the update."""
+    return buffer.view(-1) if buffer.is_contiguous() else buffer.reshape(-1)
 
 
 def _random_error() -> RuntimeError:

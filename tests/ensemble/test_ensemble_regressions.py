@@ -42,3 +42,87 @@ def test_embedding_index_out_of_range_fails_like_the_member(bad, member):
         ens(indices, in_dims=0)
     with pytest.raises(IndexError):
         ens(indices[member])
+
+
+def _bn_model(momentum=0.1):
+    return nn.Sequential(nn.Linear(3, 5), nn.BatchNorm1d(5, momentum=momentum), nn.Linear(5, 2))
+
+
+class _Untraceable(nn.Module):
+    """Python control flow that torch.fx cannot trace: the whole forward runs under vmap."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.bn = nn.Linear(3, 5), nn.BatchNorm1d(5)
+
+    def forward(self, x):
+        h = self.bn(self.fc(x))
+        return h if x.dim() > 0 else -h
+
+
+def _buffers(ens, models):
+    for key, value in ens.state_dict().items():
+        expected = torch.stack([m.state_dict()[key[len("stacked.") :]] for m in models])
+        torch.testing.assert_close(value, expected, msg=lambda detail, key=key: f"{key}: {detail}")
+
+
+@pytest.mark.parametrize("make", [_bn_model, _Untraceable])
+@pytest.mark.parametrize(
+    "index",
+    [[0, 2], [3, 1], torch.tensor([1, 3]), torch.tensor([True, False, True, True]),
+     slice(0, 4, 2), slice(None, None, -1), slice(1, 3), 2, -1],
+)  # fmt: skip
+def test_selection_in_training_updates_the_selected_running_stats(make, index):
+    torch.manual_seed(0)
+    models = [make() for _ in range(4)]
+    ens = Ensemble(*copy.deepcopy(models))
+    chosen = list(range(4))
+    if isinstance(index, slice):
+        chosen = chosen[index]
+    elif isinstance(index, int):
+        chosen = [chosen[index]]
+    elif isinstance(index, torch.Tensor) and index.dtype == torch.bool:
+        chosen = index.nonzero().flatten().tolist()
+    else:
+        chosen = [int(i) for i in index]
+    for _ in range(2):
+        x = torch.randn(6, 3)
+        out = ens[index](x)
+        expected = torch.stack([models[k](x) for k in chosen])
+        torch.testing.assert_close(out, expected[0] if isinstance(index, int) else expected)
+        _buffers(ens, models)
+    ens.eval()
+    for m in models:
+        m.eval()
+    x = torch.randn(6, 3)
+    torch.testing.assert_close(ens(x), torch.stack([m(x) for m in models]))
+
+
+def test_selection_repeating_a_member_refuses_to_update_running_stats():
+    ens = Ensemble(_bn_model(), num_members=3)
+    before = copy.deepcopy(ens.state_dict())
+    with pytest.raises(ValueError, match="repeats"):
+        ens[[0, 0, 2]](torch.randn(6, 3))
+    for key, value in ens.state_dict().items():  # nothing half written
+        assert torch.equal(value, before[key]), key
+    ens.eval()  # no update: repeating is fine
+    x = torch.randn(6, 3)
+    torch.testing.assert_close(ens[[0, 0, 2]](x), ens(x)[[0, 0, 2]])
+
+
+def test_cumulative_batch_norm_with_members_that_saw_different_batch_counts():
+    torch.manual_seed(0)
+    models = [_bn_model(momentum=None) for _ in range(3)]
+    for _ in range(4):  # member 0 has seen more batches
+        models[0](torch.randn(6, 3))
+    ens = Ensemble(*copy.deepcopy(models))
+    for _ in range(2):
+        x = torch.randn(6, 3)
+        torch.testing.assert_close(ens(x), torch.stack([m(x) for m in models]))
+        _buffers(ens, models)
+    x = torch.randn(6, 3)  # a selection makes the counts differ too
+    ens[1:2](x)
+    models[1](x)
+    x = torch.randn(3, 6, 3)
+    torch.testing.assert_close(ens(x, in_dims=0), torch.stack([m(xi) for m, xi in zip(models, x)]))
+    _buffers(ens, models)
