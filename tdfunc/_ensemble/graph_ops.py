@@ -184,12 +184,21 @@ def reshape(x, *shape):
     return x.reshape(x.shape[0], *_shape_args(shape))
 
 
+def _with_rank(x, rank: int):
+    """``x`` with singleton dims after its member dim up to ``rank`` per member: expand
+    and repeat prepend the dims they add, which must go after the member dim."""
+    extra = rank - (x.dim() - 1)
+    return x.view(x.shape[0], *(1,) * extra, *x.shape[1:]) if extra > 0 else x
+
+
 def expand(x, *shape):
-    return x.expand(x.shape[0], *_shape_args(shape))
+    shape = _shape_args(shape)
+    return _with_rank(x, len(shape)).expand(x.shape[0], *shape)
 
 
 def repeat(x, *shape):
-    return x.repeat(1, *_shape_args(shape))
+    shape = _shape_args(shape)
+    return _with_rank(x, len(shape)).repeat(1, *shape)
 
 
 def permute(x, *dims):

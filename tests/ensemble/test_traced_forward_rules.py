@@ -52,6 +52,18 @@ class _FlipSqueeze(nn.Module):
         return h.unsqueeze(1).unsqueeze(3).squeeze(1, 3)
 
 
+class _ExpandRepeat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.context = nn.Parameter(torch.randn(2))
+
+    def forward(self, x):  # x: [B, 4]
+        h = self.fc(x)
+        h = torch.cat([h, self.context.expand(h.shape[0], -1)], dim=-1)  # [B, 4]
+        return h.repeat(2, 1, 1) + h.expand(2, -1, -1)  # new leading dims
+
+
 class _ActionValue(nn.Module):  # DQN: the value of the action taken
     def __init__(self):
         super().__init__()
@@ -96,6 +108,14 @@ def test_stacked_parameters_passed_by_keyword(make, batch):
     ens = Ensemble(*copy.deepcopy(models))
     _compare(models, ens, (torch.randn(*batch, 4),), (None,))
     _compare(models, ens, (torch.randn(MEMBERS, *batch, 4),), (0,))
+
+
+def test_expand_and_repeat_adding_leading_dims():
+    torch.manual_seed(0)
+    models = [_ExpandRepeat() for _ in range(MEMBERS)]
+    ens = Ensemble(*copy.deepcopy(models))
+    _compare(models, ens, (torch.randn(MEMBERS, 4),), (None,))
+    _compare(models, ens, (torch.randn(MEMBERS, MEMBERS, 4),), (0,))
 
 
 def test_dims_given_as_varargs():
