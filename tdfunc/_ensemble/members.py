@@ -139,7 +139,7 @@ class EnsembleMembers:
         if isinstance(self._run_index, slice):  # views: in-place updates reach the ensemble
             out = ensemble._run(leaves, args, kwargs, in_dims, self._count)
         else:
-            versions = [leaf._version for leaf in leaves]
+            versions = [None if leaf.is_inference() else leaf._version for leaf in leaves]
             out = ensemble._run(leaves, args, kwargs, in_dims, self._count)
             self._write_back(leaves, versions)
         if self._squeeze:
@@ -161,7 +161,7 @@ class EnsembleMembers:
                 continue
             owner, key = ensemble._slots[i]
             own = owner[key]
-            if leaf._version != version or (
+            if (version is not None and leaf._version != version) or (
                 not isinstance(own, torch.nn.Parameter) and not _same(leaf, select(own, index))
             ):
                 changed.append(i)

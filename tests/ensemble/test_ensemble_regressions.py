@@ -126,3 +126,16 @@ def test_cumulative_batch_norm_with_members_that_saw_different_batch_counts():
     x = torch.randn(3, 6, 3)
     torch.testing.assert_close(ens(x, in_dims=0), torch.stack([m(xi) for m, xi in zip(models, x)]))
     _buffers(ens, models)
+
+
+@pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
+def test_selection_in_training_under_no_grad_and_inference_mode(mode):
+    torch.manual_seed(0)
+    models = [_bn_model() for _ in range(4)]
+    ens = Ensemble(*copy.deepcopy(models))
+    x = torch.randn(6, 3)
+    with mode():
+        out = ens[[3, 1]](x)
+        expected = torch.stack([models[3](x), models[1](x)])
+    torch.testing.assert_close(out, expected)
+    _buffers(ens, models)
