@@ -218,8 +218,8 @@ class WorkflowsVersusLoop(RuleBasedStateMachine):
             if all(g is None for g in grads):
                 assert grad is None or not grad.any(), f"grad of {name}"
                 continue
-            grads = [torch.zeros_like(p) if g is None else g
-                     for g, p in zip(grads, (m.get_parameter(name) for m in self.models))]  # fmt: skip
+            params = [m.get_parameter(name) for m in self.models]
+            grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params)]
             _close(grad, torch.stack(grads), f"grad of {name}")
 
     @invariant()
