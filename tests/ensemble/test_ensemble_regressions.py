@@ -139,3 +139,39 @@ def test_selection_in_training_under_no_grad_and_inference_mode(mode):
         expected = torch.stack([models[3](x), models[1](x)])
     torch.testing.assert_close(out, expected)
     _buffers(ens, models)
+
+
+class _Gate(nn.Module):
+    """Reads self.training in traced code: p=1 drops everything in training."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.nn.functional.dropout(self.fc(x), 1.0, self.training) + x
+
+
+class _Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate, self.out = _Gate(), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.out(self.gate(x))
+
+
+@pytest.mark.parametrize("top, inner", [(True, False), (False, True)])
+def test_a_submodule_built_in_another_mode_follows_train_and_eval(top, inner):
+    torch.manual_seed(0)
+    models = [_Outer() for _ in range(3)]
+    for m in models:
+        m.train(top)
+        m.gate.train(inner)
+    ens = Ensemble(*copy.deepcopy(models))
+    x = torch.randn(5, 4)
+    for mode in (top, not top, top, not top):
+        ens.train(mode)
+        for m in models:
+            m.train(mode)
+        torch.testing.assert_close(ens(x), torch.stack([m(x) for m in models]))
