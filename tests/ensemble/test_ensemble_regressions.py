@@ -175,3 +175,33 @@ def test_a_submodule_built_in_another_mode_follows_train_and_eval(top, inner):
         for m in models:
             m.train(mode)
         torch.testing.assert_close(ens(x), torch.stack([m(x) for m in models]))
+
+
+def _mlp_pair():
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4)) for _ in range(3)]
+    return models, Ensemble(*copy.deepcopy(models))
+
+
+def test_weights_transposed_in_place_of_their_data():
+    # same storage, address and shape, other strides: the cached transposes are stale
+    models, ens = _mlp_pair()
+    x = torch.randn(5, 4)
+    ens(x)
+    for index in (0, 2):
+        ens.stacked[index].weight.data = ens.stacked[index].weight.data.mT
+        for m in models:
+            m[index].weight.data = m[index].weight.data.T
+    torch.testing.assert_close(ens(x), torch.stack([m(x) for m in models]))
+
+
+def test_output_rows_pruned_in_place_of_their_data():
+    # same storage and address, fewer rows: the cached transpose and bias row are stale
+    models, ens = _mlp_pair()
+    x = torch.randn(5, 4)
+    ens(x)
+    last = ens.stacked[2]
+    last.weight.data, last.bias.data = last.weight.data[:, :2], last.bias.data[:, :2]
+    for m in models:
+        m[2].weight.data, m[2].bias.data = m[2].weight.data[:2], m[2].bias.data[:2]
+    torch.testing.assert_close(ens(x), torch.stack([m(x) for m in models]))
