@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from tdfunc import Ensemble
+from tdfunc import Ensemble, TensorClass, TensorDict
 
 
 def test_embedding_scale_grad_by_freq_counts_per_member():
@@ -205,3 +205,39 @@ def test_output_rows_pruned_in_place_of_their_data():
     for m in models:
         m[2].weight.data, m[2].bias.data = m[2].weight.data[:2], m[2].bias.data[:2]
     torch.testing.assert_close(ens(x), torch.stack([m(x) for m in models]))
+
+
+class _ObsClass(TensorClass):
+    obs: torch.Tensor
+
+
+class _ReadsObs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, batch):
+        return self.fc(batch["obs"] if isinstance(batch, TensorDict) else batch.obs)
+
+
+@pytest.mark.parametrize("kind", [TensorDict, _ObsClass])
+@pytest.mark.parametrize("rows", [3, 5])  # 3: as many rows as members
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_container_inputs_shared_or_per_member(kind, rows, chunk_size):
+    torch.manual_seed(0)
+    models = [_ReadsObs() for _ in range(3)]
+    ens = Ensemble(*copy.deepcopy(models), chunk_size=chunk_size)
+
+    def make(*batch):
+        return kind(obs=torch.randn(*batch, 4), batch_size=list(batch))
+
+    shared = make(rows)
+    torch.testing.assert_close(ens(shared), torch.stack([m(shared) for m in models]))
+    per_member = make(3, rows)
+    expected = torch.stack([m(per_member[k]) for k, m in enumerate(models)])
+    torch.testing.assert_close(ens(per_member, in_dims=0), expected)
+    moved = make(rows, 3)  # the member dim second
+    expected = torch.stack([m(moved[:, k]) for k, m in enumerate(models)])
+    torch.testing.assert_close(ens(moved, in_dims=1), expected)
+    with pytest.raises(ValueError, match="member dim"):
+        ens(make(4, rows), in_dims=0)
