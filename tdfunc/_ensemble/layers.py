@@ -346,12 +346,13 @@ def _embedding(module: nn.Module, slots: dict, context: BatchContext):
     def step(leaves, indices):
         weight = leaves[w]
         n, rows = weight.shape[0], weight.shape[1]
-        offsets = torch.arange(n, device=indices.device) * rows
-        shifted = indices + offsets.view(n, *(1,) * (indices.dim() - 1))
+        offsets = torch.arange(n, device=indices.device).view(n, *(1,) * (indices.dim() - 1))
         # An index outside [0, rows) would read a neighbouring member's row of the
-        # merged table; -1 makes F.embedding fail as the member's own lookup would
-        # (an IndexError on the CPU, a device-side assert on a GPU), without a sync.
-        shifted = torch.where((indices >= 0) & (indices < rows), shifted, -1)
+        # merged table: its floor quotient by rows (0 inside) moves it by whole tables,
+        # off either end, so F.embedding fails as the member's own lookup would (an
+        # IndexError on the CPU, a device-side assert on a GPU), without a sync.
+        outside = torch.div(indices, rows, rounding_mode="floor")
+        shifted = indices + (offsets + outside * n) * rows
         # The shifted indices of different members differ, so the counts behind
         # scale_grad_by_freq stay per member.
         out = F.embedding(shifted, weight.flatten(0, 1), scale_grad_by_freq=by_freq)
