@@ -151,9 +151,9 @@ class EnsembleMembers:
     def _write_back(self, leaves: tuple, versions: list) -> None:
         # The selected rows were gathered (copies): what the forward updated in
         # place (a batch norm's running statistics in training) goes back to the
-        # ensemble's tensors, as it would in the members run one by one.
-        # A kernel's own in-place update (F.batch_norm's running statistics) does
-        # not bump the version counter, so a buffer's rows are compared by value.
+        # ensemble's tensors, as it would in the members run one by one. A kernel's
+        # own in-place update (F.batch_norm's running statistics) does not bump the
+        # version counter, so a buffer's rows are compared by value.
         ensemble, index = self._ensemble, self._run_index
         changed = []
         for i, (leaf, version) in enumerate(zip(leaves, versions)):
@@ -178,7 +178,8 @@ class EnsembleMembers:
         with torch.no_grad():
             for i in changed:
                 owner, key = ensemble._slots[i]
-                owner[key].index_copy_(0, index, leaves[i])
+                target = owner[key]
+                target.index_copy_(0, index.to(target.device), leaves[i])
 
     def __repr__(self) -> str:
         return f"EnsembleMembers(indices={self.indices}, of {self._ensemble.num_members})"
