@@ -438,7 +438,7 @@ def _dumpable(context: NodeContext) -> dict:
                 f"to JSON; only JSON values (str, int, float, bool, None, lists and dicts of "
                 f"them) can be serialised in a treespec."
             ) from None
-        non_tensor.append([key, value, "stack" if kind is NonTensorStack else "data"])
+        non_tensor.append([key, value, "stack" if issubclass(kind, NonTensorStack) else "data"])
     return {
         "class": class_name(context.cls),
         "keys": list(context.keys),

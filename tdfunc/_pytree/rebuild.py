@@ -47,7 +47,7 @@ import torch
 from torch._C import _functorch
 
 from .._core.mixin import is_tensor_collection as _collection
-from .._core.nontensor import NonTensorData
+from .._core.nontensor import NonTensorData, NonTensorStack, StackInTransform
 from .symbolic import _FAKE, _get_mode, symbolic
 from .symbolic import rebuild as symbolic_rebuild
 
@@ -247,6 +247,40 @@ def _embedding(short: torch.Size, long: torch.Size) -> tuple | None:
     return found[0] if len(found) == 1 else None
 
 
+def _non_tensor(kind: type, value: Any, batch_size: torch.Size, context: NodeContext) -> Any:
+    """A non-tensor entry of a rebuilt level.
+
+    A stack (one value per element) rebuilt inside a transform deeper than the one it
+    was flattened in, with a batch size it no longer has, cannot give any element's
+    value: it becomes a :class:`StackInTransform` (carried, refuses reads). Such a
+    stack is a ``NonTensorStack`` again where the transform gives the batch dims back
+    (its output: a longer batch size that its values fill exactly).
+    """
+    if issubclass(kind, NonTensorStack) and not _dynamo_compiling():
+        now, then = _current_level(), context.level
+        entering = now is not None and (then is None or now > then)
+        if entering and batch_size != context.batch_size:
+            kind = StackInTransform
+        elif (
+            kind is StackInTransform
+            and len(batch_size) > len(context.batch_size)
+            and _fills(value, batch_size)
+        ):
+            kind = NonTensorStack
+    return kind._make(value, batch_size, context.device)
+
+
+def _fills(values: Any, shape: torch.Size) -> bool:
+    """Whether nested lists ``values`` have the leading dims ``shape``."""
+    for size in shape:
+        if not isinstance(values, list) or len(values) != size:
+            return False
+        if not size:
+            return True
+        values = values[0]
+    return True
+
+
 # ---------------------------------------------------------------- unflatten
 def unflatten(children, context: NodeContext):
     """Rebuild a container; children that are not tensors are held without validation."""
@@ -281,7 +315,7 @@ def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
                 start += inner.width
     batch_size = context.batch_size
     for key, value, kind in context.non_tensor:
-        data[key] = kind._make(value, batch_size, context.device)
+        data[key] = _non_tensor(kind, value, batch_size, context)
     return context.cls._from_pytree(data, batch_size, context.device, context.names)
 
 
@@ -344,7 +378,7 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, traced
                 device = children[0].device
             data = dict(zip(context.keys, children))
             for key, value, kind in context.non_tensor:
-                data[key] = kind._make(value, batch_size, context.device)
+                data[key] = _non_tensor(kind, value, batch_size, context)
             container = context.cls._from_pytree(data, batch_size, device, names)
             return container, bool(children), batch_size, True
         check = False  # checked above
@@ -469,7 +503,7 @@ def _assemble(children: list, context: NodeContext, batch_size: torch.Size, hole
         for index in holes:
             data[keys[index]] = _leafless(inners[index], batch_size + features[index])
     for key, value, kind in context.non_tensor:
-        data[key] = kind._make(value, batch_size, context.device)
+        data[key] = _non_tensor(kind, value, batch_size, context)
     device = context.device
     if device is not None:
         for child in children:
@@ -486,7 +520,7 @@ def _leafless(context: NodeContext, batch_size: torch.Size) -> Any:
         for key, inner, feature in zip(context.keys, context.nested, context.feature_shapes):
             data[key] = _leafless(inner, batch_size + feature)
     for key, value, kind in context.non_tensor:
-        data[key] = kind._make(value, batch_size, context.device)
+        data[key] = _non_tensor(kind, value, batch_size, context)
     names = context.names
     if names is not None and batch_size != context.batch_size:
         names = _names_after(context, batch_size, ())

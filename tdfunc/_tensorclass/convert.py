@@ -41,6 +41,7 @@ class TensorClassConvert(TensorClassState):
     if TYPE_CHECKING:
         _tc_fields: ClassVar[tuple[Field, ...]]
         _tc_flags: ClassVar[dict[str, bool]]
+        _tc_init_vars: ClassVar[tuple[tuple[str, Any], ...]]
 
     @classmethod
     def from_tensordict(
@@ -73,6 +74,13 @@ class TensorClassConvert(TensorClassState):
                 f"{cls.__name__}.from_tensordict: expected a TensorDict, got "
                 f"{type(tensordict).__name__}. Pass safe=False to wrap another container."
             )
+        data = tensordict._data
+        for name in cls._tc_field_names & data.keys():
+            value = data[name]
+            if type(value) is NonTensorData and value.data is None:
+                # an unset field (``to_tensordict`` keeps it as ``None``): no entry, as the
+                # constructor leaves it (a tensor_only class has no non-tensor entries)
+                del data[name]
         if cls._tc_flags["tensor_only"]:
             for key, value in tensordict._data.items():
                 if isinstance(value, NonTensorData):
@@ -82,8 +90,11 @@ class TensorClassConvert(TensorClassState):
                     )
         out = object.__new__(cls)
         _set_td(out, tensordict)
-        if cls._frozen:
-            freeze(tensordict)
+        if cls._tc_flags["autocast"]:
+            # the entries become what the constructor makes of them (an ``int`` field
+            # reads an int, a nested tensorclass field its class), as autocast promises
+            for name in cls._tc_field_names & tensordict._data.keys():
+                out._write_unchecked(name, tensordict._data[name])
         for name, value in (non_tensordict or {}).items():
             out._write_unchecked(name, value)
         for field in cls._tc_fields:
@@ -93,6 +104,18 @@ class TensorClassConvert(TensorClassState):
                 out._write_unchecked(field.name, field.default_factory())
             elif field.default is not MISSING:
                 out._write_unchecked(field.name, field.default)
+        if hasattr(cls, "__post_init__"):
+            # its checks and normalisations hold however it is built
+            missing = [name for name, default in cls._tc_init_vars if default is MISSING]
+            if missing:
+                raise TypeError(
+                    f"{cls.__name__}.from_tensordict: __post_init__ takes the InitVars "
+                    f"{missing}, which have no default; call the constructor instead, or give "
+                    f"them defaults."
+                )
+            out.__post_init__(*(default for _, default in cls._tc_init_vars))
+        if cls._frozen:
+            freeze(tensordict)  # after __post_init__, as the constructor does
         return out
 
     def _write_unchecked(self, name: str, value: Any) -> None:

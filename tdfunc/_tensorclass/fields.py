@@ -142,6 +142,29 @@ def _is_classvar(annotation: Any) -> bool:
     return isinstance(annotation, dataclasses.InitVar) or annotation is dataclasses.InitVar
 
 
+def _is_init_var(annotation: Any) -> bool:
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "").strip("'\"")
+        return text.startswith(("InitVar", "dataclasses.InitVar"))
+    return isinstance(annotation, dataclasses.InitVar) or annotation is dataclasses.InitVar
+
+
+def init_order(cls) -> list[tuple[str, bool, Any]]:
+    """``(name, is_init_var, default)`` of the constructor's parameters, in declaration
+    order (bases first; a redeclared name keeps its first place), as a dataclass orders
+    them. An ``InitVar`` is passed to ``__post_init__``, not stored."""
+    order: dict[str, tuple[bool, Any]] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or "__annotations__" not in klass.__dict__:
+            continue
+        for name, annotation in inspect.get_annotations(klass).items():
+            if _is_init_var(annotation):
+                order[name] = (True, klass.__dict__.get(name, MISSING))
+            elif not _is_classvar(annotation) and name in cls._tc_field_names:
+                order[name] = (False, None)
+    return [(name, is_var, default) for name, (is_var, default) in order.items()]
+
+
 def collect_fields(
     cls, reserved: frozenset[str], shadow: bool, localns: dict | None = None
 ) -> tuple[Field, ...]:
@@ -210,16 +233,20 @@ def _resolve(field: Field) -> Any:
 
 
 def check_tensor_only_annotations(cls, fields: tuple[Field, ...]) -> None:
-    """``tensor_only`` classes declare tensor-compatible fields (checked when resolvable)."""
+    """``tensor_only`` classes declare tensor-compatible fields (checked when resolvable).
+
+    Inherited fields are checked too: a base that is not ``tensor_only`` may declare
+    a ``str`` field, which a ``tensor_only`` subclass could never store.
+    """
     for field in fields:
-        if field.owner is not cls:
-            continue
         target = _resolve(field)
         if target is None:
             continue
         if not _tensor_compatible_annotation(target):
+            where = "" if field.owner is cls else f" (inherited from {field.owner.__name__})"
             raise TypeError(
-                f"{cls.__name__}(tensor_only): field {field.name!r} is annotated {target!r}, "
+                f"{cls.__name__}(tensor_only): field {field.name!r}{where} is annotated "
+                f"{target!r}, "
                 f"which is not a tensor type. tensor_only fields hold tensors (or "
                 f"Optional[Tensor], numbers, arrays, TensorDict/TensorClass, NonTensorData for a "
                 f"wrapped value); drop "
@@ -330,6 +357,14 @@ def convert_tensor_only(
         return fit_tensor(owner, name, torch.as_tensor(value, device=device), size, device)
     if isinstance(value, Mapping):
         return _nested_from_mapping(value, size, device, plain)
+    if isinstance(value, (list, tuple)):
+        # tensor-compatible (a list of numbers, of tensors...): cast, as the flag promises
+        try:
+            tensor = torch.as_tensor(value, device=device)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+        else:
+            return fit_tensor(owner, name, tensor, size, device)
     raise TypeError(
         f"{owner}(tensor_only): field {name!r} expects a tensor (or a value torch.as_tensor "
         f"accepts), got {type(value).__name__} {value!r}. Drop the tensor_only flag to store "
@@ -397,10 +432,7 @@ def _to_collection(target: Any, value: Any, size, device, plain: type) -> Any:
         if issubclass(target, plain):
             return plain(value, batch_size=size, device=device)
         # fields the dict leaves out get their default, or None (as tensordict does)
-        out = target.from_tensordict(plain({}, batch_size=size, device=device))
-        for name, item in value.items():
-            out._write_unchecked(name, item)
-        return out
+        return target.from_tensordict(plain({}, batch_size=size, device=device), value)
     raise TypeError(
         f"autocast: cannot cast a {type(value).__name__} to {target.__name__}; give a "
         f"{target.__name__} or a dict of its fields."

@@ -237,10 +237,17 @@ class TensorClassState(TensorOps):
                 del data[name]
 
     def _write_field(self, name: str, value: Any) -> None:
-        """``instance.field = value``: cast by the class flags and store (the fast path)."""
-        if self._frozen:
-            self._check_mutable(name)
+        """``instance.field = value``: cast by the class flags and store (the fast path).
+
+        A frozen class's instance takes the write only while it is built (its
+        TensorDict is not frozen yet): ``object.__setattr__`` in ``__post_init__``.
+        """
         td = self._td
+        if self._frozen:
+            if td._is_locked == FROZEN:
+                self._check_mutable(name)
+            self._write_unchecked(name, value)  # type: ignore[attr-defined]
+            return
         if value is None or td._is_locked:
             self._write(((name, value),), False, False, name)
             return

@@ -31,7 +31,7 @@ import torch
 from typing_extensions import dataclass_transform
 
 from .._core.class_names import register_class
-from .._core.frozen import freeze
+from .._core.frozen import FROZEN, freeze
 from .._core.nontensor import NonTensorData
 from .._core.shape.sizes import as_size
 from .convert import TensorClassConvert
@@ -46,6 +46,7 @@ from .fields import (
     convert_non_tensor,
     convert_tensor_only,
     holds_non_tensor,
+    init_order,
     make_autocast,
     mapping_aware,
     parse_bracket_flags,
@@ -125,6 +126,7 @@ class TensorClassCore(TensorClassConvert, metaclass=_Meta):
     _get_reads_value: ClassVar[bool] = True  # tensordict: a tensorclass's get gives the value
     _tc_ready: ClassVar[bool] = False  # a real tensorclass (not TensorClass, not a flag carrier)
     _tc_init: ClassVar[Callable[..., None]]
+    _tc_init_vars: ClassVar[tuple[tuple[str, Any], ...]] = ()  # (name, default) of InitVars
 
     def __init_subclass__(
         cls,
@@ -289,6 +291,17 @@ def _dataclass_fields(fields: tuple[Field, ...]) -> dict[str, dataclasses.Field]
         spec.type = field.annotation
         spec._field_type = dataclasses._FIELD  # type: ignore[attr-defined]
         out[field.name] = spec
+    # the constructor's keywords, as init-only pseudo-fields: ``dataclasses.replace``
+    # passes them on (the copy keeps the batch size, device and names), while
+    # ``dataclasses.fields`` and ``asdict`` list only the fields
+    for name in ("batch_size", "device", "names"):
+        if name in out:  # a field of that name (shadow) takes the keyword's place
+            continue
+        spec = dataclasses.field(default=None)
+        spec.name = name
+        spec.type = dataclasses.InitVar
+        spec._field_type = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
+        out[name] = spec
     return out
 
 
@@ -296,10 +309,19 @@ def _frozen_setattr(self: TensorClassCore, name: str, value: Any) -> None:
     if name in _STATE:  # the shared mixins' state (e.g. the device of a new result)
         object.__setattr__(self, name, value)
         return
-    raise FrozenInstanceError(
-        f"{type(self).__name__} is frozen: cannot assign {name!r}. Build a new instance "
-        f"instead (frozen instances are immutable parameter sets and batches)."
-    )
+    td = getattr(self, "_td", None)
+    if td is not None and td._is_locked != FROZEN and name in self._tc_field_names:
+        # still being built: __post_init__
+        hint = (
+            f"In __post_init__, use object.__setattr__(self, {name!r}, value), as in a "
+            f"frozen dataclass."
+        )
+    else:
+        hint = (
+            "Build a new instance instead (frozen instances are immutable parameter sets "
+            "and batches)."
+        )
+    raise FrozenInstanceError(f"{type(self).__name__} is frozen: cannot assign {name!r}. {hint}")
 
 
 def _frozen_delattr(self: TensorClassCore, name: str) -> None:
@@ -315,7 +337,7 @@ def fget(self):
     if type(value) is Tensor:
         return value
     if isinstance(value, NonTensorData):
-        return value.data
+        return value._value()  # a stack inside a transform refuses to be read
     return value
 """
 
@@ -363,7 +385,37 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         "_tc_freeze": freeze,
     }
     params = []
-    for field in fields:
+    by_name = {field.name: field for field in fields}
+    order = init_order(cls)
+    if [name for name, is_var, _ in order if not is_var] != names:
+        # fields declared where the annotations do not show them: fields first, as stored
+        order = [(n, False, None) for n in names] + [o for o in order if o[1]]
+    init_vars = tuple((name, default) for name, is_var, default in order if is_var)
+    cls._tc_init_vars = init_vars
+    post_init = "_tc_self.__post_init__(" + ", ".join(name for name, _ in init_vars) + ")"
+    seen_default = None
+    for name, is_var, default in order:
+        if is_var:  # an InitVar: a parameter for __post_init__, not stored
+            if default is not MISSING:
+                namespace[f"_tc_default_{name}"] = default
+                params.append(f"{name}=_tc_default_{name}")
+                seen_default = name
+            elif seen_default is not None:
+                raise TypeError(
+                    f"{api}: non-default InitVar {name!r} follows default {seen_default!r}; "
+                    f"give it a default or move it before."
+                )
+            else:
+                params.append(name)
+            continue
+        field = by_name[name]
+        if field.has_default:
+            seen_default = name
+        elif seen_default is not None:  # after a default InitVar (fields alone are checked)
+            raise TypeError(
+                f"{api}: non-default field {name!r} follows default {seen_default!r}; give "
+                f"it a default or move it before."
+            )
         if field.default is not MISSING:
             namespace[f"_tc_default_{field.name}"] = field.default
             params.append(f"{field.name}=_tc_default_{field.name}")
@@ -410,7 +462,7 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
                 )
             body.append(f"if {field.name} is not None: _tc_self.{field.name} = {field.name}")
         if hasattr(cls, "__post_init__"):
-            body.append("_tc_self.__post_init__()")
+            body.append(post_init)
         return _compile_init(cls, fields, signature, body, namespace)
     for field in fields:
         name = field.name
@@ -436,13 +488,15 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         else:
             body += [f"if {name} is not None:", f"    {convert}"]
     body.append("_tc_td = _tc_new_td(_tc_data, _tc_size, _tc_dev, None)")
-    if flags["frozen"]:
-        body.append("_tc_freeze(_tc_td)")
-    if "names" in extra:
+    if "names" in extra:  # before freezing: naming the dims is part of building
         body.append("if names is not None: _tc_td.names = names")
     body.append("_tc_set_td(_tc_self, _tc_td)")
     if hasattr(cls, "__post_init__"):
-        body.append("_tc_self.__post_init__()")
+        body.append(post_init)
+    if flags["frozen"]:
+        # after __post_init__, which may set a field with object.__setattr__ (the idiom of
+        # a frozen dataclass); ``self.field = ...`` refuses there, as in a dataclass
+        body.append("_tc_freeze(_tc_td)")
     return _compile_init(cls, fields, signature, body, namespace)
 
 

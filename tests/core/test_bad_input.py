@@ -341,6 +341,15 @@ def test_failed_rename_writes_nothing():
     assert_unchanged(td, before)
 
 
+def test_rename_refused_at_a_locked_destination_keeps_the_key_order():
+    # the key was put back at the end: a refused rename reordered keys()
+    td = TensorDict({"a": torch.zeros(3), "b": torch.zeros(3), "n": {"q": torch.zeros(3)}}, [3])
+    td["n"].lock_()
+    with pytest.raises(RuntimeError, match="locked"):
+        td.rename_key_("a", ("n", "z"))
+    assert list(td.keys(True)) == ["a", "b", "n", ("n", "q")]
+
+
 # ---------------------------------------------------------------- operations
 def test_apply_result_checks():
     td = _td()

@@ -234,3 +234,77 @@ def test_list_of_keys_is_a_clear_error(index):
     with pytest.raises(TypeError, match="list of keys"):
         td[index] = 0
     assert td.select("a", "b").keys() == td.keys()  # what the hint offers
+
+
+# A bool (``True``, a 0-dim mask) consumes no batch dim and a nested list or numpy
+# array of bools spans as many dims as it has: the ellipsis is filled accordingly.
+# Each case: (index, the same index written out for a leaf with feature dims).
+_MASK = torch.arange(12).reshape(3, 4) % 3 == 0
+_ALL = slice(None)
+BOOL_INDICES = [
+    ((Ellipsis, True), (_ALL, _ALL, True)),
+    ((True, Ellipsis, 0), (True, _ALL, 0)),
+    ((Ellipsis, torch.tensor(False)), (_ALL, _ALL, torch.tensor(False))),
+    ((None, True, Ellipsis, -1), (None, True, _ALL, -1)),
+    ((_MASK.numpy(), Ellipsis), (_MASK,)),
+    ((_MASK.tolist(),), (_MASK,)),
+    ((0, [True, False, True, False], Ellipsis), (0, torch.tensor([True, False, True, False]))),
+]
+
+
+@pytest.mark.parametrize(("index", "explicit"), BOOL_INDICES, ids=repr)
+def test_bool_items_consume_dims_as_in_torch(index, explicit):
+    td, leaves = _td()
+    expected_size = torch.zeros(3, 4)[explicit].shape
+    out = td[index]
+    assert out.batch_size == expected_size
+    for got, leaf in zip((out["a"], out["n", "b"], out["n", "c"]), leaves):
+        assert torch.equal(got, leaf[explicit])
+    td[index] = 0  # a write through the same index reaches the same elements
+    for got, leaf in zip((td["a"], td["n", "b"], td["n", "c"]), leaves):
+        ref = leaf.clone()
+        ref[explicit] = 0
+        assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("mask", [_MASK.numpy(), _MASK.tolist()], ids=["numpy", "list"])
+def test_nd_bool_mask_as_list_or_array_then_int_is_too_many_indices(mask):
+    # the mask spans both batch dims: a further int would index a feature dim
+    td, _ = _td()
+    with pytest.raises(IndexError, match="too many indices"):
+        td[mask, 0]
+
+
+@pytest.mark.parametrize(
+    "index",
+    [0, slice(0, 2), torch.tensor([0, 2]), [2, 0], torch.tensor([True, False, True])],
+    ids=repr,
+)
+@pytest.mark.parametrize("value", [0.1, 3, True, 2**40 + 1], ids=repr)
+def test_number_written_at_an_index_is_written_as_torch_writes_it(index, value):
+    # a Python number reaches each leaf exactly in its dtype (0.1 in a float64 leaf
+    # is not rounded to float32), also at a tensor or mask index
+    leaves = {
+        "f64": torch.zeros(3, 2, dtype=torch.float64),
+        "f32": torch.zeros(3),
+        "i64": torch.zeros(3, dtype=torch.long),
+    }
+    td = TensorDict({"f64": leaves["f64"].clone(), "n": {"f32": leaves["f32"].clone()}}, [3])
+    td["i64"] = leaves["i64"].clone()
+    td[index] = value
+    for key, ref in leaves.items():
+        ref[index] = value
+        got = td["n", key] if key == "f32" else td[key]
+        assert got.dtype == ref.dtype and torch.equal(got, ref), key
+
+
+def test_tensor_written_at_a_tensor_index_is_cast_like_at_an_int():
+    # torch's index_put_ refuses another dtype; a write at an int casts (copy_):
+    # a tensor index gives the same result, and no entry is written before a refusal
+    td = TensorDict({"f": torch.zeros(3), "i": torch.zeros(3, dtype=torch.long)}, [3])
+    at_int, at_tensor = td.clone(), td.clone()
+    value = TensorDict({"f": torch.tensor(7), "i": torch.tensor(2.0)}, [])
+    at_int[1] = value
+    at_tensor[torch.tensor([1])] = value.unsqueeze(0)
+    assert torch.equal(at_tensor["f"], at_int["f"]) and torch.equal(at_tensor["i"], at_int["i"])
+    assert at_tensor["f"].dtype == torch.float32 and at_tensor["i"].dtype == torch.long

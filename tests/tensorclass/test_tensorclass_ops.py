@@ -286,6 +286,37 @@ def test_set_inplace_and_nested():
     assert data.y is storage and torch.equal(storage, torch.ones(4, 3))
 
 
+def test_rename_key_to_a_name_that_is_not_a_field_is_refused_like_set():
+    # it made an entry no attribute reads (data.z raised) that keys() listed
+    data, x, y = make()
+    with pytest.raises(AttributeError, match=r"rename_key_: 'z' is not a field"):
+        data.rename_key_("x", "z")
+    assert data.x is x and data.y is y and list(data.keys()) == ["x", "y", "label"]
+    data.rename_key_("x", "y")  # onto another field: as set("y", ...) followed by del x
+    assert data.y is x and data.x is None
+
+
+def test_a_nested_tensorclass_takes_only_its_fields_through_its_parent():
+    # set, update, rename_key_ and index writes through a parent TensorDict added a
+    # key the nested instance has no field for
+    td = TensorDict({"a": torch.zeros(4, 3), "d": make()[0]}, [4, 3])
+    before = list(td.keys(True))
+    writes = [
+        lambda: td.set(("d", "z"), torch.zeros(4, 3)),
+        lambda: td.update({"d": {"z": torch.zeros(4, 3)}}),
+        lambda: td.rename_key_("a", ("d", "z")),
+    ]
+    for write in writes:
+        with pytest.raises(AttributeError, match=r"'z' is not a field of Data"):
+            write()
+        assert list(td.keys(True)) == before
+    with pytest.raises(ValueError, match=r"\['z'\], which are not fields of Data"):
+        td[0] = TensorDict({"d": TensorDict({"z": torch.zeros(3)}, [3])}, [3])
+    assert list(td.keys(True)) == before
+    td.set(("d", "x"), torch.ones(4, 3, 5))  # a field: written
+    assert torch.equal(td["d"].x, torch.ones(4, 3, 5))
+
+
 def test_update_casts_fields():
     class Casting(TensorClass["autocast"]):
         count: int

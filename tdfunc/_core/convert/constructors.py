@@ -38,12 +38,30 @@ def _build(cls: Any, data: dict, batch_size: Any, device: Any, auto: bool, batch
             f"batch_dims; batch_dims infers a batch size of that many dims."
         )
     plain = cls._plain_tensordict()
+    values = None
+    if not getattr(cls, "_is_tensordict", False):
+        # a TensorClass: a field's Python value (a number, a string, None) is cast by the
+        # class's rules, as its constructor casts it (nocast keeps a number a number),
+        # once the batch size is known; tensors and nested dicts build the TensorDict
+        fields = cls._tc_field_names
+        values = {
+            k: v
+            for k, v in data.items()
+            if k in fields and not isinstance(v, (_Tensor, Mapping, np.ndarray))
+        }
+        data = {k: v for k, v in data.items() if k not in values}
     td = plain(data, batch_size=[] if batch_size is None else batch_size, device=device)
-    if batch_size is None and (auto or batch_dims is not None):
-        td.auto_batch_size_(batch_dims)
-    if getattr(cls, "_is_tensordict", False):
+    infer = batch_size is None and (auto or batch_dims is not None)
+    if values is None:
+        if infer:
+            td.auto_batch_size_(batch_dims)
         return td
-    return cls.from_tensordict(td)
+    # a TensorClass: built as its constructor builds it, then the batch size inferred
+    # (a number the default rules make a 0-d tensor keeps the batch size [])
+    out = cls.from_tensordict(td, values)
+    if infer:
+        out.auto_batch_size_(batch_dims)
+    return out
 
 
 def _regular_shape(values: list) -> torch.Size:

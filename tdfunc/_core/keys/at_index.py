@@ -12,7 +12,7 @@ from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, write_at
 from ..shape.indexing import prepare
 from .nested import unravel_key
-from .writes import writable_view
+from .writes import assign_at, check_copy_target, check_fits, writable_view
 
 _Tensor = torch.Tensor
 _KEEP: Any = object()
@@ -25,6 +25,9 @@ class AtIndexMixin(ContainerMixin):
 
     def get_at(self, key: Any, index: Any, default: Any = _KEEP):
         """The entry at ``key``, indexed by ``index`` (``default`` when the key is missing).
+
+        The index applies to the entry itself, as ``td.get(key)[index]`` does (an
+        ellipsis stands for all of its dims), as in tensordict.
 
         Example:
             >>> TensorDict({"a": torch.arange(3)}, [3]).get_at("a", 1)
@@ -43,6 +46,10 @@ class AtIndexMixin(ContainerMixin):
     def set_at_(self, key: Any, value: Any, index: Any):
         """Write ``value`` into the entry at ``key`` at ``index`` (in place); returns self.
 
+        As ``td.get(key)[index] = value`` (the index applies to the entry itself); a
+        tensor value is cast to the entry's dtype, and a value that does not fit
+        raises before anything is written.
+
         Example:
             >>> td = TensorDict({"a": torch.zeros(3)}, [3]).set_at_("a", 1.0, 1)
             >>> td["a"].tolist()
@@ -50,7 +57,10 @@ class AtIndexMixin(ContainerMixin):
         """
         check_in_place_write(self, "set_at_")
         target = self._get_leaf(key, "set_at_")
-        if is_collection(target) or isinstance(target, _Tensor):
+        if isinstance(target, _Tensor):
+            _check_fits_at(key, target, value, index, "set_at_")
+            assign_at(target, index, value)
+        elif is_collection(target):
             target[index] = value
         elif isinstance(target, NonTensorData):
             # a non-tensor leaf is immutable: its parent gets the leaf with the values
@@ -76,8 +86,10 @@ class AtIndexMixin(ContainerMixin):
             items = list(input_dict.items())
         else:
             items = list(input_dict._to_tensordict_view().items())
-        for key, _ in items:
-            self._get_leaf(key, "update_at_")  # every key must exist (KeyError with hints)
+        for key, value in items:  # every key must exist (KeyError with hints) and fit
+            target = self._get_leaf(key, "update_at_")
+            if isinstance(target, _Tensor):  # checked before any entry is written
+                _check_fits_at(key, target, value, index, "update_at_")
         for key, value in items:
             if clone and isinstance(value, _Tensor):
                 value = value.clone()
@@ -110,3 +122,20 @@ def _set_non_tensor_at(td: Any, key: Any, target: NonTensorData, value: Any, ind
     if selected is None:  # a mask or an index tensor: positions once, as __setitem__ does
         leaf_index = prepare(leaf_index, parent._batch_size)[0]
     parent._data[parts[-1]] = write_at(target, leaf_index, value)
+
+
+def _check_fits_at(key: Any, target: _Tensor, value: Any, index: Any, api: str) -> None:
+    """Raise now if ``target[index] = value`` would, before any entry is written.
+
+    The index applies to the entry itself, as ``td.get(key)[index]`` (an ellipsis
+    stands for all of its dims), as in tensordict.
+    """
+    stand_in = torch.zeros((), dtype=torch.uint8, device=target.device).expand(target.shape)
+    expected = stand_in[index].shape  # stride 0: no data is read
+    try:
+        shape = value.shape if isinstance(value, _Tensor) else torch.as_tensor(value).shape
+    except (TypeError, ValueError, RuntimeError):
+        shape = None  # not a tensor-like value: torch's write gives its error
+    if shape is not None:
+        check_fits(shape, expected, (key,) if isinstance(key, str) else key, api)
+    check_copy_target(target, value, key, api)

@@ -278,6 +278,36 @@ def write(td, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None
         raise
 
 
+def assign_at(target: torch.Tensor, index, value) -> None:
+    """``target[index] = value``, ``value`` cast to ``target``'s dtype."""
+    if isinstance(value, torch.Tensor) and value.dtype != target.dtype:
+        # a write casts to the entry's dtype, as copy_ (and so a write at an int or
+        # a slice) does; torch's index_put_ (a tensor or mask index) would refuse it
+        # after the entries before it in the plan were written
+        value = value.to(target.dtype)
+    target[index] = value
+
+
+def check_fits(shape: torch.Size, expected: torch.Size, key, api: str) -> None:
+    """``shape`` must broadcast to ``expected`` (the shape of the indexed entry)."""
+    if shape == expected:
+        return
+    # torch drops leading size-1 dims of the value: x[0] = torch.ones(1, 28, 28)
+    # writes a [28, 28] row
+    while len(shape) > len(expected) and shape[0] == 1:
+        shape = shape[1:]
+    try:
+        ok = torch.broadcast_shapes(shape, expected) == expected
+    except RuntimeError:
+        ok = False
+    if not ok:
+        shown = key[0] if len(key) == 1 else key
+        raise ValueError(
+            f"TensorDict.{api}: cannot write a value of shape {list(shape)} at key "
+            f"{shown!r}: the indexed entry has shape {list(expected)}."
+        )
+
+
 def check_copy_target(target: torch.Tensor, source: Any, key, api: str) -> None:
     """Raise now what ``target.copy_(source)`` would raise, before any entry is written."""
     problem = None
@@ -335,7 +365,9 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
                     f"{full_key(prefix, parts[: depth + 1])!r} holds a {type(inner).__name__}, "
                     f"not a TensorDict."
                 )
-            inner = writable_view(inner, api, full_key(prefix, parts))
+            view = writable_view(inner, api, full_key(prefix, parts))  # frozen: its error first
+            check_field(inner, parts[depth + 1], api)
+            inner = view
         node = inner
     key = parts[last]
     full = full_key(prefix, parts)
@@ -355,6 +387,7 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
             if isinstance(value, Mapping) or is_tensor_collection(value):
                 inner = writable_view(existing, api, full)
                 for sub_key, sub_value in items_of(value, api):
+                    check_field(existing, key_parts(sub_key, f"TensorDict.{api}")[0], api)
                     write_path(
                         inner,
                         key_parts(sub_key, f"TensorDict.{api}"),
@@ -389,6 +422,7 @@ def rename_key(td, old_key, new_key, safe: bool = False) -> None:
     """Rename ``old_key`` to ``new_key`` in ``td`` (atomic); see ``TensorDict.rename_key_``."""
     old_parts = key_parts(old_key, "TensorDict.rename_key_")
     new_parts = key_parts(new_key, "TensorDict.rename_key_")
+    check_field(td, new_parts[0], "rename_key_")
     value = td._get_leaf(old_parts, "rename_key_")
     if old_parts == new_parts:
         return
@@ -418,17 +452,37 @@ def rename_key(td, old_key, new_key, safe: bool = False) -> None:
                 f"{new_parts[: depth + 1]!r} holds a {type(inner).__name__}, not a TensorDict."
             )
         node = writable_view(inner, "rename_key_", unravel_key(new_key))
+        check_field(inner, new_parts[depth + 1], "rename_key_")
     else:
         if new_parts[-1] in node._data:
             node._check_writable("rename_key_", unravel_key(new_key))
     convert(node, unravel_key(new_key), value, node._batch_size, "rename_key_")
     undo: list = []
+    order = list(owner._data)
     try:
         undo.append((owner._data, old_parts[-1], owner._data.pop(old_parts[-1])))
         write_path(td, new_parts, value, False, False, "rename_key_", undo, [], ())
     except BaseException:
         rollback(undo)
+        if list(owner._data) != order:  # the popped key goes back to its place
+            entries = dict(owner._data)
+            owner._data.clear()
+            owner._data.update((k, entries[k]) for k in order)
         raise
+
+
+def check_field(owner: Any, name: str, api: str) -> None:
+    """A TensorClass takes only its fields as keys, written directly or through a parent.
+
+    The check runs before anything is written (its ``set`` raises the same error).
+    """
+    fields = getattr(type(owner), "_tc_field_names", None)
+    if fields is not None and name not in fields and name not in owner._data:
+        cls = type(owner).__name__
+        raise AttributeError(
+            f"{cls}.{api}: {name!r} is not a field of {cls}; the fields are {sorted(fields)}. "
+            f"Nothing was written."
+        )
 
 
 def full_key(prefix: tuple, parts: tuple):

@@ -14,6 +14,7 @@ are stacked, when a value is written at an index, and, as in tensordict, when
 Both are treated as immutable by tdfunc: writes replace the leaf object.
 """
 
+from .in_transform import StackInTransform
 from .leaves import (
     NonTensorData,
     NonTensorStack,
@@ -33,6 +34,7 @@ __all__ = [
     "NonTensorData",
     "NonTensorMixin",
     "NonTensorStack",
+    "StackInTransform",
     "as_array",
     "cat_non_tensor",
     "eq_mask",

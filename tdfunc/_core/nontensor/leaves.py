@@ -345,6 +345,10 @@ class NonTensorData(_Saving):
         """
         mask = condition.cpu().numpy() if isinstance(condition, torch.Tensor) else condition
         size = torch.Size(np.broadcast_shapes(np.shape(mask), tuple(self.batch_size)))
+        if type(self) is NonTensorData and type(other) is not NonTensorStack:
+            theirs_value = other.data if type(other) is NonTensorData else other
+            if _equal(self.data, theirs_value):
+                return self._with(size)  # one value everywhere stays one value
         mine = np.broadcast_to(self._array(), tuple(size))
         theirs = np.broadcast_to(as_array(other, size), tuple(size))
         return self._from(np.where(np.broadcast_to(mask, tuple(size)), mine, theirs))

@@ -25,6 +25,7 @@ from ..math.leafwise import (
     no_names,
 )
 from ..mixin import ContainerMixin
+from ..nontensor import NonTensorData
 from .padding import pad_container
 from .shape_ops import _become
 from .sizes import normalize_dim
@@ -544,6 +545,12 @@ def _where(self: Any, condition: _Tensor, other: Any, pad: Any) -> Any:
             else:
                 sub = _where(view, condition, rhs, pad)
             out[key] = rewrap(value, sub)
+        elif isinstance(value, NonTensorData) and isinstance(rhs, NonTensorData):
+            # values, element by element, as for tensors (not self's value everywhere)
+            mask = condition.reshape(
+                condition.shape + (1,) * (len(value.batch_size) - condition.dim())
+            )
+            out[key] = value.where(mask, rhs)
         else:
             out[key] = value
     for key, rhs in other_data.items():

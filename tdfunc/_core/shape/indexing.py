@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..keys.fastpath import is_tensor_kind
-from .sizes import index_batch_size
+from .sizes import as_index_tensor, index_batch_size
 
 _FULL = slice(None)
 # classes whose ``index_select`` gives what their ``__getitem__`` gives
@@ -116,7 +116,7 @@ def prepare(index: tuple, batch_size: torch.Size) -> tuple[tuple, int]:
     dim = 0  # the batch dim the next item applies to
     for item in index:
         if type(item) is list or isinstance(item, (np.ndarray, range)):
-            item = _as_tensor(item)
+            item = as_index_tensor(item)
         if isinstance(item, torch.Tensor):
             if item.dtype is torch.bool and item.dim():
                 span = item.dim()
@@ -128,22 +128,12 @@ def prepare(index: tuple, batch_size: torch.Size) -> tuple[tuple, int]:
                 dim += span
                 continue
             out.append(item)
-            dim += 1
+            dim += 1 if item.dim() or item.dtype is not torch.bool else 0
         else:
             out.append(item)
-            if item is not None:
+            if item is not None and not isinstance(item, (bool, np.bool_)):
                 dim += 1
     return tuple(out), masks
-
-
-def _as_tensor(item: Any) -> Any:
-    try:
-        tensor = torch.as_tensor(item)
-    except (TypeError, ValueError, RuntimeError):
-        return item  # lists of slices and the like: torch decides
-    if tensor.is_floating_point() and not tensor.numel():
-        return tensor.long()  # ``[]`` selects nothing, as torch reads it
-    return tensor
 
 
 def _select(index: tuple) -> Select | None:

@@ -8,6 +8,7 @@ A write is planned for every leaf and checked before the first one is performed.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from numbers import Number
 from typing import Any
 
 import torch
@@ -16,7 +17,7 @@ from ..apply import rewrap
 from ..frozen import FROZEN, refuse_frozen_inside
 from ..keys.fastpath import is_tensor_kind, node_kind
 from ..keys.nested import unravel_key
-from ..keys.writes import check_copy_target, writable_view
+from ..keys.writes import assign_at, check_copy_target, check_fits, writable_view
 from ..mixin import ContainerMixin
 from ..mixin import is_tensor_collection as _collection
 from ..nontensor import NonTensorData, write_at
@@ -119,7 +120,7 @@ class ItemMixin(ContainerMixin):
         plan: list = []
         self._plan_index_write(leaf_index, target, value, plan, ())
         for operation, *args in plan:  # nothing is written unless every write can be
-            if operation is _assign:
+            if operation is assign_at:
                 check_copy_target(args[0], args[2], "<index>", "__setitem__")
         for operation, *args in plan:
             operation(*args)
@@ -138,7 +139,13 @@ class ItemMixin(ContainerMixin):
             value = self._plain_tensordict()(value, batch_size=target, device=self._device)
         if not _collection(value):
             # one value broadcast into every tensor leaf
-            if not isinstance(value, torch.Tensor):
+            if isinstance(value, Number):
+                # kept a Python number: torch writes it exactly into each leaf's dtype
+                # (0.1 as a float32 tensor would round before reaching a float64 leaf)
+                shape = torch.Size()
+            elif isinstance(value, torch.Tensor):
+                shape = value.shape
+            else:
                 try:
                     value = torch.as_tensor(value)
                 except (TypeError, ValueError, RuntimeError):
@@ -146,10 +153,11 @@ class ItemMixin(ContainerMixin):
                         f"TensorDict.__setitem__: cannot write a {type(value).__name__} at an "
                         f"index; expected a TensorDict, a mapping, a tensor or a number."
                     ) from None
+                shape = value.shape
             for key, item in self._data.items():
                 if isinstance(item, torch.Tensor):
-                    _check_fits(value.shape, target + item.shape[ndim:], prefix + (key,))
-                    plan.append((_assign, item, leaf_index, value))
+                    check_fits(shape, target + item.shape[ndim:], prefix + (key,), "__setitem__")
+                    plan.append((assign_at, item, leaf_index, value))
                 elif _collection(item):
                     item = writable_view(item, "__setitem__", prefix + (key,))
                     inner = target + item._batch_size[ndim:]
@@ -178,10 +186,14 @@ class ItemMixin(ContainerMixin):
                         f"TensorDict.__setitem__: cannot write a {type(sub).__name__} into the "
                         f"tensor at key {full!r}."
                     )
-                _check_fits(sub.shape, target + existing.shape[ndim:], full)
-                plan.append((_assign, existing, leaf_index, sub))
+                check_fits(sub.shape, target + existing.shape[ndim:], full, "__setitem__")
+                plan.append((assign_at, existing, leaf_index, sub))
             elif _collection(existing):
-                existing = writable_view(existing, "__setitem__", full)
+                view = writable_view(existing, "__setitem__", full)  # frozen: its error first
+                fields = getattr(type(existing), "_tc_field_names", None)
+                if fields is not None and _collection(sub) and type(sub) is not type(existing):
+                    _check_compatible_class(existing, sub, fields)  # a nested TensorClass
+                existing = view
                 inner = target + existing._batch_size[ndim:]
                 existing._plan_index_write(leaf_index, inner, sub, plan, full, missing)
             else:
@@ -193,30 +205,6 @@ def _clean(names: tuple | None) -> tuple | None:
     if names is None or all(n is None for n in names):
         return None
     return names
-
-
-def _assign(target: torch.Tensor, index, value) -> None:
-    target[index] = value
-
-
-def _check_fits(shape: torch.Size, expected: torch.Size, key) -> None:
-    """``shape`` must broadcast to ``expected`` (the shape of the indexed entry)."""
-    if shape == expected:
-        return
-    # torch drops leading size-1 dims of the value: x[0] = torch.ones(1, 28, 28)
-    # writes a [28, 28] row
-    while len(shape) > len(expected) and shape[0] == 1:
-        shape = shape[1:]
-    try:
-        ok = torch.broadcast_shapes(shape, expected) == expected
-    except RuntimeError:
-        ok = False
-    if not ok:
-        shown = key[0] if len(key) == 1 else key
-        raise ValueError(
-            f"TensorDict.__setitem__: cannot write a value of shape {list(shape)} at key "
-            f"{shown!r}: the indexed entry has shape {list(expected)}."
-        )
 
 
 def _broadcastable(source: torch.Size, target: torch.Size) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 _SIZES: dict[tuple, torch.Size] = {}  # validated batch sizes given as lists / tuples
@@ -198,20 +199,38 @@ def expand_ellipsis(index: tuple, ndim: int) -> tuple:
 
     Leaves have more dims than the batch; ``leaf[..., :2]`` would slice their
     last (feature) dim, so the ellipsis is made explicit before indexing them.
+    Lists and numpy arrays become tensors first: a nested list or array of bools
+    is a mask that spans as many batch dims as it has dims, as torch reads it.
     """
     consumed = 0
     ellipsis_at = -1
+    converted = False
     for i, item in enumerate(index):
         if item is Ellipsis:
             if ellipsis_at >= 0:
                 raise IndexError("tdfunc: an index can only have a single ellipsis ('...').")
             ellipsis_at = i
-        elif item is None:
             continue
-        elif isinstance(item, torch.Tensor) and item.dtype is torch.bool:
-            consumed += max(item.dim(), 1)
+        if item is None:
+            continue
+        kind = type(item)
+        if kind is int or kind is slice:
+            consumed += 1
+            continue
+        if kind is list or isinstance(item, (np.ndarray, range)):
+            item = as_index_tensor(item)
+            if not converted:
+                index = list(index)
+                converted = True
+            index[i] = item
+        if isinstance(item, (bool, np.bool_)):
+            continue  # True / False add a dim of size 1 / 0 and consume none, as in torch
+        if isinstance(item, torch.Tensor) and item.dtype is torch.bool:
+            consumed += item.dim()  # a 0-dim mask consumes none
         else:
             consumed += 1
+    if converted:
+        index = tuple(index)
     if consumed > ndim:
         raise IndexError(
             f"tdfunc: too many indices for a TensorDict with {ndim} batch dim(s): "
@@ -221,6 +240,17 @@ def expand_ellipsis(index: tuple, ndim: int) -> tuple:
         return index
     fill = (slice(None),) * (ndim - consumed)
     return index[:ellipsis_at] + fill + index[ellipsis_at + 1 :]
+
+
+def as_index_tensor(item):
+    """A list, range or numpy array used as an index, as the tensor torch reads it as."""
+    try:
+        tensor = torch.as_tensor(item)
+    except (TypeError, ValueError, RuntimeError):
+        return item  # lists of slices and the like: torch decides
+    if tensor.is_floating_point() and not tensor.numel():
+        return tensor.long()  # ``[]`` selects nothing, as torch reads it
+    return tensor
 
 
 def _ragged_index(dim: int, item) -> IndexError:
