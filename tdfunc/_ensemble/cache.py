@@ -8,8 +8,10 @@ is reused while, for every leaf, all of these are the same as when it was made:
 - ``requires_grad`` (a view made of a frozen leaf carries no graph: reusing it
   after unfreezing would leave every ``.grad`` at ``None``; a view made of a
   trainable leaf keeps a graph after freezing);
-- the storage (``p.data = ...`` and ``vector_to_parameters`` replace it in place
-  of the object; ``data_ptr`` also changes with the dtype and the device);
+- the memory and its layout: storage, offset, sizes and strides (``p.data = ...``
+  and ``vector_to_parameters`` replace them in place of the object, and
+  ``p.data = p.data.mT`` or ``p.data = p.data[:, :k]`` keep the storage and its
+  address but not the layout): each leaf ``is_set_to`` an alias kept with the entry;
 - the version counter, for leaves whose derived tensor is a copy rather than a
   view (a view sees in-place edits, a copy does not);
 
@@ -41,7 +43,8 @@ _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 # Read per leaf on every call: C-level getters mapped over the leaves keep the
 # check to a few hundred nanoseconds (it is a visible part of a small forward).
 _requires_grad = operator.attrgetter("requires_grad")
-_data_ptr = torch.Tensor.data_ptr
+_is_set_to = torch.Tensor.is_set_to  # same storage, offset, sizes and strides
+_alias = torch.Tensor.detach
 _version = operator.attrgetter("_version")
 _is = operator.is_
 _grad_enabled = torch.is_grad_enabled
@@ -74,9 +77,9 @@ class DerivedCache:
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf, storage
-        # per leaf, versions of the copied leaves (pick them, their versions) or None,
-        # the extended leaves)
+        # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf, an
+        # alias of each leaf's memory and layout, versions of the copied leaves (pick
+        # them, their versions) or None, the extended leaves)
         self.entries: list = [None] * 4
 
     def clear(self) -> None:
@@ -106,7 +109,7 @@ class DerivedCache:
             entry is not None
             and all(map(_is, entry[0], leaves))
             and list(map(_requires_grad, leaves)) == entry[1]
-            and list(map(_data_ptr, leaves)) == entry[2]
+            and all(map(_is_set_to, leaves, entry[2]))
             and (entry[3] is None or list(map(_version, entry[3][0](leaves))) == entry[3][1])
         ):
             return entry[4]
@@ -124,8 +127,8 @@ class DerivedCache:
             pick = operator.itemgetter(*copied) if len(copied) > 1 else _one(copied[0])
             versions = (pick, list(map(_version, pick(leaves))))
         grads = list(map(_requires_grad, leaves))
-        pointers = list(map(_data_ptr, leaves))
-        self.entries[mode] = (leaves, grads, pointers, versions, extended)
+        aliases = list(map(_alias, leaves))
+        self.entries[mode] = (leaves, grads, aliases, versions, extended)
         return extended
 
 

@@ -383,8 +383,11 @@ class Ensemble(nn.Module):
         return self._report.summary()
 
     def _plan_for_mode(self) -> None:
-        # One plan per train/eval mode: a traced forward may read self.training.
-        mode = self.training
+        # One plan per train/eval state: a traced forward reads `self.training` of
+        # its modules when it is traced, and members may hold submodules in another
+        # mode than the top one (a frozen normalisation in eval), so the key is
+        # every module's flag, not the top one's.
+        mode = tuple(module.training for module in self._template.modules())
         plans = self.__dict__.setdefault("_plans", {})
         if mode not in plans:
             index = _slot_index(self._layout, self._template)

@@ -59,6 +59,9 @@ POINTWISE_FUNCTIONS = frozenset(
     ]
 )  # fmt: skip
 
+# Methods that also take their dims as varargs (``x.flip(0, 2)``, ``x.squeeze(0, 1)``).
+VARARG_DIM_METHODS = frozenset(["flip", "squeeze"])
+
 # name -> (position of the dim argument, keyword name, default when not given).
 # A default of None means "every dim" (a reduction to one value per member),
 # which depends on the rank: such calls run under vmap.
@@ -181,12 +184,21 @@ def reshape(x, *shape):
     return x.reshape(x.shape[0], *_shape_args(shape))
 
 
+def _with_rank(x, rank: int):
+    """``x`` with singleton dims after its member dim up to ``rank`` per member: expand
+    and repeat prepend the dims they add, which must go after the member dim."""
+    extra = rank - (x.dim() - 1)
+    return x.view(x.shape[0], *(1,) * extra, *x.shape[1:]) if extra > 0 else x
+
+
 def expand(x, *shape):
-    return x.expand(x.shape[0], *_shape_args(shape))
+    shape = _shape_args(shape)
+    return _with_rank(x, len(shape)).expand(x.shape[0], *shape)
 
 
 def repeat(x, *shape):
-    return x.repeat(1, *_shape_args(shape))
+    shape = _shape_args(shape)
+    return _with_rank(x, len(shape)).repeat(1, *shape)
 
 
 def permute(x, *dims):
@@ -217,24 +229,35 @@ def per_sample(function):
     return call
 
 
-def aligned(function, flags):
-    """``function`` on operands whose batched ones (``flags``) get equal ranks."""
+def aligned(function, flags, kwarg_flags=None):
+    """``function`` on operands whose batched ones (``flags``, and ``kwarg_flags`` by
+    keyword: ``x.clamp(min=self.low)``) get equal ranks."""
+    kwarg_flags = kwarg_flags or {}
+    batched_keys = tuple(key for key, batched in kwarg_flags.items() if batched)
 
     def call(*args, **kwargs):
         rank = 0
         for value, batched in zip(args, flags):
             if isinstance(value, torch.Tensor):
                 rank = max(rank, value.dim() - 1 if batched else value.dim())
-        args = list(args)
-        for position, (value, batched) in enumerate(zip(args, flags)):
-            if batched and isinstance(value, torch.Tensor) and value.dim() - 1 < rank:
-                args[position] = value.view(
-                    value.shape[0], *(1,) * (rank + 1 - value.dim()), *value.shape[1:]
-                )
+        for key, value in kwargs.items():
+            if isinstance(value, torch.Tensor):
+                rank = max(rank, value.dim() - 1 if kwarg_flags.get(key) else value.dim())
+        args = [_pad(value, rank) if batched else value for value, batched in zip(args, flags)]
+        for key in batched_keys:
+            if key in kwargs:
+                kwargs[key] = _pad(kwargs[key], rank)
         return function(*args, **kwargs)
 
     call.__name__ = f"aligned_{getattr(function, '__name__', 'op')}"
     return call
+
+
+def _pad(value, rank: int):
+    """A batched tensor with singleton dims after its member dim, up to ``rank`` per member."""
+    if isinstance(value, torch.Tensor) and value.dim() - 1 < rank:
+        return value.view(value.shape[0], *(1,) * (rank + 1 - value.dim()), *value.shape[1:])
+    return value
 
 
 def matmul(a, b, a_batched: bool, b_batched: bool):
@@ -263,33 +286,46 @@ def linear(x, weight, bias=None):
     return out if x.dim() == 3 else out.view(*shape[:-1], out.shape[-1])
 
 
-def vmapped_op(function, arg_flags: tuple, kwarg_flags: dict, context: BatchContext):
-    """``function`` run once per member under vmap (batched arguments mapped over dim 0)."""
-    names = tuple(kwarg_flags)
+def vmapped_op(function, arg_dims: tuple, kwarg_dims: dict, context: BatchContext):
+    """``function`` run once per member under vmap.
+
+    ``arg_dims`` / ``kwarg_dims``: vmap's ``in_dims`` for each argument, as a tree
+    matching it (``(None, 0)`` for ``x[(static_rows, batched_actions)]``): 0 for
+    each batched tensor, None for the rest.
+    """
+    names = tuple(kwarg_dims)
 
     def call(*args, **kwargs):
         count = len(args)
-        mapped_kwargs = {k: kwargs.pop(k) for k in names if k in kwargs and kwarg_flags[k]}
+        mapped_kwargs = {k: kwargs.pop(k) for k in names if k in kwargs}
         keys = tuple(mapped_kwargs)
 
         def member(*values):
             return function(*values[:count], **dict(zip(keys, values[count:])), **kwargs)
 
         values = (*args, *mapped_kwargs.values())
-        flags = (*arg_flags[:count], *(True for _ in keys))
-        dims = tuple(0 if flag and _has_tensor(v) else None for v, flag in zip(values, flags))
+        dims = (*arg_dims[:count], *(kwarg_dims[k] for k in keys))
+        dims = tuple(map(_fit_dims, values, dims))
         return torch.func.vmap(member, in_dims=dims, randomness=context.randomness)(*values)
 
     call.__name__ = f"vmapped_{getattr(function, '__name__', 'op')}"
     return call
 
 
-def _has_tensor(value) -> bool:
-    if isinstance(value, torch.Tensor):
-        return True
+def _fit_dims(value, dims):
+    """``dims`` with None at the non-tensor leaves of ``value`` (a batched node may hold
+    a tuple such as ``(output, None)``)."""
+    if isinstance(value, torch.Tensor) or dims is None:
+        return dims
     if isinstance(value, (tuple, list)):
-        return bool(value) and all(isinstance(v, torch.Tensor) for v in value)
-    return False
+        if isinstance(dims, (tuple, list)):
+            return type(value)(map(_fit_dims, value, dims))
+        return type(value)(_fit_dims(v, dims) for v in value)
+    if isinstance(value, dict):
+        if isinstance(dims, dict):
+            return {k: _fit_dims(v, dims.get(k)) for k, v in value.items()}
+        return {k: _fit_dims(v, dims) for k, v in value.items()}
+    return None
 
 
 def method(name: str):

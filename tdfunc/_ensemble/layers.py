@@ -264,29 +264,52 @@ def _batch_norm(module: nn.Module, slots: dict, context: BatchContext):
         n, batch = x.shape[0], x.shape[1]
         training = module.training
         factor = 0.0 if momentum is None else momentum
+        per_member = None  # the cumulative average's factor, when the members' counts differ
         if training and track and tracked is not None:
             counter = leaves[tracked]
             counter.add_(1)
-            if momentum is None:  # a cumulative average: the members count alike
-                factor = 1.0 / float(counter[0])
+            if momentum is None:  # a cumulative average: 1 / (batches seen), per member
+                if n > 1 and not bool((counter == counter[0]).all()):
+                    per_member = counter
+                else:
+                    factor = 1.0 / float(counter[0])
         use_batch_stats = training or (mean is None and var is None)
         keep = not training or track
-        running_mean = leaves[mean].view(-1) if keep and mean is not None else None
-        running_var = leaves[var].view(-1) if keep and var is not None else None
+        running_mean = _flat_buffer(leaves[mean]) if keep and mean is not None else None
+        running_var = _flat_buffer(leaves[var]) if keep and var is not None else None
         h = x.transpose(0, 1).reshape(batch, n * x.shape[2], *x.shape[3:])
+        fresh = (running_mean, running_var)
+        if per_member is not None:
+            # momentum 1 leaves this batch's statistics in fresh tensors; each member
+            # then moves its running statistics towards them by its own factor
+            fresh = tuple(None if r is None else torch.empty_like(r) for r in fresh)
         out = F.batch_norm(
             h,
-            running_mean,
-            running_var,
+            fresh[0],
+            fresh[1],
             None if w is None else leaves[w].reshape(-1),
             None if b is None else leaves[b].reshape(-1),
             use_batch_stats,
-            factor,
+            1.0 if per_member is not None else factor,
             eps,
         )
+        if per_member is not None:
+            weights = (1.0 / per_member.double()).repeat_interleave(x.shape[2])
+            for running, stats in zip((running_mean, running_var), fresh):
+                if running is not None:
+                    running.lerp_(stats, weights.to(running.dtype))
+        for position, running in ((mean, running_mean), (var, running_var)):
+            if running is not None and not leaves[position].is_contiguous():
+                leaves[position].copy_(running.view(leaves[position].shape))  # see _flat_buffer
         return out.view(batch, n, *x.shape[2:]).transpose(0, 1)
 
     return step
+
+
+def _flat_buffer(buffer: torch.Tensor) -> torch.Tensor:
+    """A running statistic as one row for F.batch_norm: a view, or (strided members,
+    ``ens[::2]``) a copy that the step writes back after the update."""
+    return buffer.view(-1) if buffer.is_contiguous() else buffer.reshape(-1)
 
 
 def _random_error() -> RuntimeError:
@@ -318,14 +341,21 @@ def _embedding(module: nn.Module, slots: dict, context: BatchContext):
     if module.max_norm is not None or module.sparse:
         return None  # in-place renormalisation, sparse gradients: left to vmap
     w = slots["weight"]
-    padding_idx = module.padding_idx
+    padding_idx, by_freq = module.padding_idx, module.scale_grad_by_freq
 
     def step(leaves, indices):
         weight = leaves[w]
         n, rows = weight.shape[0], weight.shape[1]
-        offsets = torch.arange(n, device=indices.device) * rows
-        shifted = indices + offsets.view(n, *(1,) * (indices.dim() - 1))
-        out = F.embedding(shifted, weight.flatten(0, 1))
+        offsets = torch.arange(n, device=indices.device).view(n, *(1,) * (indices.dim() - 1))
+        # An index outside [0, rows) would read a neighbouring member's row of the
+        # merged table: its floor quotient by rows (0 inside) moves it by whole tables,
+        # off either end, so F.embedding fails as the member's own lookup would (an
+        # IndexError on the CPU, a device-side assert on a GPU), without a sync.
+        outside = torch.div(indices, rows, rounding_mode="floor")
+        shifted = indices + (offsets + outside * n) * rows
+        # The shifted indices of different members differ, so the counts behind
+        # scale_grad_by_freq stay per member.
+        out = F.embedding(shifted, weight.flatten(0, 1), scale_grad_by_freq=by_freq)
         if padding_idx is not None:  # no gradient flows to the padding row
             pad = (indices == padding_idx).unsqueeze(-1)
             out = torch.where(pad, out.detach(), out)

@@ -67,9 +67,36 @@ def lead_input(value: Any, dim: int | None, members: int, position: Any = None) 
                 f"runs. Pass in_dims=None if the input is shared by all members."
             )
         return value if dim == 0 else value.movedim(dim, 0)
+    if getattr(type(value), "_is_tensor_collection", False):  # a TensorDict or TensorClass
+        return _lead_collection(value, dim, members, position)
     if isinstance(value, (tuple, list, dict)):
-        return torch.utils._pytree.tree_map(lambda v: lead_input(v, dim, members, position), value)
+        return torch.utils._pytree.tree_map(
+            lambda v: lead_input(v, dim, members, position),
+            value,
+            is_leaf=lambda v: getattr(type(v), "_is_tensor_collection", False),
+        )
     return value
+
+
+def _lead_collection(value: Any, dim: int | None, members: int, position: Any) -> Any:
+    # The member dim of a TensorDict is one of its batch dims: expanded or moved as a
+    # whole, so that its batch size stays a prefix of every entry's shape.
+    if dim is None:
+        return value.expand(members, *value.batch_size)
+    batch_dims = len(value.batch_size)
+    if not -batch_dims <= dim < batch_dims:
+        raise ValueError(
+            f"Ensemble: input {_name(position)} is a {type(value).__name__} with batch size "
+            f"{list(value.batch_size)}, so it has no member dim {dim} (in_dims): the member "
+            f"dim must be a batch dim. Pass in_dims=None if it is shared by all members."
+        )
+    if value.batch_size[dim] != members:
+        raise ValueError(
+            f"Ensemble: input {_name(position)} has size {value.batch_size[dim]} in its member "
+            f"dim {dim} (in_dims={dim}), expected {members}: one slice per member that runs. "
+            f"Pass in_dims=None if the input is shared by all members."
+        )
+    return value if dim in (0, -batch_dims) else value.movedim(dim, 0)
 
 
 def _name(position: Any) -> str:

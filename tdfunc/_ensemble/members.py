@@ -42,7 +42,9 @@ def member_index(index: Any, num_members: int, api: str) -> tuple[Any, int, bool
         count = len(range(*index.indices(num_members)))
         if count == 0:
             raise IndexError(f"{api}: the slice {index} selects no member of {num_members}.")
-        return index, count, False
+        if index.indices(num_members)[2] > 0:
+            return index, count, False
+        index = list(range(*index.indices(num_members)))  # torch slices step forwards only
     if isinstance(index, torch.Tensor):
         tensor = index
     elif isinstance(index, Sequence) and all(
@@ -101,13 +103,19 @@ class EnsembleMembers:
         [2, 7]
     """
 
-    __slots__ = ("_count", "_ensemble", "_index", "_squeeze")
+    __slots__ = ("_count", "_ensemble", "_index", "_run_index", "_squeeze")
 
     def __init__(self, ensemble: Ensemble, index: Any) -> None:
         self._ensemble = ensemble
         self._index, self._count, self._squeeze = member_index(
             index, ensemble.num_members, "Ensemble.select_members"
         )
+        # The forward runs on views for a slice of step 1; a strided slice's views
+        # are not contiguous, and a vmapped layer's in-place update of one (running
+        # statistics) is lost, so those rows are gathered and written back instead.
+        self._run_index = self._index
+        if isinstance(self._index, slice) and self._index.indices(ensemble.num_members)[2] != 1:
+            self._run_index = torch.tensor(self.indices, dtype=torch.long)
 
     def __len__(self) -> int:
         return self._count
@@ -127,17 +135,61 @@ class EnsembleMembers:
     def __call__(self, *args, in_dims: Any = DEFAULT, **kwargs) -> Any:
         """The selected members' outputs; per-member inputs carry K slices."""
         ensemble = self._ensemble
-        out = ensemble._run(
-            ensemble._member_leaves(self._index, self._count), args, kwargs, in_dims, self._count
-        )
+        leaves = ensemble._member_leaves(self._run_index, self._count)
+        if isinstance(self._run_index, slice):  # views: in-place updates reach the ensemble
+            out = ensemble._run(leaves, args, kwargs, in_dims, self._count)
+        else:
+            versions = [None if leaf.is_inference() else leaf._version for leaf in leaves]
+            out = ensemble._run(leaves, args, kwargs, in_dims, self._count)
+            self._write_back(leaves, versions)
         if self._squeeze:
             return torch.utils._pytree.tree_map(
                 lambda v: v[0] if isinstance(v, torch.Tensor) else v, out
             )
         return out
 
+    def _write_back(self, leaves: tuple, versions: list) -> None:
+        # The selected rows were gathered (copies): what the forward updated in
+        # place (a batch norm's running statistics in training) goes back to the
+        # ensemble's tensors, as it would in the members run one by one. A kernel's
+        # own in-place update (F.batch_norm's running statistics) does not bump the
+        # version counter, so a buffer's rows are compared by value.
+        ensemble, index = self._ensemble, self._run_index
+        changed = []
+        for i, (leaf, version) in enumerate(zip(leaves, versions)):
+            if i in ensemble._shared:
+                continue
+            owner, key = ensemble._slots[i]
+            own = owner[key]
+            if (version is not None and leaf._version != version) or (
+                not isinstance(own, torch.nn.Parameter) and not _same(leaf, select(own, index))
+            ):
+                changed.append(i)
+        if not changed:
+            return
+        if torch.unique(index).numel() != index.numel():
+            names = [ensemble._named_slots()[i][0] for i in changed]
+            raise ValueError(
+                f"Ensemble.select_members: the forward updated {names} in place (running "
+                f"statistics in training mode), but the selection {index.tolist()} repeats "
+                f"members, whose updates would follow one another. Select each member once, "
+                f"or call .eval() first."
+            )
+        with torch.no_grad():
+            for i in changed:
+                owner, key = ensemble._slots[i]
+                target = owner[key]
+                target.index_copy_(0, index.to(target.device), leaves[i])
+
     def __repr__(self) -> str:
         return f"EnsembleMembers(indices={self.indices}, of {self._ensemble.num_members})"
+
+
+def _same(left: torch.Tensor, right: torch.Tensor) -> bool:
+    """Equal values, NaN equal to NaN."""
+    if left.is_floating_point() or left.is_complex():
+        return bool(((left == right) | (left.isnan() & right.isnan())).all())
+    return torch.equal(left, right)
 
 
 def select(leaf: torch.Tensor, index: Any) -> torch.Tensor:

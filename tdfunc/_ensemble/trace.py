@@ -107,6 +107,17 @@ class _Rewriter:
         fx.node.map_arg(value, lambda node: found.append(self.batched.get(node, False)))
         return any(found)
 
+    def in_dims(self, value: Any) -> Any:
+        """vmap's ``in_dims`` for an argument: 0 at each batched node, None elsewhere
+        (a tuple index may mix static rows and batched actions)."""
+        if isinstance(value, fx.Node):
+            return 0 if self.batched.get(value, False) else None
+        if isinstance(value, (tuple, list)) and self.is_batched(value):
+            return type(value)(self.in_dims(v) for v in value)
+        if isinstance(value, dict) and self.is_batched(value):
+            return {k: self.in_dims(v) for k, v in value.items()}
+        return None
+
     def is_node(self, value: Any) -> bool:
         found = []
         fx.node.map_arg(value, lambda node: found.append(True))
@@ -179,7 +190,7 @@ class _Rewriter:
         if target is operator.getitem:
             batched = self.is_batched(node.args[0])
             if self.is_batched(node.args[1]):  # an index that differs per member
-                return self.vmap_op(node, target, (batched, True), {})
+                return self.vmap_op(node, target)
             if batched:
                 self.replace_op(node, ops.getitem, node.args, node.kwargs, True)
             else:
@@ -220,13 +231,13 @@ class _Rewriter:
             self.batched[node] = False
             return
         if random:
-            return self.vmap_op(node, function, arg_flags, kwarg_flags)
+            return self.vmap_op(node, function)
         if (is_method and name in ops.POINTWISE_METHODS) or (
             not is_method and function in ops.POINTWISE_FUNCTIONS
         ):
             nodes = sum(1 for a in (*args, *kwargs.values()) if self.is_node(a))
             if nodes >= 2:
-                target = ops.aligned(function, arg_flags)
+                target = ops.aligned(function, arg_flags, kwarg_flags)
                 return self.replace_op(node, target, args, kwargs, True)
             self.batched[node] = True
             return
@@ -242,21 +253,30 @@ class _Rewriter:
         if rewrite is not None and rewrite(node, function, args, kwargs):
             return
         if not arg_flags or not arg_flags[0]:
-            return self.vmap_op(node, function, arg_flags, kwarg_flags)
+            return self.vmap_op(node, function)
         if name in ops.DIM_OPS and self.shift_dims(node, name, [ops.DIM_OPS[name]]):
             return
         if name in ops.TWO_DIM_OPS and self.shift_dims(node, name, ops.TWO_DIM_OPS[name]):
             return
-        self.vmap_op(node, function, arg_flags, kwarg_flags)
+        self.vmap_op(node, function)
 
-    def vmap_op(self, node, function, arg_flags, kwarg_flags) -> None:
+    def vmap_op(self, node, function) -> None:
         label = getattr(function, "__name__", str(function))
         self.planner.report.vmapped.append((f"op {label}", "no batched rule"))
-        target = ops.vmapped_op(function, arg_flags, kwarg_flags, self.planner.context)
+        arg_dims = tuple(self.in_dims(a) for a in node.args)
+        kwarg_dims = {k: self.in_dims(v) for k, v in node.kwargs.items()}
+        target = ops.vmapped_op(function, arg_dims, kwarg_dims, self.planner.context)
         self.replace_op(node, target, node.args, node.kwargs, True)
 
     def shift_dims(self, node: fx.Node, name: str, specs) -> bool:
         args, kwargs = list(node.args), dict(node.kwargs)
+        if node.op == "call_method" and name in ops.VARARG_DIM_METHODS and len(args) > 2:
+            shifted = ops.shift(tuple(args[1:]))  # x.flip(0, 2): every one is a dim
+            if shifted is None:
+                return False
+            node.args = (args[0], *shifted)
+            self.batched[node] = True
+            return True
         for position, keyword, default in specs:
             if position < len(args):
                 value, where = args[position], position
