@@ -8,6 +8,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
+import torch
 
 from tdfunc import NonTensorData, NonTensorStack, TensorDict
 
@@ -75,3 +76,23 @@ def test_non_tensor_data_holds_one_value():
     assert NonTensorData(1, batch_size=[2]).maybe_to_stack().update(
         NonTensorStack(2, 3)
     ).tolist() == [2, 3]
+
+
+def test_in_place_writes_through_an_index_reach_the_stack():
+    # as for a tensor entry: set_ / update_ on td[index] write into the parent's stack
+    td = TensorDict({"x": torch.zeros(3)}, [3])
+    td["st"] = NonTensorStack("a", "b", "c")
+    td[0].set_("st", "Z")
+    assert list(td["st"]) == ["Z", "b", "c"]
+    td[1:].set_("st", NonTensorStack("P", "Q"))
+    assert list(td["st"]) == ["Z", "P", "Q"]
+    td[1:].update_({"st": "R", "x": torch.ones(2)})
+    assert list(td["st"]) == ["Z", "R", "R"] and td["x"].tolist() == [0.0, 1.0, 1.0]
+    # atomic: a bad entry of the same update writes nothing
+    with pytest.raises(ValueError):
+        td[0:2].update_({"st": "S", "x": torch.ones(5)})
+    assert list(td["st"]) == ["Z", "R", "R"] and td["x"].tolist() == [0.0, 1.0, 1.0]
+    grid = TensorDict({"x": torch.zeros(2, 2)}, [2, 2])
+    grid["st"] = NonTensorStack.from_list([["a", "b"], ["c", "d"]])
+    grid[:, 1].set_("st", "W")
+    assert grid["st"] == [["a", "W"], ["c", "W"]]

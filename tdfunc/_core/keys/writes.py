@@ -269,7 +269,10 @@ def write(td, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None
     done = 0
     try:
         for target, source, _ in copies:
-            target.copy_(source)
+            if isinstance(target, NonTensorData):
+                target.update(source, inplace=True)
+            else:
+                target.copy_(source)
             done += 1
     except BaseException:
         if done:  # not foreseen by check_copy_target: the earlier copies stay written
@@ -308,8 +311,15 @@ def check_fits(shape: torch.Size, expected: torch.Size, key, api: str) -> None:
         )
 
 
-def check_copy_target(target: torch.Tensor, source: Any, key, api: str) -> None:
+def _reaches_a_stack(existing: Any) -> bool:
+    """Whether ``existing`` is elements of a ``NonTensorStack`` read through an index."""
+    return isinstance(existing, NonTensorData) and "_view_of" in existing.__dict__
+
+
+def check_copy_target(target: Any, source: Any, key, api: str) -> None:
     """Raise now what ``target.copy_(source)`` would raise, before any entry is written."""
+    if isinstance(target, NonTensorData):  # elements of a stack: any value fits
+        return
     problem = None
     if torch.is_grad_enabled() and target.requires_grad:
         base = target._base if target._is_view() else target
@@ -406,6 +416,13 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
                     f"the {type(existing).__name__} at key {full!r}; pass a mapping."
                 )
     new = convert(node, full, value, node._batch_size, api)
+    if inplace and _reaches_a_stack(existing) and isinstance(new, NonTensorData):
+        if node._is_locked == FROZEN:
+            writable_view(node, api, full)
+        # elements of a stack read through an index (td[0], td[1:]): written in place, as
+        # a tensor view is, the new value reaches the stack (with the tensor copies)
+        copies.append((existing, new, full))
+        return
     if existing is not _NO_DEFAULT and node._is_locked:
         # Replacing an entry is structural; a bad value is reported first, as by set. A
         # non-tensor value has no storage to copy into: written in place, it is replaced.
