@@ -215,7 +215,7 @@ def _collective_layout(td: Any, group: Any, api: str, writes: bool) -> _Layout:
     """The layout, once every rank of ``group`` agreed on the structure.
 
     All-reduces (max) the digests and their negations, and a refusal flag: a rank
-    whose container cannot take the result (a frozen TensorClass inside) refuses,
+    whose container cannot take the result (a frozen TensorClass, an expanded leaf) refuses,
     and then every rank raises instead of the others waiting for it.
     """
     refusal: BaseException | None = None
@@ -250,7 +250,7 @@ def _collective_layout(td: Any, group: Any, api: str, writes: bool) -> _Layout:
     if high[3]:
         raise RuntimeError(
             f"TensorDict.{api}: another rank of the group refused to write the result (it "
-            f"holds a frozen TensorClass), so no rank ran {api}."
+            f"holds a frozen TensorClass or an expanded leaf), so no rank ran {api}."
         )
     return layout
 

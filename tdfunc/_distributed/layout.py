@@ -163,6 +163,14 @@ def _collect(td: Any, prefix: tuple, out: list, api: str, receive: bool = False)
                     f"value at key {_path_str(prefix + (key,))} has layout {value.layout}. "
                     f"Hint: convert it with .to_dense() first."
                 )
+            if receive and value.numel() > 1 and torch._debug_has_internal_overlap(value) == 1:
+                raise RuntimeError(
+                    f"TensorDict.{api}: cannot write the received values into key "
+                    f"{_path_str(prefix + (key,))}: several of its elements share one memory "
+                    f"location (an expanded tensor, stride {value.stride()}), so they cannot "
+                    f"hold different values. Hint: give it its own memory first "
+                    f"(td[key] = td[key].clone())."
+                )
             out.append((prefix + (key,), value))
         elif getattr(type(value), "_is_tensor_collection", False):
             if receive:

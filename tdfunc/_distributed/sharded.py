@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.utils._pytree as pytree
 
+from .._core.nontensor.leaves import NonTensorStack
 from .layout import _digest, _Layout, _path_str
 
 
@@ -96,13 +97,28 @@ def shard_ensemble(
     return params[members.start : members.stop]
 
 
+def _first_stack(container: Any, prefix: tuple) -> tuple | None:
+    """The key path of the first stack of non-tensor values (one per member), or None."""
+    for key, value in container._to_tensordict_view()._data.items():
+        if isinstance(value, NonTensorStack):
+            return prefix + (key,)
+        if getattr(type(value), "_is_tensor_collection", False):
+            found = _first_stack(value, prefix + (key,))
+            if found is not None:
+                return found
+    return None
+
+
 def gather_members(pred: Any, *, group: Any = None, dst: int | None = None) -> Any:
     """Concatenate every rank's member outputs along dim 0, in rank (= member) order.
 
     Ranks may hold different numbers of members (including zero); the other
     dims, keys and dtypes must agree on every rank, or every rank raises
-    ``ValueError``. Two collectives in all: one for the member counts and a
-    structure digest, one for the data (a single uint8 buffer).
+    ``ValueError``. A non-tensor value (one for all members) is kept as this
+    rank holds it; a stack of non-tensor values (one per member) is refused on
+    every rank, as only tensors are gathered. Two collectives in all: one for
+    the member counts and a structure digest, one for the data (a single uint8
+    buffer).
 
     Args:
         pred: a tensor or a TensorDict / TensorClass whose dim 0 indexes this rank's members.
@@ -129,6 +145,7 @@ def gather_members(pred: Any, *, group: Any = None, dst: int | None = None) -> A
             )
         layout = _Layout(pred, "gather_members")
         paths, tensors = layout.paths, layout.tensors
+        stacked = _first_stack(pred, ())
         if not tensors:
             raise ValueError("gather_members: pred has no tensor leaf to gather.")
     count = tensors[0].shape[0] if tensors[0].dim() else 0
@@ -146,10 +163,19 @@ def gather_members(pred: Any, *, group: Any = None, dst: int | None = None) -> A
     device = tensors[0].device
     world = dist.get_world_size(group)
 
-    meta = torch.tensor([count, digest], dtype=torch.int64, device=device)
+    stacked = None if is_tensor else stacked
+    meta = torch.tensor([count, digest, stacked is not None], dtype=torch.int64, device=device)
     metas = [torch.empty_like(meta) for _ in range(world)]
     dist.all_gather(metas, meta, group=group)
     counts = [int(m[0]) for m in metas]
+    if any(int(m[2]) for m in metas):  # every rank raises: none waits in the next collective
+        where = f"this rank's value at {_path_str(stacked)} is" if stacked else "another rank holds"
+        raise ValueError(
+            f"gather_members: {where} a stack of non-tensor values (one per member); only "
+            f"tensors are gathered, so the result would keep this rank's members only. "
+            f"Hint: gather them with torch.distributed.all_gather_object, and pass "
+            f"pred.exclude(key) here."
+        )
     if any(int(m[1]) != digest for m in metas):
         described = ", ".join(
             f"{_path_str(p)}: {str(t.dtype).replace('torch.', '')}[n, *{list(f)}]"

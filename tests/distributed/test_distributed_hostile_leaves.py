@@ -1,0 +1,91 @@
+"""Hostile leaves across processes: expanded receivers and per-member non-tensor stacks.
+
+A receiver whose leaf is expanded (several elements share one memory location)
+cannot hold the sent values: every receive and collective refuses it with a
+clear error, and the message is consumed so that nothing hangs.
+``gather_members`` gathers tensors only, so a stack of non-tensor values (one per
+member) is refused on every rank instead of keeping this rank's members in a
+result of the gathered batch size. References are plain tensors.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from process_harness import run_ranks
+
+from tdfunc import TensorDict
+from tdfunc._distributed.sharded import gather_members
+
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()),
+    reason="this torch build has no torch.distributed gloo backend",
+)
+
+
+def _expanded_ranks(rank: int):
+    def refused(call) -> str:
+        try:
+            call()
+        except RuntimeError as error:
+            return str(error)
+        return "no error"
+
+    other = torch.arange(3.0)
+    if rank == 1:
+        TensorDict({"a": torch.arange(4.0), "b": other}, []).send(0)
+        TensorDict({"a": torch.arange(4.0), "b": other}, []).send(0)
+    out = {}
+    if rank == 0:
+        target = TensorDict({"a": torch.zeros(1).expand(4), "b": torch.zeros(3)}, [])
+        out["recv"] = refused(lambda: target.recv(1))
+        out["untouched"] = target["b"].tolist()
+        fresh = TensorDict({"a": torch.zeros(4), "b": torch.zeros(3)}, [])
+        fresh.recv(1)  # the channel still works
+        out["after"] = fresh["a"].tolist()
+    mine = TensorDict({"e": torch.full((1,), rank + 1.0).expand(3), "f": torch.ones(2)}, [])
+    out["all_reduce"] = refused(lambda: mine.all_reduce())
+    out["broadcast"] = refused(lambda: mine.broadcast(0))
+    out["kept"] = mine["f"].tolist()
+    return out
+
+
+def test_expanded_receivers_are_refused_on_every_rank():
+    outcome = run_ranks(_expanded_ranks, timeout=5.0, deadline=30.0)
+    assert not outcome.hung
+    zero, one = outcome.value(0), outcome.value(1)
+    assert "cannot write the received values into key 'a'" in zero["recv"]
+    assert "expanded" in zero["recv"]
+    assert zero["untouched"] == [0.0, 0.0, 0.0]
+    assert zero["after"] == torch.arange(4.0).tolist()
+    for values in (zero, one):
+        assert "key 'e'" in values["all_reduce"]
+        assert values["kept"] == [1.0, 1.0]  # nothing reduced on any rank
+    # rank 0 sends (writes nothing), rank 1 refuses: both raise, nobody waits
+    assert "another rank of the group refused" in zero["broadcast"]
+    assert "key 'e'" in one["broadcast"]
+
+
+def _stack_ranks(rank: int):
+    base = torch.arange(10.0).reshape(5, 2)
+    rows = range(3) if rank == 0 else range(3, 5)
+    samples = [TensorDict({"x": base[i], "tag": f"m{i}"}, []) for i in rows]
+    try:
+        gather_members(torch.stack(samples))
+    except ValueError as error:
+        refused = str(error)
+    else:
+        refused = "no error"
+    # without the stack, the tensors gather as torch.cat would
+    plain = gather_members(torch.stack(samples).exclude("tag"))
+    return refused, plain["x"].equal(base), list(plain.batch_size)
+
+
+def test_gather_members_refuses_non_tensor_stacks_on_every_rank():
+    outcome = run_ranks(_stack_ranks, timeout=5.0, deadline=30.0)
+    assert not outcome.hung
+    for rank in (0, 1):
+        refused, equal, batch = outcome.value(rank)
+        assert "stack of non-tensor values" in refused and "'tag'" in refused
+        assert equal and batch == [5]
