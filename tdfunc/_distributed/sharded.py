@@ -218,4 +218,21 @@ def gather_members(pred: Any, *, group: Any = None, dst: int | None = None) -> A
         return gathered[0]
     by_id = {id(t): g for t, g in zip(tensors, gathered)}
     leaves, spec = pytree.tree_flatten(pred)
-    return pytree.tree_unflatten([by_id.get(id(leaf), leaf) for leaf in leaves], spec)
+    result = pytree.tree_unflatten([by_id.get(id(leaf), leaf) for leaf in leaves], spec)
+    _keep_names(pred, result)
+    return result
+
+
+def _keep_names(source: Any, target: Any) -> None:
+    """Give ``target`` (and its nested containers) the dim names of ``source``.
+
+    Rebuilt from a treespec with a longer dim 0, a container loses its names (a
+    treespec cannot tell a longer dim from another one); the dims are the same here.
+    """
+    source, target = source._to_tensordict_view(), target._to_tensordict_view()
+    names = source.names
+    if any(name is not None for name in names):
+        target.names = names
+    for key, value in source._data.items():
+        if getattr(type(value), "_is_tensor_collection", False):
+            _keep_names(value, target._data[key])

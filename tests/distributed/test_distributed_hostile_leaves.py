@@ -89,3 +89,20 @@ def test_gather_members_refuses_non_tensor_stacks_on_every_rank():
         refused, equal, batch = outcome.value(rank)
         assert "stack of non-tensor values" in refused and "'tag'" in refused
         assert equal and batch == [5]
+
+
+def _named_ranks(rank: int):
+    base = torch.arange(30.0).reshape(5, 3, 2)
+    rows = slice(0, 3) if rank == 0 else slice(3, 5)
+    n = 3 if rank == 0 else 2
+    inner = TensorDict({"y": base[rows]}, [n, 3], names=["member", "step"])
+    pred = TensorDict({"x": base[rows, 0], "inner": inner}, [n], names=["member"])
+    full = gather_members(pred)
+    return full.names, full["inner"].names, full["inner", "y"].equal(base)
+
+
+def test_gather_members_keeps_dim_names():
+    outcome = run_ranks(_named_ranks, timeout=5.0, deadline=30.0)
+    assert not outcome.hung
+    for rank in (0, 1):
+        assert outcome.value(rank) == (["member"], ["member", "step"], True)
