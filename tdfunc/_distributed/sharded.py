@@ -97,6 +97,50 @@ def shard_ensemble(
     return params[members.start : members.stop]
 
 
+def _members(pred: Any, is_tensor: bool) -> tuple[list, list, str | None]:
+    """The key paths and tensor leaves of ``pred``, and why it cannot be gathered (or None)."""
+    if is_tensor:
+        paths, tensors = [("pred",)], [pred]
+    else:
+        if not pred.batch_size:
+            return (
+                [],
+                [],
+                (
+                    "gather_members: pred must have a leading member dim (batch size [n, ...]), "
+                    "got batch size []."
+                ),
+            )
+        layout = _Layout(pred, "gather_members")
+        paths, tensors = layout.paths, layout.tensors
+        if not tensors:
+            return [], [], "gather_members: pred has no tensor leaf to gather."
+        stacked = _first_stack(pred, ())
+        if stacked is not None:
+            return (
+                paths,
+                tensors,
+                (
+                    f"gather_members: the value at {_path_str(stacked)} is a stack of non-tensor "
+                    f"values (one per member); only tensors are gathered, so the result would keep "
+                    f"this rank's members only. Hint: gather them with "
+                    f"torch.distributed.all_gather_object, and pass pred.exclude(key) here."
+                ),
+            )
+    count = tensors[0].shape[0] if tensors[0].dim() else 0
+    for path, tensor in zip(paths, tensors):
+        if tensor.dim() == 0 or tensor.shape[0] != count:
+            return (
+                paths,
+                tensors,
+                (
+                    f"gather_members: every leaf must start with the member dim ({count}); the "
+                    f"value at {_path_str(path)} has shape {list(tensor.shape)}."
+                ),
+            )
+    return paths, tensors, None
+
+
 def _first_stack(container: Any, prefix: tuple) -> tuple | None:
     """The key path of the first stack of non-tensor values (one per member), or None."""
     for key, value in container._to_tensordict_view()._data.items():
@@ -135,46 +179,34 @@ def gather_members(pred: Any, *, group: Any = None, dst: int | None = None) -> A
             "torch.distributed.init_process_group(...) on every rank first."
         )
     is_tensor = isinstance(pred, torch.Tensor)
-    if is_tensor:
-        paths, tensors = [("pred",)], [pred]
-    else:
-        if not pred.batch_size:
-            raise ValueError(
-                "gather_members: pred must have a leading member dim (batch size [n, ...]), "
-                "got batch size []."
-            )
-        layout = _Layout(pred, "gather_members")
-        paths, tensors = layout.paths, layout.tensors
-        stacked = _first_stack(pred, ())
-        if not tensors:
-            raise ValueError("gather_members: pred has no tensor leaf to gather.")
-    count = tensors[0].shape[0] if tensors[0].dim() else 0
-    for path, tensor in zip(paths, tensors):
-        if tensor.dim() == 0 or tensor.shape[0] != count:
-            raise ValueError(
-                f"gather_members: every leaf must start with the member dim ({count}); the "
-                f"value at {_path_str(path)} has shape {list(tensor.shape)}."
-            )
+    paths, tensors, problem = _members(pred, is_tensor)
+    count = tensors[0].shape[0] if tensors and tensors[0].dim() else 0
     features = [t.shape[1:] for t in tensors]
     member_bytes = [f.numel() * t.element_size() for f, t in zip(features, tensors)]
     digest = _digest(
         "\n".join(f"{p!r}\t{t.dtype}\t{tuple(f)}" for p, t, f in zip(paths, tensors, features))
     )
-    device = tensors[0].device
+    if tensors:
+        device = tensors[0].device
+    elif dist.get_backend(group) == "nccl":  # NCCL talks through GPU tensors only
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
     world = dist.get_world_size(group)
 
-    stacked = None if is_tensor else stacked
-    meta = torch.tensor([count, digest, stacked is not None], dtype=torch.int64, device=device)
+    # a rank that cannot take part says so in the first collective: every rank then
+    # raises, and none waits for the data of a rank that gave up
+    meta = torch.tensor([count, digest, problem is not None], dtype=torch.int64, device=device)
     metas = [torch.empty_like(meta) for _ in range(world)]
     dist.all_gather(metas, meta, group=group)
     counts = [int(m[0]) for m in metas]
-    if any(int(m[2]) for m in metas):  # every rank raises: none waits in the next collective
-        where = f"this rank's value at {_path_str(stacked)} is" if stacked else "another rank holds"
+    if problem is not None:
+        raise ValueError(problem)
+    refused = [rank for rank, m in enumerate(metas) if int(m[2])]
+    if refused:
         raise ValueError(
-            f"gather_members: {where} a stack of non-tensor values (one per member); only "
-            f"tensors are gathered, so the result would keep this rank's members only. "
-            f"Hint: gather them with torch.distributed.all_gather_object, and pass "
-            f"pred.exclude(key) here."
+            f"gather_members: rank {refused[0]} of the group refused its pred (it raised "
+            f"there: see that rank's error), so no rank gathered."
         )
     if any(int(m[1]) != digest for m in metas):
         described = ", ".join(

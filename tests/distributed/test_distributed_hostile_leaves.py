@@ -106,3 +106,20 @@ def test_gather_members_keeps_dim_names():
     assert not outcome.hung
     for rank in (0, 1):
         assert outcome.value(rank) == (["member"], ["member", "step"], True)
+
+
+def _one_rank_refuses(rank: int):
+    members = torch.arange(6.0).reshape(3, 2)
+    pred = members[0, 0] if rank == 1 else members  # rank 1: no member dim
+    try:
+        gather_members(pred)
+    except ValueError as error:
+        return str(error)
+    return "no error"
+
+
+def test_gather_members_a_refusing_rank_makes_every_rank_raise():
+    outcome = run_ranks(_one_rank_refuses, timeout=5.0, deadline=30.0)
+    assert not outcome.hung
+    assert "rank 1 of the group refused" in outcome.value(0)
+    assert "must start with the member dim" in outcome.value(1)
