@@ -211,17 +211,19 @@ def irecv(td: Any, src: int | None = None, *, group: Any = None, tag: int = 0):
 
 
 # ---------------------------------------------------------------- collectives
-def _collective_layout(td: Any, group: Any, api: str, writes: bool) -> _Layout:
+def _collective_layout(
+    td: Any, group: Any, api: str, writes: bool, refusal: BaseException | None = None
+) -> _Layout:
     """The layout, once every rank of ``group`` agreed on the structure.
 
     All-reduces (max) the digests and their negations, and a refusal flag: a rank
     whose container cannot take the result (a frozen TensorClass, an expanded leaf) refuses,
-    and then every rank raises instead of the others waiting for it.
+    and then every rank raises instead of the others waiting for it. ``refusal``:
+    the method's own (a frozen instance refuses every collective), sent the same way.
     """
-    refusal: BaseException | None = None
     layout: _Layout | None = None
     try:
-        layout = _Layout(td, api, receive=writes)
+        layout = _Layout(td, api, receive=writes and refusal is None)
     except (RuntimeError, AttributeError) as error:  # a frozen TensorClass: refused
         refusal = error
         layout = _Layout(td, api)
@@ -263,11 +265,11 @@ def _result(td: Any, works: list, finish: Callable | None, async_op: bool, api: 
     return td
 
 
-def broadcast(td: Any, src: int, *, group: Any = None, async_op: bool = False):
+def broadcast(td: Any, src: int, *, group: Any = None, async_op: bool = False, refusal: Any = None):
     _check_ready("broadcast")
     _check_rank("broadcast", "src", src)
     is_src = dist.get_rank() == src
-    layout = _collective_layout(td, group, "broadcast", writes=not is_src)
+    layout = _collective_layout(td, group, "broadcast", not is_src, refusal)
     works, outputs = [], []
     for indices in layout.segments(split=True):
         if is_src:
@@ -298,10 +300,12 @@ def _reduce_op(op: Any, layout: _Layout, api: str) -> tuple[Any, bool]:
     return dist.ReduceOp.SUM, True
 
 
-def _reduction(td: Any, dst: int | None, op: Any, group: Any, async_op: bool, api: str):
+def _reduction(
+    td: Any, dst: int | None, op: Any, group: Any, async_op: bool, api: str, refusal: Any = None
+):
     _check_ready(api)
     receives = dst is None or dist.get_rank() == dst
-    layout = _collective_layout(td, group, api, writes=receives)
+    layout = _collective_layout(td, group, api, receives, refusal)
     op, average = _reduce_op(op, layout, api)
     world = dist.get_world_size(group)
     works, outputs = [], []
@@ -335,15 +339,25 @@ def _reduction(td: Any, dst: int | None, op: Any, group: Any, async_op: bool, ap
     return _result(td, works, finish, async_op, api)
 
 
-def all_reduce(td: Any, op: Any = None, *, group: Any = None, async_op: bool = False):
+def all_reduce(
+    td: Any, op: Any = None, *, group: Any = None, async_op: bool = False, refusal: Any = None
+):
     op = dist.ReduceOp.SUM if op is None else op
-    return _reduction(td, None, op, group, async_op, "all_reduce")
+    return _reduction(td, None, op, group, async_op, "all_reduce", refusal)
 
 
-def reduce(td: Any, dst: int, op: Any = None, *, group: Any = None, async_op: bool = False):
+def reduce(
+    td: Any,
+    dst: int,
+    op: Any = None,
+    *,
+    group: Any = None,
+    async_op: bool = False,
+    refusal: Any = None,
+):
     _check_rank("reduce", "dst", dst)
     op = dist.ReduceOp.SUM if op is None else op
-    return _reduction(td, dst, op, group, async_op, "reduce")
+    return _reduction(td, dst, op, group, async_op, "reduce", refusal)
 
 
 # ---------------------------------------------------------------- methods
@@ -359,6 +373,21 @@ def _tag(api: str, tag: int, init_tag: int, pseudo_rand: bool, consolidated: boo
             f"thing (the message's tag): pass one of them."
         )
     return tag or init_tag
+
+
+def _mutable_refusal(td: Any, api: str) -> BaseException | None:
+    """Why ``td`` refuses ``api`` (a frozen instance), to be raised on every rank.
+
+    Raised at once without a process group; with one, the other ranks are told
+    first (see :func:`_collective_layout`), so that none waits for this rank.
+    """
+    try:
+        td._check_mutable(api)
+    except (RuntimeError, AttributeError) as error:  # FrozenInstanceError is an AttributeError
+        if not (dist.is_available() and dist.is_initialized()):
+            raise
+        return error
+    return None
 
 
 # The functions above take any container (TensorDict or TensorClass); TensorClass
@@ -502,8 +531,8 @@ class DistributedMixin:
         Example:
             >>> # every rank: params.broadcast(src=0)  # all ranks start from rank 0's params
         """
-        self._check_mutable("broadcast")  # type: ignore[attr-defined]
-        return broadcast(self, src, group=group, async_op=async_op)
+        refusal = _mutable_refusal(self, "broadcast")
+        return broadcast(self, src, group=group, async_op=async_op, refusal=refusal)
 
     def all_reduce(self, op: Any = None, *, group: Any = None, async_op: bool = False):
         """Reduce every leaf across the ranks of ``group``, in place on every rank.
@@ -515,8 +544,8 @@ class DistributedMixin:
         Example:
             >>> # every rank: grads.all_reduce(torch.distributed.ReduceOp.AVG)
         """
-        self._check_mutable("all_reduce")  # type: ignore[attr-defined]
-        return all_reduce(self, op, group=group, async_op=async_op)
+        refusal = _mutable_refusal(self, "all_reduce")
+        return all_reduce(self, op, group=group, async_op=async_op, refusal=refusal)
 
     def reduce(self, dst: int, op: Any = None, *, group: Any = None, async_op: bool = False):
         """Reduce every leaf across ``group`` into rank ``dst``'s tensors (in place).
@@ -527,5 +556,5 @@ class DistributedMixin:
         Example:
             >>> # every rank: metrics.reduce(dst=0)  # rank 0 holds the sums
         """
-        self._check_mutable("reduce")  # type: ignore[attr-defined]
-        return reduce(self, dst, op, group=group, async_op=async_op)
+        refusal = _mutable_refusal(self, "reduce")
+        return reduce(self, dst, op, group=group, async_op=async_op, refusal=refusal)

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from process_harness import run_ranks
 
-from tdfunc import TensorDict
+from tdfunc import TensorClass, TensorDict
 from tdfunc._distributed.sharded import gather_members
 
 pytestmark = pytest.mark.skipif(
@@ -123,3 +123,37 @@ def test_gather_members_a_refusing_rank_makes_every_rank_raise():
     assert not outcome.hung
     assert "rank 1 of the group refused" in outcome.value(0)
     assert "must start with the member dim" in outcome.value(1)
+
+
+class _Frozen(TensorClass["frozen"]):
+    x: torch.Tensor
+
+
+class _Plain(TensorClass):
+    x: torch.Tensor
+
+
+def _one_rank_frozen(rank: int):
+    outcome = {}
+    calls = {"all_reduce": lambda o: o.all_reduce(), "broadcast": lambda o: o.broadcast(0)}
+    calls["reduce"] = lambda o: o.reduce(0)
+    for name, call in calls.items():
+        obj = _Frozen if rank == 1 else _Plain
+        instance = obj(x=torch.full((3,), rank + 1.0), batch_size=[])
+        try:
+            call(instance)
+        except (RuntimeError, AttributeError) as error:
+            outcome[name] = (type(error).__name__, str(error))
+        else:
+            outcome[name] = ("no error", instance.x.tolist())
+    return outcome
+
+
+def test_a_frozen_instance_on_one_rank_makes_every_rank_raise():
+    outcome = run_ranks(_one_rank_frozen, timeout=5.0, deadline=30.0)
+    assert not outcome.hung
+    for name in ("all_reduce", "broadcast", "reduce"):
+        kind, text = outcome.value(1)[name]
+        assert kind == "FrozenInstanceError" and f"_Frozen.{name}" in text
+        kind, text = outcome.value(0)[name]
+        assert kind == "RuntimeError" and "another rank of the group refused" in text

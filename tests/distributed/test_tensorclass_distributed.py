@@ -133,7 +133,7 @@ def _collectives_worker(rank: int, world_size: int) -> None:
     assert sample.broadcast(src=1) is sample
     _check(sample, _values(11), f"rank{rank}")
 
-    # frozen: every rank refuses before any message, so no rank waits for another
+    # frozen: every rank refuses (after one small message that tells the others)
     for call in (
         lambda f: f.all_reduce(),
         lambda f: f.reduce(0),
