@@ -229,16 +229,22 @@ def _collective_layout(
         layout = _Layout(td, api)
     except TypeError as error:  # a leaf that cannot be communicated: no layout at all
         refusal = error
-    values = [0, 0, 0, 1] if layout is None else [layout.digest, layout.key_digest, layout.total]
+    # digests, bytes, "refuses", "has no layout" (its digests mean nothing)
+    values = [0, 0, 0, 1, 1] if layout is None else [layout.digest, layout.key_digest, layout.total]
     if layout is not None:
-        values.append(int(refusal is not None))
+        values += [int(refusal is not None), 0]
     device = torch.device("cpu") if layout is None else layout.device
     probe = torch.tensor(values + [-v for v in values], dtype=torch.int64, device=device)
     dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
-    high = probe[:4].tolist()
-    low = [-v for v in probe[4:].tolist()]
+    high = probe[:5].tolist()
+    low = [-v for v in probe[5:].tolist()]
     if layout is None:
         raise refusal  # type: ignore[misc]
+    if high[4]:
+        raise RuntimeError(
+            f"TensorDict.{api}: another rank of the group holds a leaf that cannot be "
+            f"communicated (see that rank's error), so no rank ran {api}."
+        )
     if high[:3] != low[:3]:
         what = "the keys differ" if high[1] != low[1] else "some shapes or dtypes differ"
         raise ValueError(

@@ -157,6 +157,12 @@ def _check_receivable(container: Any, path: tuple, api: str) -> None:
 def _collect(td: Any, prefix: tuple, out: list, api: str, receive: bool = False) -> None:
     for key, value in td._data.items():
         if isinstance(value, torch.Tensor):
+            if value.is_nested:  # strided layout too, but no flat bytes to send
+                raise TypeError(
+                    f"TensorDict.{api}: nested (ragged) tensors cannot be communicated; the "
+                    f"value at key {_path_str(prefix + (key,))} is one. Hint: send a padded "
+                    f"tensor (torch.nested.to_padded_tensor) and the lengths instead."
+                )
             if value.layout != torch.strided:
                 raise TypeError(
                     f"TensorDict.{api}: only dense (strided) tensors can be communicated; the "

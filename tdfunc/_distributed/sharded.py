@@ -97,47 +97,38 @@ def shard_ensemble(
     return params[members.start : members.stop]
 
 
-def _members(pred: Any, is_tensor: bool) -> tuple[list, list, str | None]:
+def _members(pred: Any, is_tensor: bool) -> tuple[list, list, Exception | None]:
     """The key paths and tensor leaves of ``pred``, and why it cannot be gathered (or None)."""
     if is_tensor:
         paths, tensors = [("pred",)], [pred]
     else:
         if not pred.batch_size:
-            return (
-                [],
-                [],
-                (
-                    "gather_members: pred must have a leading member dim (batch size [n, ...]), "
-                    "got batch size []."
-                ),
-            )
-        layout = _Layout(pred, "gather_members")
+            why = "pred must have a leading member dim (batch size [n, ...]), got batch size []."
+            return [], [], ValueError(f"gather_members: {why}")
+        try:
+            layout = _Layout(pred, "gather_members")
+        except TypeError as error:  # a leaf that cannot be gathered (sparse, nested)
+            return [], [], error
         paths, tensors = layout.paths, layout.tensors
         if not tensors:
-            return [], [], "gather_members: pred has no tensor leaf to gather."
+            return [], [], ValueError("gather_members: pred has no tensor leaf to gather.")
         stacked = _first_stack(pred, ())
         if stacked is not None:
-            return (
-                paths,
-                tensors,
-                (
-                    f"gather_members: the value at {_path_str(stacked)} is a stack of non-tensor "
-                    f"values (one per member); only tensors are gathered, so the result would keep "
-                    f"this rank's members only. Hint: gather them with "
-                    f"torch.distributed.all_gather_object, and pass pred.exclude(key) here."
-                ),
+            why = (
+                f"the value at {_path_str(stacked)} is a stack of non-tensor values (one per "
+                f"member); only tensors are gathered, so the result would keep this rank's "
+                f"members only. Hint: gather them with torch.distributed.all_gather_object, "
+                f"and pass pred.exclude(key) here."
             )
+            return paths, tensors, ValueError(f"gather_members: {why}")
     count = tensors[0].shape[0] if tensors[0].dim() else 0
     for path, tensor in zip(paths, tensors):
         if tensor.dim() == 0 or tensor.shape[0] != count:
-            return (
-                paths,
-                tensors,
-                (
-                    f"gather_members: every leaf must start with the member dim ({count}); the "
-                    f"value at {_path_str(path)} has shape {list(tensor.shape)}."
-                ),
+            why = (
+                f"every leaf must start with the member dim ({count}); the value at "
+                f"{_path_str(path)} has shape {list(tensor.shape)}."
             )
+            return paths, tensors, ValueError(f"gather_members: {why}")
     return paths, tensors, None
 
 
@@ -201,7 +192,7 @@ def gather_members(pred: Any, *, group: Any = None, dst: int | None = None) -> A
     dist.all_gather(metas, meta, group=group)
     counts = [int(m[0]) for m in metas]
     if problem is not None:
-        raise ValueError(problem)
+        raise problem
     refused = [rank for rank, m in enumerate(metas) if int(m[2])]
     if refused:
         raise ValueError(

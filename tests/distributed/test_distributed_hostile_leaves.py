@@ -157,3 +157,33 @@ def test_a_frozen_instance_on_one_rank_makes_every_rank_raise():
         assert kind == "FrozenInstanceError" and f"_Frozen.{name}" in text
         kind, text = outcome.value(0)[name]
         assert kind == "RuntimeError" and "another rank of the group refused" in text
+
+
+def _one_rank_nested(rank: int):
+    rows = [torch.zeros(2), torch.ones(2)]
+    leaf = torch.nested.nested_tensor(rows) if rank == 1 else torch.stack(rows)
+    outcome = {}
+    calls = {
+        "all_reduce": lambda td: td.all_reduce(),
+        "broadcast": lambda td: td.broadcast(0),
+        "gather_members": gather_members,
+    }
+    for name, call in calls.items():
+        try:
+            call(TensorDict({"a": leaf}, [2]))
+        except (TypeError, RuntimeError, ValueError) as error:
+            outcome[name] = (type(error).__name__, str(error))
+        else:
+            outcome[name] = ("no error", "")
+    return outcome
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_a_nested_leaf_on_one_rank_makes_every_rank_raise():
+    outcome = run_ranks(_one_rank_nested, timeout=5.0, deadline=30.0)
+    assert not outcome.hung
+    for name in ("all_reduce", "broadcast", "gather_members"):
+        kind, text = outcome.value(1)[name]
+        assert kind == "TypeError" and "nested (ragged) tensors cannot be communicated" in text
+        kind, text = outcome.value(0)[name]
+        assert "rank" in text and ("cannot be communicated" in text or "refused" in text)
