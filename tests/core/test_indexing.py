@@ -114,7 +114,11 @@ def test_index_names_follow():
     assert td[:, 1].names == ["a"]
     assert td[None].names == [None, "a", "b"]
     assert td[1:].names == ["a", "b"]
-    assert td[torch.tensor([0, 1])].names == [None, None]
+    # one tensor index takes the place of the dim it indexes, which keeps its name
+    assert td[torch.tensor([0, 1])].names == ["a", "b"]
+    assert td[:, torch.tensor([[0, 1], [2, 0]])].names == ["a", "b", "b"]
+    assert td[torch.tensor([True, False])].names == ["a", "b"]
+    assert td[[0, 1], [1, 2]].names == [None]  # two tensor indices: no names
 
 
 # ---------------------------------------------------------------- __setitem__

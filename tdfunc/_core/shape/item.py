@@ -273,13 +273,19 @@ def _write_non_tensor(data: dict, key: str, index, value: Any) -> None:
 
 
 def _index_names(names: tuple, index, new_ndim: int):
-    """Names after ``index`` when only ints, slices and None are used; else None."""
+    """Names after ``index``: ints, slices, None and at most one tensor index; else None.
+
+    As in torch, a single tensor index takes the place of the dim it indexes (no
+    move), and each dim it gives keeps that dim's name (a batch of a named dataset
+    read with ``td[indices]`` keeps its names).
+    """
     if type(index) is int:
         return _clean(names[1:])
     if type(index) is slice:
         return names
     out: list = []
     dim = 0
+    advanced = 0
     for item in index:
         if item is None:
             out.append(None)
@@ -287,6 +293,12 @@ def _index_names(names: tuple, index, new_ndim: int):
             dim += 1
         elif type(item) is slice:
             out.append(names[dim])
+            dim += 1
+        elif isinstance(item, torch.Tensor) and not item.is_floating_point() and not advanced:
+            if item.dtype is torch.bool:  # masks are prepared as indices: not expected here
+                return None
+            advanced = 1
+            out.extend([names[dim]] * item.dim())
             dim += 1
         else:
             return None
