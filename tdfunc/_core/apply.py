@@ -9,7 +9,7 @@ import torch
 
 from .frozen import refuse_frozen_inside
 from .keys.nested import MISSING
-from .keys.writes import inplace_source
+from .keys.writes import convert, inplace_source
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData
@@ -59,6 +59,21 @@ def _others_at(others: tuple, key: str, api: str, default: Any = MISSING) -> lis
             )
         values.append(data[key])
     return values
+
+
+def _container_views(others: tuple, api: str) -> tuple:
+    """The TensorDict views of the extra containers given to ``apply`` and its kin."""
+    views = []
+    for position, other in enumerate(others):
+        if not _collection(other):
+            raise TypeError(
+                f"TensorDict.{api}: the argument at position {position + 1} after the function "
+                f"is a {type(other).__name__}; extra arguments must be TensorDicts or "
+                f"TensorClasses with the same keys. Hint: wrap a dict with TensorDict(d, "
+                f"batch_size)."
+            )
+        views.append(other._to_tensordict_view())
+    return tuple(views)
 
 
 def _views(values: Sequence, key: str, api: str, default: Any = MISSING) -> tuple:
@@ -146,7 +161,7 @@ class ApplyMixin(ContainerMixin):
         if inplace:
             return self.apply_(fn, *others, default=default, is_leaf=is_leaf)
         new_size = None if batch_size is None else torch.Size(batch_size)
-        views = tuple(other._to_tensordict_view() for other in others)
+        views = _container_views(others, "apply")
         out_tree = self._apply_tree(
             fn,
             views,
@@ -191,7 +206,7 @@ class ApplyMixin(ContainerMixin):
             2.0
         """
         new_size = None if batch_size is None else torch.Size(batch_size)
-        views = tuple(other._to_tensordict_view() for other in others)
+        views = _container_views(others, "named_apply")
         if inplace:
             self._check_mutable("named_apply")
             refuse_frozen_inside(self, "named_apply")
@@ -234,6 +249,7 @@ class ApplyMixin(ContainerMixin):
         expected = self._batch_size if new_size is None else new_size
         count = len(expected)
         data = {}
+        whole = []  # keys of values given whole (is_leaf): validated once the result exists
         for key, value in self._data.items():
             other_values = _others_at(others, key, "apply", default) if others else ()
             if is_leaf is not None and not isinstance(value, _Tensor) and is_leaf(type(value)):
@@ -244,6 +260,7 @@ class ApplyMixin(ContainerMixin):
                     result = fn(value, *other_values)  # a leaf by the caller's rule: given whole
                 if result is not None:
                     data[key] = result
+                    whole.append(key)
                 continue
             if isinstance(value, _Tensor):
                 if prefix is not None:
@@ -283,15 +300,23 @@ class ApplyMixin(ContainerMixin):
             else:
                 result = value
             data[key] = result
-        return self._like(data, new_size, self._names if new_size is None else None)
+        out = self._like(data, new_size, self._names if new_size is None else None)
+        if whole:
+            # what fn returned for a whole value is checked and stored as set() would:
+            # a tensor must start with the batch size, a Python value becomes a leaf
+            stored = out._data
+            for key in whole:
+                stored[key] = convert(out, key, stored[key], expected, "apply")
+        return out
 
     def apply_(
         self, fn: Callable, *others, default: Any = MISSING, is_leaf: Callable | None = None
     ) -> Self:
         """Apply ``fn`` to every tensor leaf and write the result into it (in place).
 
-        A result that cannot be written into the leaf (another shape or dtype) replaces
-        it; ``default`` stands in for keys missing from ``others``.
+        A tensor result is copied into the leaf (cast to the leaf's dtype; a shape
+        that does not fit is an error, as for ``set_``); a result of another kind
+        replaces the entry. ``default`` stands in for keys missing from ``others``.
 
         Example:
             >>> td = TensorDict({"a": torch.ones(2)}, [2])
@@ -300,7 +325,7 @@ class ApplyMixin(ContainerMixin):
         """
         self._check_mutable("apply_")
         refuse_frozen_inside(self, "apply_")
-        views = tuple(other._to_tensordict_view() for other in others)
+        views = _container_views(others, "apply_")
         self._apply_inplace(fn, views, default, is_leaf)
         return self
 

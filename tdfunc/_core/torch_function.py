@@ -68,6 +68,12 @@ def _combined(views: list, dim: int, stacking: bool, api: str) -> dict:
         elif getattr(type(value), "_is_tensordict", False):
             data[key] = _join(values, dim, stacking, api)
         elif isinstance(value, NonTensorData):
+            kinds = [type(v).__name__ for v in values if not isinstance(v, NonTensorData)]
+            if kinds:
+                raise TypeError(
+                    f"{api}: cannot join the entry {key!r}: the first container holds a "
+                    f"non-tensor value there, another holds a {kinds[0]}."
+                )
             data[key] = stack_non_tensor(values, dim) if stacking else cat_non_tensor(values, dim)
         else:  # another container kind (TensorClass): its own __torch_function__
             data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)

@@ -65,6 +65,7 @@ from typing import Any
 
 import torch
 
+from .._core.nontensor.values import MAX_DEPTH
 from .filenames import NAME
 from .nested import LAYOUTS, nested_numel
 
@@ -114,24 +115,6 @@ def new_token() -> str:
 
 
 # ---------------------------------------------------------------------------- non-tensor values
-def is_json_exact(value: Any, depth: int = 0) -> bool:
-    """True when ``json.loads(json.dumps(value)) == value`` with the same types.
-
-    Values nested deeper than ``MAX_DEPTH`` are not stored inline (a reader
-    would need deep recursion to parse them).
-    """
-    kind = type(value)
-    if value is None or kind in (bool, int, float, str):
-        return True
-    if depth >= MAX_DEPTH:
-        return False
-    if kind is list:
-        return all(is_json_exact(item, depth + 1) for item in value)
-    if kind is dict:
-        return all(type(k) is str and is_json_exact(v, depth + 1) for k, v in value.items())
-    return False
-
-
 def encode_object(value: Any, key: str, api: str) -> bytes:
     """``torch.save`` bytes for ``value``, checked to load back with ``weights_only=True``."""
     buffer = io.BytesIO()
@@ -169,7 +152,6 @@ MAX_META_BYTES = 1 << 30
 MAX_OBJECT_BYTES = 1 << 30
 # Containers nested deeper than this are refused, on save and load: the code that walks
 # them recurses, and a hostile meta.json must end in a ValueError, not a RecursionError.
-MAX_DEPTH = 100
 _READ_FLAGS = (
     os.O_RDONLY
     | getattr(os, "O_NONBLOCK", 0)  # a FIFO opens at once (and is then refused)

@@ -41,6 +41,7 @@ import torch
 from .._core.class_names import class_name
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack
+from .._core.nontensor.values import is_json_exact
 from .directory import Directory, is_doomed, is_ours, remove_in_background, worker_pool
 from .directory import wait_for_cleanup as wait_for_cleanup
 from .filenames import encode_key
@@ -57,7 +58,6 @@ from .format import (
     fsync_directory,
     inline_child,
     inline_tensordict,
-    is_json_exact,
     read_meta,
     write_meta,
 )

@@ -15,11 +15,11 @@ import os
 from functools import partial
 from typing import Any
 
+from .._core.nontensor.values import is_json_exact
 from .filenames import encode_key
 from .format import (
     data_file,
     encode_object,
-    is_json_exact,
     new_token,
     read_meta,
     write_meta,

@@ -23,6 +23,7 @@ from ..math.leafwise import map_leaves, tensor_leaves
 from ..mixin import ContainerMixin
 from ..mixin import is_tensor_collection as _collection
 from ..nontensor import NonTensorData, NonTensorStack
+from ..nontensor.values import is_json_exact
 
 _ALIGN = 16
 
@@ -77,11 +78,20 @@ _TRAILER = struct.Struct("<Q8s")  # length of the JSON description, magic
 def _describe(container: Any, offsets: list, total: int) -> dict | None:
     """The JSON description of ``container``, or None when a value is not JSON."""
     description = _description(container, offsets, total)
-    try:
-        json.dumps(description)
-    except (TypeError, ValueError):
-        return None  # a non-tensor value JSON cannot hold: from_consolidated will say so
+    # a value JSON would read back as another one (a tuple as a list, {1: ...} as
+    # {"1": ...}) is not described either: from_consolidated then refuses the file
+    if not all(is_json_exact(value) for value in _values(description["root"])):
+        return None
     return description
+
+
+def _values(node: dict):
+    """Every non-tensor value of a description's tree."""
+    for entry in node["entries"].values():
+        if "value" in entry:
+            yield entry["value"]
+        elif "node" in entry:
+            yield from _values(entry["node"])
 
 
 def _description(container: Any, offsets: list, total: int) -> dict:
@@ -162,8 +172,9 @@ def read_consolidated(path: str, cls: Any) -> Any:
             raise ValueError(f"{api}: {path} was not written by consolidate(filename=...).")
         if length == 0:
             raise ValueError(
-                f"{api}: {path} holds non-tensor values JSON cannot describe; it can only be "
-                "used through the container consolidate returned."
+                f"{api}: {path} holds non-tensor values JSON cannot describe exactly (only "
+                "str, int, float, bool, None, lists and dicts with str keys are described); "
+                "it can only be used through the container consolidate returned."
             )
         f.seek(size - _TRAILER.size - length)
         description = json.loads(f.read(length))

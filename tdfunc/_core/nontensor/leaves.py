@@ -638,7 +638,7 @@ def write_at(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
         new = value.data if type(value) is NonTensorData else value
         if type(value) is not NonTensorStack and _equal(leaf.data, new):
             return leaf
-    array = np.ascontiguousarray(leaf._array())
+    array = leaf._array().copy()  # C order; np.ascontiguousarray would make a 0-d array 1-d
     positions = _positions(array.shape, index)
     source = as_array(value, torch.Size(positions.shape))
     flat = array.reshape(-1)

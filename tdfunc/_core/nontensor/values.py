@@ -96,3 +96,24 @@ def take(array: np.ndarray, index: Any) -> np.ndarray:
     out = np.empty(positions.shape, dtype=object)
     out.reshape(-1)[:] = array.reshape(-1)[positions.reshape(-1)]
     return out
+
+
+MAX_DEPTH = 100  # deeper values are not stored as JSON (a reader would recurse deeply)
+
+
+def is_json_exact(value: Any, depth: int = 0) -> bool:
+    """True when ``json.loads(json.dumps(value)) == value`` with the same types.
+
+    Values nested deeper than ``MAX_DEPTH`` are not stored inline (a reader
+    would need deep recursion to parse them).
+    """
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return True
+    if depth >= MAX_DEPTH:
+        return False
+    if kind is list:
+        return all(is_json_exact(item, depth + 1) for item in value)
+    if kind is dict:
+        return all(type(k) is str and is_json_exact(v, depth + 1) for k, v in value.items())
+    return False

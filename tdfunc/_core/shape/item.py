@@ -269,7 +269,16 @@ def _check_compatible_class(target: Any, value: Any, fields) -> None:
 
 
 def _write_non_tensor(data: dict, key: str, index, value: Any) -> None:
-    data[key] = write_at(data[key], index, value)
+    existing = data[key]
+    if "_view_of" not in existing.__dict__:
+        data[key] = write_at(existing, index, value)
+        return
+    # an element read from a stack (``td[1:]`` of a container holding one): the write
+    # reaches the stack, as it reaches the parent's tensors through their views
+    existing._refresh()
+    new = write_at(existing, index, value)
+    if new is not existing:
+        existing._set_value(new.data)
 
 
 def _index_names(names: tuple, index, new_ndim: int):
