@@ -325,12 +325,22 @@ def _assemble(td: Any, results: list, ranges: list, dim: int, per_item: bool) ->
             )
     if per_item:
         items = [td[_index(dim, i)] if out is None else out for i, out in enumerate(outputs)]
-        return torch.stack(items, dim)
+        return _name_mapped_dim(torch.stack(items, dim), td.names[dim], dim)
     chunks = [
         td[_index(dim, slice(start, stop))] if out is None else out
         for (start, stop), out in zip(ranges, outputs)
     ]
     return torch.cat(chunks, dim)
+
+
+def _name_mapped_dim(result: Any, name: str | None, dim: int) -> Any:
+    """The stacked items' new dim is the mapped one: it keeps that dim's name (as the
+    chunks' concatenation does), unless the outputs already use the name elsewhere."""
+    names = list(result.names)
+    if name is not None and names[dim] is None and name not in names:
+        names[dim] = name
+        result.names = names
+    return result
 
 
 def td_map(

@@ -46,6 +46,10 @@ def double_or_none(data):
     return data.clone()
 
 
+def doubled(data):
+    return data.apply(lambda t: t * 2)
+
+
 def fails_on_label_13(data):
     if (data.get("labels") == 13).any():
         raise ValueError("label 13 is cursed")
@@ -254,3 +258,15 @@ def test_argument_errors_and_empty_batch():
         td.map(process_data, pool=object())
     empty = TensorDict({"a": torch.zeros(0, 2)}, [0])
     assert empty.map(returns_an_int) is empty  # nothing to do: no pool is started
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("chunksize", [0, None])
+def test_the_mapped_dim_keeps_its_name(dim, chunksize):
+    # one item at a time stacks the outputs: the new dim is the mapped one, as in the
+    # concatenation of chunks
+    values = torch.arange(24.0).reshape(4, 3, 2)
+    data = TensorDict({"x": values.clone()}, [4, 3], names=["sample", "time"])
+    out = data.map(doubled, dim=dim, num_workers=2, chunksize=chunksize)
+    assert out.names == ["sample", "time"]
+    assert torch.equal(out["x"], values * 2)
