@@ -14,6 +14,9 @@ from torch.utils.data import DataLoader
 
 from tdfunc import TensorDict
 
+# a worker that hangs fails the test instead of blocking the suite
+_WAIT = 60.0
+
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_dataloader_batches_keep_names_and_rows(num_workers):
@@ -22,7 +25,13 @@ def test_dataloader_batches_keep_names_and_rows(num_workers):
     inner = TensorDict({"y": x.clone()}, [6, 2], names=["sample", "step"])
     data = TensorDict({"x": x, "flag": flags, "inner": inner}, [6], names=["sample"])
     order = torch.randperm(6, generator=torch.Generator().manual_seed(0)).tolist()
-    loader = DataLoader(data, batch_size=4, sampler=order, num_workers=num_workers)
+    loader = DataLoader(
+        data,
+        batch_size=4,
+        sampler=order,
+        num_workers=num_workers,
+        timeout=_WAIT if num_workers else 0,
+    )
     batches = list(loader)
     assert [b.batch_size for b in batches] == [torch.Size([4]), torch.Size([2])]
     for batch, rows in zip(batches, (order[:4], order[4:])):

@@ -15,6 +15,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from tdfunc import MemoryMappedTensor, TensorClass, TensorDict
 
+# a worker that hangs fails the test instead of blocking the suite
+_WAIT = 60.0
+
 
 class Synthetic(Dataset):
     """FashionMNIST-shaped samples: (image [1, 8, 8], label), computed from the index."""
@@ -57,7 +60,9 @@ def test_memmap_like_fill_and_dataloader(tmp_path, num_workers):
     assert torch.equal(data["images"], dataset.images[:, 0])
     assert torch.equal(data["targets"], dataset.labels)
 
-    loader = DataLoader(data, batch_size=4, num_workers=num_workers)
+    loader = DataLoader(
+        data, batch_size=4, num_workers=num_workers, timeout=_WAIT if num_workers else 0
+    )
     seen = []
     for batch in loader:
         assert isinstance(batch, TensorDict)
@@ -65,7 +70,13 @@ def test_memmap_like_fill_and_dataloader(tmp_path, num_workers):
     assert [b.batch_size[0] for b in seen] == [4, 4, 2]
     assert torch.equal(torch.cat([b["images"] for b in seen]), dataset.images[:, 0])
 
-    raw = DataLoader(data, batch_size=4, num_workers=num_workers, collate_fn=lambda x: x)
+    raw = DataLoader(
+        data,
+        batch_size=4,
+        num_workers=num_workers,
+        collate_fn=lambda x: x,
+        timeout=_WAIT if num_workers else 0,
+    )
     batches = list(raw)
     assert all(isinstance(b, TensorDict) for b in batches)
     assert torch.equal(torch.cat([b["targets"] for b in batches]), dataset.labels)
@@ -74,14 +85,22 @@ def test_memmap_like_fill_and_dataloader(tmp_path, num_workers):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_dataloader_of_samples_and_tensorclass(tmp_path, num_workers):
     samples = [TensorDict({"x": torch.full((2,), float(i))}, []) for i in range(5)]
-    batches = list(DataLoader(samples, batch_size=2, num_workers=num_workers))
+    batches = list(
+        DataLoader(
+            samples, batch_size=2, num_workers=num_workers, timeout=_WAIT if num_workers else 0
+        )
+    )
     assert [b.batch_size for b in batches] == [torch.Size([2])] * 2 + [torch.Size([1])]
     assert torch.equal(torch.cat([b["x"] for b in batches]), torch.stack([s["x"] for s in samples]))
 
     dataset = Synthetic(6)
     data = _fill(dataset, tmp_path / "tc")
     typed = ImageBatch.from_tensordict(data)
-    out = list(DataLoader(typed, batch_size=4, num_workers=num_workers))
+    out = list(
+        DataLoader(
+            typed, batch_size=4, num_workers=num_workers, timeout=_WAIT if num_workers else 0
+        )
+    )
     assert all(isinstance(b, ImageBatch) for b in out)
     assert torch.equal(torch.cat([b.images for b in out]), dataset.images[:, 0])
 
