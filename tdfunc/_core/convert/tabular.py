@@ -114,6 +114,18 @@ def _nested(columns: dict, separator: str | None, api: str) -> dict:
     return out
 
 
+def _options(auto_batch_size, batch_dims, device, batch_size, separator, dtype) -> dict:
+    """The keyword arguments every table reader shares, for :func:`_from_frame`."""
+    return {
+        "auto_batch_size": auto_batch_size,
+        "batch_dims": batch_dims,
+        "device": device,
+        "batch_size": batch_size,
+        "separator": separator,
+        "dtype": dtype,
+    }
+
+
 def _from_frame(cls: Any, frame: Any, api: str, options: dict) -> Any:
     pandas = _require("pandas", api, "pandas")
     if not isinstance(frame, pandas.DataFrame):
@@ -243,14 +255,7 @@ class TabularMixin(ContainerMixin):
             >>> td["a"].tolist(), td["b"].dtype
             ([1, 2], torch.float64)
         """
-        options = {
-            "auto_batch_size": auto_batch_size,
-            "batch_dims": batch_dims,
-            "device": device,
-            "batch_size": batch_size,
-            "separator": separator,
-            "dtype": dtype,
-        }
+        options = _options(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
         return _from_frame(cls, dataframe, "from_pandas", options)
 
     def to_pandas(self, *, separator: str | None = None):
@@ -290,15 +295,8 @@ class TabularMixin(ContainerMixin):
         """
         pandas = _require("pandas", "from_csv", "pandas")
         frame = pandas.read_csv(path, **kwargs)
-        return cls.from_pandas(
-            frame,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-            separator=separator,
-            dtype=dtype,
-        )
+        options = _options(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
+        return _from_frame(cls, frame, "from_csv", options)
 
     def to_csv(self, path, *, separator: str | None = None, **kwargs: Any) -> None:
         """Write the table of :meth:`to_pandas` to a CSV file (without pandas' index).
@@ -339,15 +337,8 @@ class TabularMixin(ContainerMixin):
         """
         pandas = _require("pandas", "from_json", "pandas")
         frame = pandas.read_json(path, lines=lines, **kwargs)
-        return cls.from_pandas(
-            frame,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-            separator=separator,
-            dtype=dtype,
-        )
+        options = _options(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
+        return _from_frame(cls, frame, "from_json", options)
 
     def to_json(
         self, path, *, separator: str | None = None, lines: bool = False, **kwargs: Any
@@ -390,15 +381,8 @@ class TabularMixin(ContainerMixin):
         pandas = _require("pandas", "from_parquet", "pandas")
         _require("pyarrow", "from_parquet", "pyarrow")
         frame = pandas.read_parquet(path, columns=columns, **kwargs)
-        return cls.from_pandas(
-            frame,
-            auto_batch_size=auto_batch_size,
-            batch_dims=batch_dims,
-            device=device,
-            batch_size=batch_size,
-            separator=separator,
-            dtype=dtype,
-        )
+        options = _options(auto_batch_size, batch_dims, device, batch_size, separator, dtype)
+        return _from_frame(cls, frame, "from_parquet", options)
 
     def to_parquet(self, path, *, separator: str | None = None, **kwargs: Any) -> None:
         """Write the table of :meth:`to_pandas` to a Parquet file (needs pyarrow)."""
