@@ -31,8 +31,16 @@ def create_file(path: str) -> int:
 
 
 def _bytes_of(tensor: torch.Tensor):
-    """A zero-copy byte view (numpy) of a contiguous CPU tensor."""
-    return tensor.reshape(-1).view(torch.uint8).numpy()
+    """A zero-copy byte view (numpy) of a contiguous CPU tensor.
+
+    A contiguous tensor may still carry a stride other than 1 on a dimension of size
+    1 (``torch.zeros(2)[::2]``), which ``view(torch.uint8)`` refuses: its elements are
+    dense in memory, so they are read with unit strides.
+    """
+    flat = tensor.reshape(-1)
+    if flat.numel() == 1 and flat.stride(0) != 1:
+        flat = flat.as_strided((1,), (1,))
+    return flat.view(torch.uint8).numpy()
 
 
 def _write_all(fd: int, buffer) -> None:

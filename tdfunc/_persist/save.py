@@ -316,13 +316,15 @@ class _Save:
         this directory's: the same file and the object users hold (a new file would
         leave their later writes in the old one). A save without a directory keeps it."""
         real = None if level.directory is None else os.path.realpath(level.directory)
-        if real is not None and not _reusable(mapped, real):
-            return False
-        level.results[key] = value
         if real is not None:
-            entry["file"] = name = os.path.basename(mapped.filename)
+            if not _reusable(mapped, real):
+                return False
+            name = os.path.basename(mapped.filename)
             assert level.state is not None
-            level.state.protect(name)
+            if not level.state.claim(name):
+                return False
+            entry["file"] = name
+        level.results[key] = value
         return True
 
     def _plan_nested(self, level: _Level, key: str, value, path) -> dict:
