@@ -121,6 +121,9 @@ class _Save:
         self.made: list[str] = []  # directories this save created
         self.states: dict[str, Directory] = {}
         self.lock = threading.Lock()
+        # recorded in every meta.json of this save: a non-tensor leaf writes its new
+        # value back only into the save it came from (see write_back)
+        self.generation = secrets.token_hex(8)
 
     # -------------------------------------------------------------- walking the tree
     def plan(
@@ -142,6 +145,7 @@ class _Save:
                 f"{_show(at[:3])}...); flatten the structure before saving it."
             )
         level = _Level(source, directory)
+        level.node["generation"] = self.generation
         old_nodes: list = []
         if directory is not None:
             nested = bool(at) or items is not None
@@ -360,7 +364,7 @@ class _Save:
         leaf = level.results[key] = type(value)._make(value.data, value.batch_size, _CPU)
         if level.directory is None:
             return entry
-        bind(leaf, level.directory, key)
+        bind(leaf, level.directory, key, self.generation)
         if is_json_exact(value.data):
             entry["value"] = value.data
             return entry

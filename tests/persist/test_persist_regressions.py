@@ -1,0 +1,89 @@
+"""Cases the differential fuzz (test_persist_differential.py) found, pinned one by one.
+
+Each compares with a plain-tensor or plain-value reference computed without tdfunc.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from tdfunc import MemoryMappedTensor, NonTensorData, NonTensorStack, TensorDict
+
+
+def test_size_one_dim_with_a_stride_saves(tmp_path):
+    # contiguous, yet a stride of 2 on its only (size-1) dim: torch.arange(4.)[1::2][:1]
+    odd = torch.arange(4.0)[1::2][:1]
+    matrix = torch.arange(6.0).reshape(3, 2)[:1, ::2]
+    assert odd.is_contiguous() and odd.stride() == (2,)
+    saved = TensorDict({"a": odd, "b": matrix}, []).memmap(tmp_path / "x")
+    loaded = TensorDict.load_memmap(tmp_path / "x")
+    for out in (saved, loaded):
+        assert torch.equal(out["a"].as_subclass(torch.Tensor), torch.tensor([1.0]))
+        assert torch.equal(out["b"].as_subclass(torch.Tensor), torch.tensor([[0.0]]))
+    assert torch.equal(MemoryMappedTensor.from_tensor(odd).as_subclass(torch.Tensor), odd)
+
+
+def test_one_kept_file_is_never_shared_by_two_entries(tmp_path):
+    path = tmp_path / "x"
+    TensorDict({"a": torch.zeros(3), "b": torch.ones(3)}, [3]).memmap(path)
+    loaded = TensorDict.load_memmap(path)
+    # both entries hold the tensor that maps b's file: one keeps the file, one gets a copy
+    TensorDict({"a": loaded["b"], "b": loaded["b"]}, [3]).memmap(path)
+    files = [e["file"] for e in json.loads((path / "meta.json").read_text())["entries"].values()]
+    assert len(set(files)) == 2
+    again = TensorDict.load_memmap(path)
+    again["a"][0] = 99.0
+    assert again["b"].tolist() == [1.0, 1.0, 1.0]  # reference: two independent tensors
+    assert TensorDict.load_memmap(path)["a"].tolist() == [99.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("how", ["set_", "update_", "copy_", "set_inplace"])
+def test_in_place_write_of_a_saved_non_tensor_entry_reaches_the_file(tmp_path, how):
+    path = tmp_path / "x"
+    TensorDict({"a": torch.zeros(2), "n": {"s": "old"}}, [2]).memmap(path)
+    loaded = TensorDict.load_memmap(path)
+    if how == "set_":
+        loaded.set_(("n", "s"), "new")
+    elif how == "update_":
+        loaded.update_({"n": {"s": "new"}})
+    elif how == "copy_":
+        loaded.copy_(TensorDict({"a": torch.ones(2), "n": {"s": "new"}}, [2]))
+    else:
+        loaded.set(("n", "s"), "new", inplace=True)
+    assert loaded["n", "s"] == "new"
+    assert TensorDict.load_memmap(path)["n", "s"] == "new"  # the file agrees with memory
+    assert TensorDict.load_memmap(path / "n")["s"] == "new"
+
+
+def test_in_place_stack_into_a_saved_single_value_is_refused_before_any_write(tmp_path):
+    path = tmp_path / "x"
+    TensorDict({"a": torch.zeros(2), "s": "old"}, [2]).memmap(path)
+    loaded = TensorDict.load_memmap(path)
+    stack = NonTensorStack.from_list(["p", "q"], batch_size=[2])
+    with pytest.raises(ValueError, match="Nothing was written"):
+        loaded.update_({"a": torch.ones(2), "s": stack})
+    assert loaded["a"].tolist() == [0.0, 0.0] and loaded["s"] == "old"
+    assert TensorDict.load_memmap(path)["s"] == "old"
+
+
+def test_a_replaced_save_never_takes_a_non_tensor_write(tmp_path):
+    path = tmp_path / "x"
+    TensorDict({"a": torch.zeros(2), "s": "gen1", "n": {"t": "gen1"}}, [2]).memmap(path)
+    old = TensorDict.load_memmap(path)
+    TensorDict({"a": torch.ones(2), "s": "gen2"}, [2]).memmap(path)  # "n" is gone
+    with pytest.raises(RuntimeError, match="saved again"):
+        old.get("s").update_(NonTensorData("stale", batch_size=[2]))
+    with pytest.raises(RuntimeError, match="saved again"):
+        old.get("n").get("t").update_(NonTensorData("stale", batch_size=[2]))
+    new = TensorDict.load_memmap(path)  # the newer save, whole: no mix of the two
+    assert (new["s"], new["a"].tolist(), sorted(new.keys())) == ("gen2", [1.0, 1.0], ["a", "s"])
+    # the current save takes writes, from every container loaded from it
+    first, second = TensorDict.load_memmap(path), TensorDict.load_memmap(path)
+    first.get("s").update_(NonTensorData("one", batch_size=[2]))
+    second.get("s").update_(NonTensorData("two", batch_size=[2]))
+    assert TensorDict.load_memmap(path)["s"] == "two"
+    assert os.path.isdir(path)
