@@ -245,7 +245,9 @@ def step(world: World, data, op: str) -> None:
     held = world.held
     if op == "save":
         tree = data.draw(trees())
-        world.saved(build(tree).memmap(world.path), tree, generation(tree))
+        threads = data.draw(st.sampled_from([0, 0, 2]))
+        saved = build(tree).memmap(world.path, num_threads=threads)
+        world.saved(saved, tree, generation(tree))
     elif op == "memmap_":
         tree = data.draw(trees())
         source = build(tree)
@@ -299,6 +301,14 @@ def step(world: World, data, op: str) -> None:
             new_tree["entries"][key] = cell.t
             mixed[key] = value
         world.saved(mixed.memmap(world.path, copy_existing=True), new_tree, new_cells)
+    elif op == "consolidate" and held:
+        # one file holding every leaf, and the container read back from it: both map it
+        container, tree, cells, _ = held[data.draw(st.integers(0, len(held) - 1))]
+        filename = os.path.join(os.path.dirname(world.path), "consolidated.bin")
+        packed = container.consolidate(filename=filename, existsok=True)
+        shared = {p: Cell(c.t) if isinstance(c, Cell) else c for p, c in cells.items()}
+        held.append((packed, tree, in_hand(shared), None))
+        held.append((TensorDict.from_consolidated(filename), tree, in_hand(shared), None))
     elif op == "clone" and held:
         container, tree, cells, _ = held[data.draw(st.integers(0, len(held) - 1))]
         copied = {p: Cell(c.t) if isinstance(c, Cell) else Value(c.v) for p, c in cells.items()}
@@ -359,6 +369,7 @@ OPS = [
     "load",
     "resave",
     "clone",
+    "consolidate",
     "mix",
     "write",
     "index_write",

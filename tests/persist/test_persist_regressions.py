@@ -5,13 +5,16 @@ Each compares with a plain-tensor or plain-value reference computed without tdfu
 
 from __future__ import annotations
 
+import copy
 import json
+import multiprocessing
 import os
+import pickle
 
 import pytest
 import torch
 
-from tdfunc import MemoryMappedTensor, NonTensorData, NonTensorStack, TensorDict
+from tdfunc import MemoryMappedTensor, NonTensorData, NonTensorStack, TensorClass, TensorDict
 
 
 def test_size_one_dim_with_a_stride_saves(tmp_path):
@@ -87,3 +90,60 @@ def test_a_replaced_save_never_takes_a_non_tensor_write(tmp_path):
     second.get("s").update_(NonTensorData("two", batch_size=[2]))
     assert TensorDict.load_memmap(path)["s"] == "two"
     assert os.path.isdir(path)
+
+
+class Labelled(TensorClass):
+    x: torch.Tensor
+    label: str
+
+
+def test_from_consolidated_rebuilds_tensorclasses(tmp_path):
+    filename = tmp_path / "packed.bin"
+    inner = Labelled(x=torch.arange(3.0), label="cat", batch_size=[3])
+    td = TensorDict({"p": inner, "n": {"q": torch.ones(3, dtype=torch.bool)}}, [3], names=["t"])
+    td.consolidate(filename=filename)
+    loaded = TensorDict.from_consolidated(filename)
+    assert type(loaded["p"]) is Labelled and loaded["p"].label == "cat"
+    assert torch.equal(loaded["p"].x, torch.arange(3.0)) and loaded.names == ["t"]
+    assert type(loaded["n"]) is TensorDict and loaded.is_consolidated()
+    inner.consolidate(filename=tmp_path / "top.bin")
+    top = Labelled.from_consolidated(tmp_path / "top.bin")
+    assert type(top) is Labelled and top.label == "cat"
+
+
+@pytest.mark.parametrize("copy_with", ["deepcopy", "pickle"])
+def test_a_copy_of_a_loaded_container_never_writes_to_its_files(tmp_path, copy_with):
+    path = tmp_path / "x"
+    TensorDict({"a": torch.zeros(2), "s": "old", "st": ["u", "v"]}, [2]).memmap(path)
+    loaded = TensorDict.load_memmap(path)
+    if copy_with == "deepcopy":
+        copied = copy.deepcopy(loaded)
+    else:
+        copied = pickle.loads(pickle.dumps(loaded))
+    copied.unlock_()
+    copied["a"][0] = 5.0
+    copied.get("s").update_(NonTensorData("new"))
+    copied.update_({"st": NonTensorStack("p", "q")})
+    assert (copied["s"], copied["st"]) == ("new", ["p", "q"])
+    again = TensorDict.load_memmap(path)  # reference: the values saved, untouched
+    assert (again["a"].tolist(), again["s"], again["st"]) == ([0.0, 0.0], "old", ["u", "v"])
+
+
+def _update_in_child(queue) -> None:
+    loaded = queue.get()
+    loaded.get("s").update_(NonTensorData("from the child", batch_size=[2]))
+    loaded["a"][0] = 7.0
+
+
+def test_multiprocessing_sends_the_saved_entry_itself(tmp_path):
+    path = tmp_path / "x"
+    TensorDict({"a": torch.zeros(2), "s": "old"}, [2]).memmap(path)
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_update_in_child, args=(queue,))
+    child.start()
+    queue.put(TensorDict.load_memmap(path))
+    child.join(60)
+    assert child.exitcode == 0
+    again = TensorDict.load_memmap(path)
+    assert (again["s"], again["a"].tolist()) == ("from the child", [7.0, 0.0])

@@ -193,9 +193,14 @@ class NonTensorData(_Saving):
         self._set_value(new.data)
 
     def __getstate__(self) -> Any:
-        # an element of a stack pickles as a plain leaf: its stack stays behind
+        # an element of a stack pickles as a plain leaf: its stack stays behind; a
+        # pickled (or deep-copied) memory-mapped leaf is a copy of the value, as a pickled
+        # MemoryMappedTensor is: its writes must not reach the file it was read from
+        # (multiprocessing sends the file itself, see tdfunc/_persist/to_process.py)
         state = dict(self.__dict__)
         state.pop("_view_of", None)
+        state.pop("_write_back", None)
+        state.pop("_is_memmap", None)
         slots = {
             name: getattr(self, name)
             for name in ("_names", "batch_size", "data", "device")
