@@ -111,7 +111,10 @@ def trees(draw, batch: list | None = None, depth: int = 0) -> dict:
             entries[key] = ("value", draw(VALUES))
         else:
             entries[key] = draw(tensors(batch))
-    return {"batch": batch, "class": TensorDict, "entries": entries}
+    names = None
+    if batch and depth == 0 and draw(st.booleans()):  # nested levels inherit them
+        names = [f"d{i}" if draw(st.booleans()) else None for i in range(len(batch))]
+    return {"batch": batch, "class": TensorDict, "entries": entries, "names": names}
 
 
 def build(tree: dict) -> Any:
@@ -126,7 +129,7 @@ def build(tree: dict) -> Any:
             data[key] = build(item)
     if tree["class"] is Pair:
         return Pair(x=data["x"], tag=data["tag"], batch_size=tree["batch"])
-    return TensorDict(data, batch_size=tree["batch"])
+    return TensorDict(data, batch_size=tree["batch"], names=tree.get("names"))
 
 
 def paths(tree: dict, at: tuple = ()):
@@ -159,6 +162,9 @@ def check(container: Any, tree: dict, cells: dict, where: str) -> None:
     """``container`` has ``tree``'s structure and the values of ``cells``."""
     assert type(container) is tree["class"], where
     assert list(container.batch_size) == tree["batch"], where
+    names = tree.get("names")
+    if names is not None and any(n is not None for n in names):
+        assert list(container.names) == names, where
     for path, _item in paths(tree):
         value = read(container, path)
         cell = cells[path]
@@ -257,6 +263,14 @@ def step(world: World, data, op: str) -> None:
             if original.numel() and original._base is None and original.is_contiguous():
                 original.zero_()
         world.saved(source, tree, generation(tree))
+    elif op == "memmap_like":
+        tree = data.draw(trees())
+        source = build(tree)
+        like = generation(tree)
+        for cell in like.values():  # new files that read as zeros; values are kept
+            if isinstance(cell, Cell):
+                cell.t.zero_()
+        world.saved(source.memmap_like(world.path), tree, like)
     elif op == "load" and world.disk is not None:
         loaded = TensorDict.load_memmap(world.path)
         held.append((loaded, world.tree, in_hand(world.disk), world.disk))
@@ -366,6 +380,7 @@ def step(world: World, data, op: str) -> None:
 OPS = [
     "save",
     "memmap_",
+    "memmap_like",
     "load",
     "resave",
     "clone",
