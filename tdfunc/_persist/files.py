@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
@@ -28,6 +29,25 @@ def nbytes_of(shape, dtype: torch.dtype) -> int:
 def create_file(path: str) -> int:
     """Create ``path`` (which must not exist) and return a read-write descriptor."""
     return os.open(path, _CREATE_FLAGS, 0o644)
+
+
+def check_has_data(value: torch.Tensor, what: str) -> None:
+    """Refuse, before anything is written, a tensor whose values cannot be read as bytes;
+    ``what`` opens the message (``"TensorDict.memmap: cannot save key 'a'"``)."""
+    problem = None
+    if value.device.type == "meta":
+        problem = "it is a meta tensor (a shape and a dtype, no values)"
+    elif is_traceable_wrapper_subclass(value):
+        problem = (
+            f"it is a {type(value).__name__}, a tensor subclass that wraps other tensors and "
+            f"has no storage of its own to write"
+        )
+    if problem is not None:
+        raise TypeError(
+            f"{what}: {problem}. Hint: save plain tensors (for a wrapper subclass, the "
+            f"tensors it holds), or allocate files of that shape and dtype without values "
+            f"(memmap_like(), MemoryMappedTensor.empty)."
+        )
 
 
 def _bytes_of(tensor: torch.Tensor):

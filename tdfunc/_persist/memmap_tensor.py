@@ -25,6 +25,7 @@ from .files import (
     _bytes_of,
     allocate_file,
     check_file,
+    check_has_data,
     create_file,
     nbytes_of,
     temp_path,
@@ -270,6 +271,8 @@ class MemoryMappedTensor(torch.Tensor):
                 f"MemoryMappedTensor.from_tensor: expected a torch.Tensor, got "
                 f"{type(input).__name__}. Convert it first (torch.as_tensor)."
             )
+        if copy_data:
+            check_has_data(input, "MemoryMappedTensor.from_tensor")
         sizes = None
         if input.is_nested:
             sizes = component_sizes(input, shape, "from_tensor")

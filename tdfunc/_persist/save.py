@@ -45,7 +45,7 @@ from .._core.nontensor.values import is_json_exact
 from .directory import Directory, is_doomed, is_ours, remove_in_background, worker_pool
 from .directory import wait_for_cleanup as wait_for_cleanup
 from .filenames import encode_key
-from .files import allocate_file, nbytes_of, write_file
+from .files import allocate_file, check_has_data, nbytes_of, write_file
 from .format import (
     FORMAT,
     MAX_DEPTH,
@@ -292,6 +292,8 @@ class _Save:
                 f"{self.api}: cannot save key {_show(path)}: only dense (strided, "
                 f"non-quantized) tensors can be memory-mapped, got layout {value.layout}."
             )
+        if not self.like:  # (memmap_like reads only the shape and dtype)
+            check_has_data(value, f"{self.api}: cannot save key {_show(path)}")
         if isinstance(value, MemoryMappedTensor) and value._is_whole_file() and not self.like:
             # (not a view; memmap_like wants new, empty files, so it never reuses one)
             if self._keep_file(level, key, value, value, entry):

@@ -147,3 +147,22 @@ def test_multiprocessing_sends_the_saved_entry_itself(tmp_path):
     assert child.exitcode == 0
     again = TensorDict.load_memmap(path)
     assert (again["s"], again["a"].tolist()) == ("from the child", [7.0, 0.0])
+
+
+@pytest.mark.parametrize("kind", ["wrapper_subclass", "meta"])
+def test_a_tensor_without_values_of_its_own_is_a_clear_error(tmp_path, kind):
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    if kind == "meta":
+        value = torch.empty(3, device="meta")
+    else:
+        value = TwoTensor(torch.ones(3), torch.zeros(3))
+    path = tmp_path / "x"
+    with pytest.raises(TypeError, match="cannot save key 'a'"):
+        TensorDict({"a": value, "b": torch.ones(3)}, [3]).memmap(path)
+    assert not path.exists()  # refused before anything was written
+    with pytest.raises(TypeError, match=r"MemoryMappedTensor\.from_tensor"):
+        MemoryMappedTensor.from_tensor(value)
+    # only the shape and dtype are needed to allocate: reference, a zero tensor
+    like = TensorDict({"a": value}, [3]).memmap_like(path)
+    assert torch.equal(like["a"].as_subclass(torch.Tensor), torch.zeros(3))
