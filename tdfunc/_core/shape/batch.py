@@ -267,7 +267,9 @@ class BatchMixin(ContainerMixin):
         )
 
 
-def _check_batch(container, batch_size: torch.Size, prefix: tuple) -> None:
+def _check_batch(
+    container, batch_size: torch.Size, prefix: tuple, api: str = "_check_batch_size"
+) -> None:
     for key, item in container._data.items():
         path = prefix + (key,)
         shown = path[0] if len(path) == 1 else path
@@ -278,9 +280,9 @@ def _check_batch(container, batch_size: torch.Size, prefix: tuple) -> None:
             shape = getattr(item, "shape", None)
         if shape is None:
             continue
-        check_batch_dims("_check_batch_size", shown, torch.Size(shape), batch_size)
+        check_batch_dims(api, shown, torch.Size(shape), batch_size)
         if isinstance(item, ContainerMixin):
-            _check_batch(item, item._batch_size, path)
+            _check_batch(item, item._batch_size, path, api)
 
 
 def _plan_shared_names(node, names: tuple | None, plan: list, api: str) -> None:

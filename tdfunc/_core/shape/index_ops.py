@@ -165,7 +165,8 @@ class IndexOpsMixin(ContainerMixin):
         mask = _check_mask(self, mask, "masked_select")
         size = self._batch_size
         new_size = torch.Size([int(mask.sum())]) + size[mask.dim() :]
-        return map_leaves(self, lambda t: t[mask], new_size, True, no_names)
+        # a selection: a NonTensorStack follows it, value by value
+        return map_leaves(self, lambda t: t[mask], new_size, True, no_names, moves=True)
 
     # ------------------------------------------------------------------ reordering
     def movedim(self, source: Any, destination: Any):
@@ -223,7 +224,12 @@ class IndexOpsMixin(ContainerMixin):
         size = list(self._batch_size)
         size[d] = length
         return map_leaves(
-            self, lambda t: t.narrow(d, start, length), torch.Size(size), True, keep_names
+            self,
+            lambda t: t.narrow(d, start, length),
+            torch.Size(size),
+            True,
+            keep_names,
+            moves=True,  # a selection: a NonTensorStack follows it
         )
 
     def flip(self, *dims):
@@ -475,6 +481,7 @@ class IndexOpsMixin(ContainerMixin):
                 meta.shape,
                 True,
                 keep_names,
+                moves=True,  # a selection: a NonTensorStack follows it
             )
             for i, meta in enumerate(metas[:count])
         )
