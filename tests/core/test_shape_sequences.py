@@ -68,6 +68,39 @@ def _apply_ref(ref: Ref, op: dict) -> Ref:
     return Ref(leaves, levels, names, codes)
 
 
+def _set_batch_size(new: tuple):
+    """The reference of ``container.batch_size = new``: the leaves stay; a top-level
+    ``NonTensorData`` takes the new batch; names of the dims kept stay, new dims have none."""
+    k = len(new)
+
+    def ref_fn(ref: Ref, container) -> Ref:
+        r = len(ref.levels[()])
+        top_entries = [t.shape for p, t in ref.leaves.items() if len(p) == 1]
+        top_entries += [torch.Size(s) for p, s in ref.levels.items() if len(p) == 1]
+        codes = dict(ref.codes)
+        for path, c in ref.codes.items():
+            if len(path) != 1:
+                continue
+            entry = _entry(container, path)
+            if type(entry) is NonTensorStack:
+                top_entries.append(c.shape)
+            else:  # one value, whatever the batch
+                codes[path] = torch.full(new, VALUES.index(entry.data))
+        if any(tuple(shape[:k]) != new for shape in top_entries):
+            raise ValueError(f"batch size {list(new)} does not fit {top_entries}")
+        names = dict(ref.names)
+        names[()] = list(ref.names[()][:k]) + [None] * (k - r)
+        if k > r:  # a nested level shares the new dim: it takes its (lack of) name
+            for level, old in ref.names.items():
+                if level:
+                    names[level] = names[()] + list(old[k:])
+        levels = dict(ref.levels)
+        levels[()] = new
+        return Ref(dict(ref.leaves), levels, names, codes)
+
+    return ref_fn
+
+
 # ---------------------------------------------------------------- containers
 @st.composite
 def containers(draw):
@@ -86,7 +119,13 @@ def containers(draw):
     named = draw(st.booleans())
     top_names = [f"d{i}" for i in range(rank)] if named else [None] * rank
     own = [draw(st.sampled_from([None, "e"])) for _ in extra]
-    nested = TensorDict({"b": b}, list(batch + extra))
+    inner = batch + extra
+    if draw(st.booleans()):
+        inner_codes = torch.randint(0, len(VALUES), inner, generator=gen)
+        t = NonTensorStack.from_list(_values(inner_codes).tolist(), batch_size=list(inner))
+    else:
+        inner_codes, t = torch.full(inner, 1), VALUES[1]
+    nested = TensorDict({"b": b, "t": t}, list(inner))
     if named or any(own):
         nested.names = top_names + own
     stacked = rank and draw(st.booleans())
@@ -106,7 +145,7 @@ def containers(draw):
         {("a",): a.clone(), ("n", "b"): b.clone()},
         {(): batch, ("n",): batch + extra},
         {(): top_names, ("n",): top_names + own},
-        {("s",): codes},
+        {("s",): codes, ("n", "t"): inner_codes},
     )
     return container, ref
 
@@ -195,8 +234,19 @@ def ops(draw, batch: tuple, dtype: torch.dtype):
         names += ["unflatten", "permute", "transpose", "movedim", "repeat", "repeat_interleave"]
         names += ["split", "chunk", "unbind", "tensor_split", "cat", "gather", "masked_select"]
         names += ["masked_fill", "where", "pad", "roll", "flip", "narrow", "torch_split"]
+    names += ["batch_size"]
     name = draw(st.sampled_from(names))
     nd = lambda d: _norm(d, r)  # noqa: E731
+
+    if name == "batch_size":  # the setter, in place: shrink, or grow by one dim
+        grow = not r or draw(st.booleans())
+        new = batch + (draw(st.integers(1, 3)),) if grow else batch[: draw(st.integers(0, r - 1))]
+
+        def call(c):
+            c.batch_size = list(new)
+            return c
+
+        return dict(name=f"batch_size = {list(new)}", call=call, ref=_set_batch_size(new))
 
     if name in ("reshape", "view"):
         shape = _factor(draw, numel)
@@ -578,7 +628,7 @@ def test_shape_op_sequences_match_torch_on_every_leaf(data, start):
         trail.append(op["name"])
         label = " -> ".join(trail)
         try:
-            expected = _apply_ref(ref, op)
+            expected = op["ref"](ref, container) if "ref" in op else _apply_ref(ref, op)
         except (RuntimeError, IndexError, ValueError, TypeError):
             try:
                 op["call"](container)

@@ -548,6 +548,8 @@ class ConstructorsMixin(ContainerMixin):
                 shapes.append(tuple(view._batch_size))
             elif isinstance(value, _Tensor):
                 shapes.append(tuple(leaf_shape(value)))  # -1 at a nested tensor's ragged dims
+            elif isinstance(value, NonTensorStack):  # one value per element: its dims bind
+                shapes.append(tuple(value.batch_size))
         if not shapes:  # no tensor below this level constrains it: it keeps its batch size
             return self
         common: list[int] = []

@@ -62,9 +62,14 @@ class BatchMixin(ContainerMixin):
                     f"non-tensor stack at key {key!r} has batch size {list(item.batch_size)}."
                 )
         check_parent_batch(self, size, f"{type(self).__name__}.batch_size")
-        if self._names is not None and len(size) != len(self._names):
-            self._names = None
+        old = len(self._batch_size)
         self._batch_size = size
+        if ndim == old or (self._names is None and ndim < old):
+            return
+        # the dims that stay keep their names, new ones have none (as tensordict does);
+        # a nested level shares the new dims, so it takes their names too
+        kept = self._names[:ndim] if self._names is not None else (None,) * min(ndim, old)
+        self.names = list(kept) + [None] * (ndim - old)
 
     # ------------------------------------------------------------ validators
     def _check_batch_size(self) -> None:

@@ -198,7 +198,7 @@ class IndexOpsMixin(ContainerMixin):
         order = [next(rest) if d is None else d for d in order]
         if order == list(range(ndim)):
             return self  # nothing moves: the container itself, as tensordict returns
-        return self.permute(*order) if ndim else self._like(dict(self._data))
+        return self.permute(*order) if ndim else self._shallow_copy()
 
     moveaxis = movedim
 

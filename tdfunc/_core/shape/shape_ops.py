@@ -148,16 +148,27 @@ class ShapeOpsMixin(ContainerMixin):
         out = self._map(lambda v: v.unflatten(dim, inner), new_size, names)
         return write_back(out, self)
 
-    def squeeze(self, dim: int | None = None) -> Self:
-        """Remove batch dims of size 1 (all of them, or ``dim`` only)."""
+    def squeeze(self, dim: int | tuple | list | None = None) -> Self:
+        """Remove batch dims of size 1: all of them, ``dim`` only, or the dims in a tuple
+        (as ``torch.squeeze``, a listed dim whose size is not 1 stays).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(1, 2, 1)}, [1, 2, 1])
+            >>> td.squeeze().batch_size, td.squeeze((0, -1)).batch_size, td.squeeze(1).batch_size
+            (torch.Size([2]), torch.Size([2]), torch.Size([1, 2, 1]))
+        """
         size = self._batch_size
+        api = f"{type(self).__name__}.squeeze"
         if dim is None:
             dims = [d for d, s in enumerate(size) if s == 1]
         else:
-            dim = normalize_dim(dim, len(size), f"{type(self).__name__}.squeeze")
-            dims = [dim] if size[dim] == 1 else []
-        if not dims:
-            return self._like(dict(self._data))
+            given = [dim] if isinstance(dim, int) else list(dim)
+            given = [normalize_dim(d, len(size), api) for d in given]
+            if len(set(given)) != len(given):  # RuntimeError, as torch.squeeze
+                raise RuntimeError(f"{api}: dim {given} appears more than once in the dims.")
+            dims = sorted(d for d in given if size[d] == 1)
+        if not dims:  # new containers at every level (not the source's nested ones)
+            return write_back(self._shallow_copy(), self)
         new_size = torch.Size([s for d, s in enumerate(size) if d not in dims])
         names = self._names and _clean(tuple(n for d, n in enumerate(self._names) if d not in dims))
 
