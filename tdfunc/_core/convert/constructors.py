@@ -528,8 +528,10 @@ class ConstructorsMixin(ContainerMixin):
     def auto_batch_size_(self, batch_dims: int | None = None):
         """Set the batch size (nested containers first) to the leading dims all leaves share.
 
-        Non-tensor values do not count; a level without tensors (at any depth) keeps
-        its batch size (cut to ``batch_dims`` when given).
+        A ``NonTensorData`` value does not count (it takes any batch size); a
+        ``NonTensorStack`` holds one value per element, so its batch dims count as a
+        tensor's would. A level without either (at any depth) keeps its batch size (cut
+        to ``batch_dims`` when given).
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(3, 4, 5), "b": torch.zeros(3, 4)}, [])
