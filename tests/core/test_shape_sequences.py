@@ -284,7 +284,7 @@ def ops(draw, batch: tuple, dtype: torch.dtype):
 
         return dict(
             name=f"flatten({start}, {end})",
-            call=lambda c: c.flatten(start, end),
+            call=lambda c: torch.flatten(c, start, end) if start < 0 else c.flatten(start, end),
             leaf=lambda t, r: t.flatten(_norm(start, r), _norm(end, r)),
             names=lambda n, r: (
                 n[: nd(start)] + [None] + n[nd(end) + 1 :] if nd(start) != nd(end) else n
@@ -306,7 +306,7 @@ def ops(draw, batch: tuple, dtype: torch.dtype):
         d = _norm(dim, r + 1)
         return dict(
             name=f"unsqueeze({dim})",
-            call=lambda c: c.unsqueeze(dim),
+            call=lambda c: torch.unsqueeze(c, dim) if dim < 0 else c.unsqueeze(dim),
             leaf=lambda t, r: t.unsqueeze(d),
             names=lambda n, r: n[:d] + [None] + n[d:],
         )
@@ -384,7 +384,7 @@ def ops(draw, batch: tuple, dtype: torch.dtype):
             order = list(range(r))
             order[nd(d0)], order[nd(d1)] = order[nd(d1)], order[nd(d0)]
             given = (d0, d1)
-            call = lambda c: c.transpose(d0, d1)  # noqa: E731
+            call = lambda c: torch.transpose(c, d0, d1) if d0 < 0 else c.transpose(d0, d1)  # noqa: E731
         else:
             src = draw(st.lists(st.integers(0, r - 1), min_size=1, max_size=r, unique=True))
             dst = draw(
@@ -410,16 +410,22 @@ def ops(draw, batch: tuple, dtype: torch.dtype):
         reps = [draw(st.integers(1, 2)) for _ in range(r + draw(st.integers(0, 1)))]
         return dict(
             name=f"repeat({reps})",
-            call=lambda c: c.repeat(*reps),
+            call=lambda c: c.repeat(*reps) if len(reps) % 2 else torch.tile(c, reps),
             leaf=lambda t, r: t.repeat(reps + [1] * (t.dim() - r)),
             names=lambda n, r: [None] * (len(reps) - r) + n,
         )
     if name == "repeat_interleave":
         dim = draw(st.integers(-r, r - 1))
         k = draw(st.integers(1, 2))
+        if draw(st.booleans()):  # one count per element
+            gen = torch.Generator().manual_seed(draw(st.integers(0, 99)))
+            k = torch.randint(0, 3, (batch[nd(dim)],), generator=gen)
+        function = draw(st.booleans())
         return dict(
             name=f"repeat_interleave({k}, {dim})",
-            call=lambda c: c.repeat_interleave(k, dim),
+            call=lambda c: (
+                torch.repeat_interleave(c, k, dim) if function else c.repeat_interleave(k, dim)
+            ),
             leaf=lambda t, r: t.repeat_interleave(k, _norm(dim, r)),
             names=_keep,
         )
@@ -547,7 +553,7 @@ def ops(draw, batch: tuple, dtype: torch.dtype):
         dims = draw(st.lists(st.integers(-r, r - 1), min_size=1, max_size=r, unique_by=nd))
         return dict(
             name=f"flip({dims})",
-            call=lambda c: c.flip(*dims),
+            call=lambda c: c.flip(*dims) if len(dims) % 2 else torch.flip(c, dims),
             leaf=lambda t, r: t.flip([nd(d) for d in dims]),
             names=_keep,
         )
@@ -560,7 +566,9 @@ def ops(draw, batch: tuple, dtype: torch.dtype):
             start -= n  # a negative start counts from the end, as in torch
         return dict(
             name=f"narrow({dim}, {start}, {length})",
-            call=lambda c: c.narrow(dim, start, length),
+            call=lambda c: (
+                torch.narrow(c, dim, start, length) if start < 0 else c.narrow(dim, start, length)
+            ),
             leaf=lambda t, r: t.narrow(nd(dim), start, length),
             names=_keep,
         )

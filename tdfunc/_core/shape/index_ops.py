@@ -381,8 +381,8 @@ class IndexOpsMixin(ContainerMixin):
             dim = 0
         d = one_batch_dim(self, dim, "repeat_interleave")
         size = list(self._batch_size)
-        if isinstance(repeats, _Tensor) and repeats.numel() > 1:
-            size[d] = int(repeats.sum())
+        if isinstance(repeats, _Tensor) and repeats.numel() != 1:  # one count per element
+            size[d] = int(repeats.sum())  # (none for an empty dim)
         else:
             size[d] = size[d] * int(repeats)
 
