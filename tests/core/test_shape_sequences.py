@@ -122,7 +122,7 @@ def containers(draw):
     inner = batch + extra
     if draw(st.booleans()):
         inner_codes = torch.randint(0, len(VALUES), inner, generator=gen)
-        t = NonTensorStack.from_list(_values(inner_codes).tolist(), batch_size=list(inner))
+        t = NonTensorStack.from_list(_decode(inner_codes), batch_size=list(inner))
     else:
         inner_codes, t = torch.full(inner, 1), VALUES[1]
     nested = TensorDict({"b": b, "t": t}, list(inner))
@@ -131,7 +131,7 @@ def containers(draw):
     stacked = rank and draw(st.booleans())
     if stacked:
         codes = torch.randint(0, len(VALUES), batch, generator=gen)
-        s = NonTensorStack.from_list(_values(codes).tolist(), batch_size=list(batch))
+        s = NonTensorStack.from_list(_decode(codes), batch_size=list(batch))
     else:
         codes = torch.zeros(batch, dtype=torch.int64)
         s = VALUES[0]
@@ -150,22 +150,11 @@ def containers(draw):
     return container, ref
 
 
-class _Codes:
-    def __init__(self, codes: torch.Tensor):
-        self.codes = codes
-
-    def tolist(self):
-        def value(c):
-            return None if c < 0 else VALUES[c]
-
-        def walk(x):
-            return [walk(y) for y in x] if isinstance(x, list) else value(x)
-
-        return walk(self.codes.tolist())
-
-
-def _values(codes: torch.Tensor) -> _Codes:
-    return _Codes(codes)
+def _decode(codes: torch.Tensor) -> list:
+    """The values a tensor of codes stands for, as a nested list (``-1``: ``None``)."""
+    if codes.dim():
+        return [_decode(c) for c in codes]
+    return None if codes < 0 else VALUES[int(codes)]
 
 
 # ---------------------------------------------------------------- ops
@@ -614,7 +603,7 @@ def _check(container, ref: Ref, label: str) -> None:
             got.batch_size,
             codes.shape,
         )
-        assert got.tolist() == _values(codes).tolist(), (label, path, got.tolist())
+        assert got.tolist() == _decode(codes), (label, path, got.tolist())
 
 
 def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
