@@ -131,11 +131,27 @@ def test_a_view_sees_writes_to_its_container_and_its_writes_reach_it():
     assert td["s"] == ["0", "11", "12", "3"]
 
 
-def test_a_write_through_a_derived_container_leaves_the_original_alone():
-    td = TensorDict({"x": torch.arange(3.0), "s": ["a", "b", "c"]}, [3])
-    derived = td.apply(lambda x: x * 2)  # shares the text entry: its write must not reach td
+@pytest.mark.parametrize(
+    "derive",
+    [
+        lambda t: t.apply(lambda x: x * 2),
+        lambda t: t + 1,
+        lambda t: t * 2,
+        lambda t: t.abs(),
+        lambda t: t.sqrt(),
+        lambda t: t.clamp(0, 10),
+        lambda t: torch.exp(t),
+        lambda t: torch.lerp(t, t, 0.5),
+        lambda t: torch.where(torch.ones(3, dtype=torch.bool), t, t),
+    ],
+)
+def test_a_write_into_the_result_of_a_tensor_op_leaves_the_original_alone(derive):
+    td = TensorDict({"x": torch.arange(1.0, 4.0), "s": ["a", "b", "c"]}, [3])
+    _ = td[0]  # an element read through an index: writes into td's stack are in place
+    derived = derive(td)  # new tensors: a write into it must reach none of td's values
     derived[0] = TensorDict({"x": torch.tensor(0.0), "s": "z"}, [])
-    assert td["s"] == ["a", "b", "c"] and derived["s"] == ["z", "b", "c"]
+    assert td["x"].tolist() == [1.0, 2.0, 3.0] and td["s"] == ["a", "b", "c"]
+    assert derived["s"] == ["z", "b", "c"]
 
 
 _INDICES = [0, 1, -1, slice(None), slice(1, None), slice(0, 2), slice(None, None, 2), ...]

@@ -77,6 +77,17 @@ class NonTensorData(_Saving):
     def data(self, value: Any) -> None:
         self._held = value
 
+    def _fresh(self) -> NonTensorData:
+        """A new leaf holding the same value, for a container made by an op that makes new
+        tensors: a write into that container at an index (in place into a stack that
+        elements were read from) must not reach this leaf, as it reaches none of the
+        tensors. Values are never changed inside their lists, so sharing them is safe."""
+        leaf = type(self)._make(self.data, self.batch_size, self.device)
+        names = getattr(self, "_names", None)
+        if names is not None:
+            leaf._names = names
+        return leaf
+
     def _bump(self) -> None:
         """Count a change of value (what elements read from this leaf compare with)."""
         state = self.__dict__
@@ -473,7 +484,9 @@ class NonTensorStack(NonTensorData):
     behave as tensor views do: they show later writes to the stack (also those made
     through a container holding it, ``td[1] = ...``) and their own writes reach it.
     A ``NonTensorData`` (one value for a whole batch) has no elements to share: an
-    index reads its value as it is then.
+    index reads its value as it is then. Other operations (``reshape``, ``detach``,
+    arithmetic, ...) give their result its own values, also where its tensors are
+    views; ``select``, ``copy`` and ``exclude`` share the leaf, as they share tensors.
 
     Example:
         >>> stack = NonTensorStack(["a", "b", "c"], batch_size=[3])
