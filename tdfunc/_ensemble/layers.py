@@ -316,8 +316,10 @@ def _batch_norm(module: nn.Module, slots: dict, context: BatchContext):
         fresh = (running_mean, running_var)
         if per_member is not None:
             # momentum 1 leaves this batch's statistics in fresh tensors; each member
-            # then moves its running statistics towards them by its own factor
-            fresh = tuple(None if r is None else torch.empty_like(r) for r in fresh)
+            # then moves its running statistics towards them by its own factor. The
+            # update computes 0 * old + 1 * stats: the old values must be numbers (an
+            # uninitialised NaN would survive the product), so zeros, not empty.
+            fresh = tuple(None if r is None else torch.zeros_like(r) for r in fresh)
         out = F.batch_norm(
             h,
             fresh[0],

@@ -19,6 +19,8 @@ inputs, an optional initial state), with the member dim in front.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -93,6 +95,42 @@ def _dims_error(module: nn.Module, expected: str, got: int) -> ValueError:
     )
 
 
+def _check_input(module: nn.Module, x: torch.Tensor) -> None:
+    if x.shape[-1] != module.input_size:
+        raise RuntimeError(
+            f"{type(module).__name__}: input.size(-1) must be equal to input_size. Expected "
+            f"{module.input_size}, got {x.shape[-1]}."
+        )
+
+
+def _state(module: nn.Module, state: Any, expected: tuple, at: int, unbatched: bool, what: str):
+    """A given initial state in the layout of the steps (member dim first, the batch dim at
+    ``at``), once its shape per member is the one torch's layer expects (``expected``,
+    for a batched input); ``None`` stays ``None``."""
+    if state is None:
+        return None
+    want = expected[: at - 1] + expected[at:] if unbatched else expected
+    got = tuple(state.shape[1:]) if isinstance(state, torch.Tensor) else None
+    if got != want:
+        shown = list(got) if got is not None else type(state).__name__
+        raise RuntimeError(
+            f"{type(module).__name__}: Expected {what} size {want}, got {shown} (per member: "
+            f"the ensemble adds the member dim in front)."
+        )
+    return state.unsqueeze(at) if unbatched else state
+
+
+def _pair(module: nn.Module, hx: Any) -> tuple:
+    if hx is None:
+        return None, None
+    if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+        raise RuntimeError(
+            f"{type(module).__name__}: expected the state as a tuple (h, c), got "
+            f"{type(hx).__name__}."
+        )
+    return hx[0], hx[1]
+
+
 def _zeros(x: torch.Tensor, *shape: int) -> torch.Tensor:
     return torch.zeros(*shape, dtype=x.dtype, device=x.device)
 
@@ -142,14 +180,12 @@ def _recurrent(module: nn.Module, slots: dict, context: BatchContext):
             if module.batch_first
             else input.transpose(1, 2)
         )
+        _check_input(module, seq)
         n, batch = seq.shape[0], seq.shape[1]
-        if is_lstm:
-            h0, c0 = (None, None) if hx is None else hx
-        else:
-            h0, c0 = hx, None
-        if unbatched:
-            h0 = None if h0 is None else h0.unsqueeze(2)
-            c0 = None if c0 is None else c0.unsqueeze(2)
+        h0, c0 = _pair(module, hx) if is_lstm else (hx, None)
+        states = layers * directions
+        h0 = _state(module, h0, (states, batch, out_size), 2, unbatched, "hidden")
+        c0 = _state(module, c0, (states, batch, hidden), 2, unbatched, "cell")
         if h0 is None:
             h0 = _zeros(seq, n, layers * directions, batch, out_size)
         if is_lstm and c0 is None:
@@ -207,10 +243,10 @@ def _recurrent_cell(module: nn.Module, slots: dict, context: BatchContext):
             raise _dims_error(module, "1D or 2D", input.dim() - 1)
         unbatched = input.dim() == 2
         x = input.unsqueeze(1) if unbatched else input
-        h, c = (hx if is_lstm else (hx, None)) if hx is not None else (None, None)
-        if unbatched:
-            h = None if h is None else h.unsqueeze(1)
-            c = None if c is None else c.unsqueeze(1)
+        _check_input(module, x)
+        h, c = _pair(module, hx) if is_lstm else (hx, None)
+        h = _state(module, h, (x.shape[1], hidden), 1, unbatched, "hidden")
+        c = _state(module, c, (x.shape[1], hidden), 1, unbatched, "cell")
         if h is None:
             h = _zeros(x, x.shape[0], x.shape[1], hidden)
         if is_lstm and c is None:

@@ -138,3 +138,30 @@ def test_training_steps_match_torch_optim_per_member():
         name = ".".join(key) if isinstance(key, tuple) else key
         expected = torch.stack([dict(m.named_parameters())[name] for m in models])
         torch.testing.assert_close(stacked, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("layer", "x", "state", "message"),
+    [
+        (lambda: nn.GRU(4, 6), torch.randn(5, 2, 4), torch.randn(1, 1, 6), "hidden size"),
+        (lambda: nn.GRU(4, 6), torch.randn(5, 4), torch.randn(1, 2, 6), "hidden size"),
+        (lambda: nn.GRU(4, 6), torch.randn(5, 2, 3), None, "input_size"),
+        (lambda: nn.LSTM(4, 6), torch.randn(5, 2, 4), (torch.randn(1, 2, 6),), "tuple"),
+        (
+            lambda: nn.LSTM(4, 6, proj_size=2),
+            torch.randn(5, 2, 4),
+            (torch.randn(1, 2, 6), torch.randn(1, 2, 6)),
+            "hidden size",
+        ),  # fmt: skip
+        (lambda: nn.GRUCell(4, 6), torch.randn(5, 4), torch.randn(1, 6), "hidden size"),
+        (lambda: nn.LSTMCell(4, 6), torch.randn(4), (torch.randn(6), torch.randn(5)), "cell"),
+    ],
+)
+def test_states_and_inputs_of_the_wrong_shape_are_refused_as_torch_does(layer, x, state, message):
+    models = _members(layer)
+    args = (x,) if state is None else (x, state)
+    with pytest.raises((RuntimeError, IndexError)):  # torch's own layer refuses them too
+        models[0](*args)
+    ensemble = Ensemble(*models)  # a state broadcast over the batch would be a wrong answer
+    with pytest.raises(RuntimeError, match=message):
+        ensemble(*args)

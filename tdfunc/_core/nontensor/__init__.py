@@ -24,6 +24,7 @@ from .leaves import (
     padded,
     stack_non_tensor,
     write_at,
+    written,
 )
 from .linked import LinkedList
 from .mixin import NonTensorMixin
@@ -44,4 +45,5 @@ __all__ = [
     "stack_non_tensor",
     "stack_of_list",
     "write_at",
+    "written",
 ]
