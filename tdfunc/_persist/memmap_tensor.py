@@ -271,12 +271,12 @@ class MemoryMappedTensor(torch.Tensor):
                 f"MemoryMappedTensor.from_tensor: expected a torch.Tensor, got "
                 f"{type(input).__name__}. Convert it first (torch.as_tensor)."
             )
-        if copy_data:
-            check_has_data(input, "MemoryMappedTensor.from_tensor")
         sizes = None
         if input.is_nested:
             sizes = component_sizes(input, shape, "from_tensor")
             input, shape = nested_flat(input), None
+        if copy_data:
+            check_has_data(input, "MemoryMappedTensor.from_tensor")
         shape = input.shape if shape is None else _size_arg((shape,), "from_tensor")
         if copy_data and input.shape != shape:
             try:
