@@ -166,3 +166,28 @@ def test_a_tensor_without_values_of_its_own_is_a_clear_error(tmp_path, kind):
     # only the shape and dtype are needed to allocate: reference, a zero tensor
     like = TensorDict({"a": value}, [3]).memmap_like(path)
     assert torch.equal(like["a"].as_subclass(torch.Tensor), torch.zeros(3))
+
+
+def test_indexed_writes_reach_the_file_for_text_as_for_tensors(tmp_path):
+    # td[i] = ... wrote the tensor into its file but replaced the text in memory only
+    TensorDict({"x": torch.arange(4), "s": ["a", "b", "c", "d"]}, [4]).memmap(tmp_path / "x")
+    loaded = TensorDict.load_memmap(tmp_path / "x")
+    loaded[1] = TensorDict({"x": torch.tensor(10), "s": "Z"}, [])
+    loaded.set_at_("s", "Y", 2)
+    again = TensorDict.load_memmap(tmp_path / "x")
+    assert again["x"].tolist() == [0, 10, 2, 3]
+    assert list(again["s"]) == list(loaded["s"]) == ["a", "Z", "Y", "d"]
+
+
+def test_indexed_write_of_different_values_into_a_saved_single_value_is_refused(tmp_path):
+    single = NonTensorData("a", batch_size=[4])
+    TensorDict({"x": torch.arange(4), "s": single}, [4]).memmap(tmp_path / "x")
+    loaded = TensorDict.load_memmap(tmp_path / "x")
+    with pytest.raises(ValueError, match="holds one value for its whole batch"):
+        loaded[1] = TensorDict({"x": torch.tensor(10), "s": "Z"}, [])
+    with pytest.raises(ValueError, match="set_at_"):
+        loaded.set_at_("s", "Z", 0)
+    assert loaded["x"].tolist() == [0, 1, 2, 3] and loaded["s"] == "a"  # nothing written
+    loaded[:] = TensorDict({"x": torch.tensor(7), "s": "Q"}, [])  # one value everywhere
+    again = TensorDict.load_memmap(tmp_path / "x")
+    assert again["s"] == "Q" and again["x"].tolist() == [7, 7, 7, 7]

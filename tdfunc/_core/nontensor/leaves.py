@@ -701,20 +701,53 @@ def write_at(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
     return from_array(array, leaf.device)
 
 
-def written(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
+def written(
+    leaf: NonTensorData, index: Any, value: Any, key: Any = None, api: str = "__setitem__"
+) -> NonTensorData:
     """``leaf`` with ``value`` written at ``index``, as a container's write leaves it.
 
-    A stack that elements were read from through an index (``td[1:]``) is written in
-    place, so that those elements see the write and their own writes still reach it,
-    as views of a tensor do. Any other leaf is replaced by a new one: it may be shared
-    with containers made from this one (``apply`` and the tensor ops pass non-tensor
-    leaves through), which a write here must not change.
+    A leaf stored somewhere the write must reach is written in place: a stack that
+    elements were read from through an index (``td[1:]``: they see the write and
+    their own writes still reach it, as views of a tensor do), and a leaf written to
+    a file by ``memmap`` (the file gets the new values, as a memory-mapped tensor's
+    does). Any other leaf is replaced by a new one. Call :func:`check_written` first
+    where other entries are written too: a memory-mapped ``NonTensorData`` refuses
+    different values per element (its file holds one value).
     """
     new = write_at(leaf, index, value)
-    if new is leaf or type(new) is not NonTensorStack or not leaf.__dict__.get("_viewed"):
+    state = leaf.__dict__
+    if new is leaf or not (state.get("_viewed") or "_write_back" in state):
         return new
-    leaf._set_value(new._held)  # only a stack is read through an index (``_viewed``)
+    if type(leaf) is NonTensorData:  # written to a file: one value for the batch
+        leaf._set_value(_single_value(leaf, new, index, key, api))
+        return leaf
+    leaf._set_value(new._held)
     return leaf
+
+
+def check_written(leaf: NonTensorData, index: Any, value: Any, key: Any, api: str) -> None:
+    """Raise now what :func:`written` would raise, before any entry is written."""
+    if type(leaf) is NonTensorData and "_write_back" in leaf.__dict__:
+        new = write_at(leaf, index, value)
+        if new is not leaf:
+            _single_value(leaf, new, index, key, api)
+
+
+def _single_value(leaf: NonTensorData, new: NonTensorData, index: Any, key: Any = None,
+                  api: str = "__setitem__") -> Any:  # fmt: skip
+    """The one value of ``new`` (``leaf`` after a write), or a ``ValueError``."""
+    if type(new) is NonTensorData:
+        return new._held
+    values = new._array().reshape(-1)
+    if all(_equal(v, values[0]) for v in values[1:]):
+        return values[0]
+    shown = "" if key is None else f" at key {key!r}"
+    raise ValueError(
+        f"TensorDict.{api}: cannot write different values at index {index!r} into the "
+        f"memory-mapped NonTensorData{shown}: it holds one value for its whole batch, and "
+        f"its file has room for one. Nothing was written. Hint: write one value to every "
+        f"element, or save the container again with a NonTensorStack there."
+    )
 
 
 def stack_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
