@@ -19,7 +19,13 @@ from .. import options
 from ..context import hand_out
 from ..frozen import FROZEN
 from ..mixin import is_tensor_collection
-from ..nontensor import NonTensorData, NonTensorStack, stack_of_list
+from ..nontensor import (
+    NonTensorData,
+    NonTensorStack,
+    replace_in_place,
+    stack_of_list,
+    write_to_file,
+)
 from ..shape.sizes import BatchSizeMismatchError, leaf_shape
 from .fastpath import is_tensor_kind
 from .nested import MISSING, key_parts, unravel_key
@@ -108,6 +114,10 @@ def items_of(other: Any, api: str) -> list:
     raise TypeError(
         f"TensorDict.{api}: expected a mapping (dict, TensorDict, ...), got {type(other).__name__}."
     )
+
+
+# in the copies of a write: the leaf's new value goes to the file it is bound to
+_TO_FILE = object()
 
 
 def rollback(undo: list) -> None:
@@ -262,14 +272,17 @@ def write(td, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None
                 prefix,
             )
         for target, source, key in copies:
-            check_copy_target(target, source, key, api)
+            if source is not _TO_FILE:
+                check_copy_target(target, source, key, api)
     except BaseException:
         rollback(undo)
         raise
     done = 0
     try:
         for target, source, _ in copies:
-            if isinstance(target, NonTensorData):
+            if source is _TO_FILE:
+                write_to_file(target)
+            elif isinstance(target, NonTensorData):
                 target.update(source, inplace=True)
             else:
                 target.copy_(source)
@@ -429,6 +442,10 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
         swaps_value = inplace and isinstance(existing, NonTensorData)
         if not (swaps_value and isinstance(new, NonTensorData)) or node._is_locked == FROZEN:
             node._check_writable(api, full)
+    if inplace and isinstance(existing, NonTensorData) and isinstance(new, NonTensorData):
+        bound = replace_in_place(existing, new, write=False)
+        if "_write_back" in bound.__dict__:  # a memory-mapped leaf: to its file after the checks
+            copies.append((bound, _TO_FILE, full))
     undo.append((node._data, key, existing))
     node._data[key] = new
     if is_tensor_collection(new):

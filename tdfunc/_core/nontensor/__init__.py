@@ -22,8 +22,10 @@ from .leaves import (
     cat_non_tensor,
     from_array,
     padded,
+    replace_in_place,
     stack_non_tensor,
     write_at,
+    write_to_file,
 )
 from .linked import LinkedList
 from .mixin import NonTensorMixin
@@ -41,7 +43,9 @@ __all__ = [
     "from_array",
     "is_non_tensor",
     "padded",
+    "replace_in_place",
     "stack_non_tensor",
     "stack_of_list",
     "write_at",
+    "write_to_file",
 ]

@@ -632,6 +632,31 @@ def as_array(leaf: NonTensorData | Any, batch_size: torch.Size) -> np.ndarray:
     return array
 
 
+def replace_in_place(existing: Any, new: NonTensorData, write: bool = True) -> NonTensorData:
+    """``new`` as the in-place successor of the leaf ``existing``; returns what to store.
+
+    A leaf loaded from (or saved to) a directory writes its values back there, as
+    a memory-mapped tensor does through its mapping: when an in-place write
+    (``td[idx] = ...``, ``set_``, ``update_``, ``copy_``) replaces such a leaf, the
+    new leaf stays bound to the directory and (unless ``write`` is False: the
+    caller calls :func:`write_to_file` once the whole write is known to succeed)
+    its value is written there.
+    """
+    if new is existing or "_write_back" not in getattr(existing, "__dict__", {}):
+        return new
+    new.__dict__.update(
+        (name, value) for name, value in existing.__dict__.items() if name != "_view_of"
+    )
+    if write:
+        write_to_file(new)
+    return new
+
+
+def write_to_file(leaf: NonTensorData) -> None:
+    """Write a bound leaf's value (and whether it is a stack) to the directory it mirrors."""
+    leaf.__dict__["_write_back"](leaf.data, stack=type(leaf) is NonTensorStack)
+
+
 def write_at(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
     """A new leaf equal to ``leaf`` with ``value`` (a leaf or a Python value) at ``index``."""
     if type(leaf) is NonTensorData:
