@@ -202,6 +202,9 @@ class ShapeOpsMixin(ContainerMixin):
         """Swap two batch dims."""
         ndim = len(self._batch_size)
         api = f"{type(self).__name__}.transpose"
+        dim0, dim1 = (
+            normalize_dim(d, ndim, api) if not isinstance(d, int) else d for d in (dim0, dim1)
+        )
         if not (-ndim <= dim0 < ndim and -ndim <= dim1 < ndim):
             raise DimOutOfRangeError(
                 f"{api}: dim0 and dim1 must be within the range of the number of dimensions "
