@@ -18,7 +18,7 @@ import torch
 from ..frozen import refuse_frozen_inside
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, eq_mask
-from .leafwise import like_pair
+from .leafwise import check_in_place, like_pair
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -129,7 +129,7 @@ def _inplace(self, other: Any, method: str, *args: Any):
     pairs: list = []
     _in_place_pairs(self, other, method, (), pairs)
     for path, value, rhs in pairs:
-        _check_in_place(type(self).__name__, method, path, value, rhs)
+        check_in_place(type(self).__name__, method, path, value, rhs)
     for _, value, rhs in pairs:
         getattr(value, method)(rhs, *args)
     return self
@@ -157,45 +157,6 @@ def _in_place_pairs(node: Any, other: Any, method: str, path: tuple, out: list) 
         else:
             view = value._to_tensordict_view()
             _in_place_pairs(view, rhs, method, (*path, key), out)
-
-
-def _check_in_place(name: str, method: str, path: tuple, value: torch.Tensor, rhs: Any) -> None:
-    """Raise what ``value.<method>(rhs)`` would raise for its dtype or shape, naming the key."""
-    key = path[0] if len(path) == 1 else path
-    if isinstance(rhs, torch.Tensor):
-        try:
-            fits = torch.broadcast_shapes(value.shape, rhs.shape) == value.shape
-        except RuntimeError:
-            fits = False
-        if not fits:
-            raise RuntimeError(
-                f"{name}.{method}: the operand at key {key!r} has shape {list(rhs.shape)}, "
-                f"which does not broadcast to the entry's shape {list(value.shape)}; no "
-                f"entry was changed."
-            )
-    if method == "lerp_":
-        ok = value.dtype.is_floating_point or value.dtype.is_complex
-        ok = ok and (not isinstance(rhs, torch.Tensor) or rhs.dtype == value.dtype)
-        reason = "lerp_ interpolates floating-point entries of the same dtype"
-    elif isinstance(rhs, (torch.Tensor, numbers.Number)) and not isinstance(rhs, torch.SymInt):
-        try:
-            result = torch.result_type(value, rhs)
-        except TypeError:  # a scalar type torch does not promote here: the op decides
-            return
-        if method == "div_" and not (result.is_floating_point or result.is_complex):
-            result = torch.get_default_dtype()  # true division of integers gives floats
-        ok = torch.can_cast(result, value.dtype)
-        reason = f"the result ({result}) cannot be stored in place"
-    else:
-        return
-    if not ok:
-        rhs_kind = rhs.dtype if isinstance(rhs, torch.Tensor) else type(rhs).__name__
-        raise RuntimeError(
-            f"{name}.{method}: cannot update the {value.dtype} entry at key {key!r} with a "
-            f"{rhs_kind} operand: {reason}; no entry was changed. Hint: select the entries "
-            f"to update first (it shares their tensors), e.g. "
-            f"td.select(*[k for k, v in td.items(True, True) if v.is_floating_point()])."
-        )
 
 
 class ArithmeticMixin(ContainerMixin):
@@ -336,6 +297,12 @@ class ArithmeticMixin(ContainerMixin):
         if not getattr(type(end), "_is_tensor_collection", False):
             raise TypeError(
                 f"{type(self).__name__}.lerp_: end must be a TensorDict with the same keys."
+            )
+        if getattr(type(weight), "_is_tensor_collection", False):
+            raise TypeError(
+                f"{type(self).__name__}.lerp_: weight must be a number or a tensor, got a "
+                f"{type(weight).__name__}. For a weight per entry, use "
+                f"td.apply_(torch.lerp, end, weight)."
             )
         return _inplace(self, end, "lerp_", weight)
 
