@@ -118,9 +118,19 @@ def test_an_update_that_cannot_reach_an_integer_buffer_changes_nothing(update):
         assert torch.equal(value, before[name]), name
 
 
-def test_an_operand_of_the_wrong_shape_changes_nothing():
+@pytest.mark.parametrize("method", ["add_", "mul_", "maximum_", "clamp_min_", "lerp_"])
+def test_an_operand_of_the_wrong_shape_changes_nothing(method):
     params = TensorDict({"a": torch.zeros(3), "b": {"c": torch.zeros(2)}}, [])
     other = TensorDict({"a": torch.ones(3), "b": {"c": torch.ones(5)}}, [])
+    args = (TAU,) if method == "lerp_" else ()
     with pytest.raises(RuntimeError, match=r"\('b', 'c'\).*no entry was changed"):
-        params.add_(other)
+        getattr(params, method)(other, *args)
     assert not params["a"].any()
+
+
+@pytest.mark.parametrize("method", ["clamp_min_", "pow_", "maximum_"])
+def test_a_pointwise_update_that_cannot_reach_an_integer_entry_changes_nothing(method):
+    params = TensorDict({"a": torch.full((3,), 2.0), "n": torch.ones((), dtype=torch.long)}, [])
+    with pytest.raises(RuntimeError, match=r"'n'.*no entry was changed"):
+        getattr(params, method)(0.5)
+    assert torch.equal(params["a"], torch.full((3,), 2.0))
