@@ -26,6 +26,7 @@ from .leaves import (
     stack_non_tensor,
     write_at,
     write_to_file,
+    written,
 )
 from .linked import LinkedList
 from .mixin import NonTensorMixin
@@ -48,4 +49,5 @@ __all__ = [
     "stack_of_list",
     "write_at",
     "write_to_file",
+    "written",
 ]

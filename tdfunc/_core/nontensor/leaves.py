@@ -45,7 +45,8 @@ class NonTensorData(_Saving):
 
     # ``__dict__`` holds only what a leaf gains after construction (lock, shared and
     # memory-mapped marks, a write-back to its file): building one stays four stores.
-    __slots__ = ("__dict__", "__weakref__", "_names", "batch_size", "data", "device")
+    # ``_held``: the value, read through ``data`` (an element of a stack refreshes it).
+    __slots__ = ("__dict__", "__weakref__", "_held", "_names", "batch_size", "device")
     _is_non_tensor = True  # what keys(leaves_only=True) leaves out, as tensordict does
     _is_locked = False  # set while a locked container holds it (lock_, share_memory_, memmap_)
     _is_shared = False  # set by the container's share_memory_()
@@ -61,6 +62,38 @@ class NonTensorData(_Saving):
             self.names = names
 
     @property
+    def data(self) -> Any:
+        """The value (for a stack, a nested list shaped like the batch).
+
+        Elements read from a stack through an index (``stack[1:]``, ``td[0]`` of a
+        container holding one) show the stack's current values, as a tensor view
+        shows its base's: a write into the stack after the read is seen here.
+        """
+        if "_view_of" in self.__dict__:
+            self._refresh()
+        return self._held
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        self._held = value
+
+    def _fresh(self) -> NonTensorData:
+        """A new leaf holding the same value, for a container made by an op that makes new
+        tensors: a write into that container at an index (in place into a stack that
+        elements were read from) must not reach this leaf, as it reaches none of the
+        tensors. Values are never changed inside their lists, so sharing them is safe."""
+        leaf = type(self)._make(self.data, self.batch_size, self.device)
+        names = getattr(self, "_names", None)
+        if names is not None:
+            leaf._names = names
+        return leaf
+
+    def _bump(self) -> None:
+        """Count a change of value (what elements read from this leaf compare with)."""
+        state = self.__dict__
+        state["_version"] = state.get("_version", 0) + 1
+
+    @property
     def names(self) -> list:
         """Names of the batch dims (``None`` for an unnamed dim)."""
         names = getattr(self, "_names", None)
@@ -74,7 +107,7 @@ class NonTensorData(_Saving):
     def _make(cls, data: Any, batch_size: torch.Size, device) -> NonTensorData:
         """Trusted constructor: no conversion of its arguments."""
         self = object.__new__(cls)
-        self.data = data
+        self._held = data
         self.batch_size = batch_size
         self.device = device
         return self
@@ -153,18 +186,27 @@ class NonTensorData(_Saving):
                 )
             parent, index = view
             parent[index] = type(self)._make(value, self.batch_size, self.device)
-        self.data = value
+            self.__dict__["_seen"] = parent.__dict__.get("_version", 0)
+        self._held = value
+        self._bump()
         write_back = self.__dict__.get("_write_back")
         if write_back is not None:
             write_back(value)
 
     def _refresh(self) -> None:
-        """An element read from a stack takes the stack's current values (before a write)."""
+        """An element read from a stack takes the stack's current values, when the stack
+        changed since they were read (its ``_version``, after refreshing the stack)."""
         view = self.__dict__.get("_view_of")
-        if view is not None:
-            parent, index = view
-            parent._refresh()
-            self.data = parent._element(index).data
+        if view is None:
+            return
+        parent, index = view
+        parent._refresh()
+        version = parent.__dict__.get("_version", 0)
+        state = self.__dict__
+        if state.get("_seen") != version:
+            self._held = parent._element(index)._held
+            state["_seen"] = version
+            self._bump()
 
     def __setitem__(self, index: Any, value: Any) -> None:
         """Write ``value`` (a value, a list or a non-tensor leaf) at ``index``, in place.
@@ -195,7 +237,8 @@ class NonTensorData(_Saving):
     def __getstate__(self) -> Any:
         # an element of a stack pickles as a plain leaf: its stack stays behind
         state = dict(self.__dict__)
-        state.pop("_view_of", None)
+        for link in ("_view_of", "_seen", "_version", "_viewed"):
+            state.pop(link, None)
         slots = {
             name: getattr(self, name)
             for name in ("_names", "batch_size", "data", "device")
@@ -437,6 +480,13 @@ class NonTensorStack(NonTensorData):
 
     Every shape operation goes through a numpy object array, so indexing with
     tensors or masks, permutes and reshapes behave exactly as they do on a tensor.
+    Indexing with ints, slices, ``None``, ``...`` and bools gives elements that
+    behave as tensor views do: they show later writes to the stack (also those made
+    through a container holding it, ``td[1] = ...``) and their own writes reach it.
+    A ``NonTensorData`` (one value for a whole batch) has no elements to share: an
+    index reads its value as it is then. Other operations (``reshape``, ``detach``,
+    arithmetic, ...) give their result its own values, also where its tensors are
+    views; ``select``, ``copy`` and ``exclude`` share the leaf, as they share tensors.
 
     Example:
         >>> stack = NonTensorStack(["a", "b", "c"], batch_size=[3])
@@ -526,6 +576,8 @@ class NonTensorStack(NonTensorData):
         out = self._element(index)
         if _is_basic(index):
             out._view_of = (self, index)
+            out._seen = self.__dict__.get("_version", 0)
+            self._viewed = True  # a container writing into this stack writes in place
             if self._is_locked:
                 out._is_locked = True
         return out
@@ -632,6 +684,10 @@ def as_array(leaf: NonTensorData | Any, batch_size: torch.Size) -> np.ndarray:
     return array
 
 
+# what ties a leaf to the directory it was saved in (and its container's lock)
+_BINDING = ("_is_memmap", "_write_back", "_is_locked")
+
+
 def replace_in_place(existing: Any, new: NonTensorData, write: bool = True) -> NonTensorData:
     """``new`` as the in-place successor of the leaf ``existing``; returns what to store.
 
@@ -644,9 +700,8 @@ def replace_in_place(existing: Any, new: NonTensorData, write: bool = True) -> N
     """
     if new is existing or "_write_back" not in getattr(existing, "__dict__", {}):
         return new
-    new.__dict__.update(
-        (name, value) for name, value in existing.__dict__.items() if name != "_view_of"
-    )
+    bound = existing.__dict__
+    new.__dict__.update((name, bound[name]) for name in _BINDING if name in bound)
     if write:
         write_to_file(new)
     return new
@@ -669,6 +724,22 @@ def write_at(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
     flat = array.reshape(-1)
     flat[positions.reshape(-1)] = np.broadcast_to(source, positions.shape).reshape(-1)
     return from_array(array, leaf.device)
+
+
+def written(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
+    """``leaf`` with ``value`` written at ``index``, as a container's write leaves it.
+
+    A stack that elements were read from through an index (``td[1:]``) is written in
+    place, so that those elements see the write and their own writes still reach it,
+    as views of a tensor do. Any other leaf is replaced by a new one: it may be shared
+    with containers made from this one (``apply`` and the tensor ops pass non-tensor
+    leaves through), which a write here must not change.
+    """
+    new = write_at(leaf, index, value)
+    if new is leaf or type(new) is not NonTensorStack or not leaf.__dict__.get("_viewed"):
+        return new
+    leaf._set_value(new._held)  # only a stack is read through an index (``_viewed``)
+    return leaf
 
 
 def stack_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:

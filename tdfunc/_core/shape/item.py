@@ -20,7 +20,7 @@ from ..keys.nested import unravel_key
 from ..keys.writes import assign_at, check_copy_target, check_fits, writable_view
 from ..mixin import ContainerMixin
 from ..mixin import is_tensor_collection as _collection
-from ..nontensor import NonTensorData, replace_in_place, write_at
+from ..nontensor import NonTensorData, replace_in_place, write_at, written
 from .indexing import Take, plan, prepare
 from .ragged import resolve_ragged
 from .sizes import (
@@ -271,7 +271,7 @@ def _check_compatible_class(target: Any, value: Any, fields) -> None:
 def _write_non_tensor(data: dict, key: str, index, value: Any) -> None:
     existing = data[key]
     if "_view_of" not in existing.__dict__:
-        data[key] = replace_in_place(existing, write_at(existing, index, value))
+        data[key] = replace_in_place(existing, written(existing, index, value))
         return
     # an element read from a stack (``td[1:]`` of a container holding one): the write
     # reaches the stack, as it reaches the parent's tensors through their views
