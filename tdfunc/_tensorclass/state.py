@@ -266,5 +266,8 @@ def _unknown_name(cls: type, api: str, name: str) -> AttributeError:
     )
 
 
-# stores the inner TensorDict: a slot write, no ``__setattr__`` (frozen classes too)
-_set_td = TensorClassState.__dict__["_td"].__set__
+def _set_td(instance: Any, td: Any) -> None:
+    """Store the inner TensorDict: a slot write past the class's ``__setattr__`` (frozen
+    classes too). ``object.__setattr__`` rather than the slot descriptor's ``__set__``:
+    torch.compile traces the first and breaks the graph on the second."""
+    _setattr(instance, "_td", td)

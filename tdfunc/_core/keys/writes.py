@@ -27,6 +27,8 @@ from .nested import MISSING, key_parts, unravel_key
 _NO_DEFAULT = MISSING
 _SCALARS = (bool, int, float, complex, np.generic)
 _Tensor = torch.Tensor
+# dynamo cannot trace the inference and internal-overlap queries (see _overlaps)
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 _new = object.__new__
@@ -319,6 +321,13 @@ def _has_storage(existing: Any) -> bool:
     )
 
 
+def _overlaps(target: torch.Tensor) -> bool:
+    """Whether several elements of ``target`` share memory (an expanded tensor)."""
+    if _dynamo_compiling():  # the exact query is not traceable; expanding is the usual cause
+        return any(s == 0 and n > 1 for s, n in zip(target.stride(), target.shape))
+    return torch._debug_has_internal_overlap(target) == 1
+
+
 def check_copy_target(target: Any, source: Any, key, api: str) -> None:
     """Raise now what ``target.copy_(source)`` would raise, before any entry is written."""
     if isinstance(target, NonTensorData):
@@ -336,6 +345,8 @@ def check_copy_target(target: Any, source: Any, key, api: str) -> None:
         base = target._base if target._is_view() else target
         if base is not None and base.is_leaf:
             problem = "it is a leaf tensor that requires grad (write under torch.no_grad())"
+    elif _dynamo_compiling():
+        pass
     elif target.is_inference() and not torch.is_inference_mode_enabled():
         problem = "it is an inference tensor (write inside torch.inference_mode())"
     if problem is None and target.is_nested:
@@ -343,7 +354,7 @@ def check_copy_target(target: Any, source: Any, key, api: str) -> None:
         given = source.unbind(0) if isinstance(source, torch.Tensor) and source.is_nested else ()
         if [t.shape for t in target.unbind(0)] != [t.shape for t in given]:
             problem = "a nested tensor takes a nested tensor of the same component shapes"
-    elif problem is None and torch._debug_has_internal_overlap(target) == 1:
+    elif problem is None and _overlaps(target):
         problem = "several of its elements share memory (an expanded tensor: clone it first)"
     if problem is not None:
         raise RuntimeError(

@@ -12,13 +12,24 @@ Example:
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import torch
 
 from ..shape.sizes import normalize_dim
 
-NO_DIM: Any = type("NoDim", (), {"__repr__": lambda self: "NO_DIM"})()
+
+class _NoDim(enum.Enum):
+    """The type of ``NO_DIM``: an enum member, a constant that torch.compile can trace."""
+
+    NO_DIM = "NO_DIM"
+
+    def __repr__(self) -> str:
+        return "NO_DIM"
+
+
+NO_DIM: Any = _NoDim.NO_DIM
 
 
 def batch_dims(self: Any, dim: Any, api: str) -> tuple:

@@ -28,6 +28,7 @@ from ..nontensor import NonTensorData, from_array
 
 _Tensor = torch.Tensor
 _SCALARS = frozenset((int, float, bool, complex))
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 def is_collection(value: Any) -> bool:
@@ -335,6 +336,18 @@ def check_grown(result: Any, other: Any, api: str, deep: bool = True) -> None:
     )
 
 
+_KIND_NAMES = ("bool", "integer", "floating-point", "complex")
+
+
+def _dtype_kind(dtype: torch.dtype) -> int:
+    """0 bool, 1 integer, 2 floating point, 3 complex (the order of ``torch.can_cast``)."""
+    if dtype.is_complex:
+        return 3
+    if dtype.is_floating_point:
+        return 2
+    return 0 if dtype == torch.bool else 1
+
+
 def check_in_place(name: str, method: str, path: tuple, value: torch.Tensor, rhs: Any) -> None:
     """Raise what ``value.<method>(rhs)`` would raise for its dtype or shape, naming the key.
 
@@ -359,14 +372,25 @@ def check_in_place(name: str, method: str, path: tuple, value: torch.Tensor, rhs
         ok = ok and (not isinstance(rhs, torch.Tensor) or rhs.dtype == value.dtype)
         reason = "lerp_ interpolates floating-point entries of the same dtype"
     elif isinstance(rhs, (torch.Tensor, numbers.Number)) and not isinstance(rhs, torch.SymInt):
-        try:
-            result = torch.result_type(value, rhs)
-        except TypeError:  # a scalar type torch does not promote here: the op decides
+        # decided by dtype kind (bool < integer < floating < complex), which is what
+        # ``torch.can_cast`` compares: ``torch.result_type``/``can_cast`` return no
+        # tensor, so torch.compile cannot trace them and would split the graph; a split
+        # before the failing leaf would run the earlier updates and leave half of them
+        if isinstance(rhs, torch.Tensor):
+            rhs_kind = _dtype_kind(rhs.dtype)
+        elif isinstance(rhs, (bool, int, float, complex)):
+            rhs_kind = 0 if isinstance(rhs, bool) else 1 if isinstance(rhs, int) else 2
+            rhs_kind = 3 if isinstance(rhs, complex) else rhs_kind
+        elif _dynamo_compiling():  # another scalar type (numpy's): the op decides
             return
-        if method == "div_" and not (result.is_floating_point or result.is_complex):
-            result = torch.get_default_dtype()  # true division of integers gives floats
-        ok = torch.can_cast(result, value.dtype)
-        reason = f"the result ({result}) cannot be stored in place"
+        else:  # numpy scalars promote their own way (np.bool_ as a float): ask torch
+            try:
+                rhs_kind = _dtype_kind(torch.result_type(value, rhs))
+            except TypeError:  # a scalar type torch does not promote here: the op decides
+                return
+        result = max(_dtype_kind(value.dtype), rhs_kind, 2 if method == "div_" else 0)
+        ok = result <= _dtype_kind(value.dtype)
+        reason = f"the result ({_KIND_NAMES[result]}) cannot be stored in place"
     else:
         return
     if not ok:

@@ -13,6 +13,8 @@ import operator
 import numpy as np
 import torch
 
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
+
 _SIZES: dict[tuple, torch.Size] = {}  # validated batch sizes given as lists / tuples
 
 
@@ -195,7 +197,7 @@ def resolve_shape(batch_size: torch.Size, shape, api: str = "reshape") -> torch.
     if any(s < -1 for s in shape):
         raise ValueError(f"{api}: invalid shape {shape} (negative size).")
     if -1 in shape:
-        known = math.prod(s for s in shape if s != -1)
+        known = math.prod([s for s in shape if s != -1])  # (dynamo traces no generator here)
         if known == 0 or numel % known:
             raise ValueError(
                 f"{api}: shape {shape} is invalid for a batch of size {list(batch_size)}."
@@ -276,6 +278,26 @@ def _ragged_index(dim: int, item) -> IndexError:
     )
 
 
+def _slice_len(item: slice, size: int) -> int:
+    """How many elements ``item`` (positive step) takes from a symbolic size.
+
+    ``slice.indices`` needs a concrete int: under torch.compile with a dynamic batch
+    dim it would pin the size and recompile for every new one. This is the same
+    arithmetic with ``sym_min``/``sym_max``, which keep the size symbolic.
+    """
+    step = 1 if item.step is None else item.step
+
+    def clamp(bound, default):
+        if bound is None:
+            return default
+        if bound < 0:
+            return torch.sym_max(bound + size, 0)
+        return torch.sym_min(bound, size)
+
+    start, stop = clamp(item.start, 0), clamp(item.stop, size)
+    return torch.sym_max((stop - start + step - 1) // step, 0)
+
+
 def _simple_index_size(batch_size: torch.Size, index: tuple) -> torch.Size | None:
     """Batch size after ``index`` made of ints, slices and None; None if other kinds."""
     out: list[int] = []
@@ -303,7 +325,11 @@ def _simple_index_size(batch_size: torch.Size, index: tuple) -> torch.Size | Non
                 continue
             if item.step is not None and item.step <= 0:
                 raise ValueError(f"tdfunc: slice step must be positive, got {item.step}.")
-            out.append(len(range(*item.indices(batch_size[dim]))))
+            size = batch_size[dim]
+            if _dynamo_compiling():  # (dynamo reports a symbolic size's type as int)
+                out.append(_slice_len(item, size))
+            else:
+                out.append(len(range(*item.indices(size))))
             dim += 1
         else:
             return None
