@@ -8,10 +8,12 @@ call. Functions not in the table are not supported on containers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import FunctionType
 from typing import Any
 
 import torch
 
+from .frozen import is_frozen
 from .math.dims import NO_DIM
 from .math.pointwise import PREDICATES, UNARY
 from .nontensor import NonTensorData, cat_non_tensor, stack_non_tensor
@@ -472,5 +474,97 @@ class TorchFunctionMixin:
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         handler = HANDLED.get(func)
         if handler is None:
-            return NotImplemented
+            handler = next((h for method, h in _PYTHON_OPERATORS if func is method), None)
+            if handler is None:  # (see _PYTHON_OPERATORS)
+                return NotImplemented
         return handler(*args, **(kwargs or {}))
+
+
+# ---------------------------------------------------------------- operators, compiled
+# ``td * tensor`` runs ``TensorDict.__mul__`` in Python. torch.compile traces an operator
+# with a tensor operand and an operand that defines ``__torch_function__`` as a call of
+# a tensor method through ``__torch_function__``, the tensor first: ``t - td`` as
+# ``Tensor.sub(t, td)``, ``td - t`` as ``Tensor.__rsub__(t, td)``. These entries send
+# each such call back to the container's operator, so compiled code gives what Python
+# gives, in one graph. Per method: (the container's method when the container comes
+# first, when it comes second), and whether dynamo also traces an in-place operator
+# (``td -= t``) as this very call: it then cannot be told from the plain one.
+_Base = torch._C.TensorBase
+_Tensor = torch.Tensor
+_OPERATORS: dict[Any, tuple[str, str, bool]] = {
+    _Base.add: ("__add__", "__radd__", True),
+    _Base.mul: ("__mul__", "__rmul__", True),
+    _Base.sub: ("__sub__", "__rsub__", False),
+    _Tensor.__rsub__: ("__rsub__", "__sub__", True),
+    _Base.div: ("__truediv__", "__rtruediv__", False),
+    _Tensor.__rdiv__: ("__rtruediv__", "__truediv__", True),
+    _Tensor.__floordiv__: ("__floordiv__", "__rfloordiv__", False),
+    _Tensor.__rfloordiv__: ("__rfloordiv__", "__floordiv__", True),
+    _Base.remainder: ("__mod__", "__rmod__", False),
+    _Tensor.__rmod__: ("__rmod__", "__mod__", True),
+    _Tensor.__pow__: ("__pow__", "__rpow__", False),
+    _Tensor.__rpow__: ("__rpow__", "__pow__", True),
+    _Base.__and__: ("__and__", "__rand__", False),
+    _Base.bitwise_and: ("__and__", "__rand__", True),
+    _Base.__or__: ("__or__", "__ror__", False),
+    _Base.bitwise_or: ("__or__", "__ror__", True),
+    _Base.__xor__: ("__xor__", "__rxor__", False),
+    _Base.bitwise_xor: ("__xor__", "__rxor__", True),
+    _Base.__eq__: ("__eq__", "__eq__", False),
+    _Base.ne: ("__ne__", "__ne__", False),
+    _Base.lt: ("__lt__", "__gt__", False),
+    _Base.le: ("__le__", "__ge__", False),
+    _Base.gt: ("__gt__", "__lt__", False),
+    _Base.ge: ("__ge__", "__le__", False),
+}
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
+
+
+def _operator(first: str, second: str, ambiguous: bool) -> Callable:
+    def handler(left, right, *args, **kwargs):
+        if args or kwargs:  # ``tensor.add(td, alpha=2)``: not an operator
+            return NotImplemented
+        if getattr(type(left), "_is_tensor_collection", False):
+            method = getattr(type(left), first, None)
+            return NotImplemented if method is None else method(left, right)
+        if ambiguous and _dynamo_compiling() and not is_frozen(right):
+            # ``td += t`` must update ``td`` in place and ``td + t`` must not; a frozen
+            # container has no in-place form, so only it is safe to answer for
+            name = type(right).__name__
+            symbol, method = _SYMBOLS[second]
+            hint = (
+                f"td.{method}(t) for a new {name}, td.{method}_(t) to update it"
+                if method
+                else ("the torch function (torch.remainder, torch.bitwise_and, ...)")
+            )
+            raise TypeError(
+                f"{name}: under torch.compile, `{symbol}` between a {name} and a tensor is "
+                f"traced as the same call as its in-place form `{symbol}=`, so it cannot "
+                f"tell whether to update the {name} in place. Write {hint}; or freeze the "
+                f"container, which has no in-place form."
+            )
+        method = getattr(type(right), second, None)
+        return NotImplemented if method is None else method(right, left)
+
+    handler.__name__ = first
+    return handler
+
+
+_SYMBOLS = {  # operator symbol, method name
+    "__radd__": ("+", "add"), "__rmul__": ("*", "mul"), "__sub__": ("-", "sub"),
+    "__truediv__": ("/", "div"), "__pow__": ("**", "pow"), "__floordiv__": ("//", None),
+    "__mod__": ("%", None), "__rand__": ("&", None), "__ror__": ("|", None),
+    "__rxor__": ("^", None),
+}  # fmt: skip
+
+# The methods written in Python are kept out of HANDLED: dynamo does not find a
+# Python function among a dict's keys while tracing (and then fails its own guard on
+# the lookup), so the dispatch compares them by identity instead.
+_PYTHON_OPERATORS = tuple(
+    (method, _operator(*spec))
+    for method, spec in _OPERATORS.items()
+    if isinstance(method, FunctionType)
+)
+for _method, _spec in _OPERATORS.items():
+    if not isinstance(_method, FunctionType):
+        HANDLED.setdefault(_method, _operator(*_spec))

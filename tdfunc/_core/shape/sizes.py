@@ -188,7 +188,8 @@ def resolve_shape(batch_size: torch.Size, shape, api: str = "reshape") -> torch.
     if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)):
         shape = tuple(shape[0])
     try:
-        shape = [int(s) for s in shape]
+        # a symbolic size (a nested container under torch.export) stays one: int() pins it
+        shape = [s if type(s) is torch.SymInt else int(s) for s in shape]
     except (TypeError, ValueError):
         raise TypeError(f"{api}: the new shape must be ints, got {shape!r}.") from None
     numel = math.prod(batch_size)
@@ -326,10 +327,11 @@ def _simple_index_size(batch_size: torch.Size, index: tuple) -> torch.Size | Non
             if item.step is not None and item.step <= 0:
                 raise ValueError(f"tdfunc: slice step must be positive, got {item.step}.")
             size = batch_size[dim]
-            if _dynamo_compiling():  # (dynamo reports a symbolic size's type as int)
-                out.append(_slice_len(item, size))
-            else:
+            # a symbolic size (torch.export; under dynamo its type reads as int) stays one
+            if type(size) is int and not _dynamo_compiling():
                 out.append(len(range(*item.indices(size))))
+            else:
+                out.append(_slice_len(item, size))
             dim += 1
         else:
             return None
