@@ -21,10 +21,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from .keys.fastpath import is_tensor_kind, node_kind
 from .nontensor import LinkedList, NonTensorData, NonTensorStack
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+
+for _leaf in (NonTensorData, NonTensorStack):  # met by every container with such leaves
+    is_tensor_kind[_leaf], node_kind[_leaf]
 
 
 def is_tensor_collection(obj: object) -> bool:
@@ -122,6 +127,7 @@ class ContainerMixin:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        node_kind[cls]  # classified now, not while dynamo traces (see fastpath)
         if cls.__module__.startswith("tdfunc."):
             for name, value in list(vars(cls).items()):
                 if _is_mutator(name, value):

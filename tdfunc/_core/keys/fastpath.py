@@ -26,6 +26,9 @@ _Tensor = torch.Tensor
 # A class first met while dynamo traces is classified without being cached: dynamo
 # replays a store into a global dict after the trace and guards on the dict's
 # length, so the next call would fail that guard and compile the function again.
+# For the same reason the classes every container meets are classified up front
+# (container classes as they are created, see ContainerMixin.__init_subclass__):
+# a first sighting in eager code between two compiled calls would grow the dict.
 _dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
@@ -59,7 +62,7 @@ class _NodeKinds(dict):
 
 
 is_tensor_kind: dict[type, bool] = _TensorKinds({_Tensor: True, torch.nn.Parameter: True})
-node_kind: dict[type, int] = _NodeKinds()
+node_kind: dict[type, int] = _NodeKinds({_Tensor: 0, torch.nn.Parameter: 0, type(MISSING): 0})
 
 
 def lookup(td: Any, key: Any) -> Any:
