@@ -291,7 +291,11 @@ def unflatten(children, context: NodeContext):
         return _recorded(children, 0, context)  # nothing to infer from
     if _dynamo_compiling():
         return _rebuild(children, 0, context, False, True)[0]
-    if _get_mode(_FAKE) is not None and symbolic(children):  # torch.export with dynamic dims
+    # torch.export with dynamic dims: fake tensors, under the fake mode or (strict
+    # export's input extraction) under no mode at all
+    if (
+        _get_mode(_FAKE) is not None or (children and type(children[0]) not in _TENSOR_TYPES)
+    ) and symbolic(children):
         return symbolic_rebuild(children, 0, context)[0]
     level = _current_level()
     # only a deeper level than at flatten time can be vmap's input boundary
@@ -341,8 +345,9 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, traced
         if traced:  # dynamo's form: plain tensors only, sizes compared as one tuple
             if _TENSOR_TYPES.issuperset(map(type, children)):
                 shapes = tuple([child.shape for child in children])
-                if shapes == context.shapes:
-                    batch_size = recorded
+                # no comparison with the recorded shapes: a symbolic size (a dynamic
+                # dim) compared with its example value would be pinned to it; the
+                # feature shapes below give the same batch size
         else:
             # The shape getter of tensors refuses anything else (a jacobian's block, an
             # object held by a transform), which the general rules handle: one read per
@@ -440,7 +445,7 @@ def _rebuild_nested(
         if not fast:
             continue
         full, feature = shapes[index], features[index]
-        if shape == full:
+        if not traced and shape == full:  # (traced: see _rebuild)
             proposal = recorded
         elif len(shape) == len(feature):
             if shape != feature:
@@ -490,7 +495,8 @@ def _assemble(children: list, context: NodeContext, batch_size: torch.Size, hole
     """
     data = dict(zip(context.keys, children))
     names = context.names
-    if batch_size != context.batch_size:
+    # traced: a symbolic batch size is not compared with its example value (see _rebuild)
+    if _dynamo_compiling() or batch_size != context.batch_size:
         if names is not None:
             names = _names_after(context, batch_size, children)
         if hollow is None:

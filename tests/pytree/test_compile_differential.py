@@ -261,3 +261,23 @@ def test_export_nested_reshape_and_slice_keep_the_batch_dim_dynamic():
         got = program.module()(_td(rows, rows))
         assert type(got) is TensorDict and got.batch_size == torch.Size([rows - 1])
         _assert_same(got, _Reshaper()(_td(rows, rows)))
+
+
+class _Reader(nn.Module):
+    def forward(self, td, batch):
+        return td["a"].sin() + td["b", "c"].sum(-1, keepdim=True) + batch.obs
+
+
+def test_strict_export_of_container_inputs_keeps_the_batch_dim_dynamic():
+    batch = Dim("batch", min=2)
+    frozen = _Batch(obs=torch.ones(4, 3), act=torch.ones(4, 2), batch_size=[4])
+    program = export(
+        _Reader(),
+        (_td(0), frozen),
+        dynamic_shapes=([{0: batch}, {0: batch}], [{0: batch}, {0: batch}]),
+        strict=True,
+    )
+    for rows in (4, 7):
+        frozen = _Batch(obs=torch.randn(rows, 3), act=torch.ones(rows, 2), batch_size=[rows])
+        got = program.module()(_td(rows, rows), frozen)
+        torch.testing.assert_close(got, _Reader()(_td(rows, rows), frozen))
