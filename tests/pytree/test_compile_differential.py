@@ -106,7 +106,7 @@ def test_in_place_dtype_error_changes_nothing_under_compile():
     td = _td(0)
     td["count"] = torch.ones(4, dtype=torch.long)
     before = td.clone()
-    with pytest.raises(RuntimeError, match="cannot update the torch.int64 entry"):
+    with pytest.raises(RuntimeError, match=r"cannot update the torch\.int64 entry"):
         torch.compile(scale, backend="eager")(td)
     _assert_same(td, before)
 
