@@ -48,12 +48,23 @@ def _parts(leaf: torch.Tensor) -> list[torch.Tensor]:
     return parts
 
 
-def _check_layouts(container: Any) -> None:
-    """Refuse a leaf whose elements are not one dense block (sparse, quantized...)."""
+def _check_layouts(container: Any, device: Any) -> None:
+    """Refuse a leaf whose elements are not one dense block (sparse...), and leaves on
+    several devices without ``device`` (one storage lies on one device: packing them
+    there would move some leaves silently)."""
+    first = None
     for path, leaf in leaf_items(container):
+        key = path[0] if len(path) == 1 else path
+        if first is None:
+            first = (key, leaf.device)
+        elif device is None and leaf.device != first[1]:
+            raise ValueError(
+                f"{type(container).__name__}.consolidate: the leaves are on several devices "
+                f"(key {first[0]!r} on {first[1]}, key {key!r} on {leaf.device}) and one "
+                f"storage lies on one device. Hint: pass device= to put them all there."
+            )
         if leaf.layout is torch.strided or leaf.is_nested:
             continue
-        key = path[0] if len(path) == 1 else path
         raise TypeError(
             f"{type(container).__name__}.consolidate: the leaf at key {key!r} has layout "
             f"{leaf.layout}; only dense (strided) tensors and jagged nested tensors can be "
@@ -362,7 +373,7 @@ class ConsolidateMixin(ContainerMixin):
             threading.Thread(target=work, name="tdfunc-consolidate", daemon=True).start()
             return future
         leaves = tensor_leaves(self)
-        _check_layouts(self)
+        _check_layouts(self, device)
         parts = _all_parts(leaves)
         if (
             self.is_consolidated()
