@@ -91,9 +91,10 @@ def infer_batch_size(children: list, context: NodeContext, guessed=()) -> torch.
 def _infer(children: list, context: NodeContext, guessed=()) -> tuple:
     """:func:`infer_batch_size` and whether it is exact (steps 1 and 2) or a guess."""
     shapes = []
+    tensors = []  # (shape, feature shape) of the tensors still of their recorded kind
     candidate = None
     disagree = False
-    replaced = False  # a tensor child came back as a container or the reverse
+    replaced = False  # a child came back of another kind, or with a guessed batch size
     for index, (child, feature, was_tensor) in enumerate(
         zip(children, context.feature_shapes, context.tensor_children)
     ):
@@ -103,14 +104,23 @@ def _infer(children: list, context: NodeContext, guessed=()) -> tuple:
         elif _collection(child) and not _tensorless(child):
             shape = child.batch_size
             is_tensor = False
+        elif type(child) is tuple or type(child) is list:
+            # a jacobian with ``argnums`` a tuple: one block per input
+            blocks = _block_shapes(child)
+            if blocks:
+                shapes += blocks
+                replaced = True
+            continue
         else:
             continue
         shapes.append(shape)
-        if is_tensor is not was_tensor:
+        if is_tensor is not was_tensor or index in guessed:
+            # a jacobian's blocks (tensors that came back as containers, containers
+            # whose own batch size is a guess): the longest prefix shared decides
             replaced = True
             continue
-        if index in guessed:
-            continue
+        if is_tensor:
+            tensors.append((shape, feature))
         split = len(shape) - len(feature)
         if split < 0 or shape[split:] != feature:
             continue
@@ -124,6 +134,11 @@ def _infer(children: list, context: NodeContext, guessed=()) -> tuple:
         size = len(candidate)
         if all(shape[:size] == candidate for shape in shapes):
             return candidate, True
+    trailed = _trailing(tensors, shapes)
+    if trailed is not None:
+        # not exact: the trailing dims are on the leaves, not on this container, so
+        # the parent level cannot read its batch size from this one's
+        return trailed, False
     recorded = context.batch_size
     size = len(recorded)
     if not replaced and all(shape[:size] == recorded for shape in shapes):
@@ -131,6 +146,44 @@ def _infer(children: list, context: NodeContext, guessed=()) -> tuple:
     if disagree:
         raise _inconsistent(children, context)
     return _common_prefix(shapes), False
+
+
+def _block_shapes(blocks: Any) -> list:
+    """The shapes of the tensors and (tensorful) containers in a tuple of jacobian blocks."""
+    found = []
+    for block in blocks:
+        if isinstance(block, _Tensor):
+            found.append(block.shape)
+        elif _collection(block):
+            if not _tensorless(block):
+                found.append(block.batch_size)
+        elif type(block) is tuple or type(block) is list:
+            found += _block_shapes(block)
+    return found
+
+
+def _trailing(tensors: list, shapes: list) -> torch.Size | None:
+    """The batch size of tensors that all end in their feature shape and then one
+    common trailing shape (a jacobian with respect to a tensor appends the input's
+    shape to every output leaf); ``None`` when they do not.
+
+    ``tensors``: ``(shape, feature shape)`` of each tensor of the level (two at
+    least: one alone fits any split); the longest batch size that fits them all,
+    and starts every other shape, wins.
+    """
+    if len(tensors) < 2:
+        return None
+    first, first_feature = tensors[0]
+    for size in range(len(first) - len(first_feature) - 1, -1, -1):
+        middle = first[size : size + len(first_feature)]
+        if middle != first_feature:
+            continue
+        prefix, tail = first[:size], first[size + len(first_feature) :]
+        if all(shape == prefix + feature + tail for shape, feature in tensors) and all(
+            shape[:size] == prefix for shape in shapes
+        ):
+            return prefix
+    return None
 
 
 def _inconsistent(children: list, context: NodeContext) -> ValueError:
