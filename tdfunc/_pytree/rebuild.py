@@ -40,6 +40,7 @@ input check run only where needed.
 
 from __future__ import annotations
 
+import math
 from operator import eq as _eq
 from typing import TYPE_CHECKING, Any
 
@@ -74,9 +75,20 @@ _TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 def _tensorless(child: Any) -> bool:
     """A container without any tensor below it: its batch size carries no information."""
     for value in child._to_tensordict_view()._data.values():
-        if isinstance(value, _Tensor) or (_collection(value) and not _tensorless(value)):
+        if _shaped(value):
             return False
     return True
+
+
+def _shaped(value: Any) -> bool:
+    """A tensor, or a container or tuple (a jacobian's blocks) with a tensor below it."""
+    if isinstance(value, _Tensor):
+        return True
+    if _collection(value):
+        return not _tensorless(value)
+    if type(value) is tuple or type(value) is list:
+        return any(map(_shaped, value))
+    return False
 
 
 def infer_batch_size(children: list, context: NodeContext, guessed=()) -> torch.Size:
@@ -92,6 +104,7 @@ def _infer(children: list, context: NodeContext, guessed=()) -> tuple:
     """:func:`infer_batch_size` and whether it is exact (steps 1 and 2) or a guess."""
     shapes = []
     tensors = []  # (shape, feature shape) of the tensors still of their recorded kind
+    nested = []  # what the nested containers still of their kind propose (step 1)
     candidate = None
     disagree = False
     replaced = False  # a child came back of another kind, or with a guessed batch size
@@ -124,9 +137,12 @@ def _infer(children: list, context: NodeContext, guessed=()) -> tuple:
         split = len(shape) - len(feature)
         if split < 0 or shape[split:] != feature:
             continue
+        proposal = shape[:split]
+        if not is_tensor:
+            nested.append(proposal)
         if candidate is None:
-            candidate = shape[:split]
-        elif candidate != shape[:split]:
+            candidate = proposal
+        elif candidate != proposal:
             disagree = True
     if not shapes:
         return context.batch_size, True
@@ -134,18 +150,75 @@ def _infer(children: list, context: NodeContext, guessed=()) -> tuple:
         size = len(candidate)
         if all(shape[:size] == candidate for shape in shapes):
             return candidate, True
-    trailed = _trailing(tensors, shapes)
+    trailed = _trailing(tensors, nested, shapes)
     if trailed is not None:
-        # not exact: the trailing dims are on the leaves, not on this container, so
-        # the parent level cannot read its batch size from this one's
-        return trailed, False
+        return trailed, True
     recorded = context.batch_size
     size = len(recorded)
     if not replaced and all(shape[:size] == recorded for shape in shapes):
         return recorded, True
+    if not replaced and _basis_moved(tensors, shapes, recorded):
+        return recorded[1:], True
     if disagree:
         raise _inconsistent(children, context)
     return _common_prefix(shapes), False
+
+
+def _trailing(tensors: list, nested: list, shapes: list) -> torch.Size | None:
+    """The batch size of a level whose tensors all end in their feature shape and then
+    one common trailing shape (a jacobian with respect to a tensor appends the
+    input's shape to every output leaf); ``None`` when they do not.
+
+    ``tensors``: ``(shape, feature shape)`` of each tensor of the level;
+    ``nested``: the batch sizes its nested containers propose (their own levels
+    were rebuilt by the same rule, without the trailing dims). Without a nested
+    container, two tensors at least (one alone fits any split); the longest
+    batch size that fits them all, and starts every other shape, wins.
+    """
+    if not tensors or (len(tensors) < 2 and not nested):
+        return None
+    first, first_feature = tensors[0]
+    if nested:
+        if any(proposal != nested[0] for proposal in nested):
+            return None
+        sizes: Any = (len(nested[0]),)
+    else:
+        sizes = range(len(first) - len(first_feature) - 1, -1, -1)
+    for size in sizes:
+        end = size + len(first_feature)
+        if end >= len(first) or first[size:end] != first_feature:
+            continue
+        prefix, tail = first[:size], first[end:]
+        if nested and prefix != nested[0]:
+            continue
+        if all(shape == prefix + feature + tail for shape, feature in tensors) and all(
+            shape[:size] == prefix for shape in shapes
+        ):
+            return prefix
+    return None
+
+
+def _basis_moved(tensors: list, shapes: list, recorded: torch.Size) -> bool:
+    """Whether the first recorded batch dim moved behind every leaf's feature shape.
+
+    ``jacfwd`` records its output's spec outside its ``vmap`` over the input
+    elements (batch size ``[n, *batch]``), then moves that dim to the end of
+    every leaf and unflattens it into the input's shape: the leaves are then
+    ``batch + feature + input shape``, with ``n`` elements in the input shape.
+    A level without tensors needs only its nested containers to start with
+    ``batch`` (their own levels were rebuilt by this rule).
+    """
+    if not recorded:
+        return False
+    count, rest = recorded[0], recorded[1:]
+    size = len(rest)
+    if not all(shape[:size] == rest for shape in shapes):
+        return False
+    for shape, feature in tensors:
+        end = size + len(feature)
+        if shape[size:end] != feature or math.prod(shape[end:]) != count:
+            return False
+    return True
 
 
 def _block_shapes(blocks: Any) -> list:
@@ -160,30 +233,6 @@ def _block_shapes(blocks: Any) -> list:
         elif type(block) is tuple or type(block) is list:
             found += _block_shapes(block)
     return found
-
-
-def _trailing(tensors: list, shapes: list) -> torch.Size | None:
-    """The batch size of tensors that all end in their feature shape and then one
-    common trailing shape (a jacobian with respect to a tensor appends the input's
-    shape to every output leaf); ``None`` when they do not.
-
-    ``tensors``: ``(shape, feature shape)`` of each tensor of the level (two at
-    least: one alone fits any split); the longest batch size that fits them all,
-    and starts every other shape, wins.
-    """
-    if len(tensors) < 2:
-        return None
-    first, first_feature = tensors[0]
-    for size in range(len(first) - len(first_feature) - 1, -1, -1):
-        middle = first[size : size + len(first_feature)]
-        if middle != first_feature:
-            continue
-        prefix, tail = first[:size], first[size + len(first_feature) :]
-        if all(shape == prefix + feature + tail for shape, feature in tensors) and all(
-            shape[:size] == prefix for shape in shapes
-        ):
-            return prefix
-    return None
 
 
 def _inconsistent(children: list, context: NodeContext) -> ValueError:
@@ -526,10 +575,7 @@ def _rebuild_general(
     if check:
         _check_vmap_input(children, context)
     batch_size, exact = _infer(children, context, guessed)
-    tensorful = any(
-        isinstance(child, _Tensor) or (_collection(child) and not _tensorless(child))
-        for child in children
-    )
+    tensorful = any(map(_shaped, children))
     container = _assemble(children, context, batch_size, holes, hollow)
     return container, tensorful, batch_size, exact
 
