@@ -74,10 +74,7 @@ _TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 # ---------------------------------------------------------------- batch size
 def _tensorless(child: Any) -> bool:
     """A container without any tensor below it: its batch size carries no information."""
-    for value in child._to_tensordict_view()._data.values():
-        if _shaped(value):
-            return False
-    return True
+    return not any(map(_shaped, child._to_tensordict_view()._data.values()))
 
 
 def _shaped(value: Any) -> bool:
