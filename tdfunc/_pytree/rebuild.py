@@ -415,6 +415,8 @@ def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
     batch_size = context.batch_size
     for key, value, kind in context.non_tensor:
         data[key] = _non_tensor(kind, value, batch_size, context)
+    if context.order is not None:
+        data = {key: data[key] for key in context.order}
     return context.cls._from_pytree(data, batch_size, context.device, context.names)
 
 
@@ -478,6 +480,8 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, traced
             data = dict(zip(context.keys, children))
             for key, value, kind in context.non_tensor:
                 data[key] = _non_tensor(kind, value, batch_size, context)
+            if context.order is not None:
+                data = {key: data[key] for key in context.order}
             container = context.cls._from_pytree(data, batch_size, device, names)
             return container, bool(children), batch_size, True
         check = False  # checked above
@@ -600,6 +604,8 @@ def _assemble(children: list, context: NodeContext, batch_size: torch.Size, hole
             data[keys[index]] = _leafless(inners[index], batch_size + features[index])
     for key, value, kind in context.non_tensor:
         data[key] = _non_tensor(kind, value, batch_size, context)
+    if context.order is not None:
+        data = {key: data[key] for key in context.order}
     device = context.device
     if device is not None:
         for child in children:
@@ -617,6 +623,8 @@ def _leafless(context: NodeContext, batch_size: torch.Size) -> Any:
             data[key] = _leafless(inner, batch_size + feature)
     for key, value, kind in context.non_tensor:
         data[key] = _non_tensor(kind, value, batch_size, context)
+    if context.order is not None:
+        data = {key: data[key] for key in context.order}
     names = context.names
     if names is not None and batch_size != context.batch_size:
         names = _names_after(context, batch_size, ())
