@@ -300,7 +300,8 @@ def _names_after(context: NodeContext, batch_size: torch.Size, children) -> tupl
     Dims that are still there keep their names, new dims have none (as
     tensordict does under ``vmap``). At vmap's input boundary the mapped dim is
     read from the leaves; anywhere else the recorded batch size must sit in
-    the new one (or the reverse) in exactly one way, or no names are kept.
+    the new one (or the reverse) in exactly one way, or no names are kept. With
+    as many dims as recorded, the names stay if only unnamed dims changed size.
     """
     names: tuple = context.names  # type: ignore[assignment]  # not None here
     recorded = context.batch_size
@@ -314,6 +315,12 @@ def _names_after(context: NodeContext, batch_size: torch.Size, children) -> tupl
                     if 0 <= dim < len(recorded) and left == batch_size:
                         return names[:dim] + names[dim + 1 :]
                     break
+    if len(batch_size) == len(recorded):
+        # the same dims, some of other sizes (vmap with a chunk_size concatenates its
+        # chunks, whose mapped dim is unnamed): names stay where the sizes changed only
+        # on unnamed dims
+        changed = [name for name, old, new in zip(names, recorded, batch_size) if old != new]
+        return names if not any(changed) else None
     if len(batch_size) > len(recorded):
         kept = _embedding(recorded, batch_size)
         if kept is None:
