@@ -249,7 +249,9 @@ def _inconsistent(children: list, context: NodeContext) -> ValueError:
         f"and feature shapes {{{features}}}, so they imply different batch sizes. Under vmap, "
         f"map every leaf of a container over the same batch dim (in_dims=None for a leaf "
         f"that has the batch dims leaves it inconsistent); give shared leaves their own "
-        f"sub-container with batch_size=[] instead."
+        f"sub-container with batch_size=[] instead. A negative out_dims counts from the "
+        f"end of each leaf, not of the batch dims: give the output dim as a non-negative "
+        f"number."
     )
 
 
