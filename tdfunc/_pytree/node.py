@@ -21,7 +21,7 @@ optree sees one node per container. What differs from nested nodes: an
 container and on the leaves, never on a nested container.
 
 The batch size is inferred level by level on unflatten
-(:mod:`tdfunc._pytree.rebuild` has the rules).
+(:mod:`tdfunc._pytree.infer` has the rules).
 """
 
 from __future__ import annotations
