@@ -278,9 +278,11 @@ class AccessMixin(ContainerMixin):
             if leaves_only:  # tensordict's default leaves: tensors, not non-tensor data
                 pairs = ((k, v) for k, v in pairs if not isinstance(v, NonTensorData))
         else:
+            # is_leaf also says where the walk stops, as in tensordict (and flatten_keys):
+            # a nested container it calls a leaf is one entry, its keys are not listed
             pairs = (
                 (k, v)
-                for k, v in self._iter_items((), include_nested, False)
+                for k, v in _leaf_walk(self, is_leaf, include_nested)
                 if not leaves_only or is_leaf(type(v))
             )
         if sort:  # tensordict sorts nested keys by their joined name
@@ -491,6 +493,9 @@ class AccessMixin(ContainerMixin):
         """Remove ``key`` (nested keys too); returns self."""
         self._check_mutable("del_")
         parts = key_parts(key, f"{type(self).__name__}.del_")
+        # A locked container refuses the deletion whether or not the key exists (or a
+        # leaf is in the way), as tensordict does: the lock is the error to report.
+        self._refuse_if_owner_locked(parts, "del_")
         node = self._get_leaf(parts[:-1], "del_") if len(parts) > 1 else self
         if not is_tensor_collection(node):
             raise self._missing(key, "del_")
@@ -507,16 +512,33 @@ class AccessMixin(ContainerMixin):
     def pop(self, key, default: Any = _NO_DEFAULT) -> Any:
         """Remove ``key`` and return its value (or ``default`` when missing)."""
         self._check_mutable("pop")
+        if self._is_locked:  # refused whether or not the key exists, as del_ is
+            self._refuse_if_owner_locked(self._key_parts(key, "pop"), "pop")
         value = pop_fast(self, key)  # fast path: unlocked TensorDicts all the way
         if value is not _NO_DEFAULT:
             return _read(value)
-        value = self._get_nested(self._key_parts(key, "pop"))
+        parts = self._key_parts(key, "pop")
+        self._refuse_if_owner_locked(parts, "pop")  # a locked nested level holds the key
+        value = self._get_nested(parts)
         if value is _NO_DEFAULT:
             if default is _NO_DEFAULT:
                 raise self._missing(key, "pop")
             return default
         self.del_(key)
         return _read(value)
+
+    def _refuse_if_owner_locked(self, parts: tuple, api: str) -> None:
+        """Raise the lock error when the container that holds (or would hold) the key at
+        ``parts`` is locked: a structural change is refused before the key is looked up,
+        so a locked container gives the same error for a key it has and one it lacks."""
+        node: Any = self
+        for part in parts[:-1]:
+            inner = node._to_tensordict_view()._data.get(part, _NO_DEFAULT)
+            if not is_tensor_collection(inner):
+                break
+            node = inner
+        if node._is_locked:
+            node._to_tensordict_view()._check_writable(api, unravel_key(parts))
 
     def clear(self) -> Self:
         """Remove every key; returns self."""
@@ -539,6 +561,16 @@ class AccessMixin(ContainerMixin):
         self._check_mutable("rename_key_")
         rename_key(self, old_key, new_key, safe)
         return self
+
+
+def _leaf_walk(td, is_leaf, include_nested: bool, prefix: tuple = ()):
+    """``(key, stored value)`` below ``td``, not entering the containers ``is_leaf`` accepts."""
+    for key, value in td._data.items():
+        full = prefix + (key,) if prefix else key
+        yield full, value
+        if include_nested and is_tensor_collection(value) and not is_leaf(type(value)):
+            inner = value._to_tensordict_view()
+            yield from _leaf_walk(inner, is_leaf, True, full if prefix else (key,))
 
 
 def _levels(td):

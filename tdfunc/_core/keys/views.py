@@ -58,6 +58,8 @@ class KeyViewsMixin(ContainerMixin):
             >>> list(td.select("a", ("b", "c")).keys(True, True))
             ['a', ('b', 'c')]
         """
+        if inplace:  # the lock is the error to report, before a missing key
+            self._check_writable("select", keys)
         out = self._like({})
         plain = self._plain_tensordict()
         for key in keys:

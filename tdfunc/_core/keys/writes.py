@@ -439,6 +439,8 @@ def rename_key(td, old_key, new_key, safe: bool = False) -> None:
     """Rename ``old_key`` to ``new_key`` in ``td`` (atomic); see ``TensorDict.rename_key_``."""
     old_parts = key_parts(old_key, "TensorDict.rename_key_")
     new_parts = key_parts(new_key, "TensorDict.rename_key_")
+    # a locked container refuses the rename whatever the keys, as tensordict does
+    td._refuse_if_owner_locked(old_parts, "rename_key_")
     check_field(td, new_parts[0], "rename_key_")
     value = td._get_leaf(old_parts, "rename_key_")
     if old_parts == new_parts:

@@ -1,0 +1,824 @@
+"""Differential test of key and entry operations: a TensorDict against nested dicts.
+
+A hypothesis state machine applies random sequences of key operations (set, get,
+get with a default, setdefault, pop, popitem, del, ``in``, update, select,
+exclude, rename_key_, flatten_keys / unflatten_keys, keys / values / items,
+empty, copy / clone / deepcopy, lock_ / unlock_, ``==``, to_dict / from_dict) to
+a TensorDict and the same operations to a nested ``dict`` written here without
+tdfunc. Keys include the awkward ones: ``""``, ``"."``, keys holding the
+separator, and every spelling of a key (``"a"``, ``("a",)``, ``(("n",), "a")``).
+After every step both must hold the same keys in the same order, the same values
+(tensors and non-tensor values), the same lock state at every level, and an
+operation the reference refuses must raise the same kind of error in the
+container and leave it unchanged.
+
+Reference rules (a dict's, plus tensordict's documented lock): a locked
+container refuses every structural change (add, replace, delete, rename, pop,
+in-place select/exclude/flatten), whether or not the key exists, with a
+``RuntimeError``; a missing key is a ``KeyError``; a leaf where a path needs a
+level is a ``KeyError`` naming it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from tdfunc import TensorDict
+
+BATCH = 2
+NAMES = ["a", "b", "", ".", "x.y"]
+PATHS = [
+    ("a",),
+    ("b",),
+    ("",),
+    (".",),
+    ("x.y",),
+    ("n",),
+    ("n", "a"),
+    ("n", ""),
+    ("n", "x.y"),
+    ("n", "m"),
+    ("n", "m", "a"),
+    ("n", "m", "."),
+    ("a", "b"),
+]
+SEPARATORS = [".", "/", "_"]
+
+
+class Refused(Exception):
+    """The reference refuses the operation with ``kind`` (an exception class)."""
+
+    def __init__(self, kind: type[BaseException]) -> None:
+        super().__init__(kind.__name__)
+        self.kind = kind
+
+
+# ---------------------------------------------------------------------- the reference
+def is_level(value) -> bool:
+    return isinstance(value, dict)
+
+
+def node_at(tree: dict, path: tuple):
+    """The value at ``path``; ``Refused(KeyError)`` when missing or a leaf is in the way."""
+    node = tree
+    for key in path:
+        if not is_level(node) or key not in node:
+            raise Refused(KeyError)
+        node = node[key]
+    return node
+
+
+def has(tree: dict, path: tuple) -> bool:
+    try:
+        node_at(tree, path)
+    except Refused:
+        return False
+    return True
+
+
+def parent_for_write(tree: dict, path: tuple) -> dict:
+    """The dict that will hold ``path[-1]``, creating the missing levels.
+
+    Checks the whole path before creating anything (a refused write changes nothing).
+    """
+    node = tree
+    for key in path[:-1]:
+        if key not in node:
+            break
+        node = node[key]
+        if not is_level(node):
+            raise Refused(KeyError)
+    node = tree
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    return node
+
+
+def walk(tree: dict, prefix: tuple = (), enter=is_level):
+    """``(path, value)`` depth first, each level before what it holds (dict order);
+    ``enter(value)`` says which levels the walk goes into."""
+    for key, value in tree.items():
+        yield (*prefix, key), value
+        if is_level(value) and enter(value):
+            yield from walk(value, (*prefix, key), enter)
+
+
+def kind_of(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    return "level" if is_level(value) else "value"
+
+
+def kind_of_class(cls: type) -> str:
+    if issubclass(cls, torch.Tensor):
+        return "tensor"
+    return "level" if issubclass(cls, TensorDict) else "value"
+
+
+LEAF_RULES = {
+    "everything": lambda kind: True,
+    "not a level": lambda kind: kind != "level",
+    "tensors": lambda kind: kind == "tensor",
+    "levels": lambda kind: kind == "level",
+}
+
+
+def spelled(path: tuple):
+    """The key as tdfunc's ``unravel_key`` gives it back."""
+    return path[0] if len(path) == 1 else path
+
+
+def structure_copy(tree: dict) -> dict:
+    return {k: structure_copy(v) if is_level(v) else v for k, v in tree.items()}
+
+
+def leaf_paths(tree: dict) -> list:
+    return [path for path, value in walk(tree) if isinstance(value, torch.Tensor)]
+
+
+# ---------------------------------------------------------------------- the machine
+class KeysVersusDicts(RuleBasedStateMachine):
+    """``self.pairs``: ``[(container, reference, lock flag holder)]``; copies join the list."""
+
+    @initialize(seed=st.integers(0, 2**16))
+    def build(self, seed):
+        self.generator = torch.Generator().manual_seed(seed)
+        ref = {"a": self._tensor(), "n": {"a": self._tensor(), "s": "text"}, "": "empty"}
+        self.pairs = [[TensorDict(copy.deepcopy(ref), batch_size=[BATCH]), ref, False]]
+        self.counter = 0
+
+    # -------------------------------------------------------------- helpers
+    def _tensor(self, feature=()) -> torch.Tensor:
+        return torch.randn(BATCH, *feature, generator=self.generator)
+
+    def _value(self, kind: str):
+        self.counter += 1
+        if kind == "tensor":
+            return self._tensor()
+        if kind == "text":
+            return f"v{self.counter}"
+        return {"a": self._tensor(), "z": f"w{self.counter}"}
+
+    @staticmethod
+    def _stored(value):
+        """What the reference stores for a written value (a dict is copied, as set copies
+        the structure of a mapping it converts)."""
+        return copy.deepcopy(value) if is_level(value) else value
+
+    def _spell(self, path: tuple, how: int):
+        """One of the spellings of ``path`` (they all name the same entry)."""
+        if how == 0 or len(path) > 1 and how == 1:
+            return path if len(path) > 1 else path[0]
+        if len(path) == 1:
+            return (path[0],) if how == 1 else ((path[0],),)
+        return ((path[0],), path[1:])
+
+    def _run(self, index: int, action, reference):
+        """Run ``reference`` on the dict; on ``Refused``, the container must refuse alike."""
+        td, ref, _ = self.pairs[index]
+        try:
+            expected = reference(ref)
+        except Refused as refused:
+            before = self._state(td)
+            with pytest.raises(refused.kind):
+                action(td)
+            assert self._state(td) == before, "a refused operation changed the container"
+            return Refused
+        return expected, action(td)
+
+    def _state(self, td) -> list:
+        """Keys in order with a comparable form of each value."""
+        out = []
+        for key in td.keys(include_nested=True):
+            value = td[key]
+            if isinstance(value, torch.Tensor):
+                out.append((key, "tensor", tuple(value.flatten().tolist())))
+            elif isinstance(value, TensorDict):
+                out.append((key, "level", value.is_locked))
+            else:
+                out.append((key, "value", value))
+        return out
+
+    @staticmethod
+    def _expected_state(ref: dict, locked: bool) -> list:
+        out = []
+        for path, value in walk(ref):
+            key = spelled(path)
+            if isinstance(value, torch.Tensor):
+                out.append((key, "tensor", tuple(value.flatten().tolist())))
+            elif is_level(value):
+                out.append((key, "level", locked))
+            else:
+                out.append((key, "value", value))
+        return out
+
+    def _same(self, got, expected) -> None:
+        if isinstance(expected, torch.Tensor):
+            assert isinstance(got, torch.Tensor) and torch.equal(got, expected)
+        elif is_level(expected):
+            assert isinstance(got, TensorDict), got
+            assert self._expected_state(expected, got.is_locked) == self._state(got)
+        else:
+            assert got == expected, (got, expected)
+
+    @staticmethod
+    def _refuse_if_locked(locked: bool) -> None:
+        if locked:
+            raise Refused(RuntimeError)
+
+    # -------------------------------------------------------------- reads
+    @rule(
+        index=st.integers(0, 1),
+        path=st.sampled_from(PATHS + [("zz",), ("n", "zz")]),
+        how=st.integers(0, 2),
+    )
+    def read(self, index, path, how):
+        index = min(index, len(self.pairs) - 1)
+        key = self._spell(path, how)
+        td, ref, _ = self.pairs[index]
+        present = has(ref, path)
+        assert (key in td) == present
+        assert (key in td.keys(include_nested=True)) == present
+        assert (key in td.keys()) == (present and len(path) == 1)
+        if present:
+            value = node_at(ref, path)
+            self._same(td[key], value)
+            got = td.get(key)
+            if isinstance(value, str):  # a TensorDict's get gives a NonTensorData
+                assert got.data == value
+            else:
+                self._same(got, value)
+            self._same(td.get(key, "default"), value) if not isinstance(value, str) else None
+        else:
+            with pytest.raises(KeyError):
+                td[key]
+            assert td.get(key) is None
+            assert td.get(key, "default") == "default"
+
+    @rule(
+        index=st.integers(0, 1),
+        include_nested=st.booleans(),
+        leaves_only=st.booleans(),
+        sort=st.booleans(),
+        leaf=st.sampled_from([None, *LEAF_RULES]),
+    )
+    def keys_values_items(self, index, include_nested, leaves_only, sort, leaf):
+        index = min(index, len(self.pairs) - 1)
+        td, ref, _ = self.pairs[index]
+        # is_leaf(kind) says what leaves_only keeps and where the walk stops; by default
+        # tensordict's leaves are tensors (not levels, not non-tensor values)
+        rule_ = LEAF_RULES[leaf] if leaf else (lambda kind: kind == "tensor")
+        pairs = [
+            (p, v)
+            for p, v in walk(ref, enter=lambda v: include_nested and not rule_(kind_of(v)))
+            if not leaves_only or rule_(kind_of(v))
+        ]
+        if sort:
+            pairs.sort(key=lambda pv: ".".join(pv[0]))
+        expected_keys = [spelled(p) for p, _ in pairs]
+        args = (include_nested, leaves_only)
+        kwargs = {"sort": sort}
+        if leaf:
+            kwargs["is_leaf"] = lambda cls: LEAF_RULES[leaf](kind_of_class(cls))
+        assert list(td.keys(*args, **kwargs)) == expected_keys
+        assert len(td.keys(*args, **kwargs)) == len(expected_keys)
+        items = list(td.items(*args, **kwargs))
+        assert [k for k, _ in items] == expected_keys
+        values = list(td.values(*args, **kwargs))
+        assert len(values) == len(expected_keys)
+        for (_, value), got, (_, item) in zip(pairs, values, items):
+            if isinstance(value, str):
+                assert got.data == value and item.data == value
+            else:
+                self._same(got, value)
+                self._same(item, value)
+
+    @rule(index=st.integers(0, 1))
+    def to_dict_and_back(self, index):
+        index = min(index, len(self.pairs) - 1)
+        td, ref, _ = self.pairs[index]
+        plain = td.to_dict()
+
+        def same(got: dict, expected: dict) -> None:
+            assert list(got) == list(expected)
+            for k, v in expected.items():
+                if is_level(v):
+                    same(got[k], v)
+                elif isinstance(v, torch.Tensor):
+                    assert torch.equal(got[k], v)
+                else:
+                    assert got[k] == v
+
+        same(plain, ref)
+        back = TensorDict.from_dict(plain, batch_size=[BATCH])
+        assert self._state(back) == self._expected_state(ref, False)
+
+    @rule(index=st.integers(0, 1), data=st.data())
+    def equality(self, index, data):
+        index = min(index, len(self.pairs) - 1)
+        td, ref, _ = self.pairs[index]
+        other = td.clone()
+        assert (td == other).all() and not (td != other).any()
+        paths = leaf_paths(ref)
+        if not paths:
+            return
+        path = data.draw(st.sampled_from(paths))
+        other.get(spelled(path))[0] += 1
+        assert not (td == other).all() and (td != other).any()
+        assert (td == other).any() == (len(paths) > 1 or BATCH > 1)
+
+    # -------------------------------------------------------------- writes
+    @rule(
+        index=st.integers(0, 1),
+        path=st.sampled_from(PATHS),
+        how=st.integers(0, 2),
+        kind=st.sampled_from(["tensor", "text", "level"]),
+        api=st.sampled_from(["set", "setitem"]),
+    )
+    def set_entry(self, index, path, how, kind, api):
+        index = min(index, len(self.pairs) - 1)
+        value = self._value(kind)
+        locked = self.pairs[index][2]
+
+        def reference(ref):
+            write(ref, [(path, value)], inplace=False, merge_levels=False, locked=locked)
+
+        def action(td):
+            if api == "set":
+                assert td.set(self._spell(path, how), self._stored(value)) is td
+            else:
+                td[self._spell(path, how)] = self._stored(value)
+
+        self._run(index, action, reference)
+
+    @rule(
+        index=st.integers(0, 1),
+        path=st.sampled_from(PATHS),
+        how=st.integers(0, 2),
+        kind=st.sampled_from(["tensor", "text"]),
+    )
+    def setdefault(self, index, path, how, kind):
+        index = min(index, len(self.pairs) - 1)
+        value = self._value(kind)
+        locked = self.pairs[index][2]
+
+        def reference(ref):
+            if has(ref, path):
+                return node_at(ref, path)
+            write(ref, [(path, value)], inplace=False, merge_levels=False, locked=locked)
+            return value
+
+        result = self._run(index, lambda td: td.setdefault(self._spell(path, how), value), reference)
+        if result is not Refused:
+            expected, got = result
+            if isinstance(expected, str):
+                got = got.data if hasattr(got, "data") and not isinstance(got, str) else got
+            self._same(got, expected)
+
+    @rule(
+        index=st.integers(0, 1),
+        path=st.sampled_from(PATHS + [("zz",)]),
+        how=st.integers(0, 2),
+        with_default=st.booleans(),
+    )
+    def pop(self, index, path, how, with_default):
+        index = min(index, len(self.pairs) - 1)
+        locked = self.pairs[index][2]
+
+        def reference(ref):
+            self._refuse_if_locked(locked)
+            if not has(ref, path):
+                if with_default:
+                    return "default"
+                raise Refused(KeyError)
+            return node_at(ref, path[:-1]).pop(path[-1]) if len(path) > 1 else ref.pop(path[0])
+
+        args = ("default",) if with_default else ()
+        result = self._run(index, lambda td: td.pop(self._spell(path, how), *args), reference)
+        if result is not Refused:
+            self._same(result[1], result[0])
+
+    @rule(index=st.integers(0, 1))
+    def popitem(self, index):
+        index = min(index, len(self.pairs) - 1)
+        locked = self.pairs[index][2]
+
+        def reference(ref):
+            self._refuse_if_locked(locked)
+            if not ref:
+                raise Refused(KeyError)
+            return ref.popitem()
+
+        result = self._run(index, lambda td: td.popitem(), reference)
+        if result is not Refused:
+            (key, value), (got_key, got) = result
+            assert key == got_key
+            self._same(got, value)
+
+    @rule(
+        index=st.integers(0, 1),
+        path=st.sampled_from(PATHS + [("zz",)]),
+        how=st.integers(0, 2),
+        api=st.sampled_from(["del_", "delitem"]),
+    )
+    def delete(self, index, path, how, api):
+        index = min(index, len(self.pairs) - 1)
+        locked = self.pairs[index][2]
+
+        def reference(ref):
+            self._refuse_if_locked(locked)
+            if not has(ref, path):
+                raise Refused(KeyError)
+            del node_at(ref, path[:-1])[path[-1]]
+
+        def action(td):
+            if api == "del_":
+                assert td.del_(self._spell(path, how)) is td
+            else:
+                del td[self._spell(path, how)]
+
+        self._run(index, action, reference)
+
+    @rule(
+        index=st.integers(0, 1),
+        entries=st.lists(
+            st.tuples(st.sampled_from(PATHS), st.sampled_from(["tensor", "text", "level"])),
+            max_size=3,
+        ),
+        as_nested_dicts=st.booleans(),
+        inplace=st.booleans(),
+        keys_to_update=st.none() | st.lists(st.sampled_from(PATHS + [("zz",)]), max_size=2),
+    )
+    def update(self, index, entries, as_nested_dicts, inplace, keys_to_update):
+        index = min(index, len(self.pairs) - 1)
+        locked = self.pairs[index][2]
+        source: dict = {}
+        for path, kind in entries:
+            value = self._value(kind)
+            if as_nested_dicts:
+                try:
+                    parent_for_write(source, path)[path[-1]] = value
+                except Refused:
+                    continue
+            else:
+                source[spelled(path)] = value
+
+        def reference(ref):
+            items = [(k if isinstance(k, tuple) else (k,), v) for k, v in source.items()]
+            if keys_to_update is not None:
+                items = limited_items(copy.deepcopy(ref), items, keys_to_update)
+            write(ref, items, inplace=inplace, merge_levels=True, locked=locked)
+
+        def action(td):
+            wanted = None if keys_to_update is None else [spelled(p) for p in keys_to_update]
+            assert td.update(copy.deepcopy(source), inplace=inplace, keys_to_update=wanted) is td
+
+        self._run(index, action, reference)
+
+    @rule(
+        index=st.integers(0, 1),
+        old=st.sampled_from(PATHS + [("zz",)]),
+        new=st.sampled_from(PATHS + [("c",), ("n", "c")]),
+        safe=st.booleans(),
+    )
+    def rename(self, index, old, new, safe):
+        index = min(index, len(self.pairs) - 1)
+        locked = self.pairs[index][2]
+
+        def reference(ref):
+            self._refuse_if_locked(locked)
+            if not has(ref, old):
+                raise Refused(KeyError)
+            if old == new:
+                return
+            if new[: len(old)] == old:
+                raise Refused(ValueError)
+            if safe and has(ref, new):
+                raise Refused(KeyError)
+            scratch = copy.deepcopy(ref)  # the destination is checked before anything moves
+            value = node_at(scratch, old[:-1]).pop(old[-1]) if len(old) > 1 else None
+            if len(old) == 1:
+                value = scratch.pop(old[0])
+            parent_for_write(scratch, new)[new[-1]] = value
+            value = node_at(ref, old[:-1]).pop(old[-1]) if len(old) > 1 else ref.pop(old[0])
+            parent_for_write(ref, new)[new[-1]] = value
+
+        self._run(index, lambda td: td.rename_key_(spelled(old), spelled(new), safe=safe), reference)
+
+    # -------------------------------------------------------------- key views
+    @rule(
+        index=st.integers(0, 1),
+        paths=st.lists(st.sampled_from(PATHS + [("zz",)]), max_size=3),
+        strict=st.booleans(),
+        inplace=st.booleans(),
+    )
+    def select(self, index, paths, strict, inplace):
+        index = min(index, len(self.pairs) - 1)
+        locked = self.pairs[index][2]
+
+        def reference(ref):
+            if inplace:
+                self._refuse_if_locked(locked)
+            out: dict = {}
+            for path in paths:
+                if not has(ref, path):
+                    if strict:
+                        raise Refused(KeyError)
+                    continue
+                node, source = out, ref
+                for key in path[:-1]:
+                    source = source[key]
+                    node = node.setdefault(key, {})
+                value = source[path[-1]]
+                node[path[-1]] = structure_copy(value) if is_level(value) else value
+            if inplace:
+                ref.clear()
+                ref.update(out)
+            return out
+
+        def action(td):
+            got = td.select(*[spelled(p) for p in paths], strict=strict, inplace=inplace)
+            assert (got is td) == inplace
+            return got
+
+        result = self._run(index, action, reference)
+        if result is not Refused:
+            expected, got = result
+            assert self._state(got) == self._expected_state(expected, locked and inplace)
+
+    @rule(
+        index=st.integers(0, 1),
+        paths=st.lists(st.sampled_from(PATHS + [("zz",), ("n", "zz")]), max_size=3),
+        inplace=st.booleans(),
+    )
+    def exclude(self, index, paths, inplace):
+        index = min(index, len(self.pairs) - 1)
+        locked = self.pairs[index][2]
+
+        def reference(ref):
+            if inplace and paths:
+                self._refuse_if_locked(locked)
+            out = ref if inplace else structure_copy(ref)
+            for path in paths:
+                if has(out, path):
+                    del node_at(out, path[:-1])[path[-1]]
+            return out
+
+        def action(td):
+            got = td.exclude(*[spelled(p) for p in paths], inplace=inplace)
+            assert (got is td) == inplace
+            return got
+
+        result = self._run(index, action, reference)
+        if result is not Refused:
+            expected, got = result
+            assert self._state(got) == self._expected_state(expected, locked and inplace)
+
+    @rule(index=st.integers(0, 1), separator=st.sampled_from(SEPARATORS), inplace=st.booleans())
+    def flatten_then_unflatten(self, index, separator, inplace):
+        index = min(index, len(self.pairs) - 1)
+        locked = self.pairs[index][2]
+
+        def flatten(ref):
+            if inplace:
+                self._refuse_if_locked(locked)
+            out: dict = {}
+            for path, value in walk(ref):
+                if is_level(value):
+                    continue  # a level goes; an empty one leaves nothing behind
+                name = separator.join(path)
+                if name in out:
+                    raise Refused(KeyError)
+                out[name] = value
+            if inplace:
+                ref.clear()
+                ref.update(out)
+            return out
+
+        def action(td):
+            got = td.flatten_keys(separator, inplace=inplace)
+            assert (got is td) == inplace
+            return got
+
+        result = self._run(index, action, flatten)
+        if result is Refused:
+            return
+        expected, got = result
+        assert self._state(got) == self._expected_state(expected, locked and inplace)
+        back = unflatten(expected, separator)
+        if back is Refused:
+            with pytest.raises(KeyError):
+                got.unflatten_keys(separator)
+            return
+        again = got.unflatten_keys(separator)
+        assert self._state(again) == self._expected_state(back, False)
+
+    @rule(index=st.integers(0, 1), recurse=st.booleans())
+    def empty(self, index, recurse):
+        index = min(index, len(self.pairs) - 1)
+        td, ref, _ = self.pairs[index]
+
+        def levels(tree):
+            return {k: levels(v) for k, v in tree.items() if is_level(v)}
+
+        expected = levels(ref) if recurse else {}
+        got = td.empty(recurse=recurse)
+        assert self._state(got) == self._expected_state(expected, False)
+        assert got.batch_size == td.batch_size
+
+    # -------------------------------------------------------------- copies and locks
+    @precondition(lambda self: len(self.pairs) == 1)
+    @rule(how=st.sampled_from(["copy", "copy.copy", "clone", "deepcopy", "clone(False)"]))
+    def fork(self, how):
+        td, ref, locked = self.pairs[0]
+        if how == "copy":
+            other, other_ref, other_locked = td.copy(), structure_copy(ref), False
+        elif how == "copy.copy":
+            other, other_ref, other_locked = copy.copy(td), structure_copy(ref), False
+        elif how == "clone(False)":
+            other, other_ref, other_locked = td.clone(False), structure_copy(ref), False
+        elif how == "clone":
+            cloned = {p: v.clone() for p, v in walk(ref) if isinstance(v, torch.Tensor)}
+            other_ref = _map(ref, lambda p, v: cloned.get(p, v))
+            other, other_locked = td.clone(), False
+        else:
+            other, other_ref, other_locked = copy.deepcopy(td), copy.deepcopy(ref), locked
+        self.pairs.append([other, other_ref, other_locked])
+
+    @precondition(lambda self: len(self.pairs) == 2)
+    @rule()
+    def drop_the_copy(self):
+        self.pairs.pop()
+
+    @rule(index=st.integers(0, 1), data=st.data())
+    def add_in_place(self, index, data):
+        """An in-place edit of a tensor reaches every container sharing it."""
+        index = min(index, len(self.pairs) - 1)
+        td, ref, _ = self.pairs[index]
+        paths = leaf_paths(ref)
+        if not paths:
+            return
+        path = data.draw(st.sampled_from(paths))
+        td.get(spelled(path)).add_(1)
+        node_at(ref, path).add_(1)
+
+    @rule(index=st.integers(0, 1), lock=st.booleans())
+    def lock_or_unlock(self, index, lock):
+        index = min(index, len(self.pairs) - 1)
+        td = self.pairs[index][0]
+        assert (td.lock_() if lock else td.unlock_()) is td
+        self.pairs[index][2] = lock
+
+    @rule(index=st.integers(0, 1), path=st.sampled_from([("n",), ("n", "m")]))
+    def nested_level_follows_the_lock(self, index, path):
+        index = min(index, len(self.pairs) - 1)
+        td, ref, locked = self.pairs[index]
+        if not (has(ref, path) and is_level(node_at(ref, path))):
+            return
+        level = td[spelled(path)]
+        assert level.is_locked == locked
+        if locked:  # kept locked by its parent
+            with pytest.raises(RuntimeError):
+                level.unlock_()
+            with pytest.raises(RuntimeError):
+                level.set("new", self._tensor())
+        assert level.is_locked == locked
+
+    @invariant()
+    def same_keys_values_and_locks(self):
+        if not hasattr(self, "pairs"):
+            return
+        for td, ref, locked in self.pairs:
+            assert self._state(td) == self._expected_state(ref, locked)
+            assert td.is_locked == locked
+            assert td.batch_size == torch.Size([BATCH])
+
+
+def _map(tree: dict, fn, prefix=()):
+    return {
+        k: _map(v, fn, (*prefix, k)) if is_level(v) else fn((*prefix, k), v)
+        for k, v in tree.items()
+    }
+
+
+def write(ref: dict, items: list, inplace: bool, merge_levels: bool, locked: bool) -> None:
+    """The write engine of the reference: ``set`` (one item) and ``update``.
+
+    Atomic: every item is checked (in order; the first problem is the error) before
+    anything is written. A leaf where a level is needed is a ``KeyError``, a value that
+    cannot go in place into the entry it meets is a ``TypeError`` (both reported
+    before the lock: the request is wrong whatever the lock), and a locked container
+    refuses to add or replace an entry (``RuntimeError``); writing a tensor into an
+    existing tensor, or a value into an existing non-tensor value, in place is allowed.
+    """
+    scratch = copy.deepcopy(ref)  # an item is checked against what the items before it wrote
+    for path, value in items:
+        check_write(scratch, path, value, inplace, merge_levels, locked)
+        apply_write(parent_for_write(scratch, path), path[-1], value, inplace, merge_levels)
+    for path, value in items:
+        apply_write(parent_for_write(ref, path), path[-1], value, inplace, merge_levels)
+
+
+def check_write(ref: dict, path: tuple, value, inplace: bool, merge_levels: bool, locked: bool):
+    node = ref
+    for key in path[:-1]:
+        if key not in node:
+            if locked:
+                raise Refused(RuntimeError)
+            return
+        node = node[key]
+        if not is_level(node):
+            raise Refused(KeyError)
+    if path[-1] not in node:
+        if locked:
+            raise Refused(RuntimeError)
+        return
+    existing = node[path[-1]]
+    if merge_levels and is_level(existing) and is_level(value):
+        for key, inner in value.items():
+            check_write(existing, (key,), inner, inplace, merge_levels, locked)
+        return
+    if inplace and isinstance(existing, torch.Tensor):
+        if not isinstance(value, torch.Tensor):
+            raise Refused(TypeError)
+        return
+    if inplace and is_level(existing):
+        raise Refused(TypeError)
+    if locked and not (inplace and isinstance(existing, str) and isinstance(value, str)):
+        raise Refused(RuntimeError)
+
+
+def apply_write(parent: dict, key: str, value, inplace: bool, merge_levels: bool) -> None:
+    existing = parent.get(key)
+    if merge_levels and is_level(existing) and is_level(value):
+        for inner_key, inner in value.items():
+            apply_write(existing, inner_key, inner, inplace, merge_levels)
+    elif inplace and isinstance(existing, torch.Tensor):
+        existing.copy_(value)
+    else:
+        parent[key] = copy.deepcopy(value) if is_level(value) else value
+
+
+def limited_items(dest: dict, items: list, wanted: list, prefix: tuple = ()) -> list:
+    """The writes of ``update(items, keys_to_update=wanted)`` (tensordict's documented rule).
+
+    An entry whose first key no wanted key starts with is skipped; one that meets a
+    nested level of ``dest`` goes into it, limited to the wanted keys below that level
+    (all of them when the level itself is wanted); anything else (a missing level, a
+    leaf in the way) is written whole at its key.
+    """
+    out = []
+    for key, value in items:
+        first, rest = key[0], key[1:]
+        if not any(w[0] == first for w in wanted):
+            continue
+        target = dest.get(first)
+        if is_level(target) and (rest or is_level(value)):
+            inner = None if (first,) in wanted else [w[1:] for w in wanted if w[0] == first]
+            inner_items = [(rest, value)] if rest else [((k,), v) for k, v in value.items()]
+            if inner is None:
+                for inner_key, inner_value in inner_items:
+                    path = (*prefix, first, *inner_key)
+                    out.append((path, inner_value))
+                    apply_write(parent_for_write(dest, path[len(prefix) :]), path[-1],
+                                inner_value, False, True)
+                continue
+            out += limited_items(target, inner_items, inner, (*prefix, first))
+            continue
+        out.append(((*prefix, *key), value))
+        try:
+            apply_write(parent_for_write(dest, key), key[-1], value, False, True)
+        except Refused:
+            pass
+    return out
+
+
+def unflatten(flat: dict, separator: str):
+    """The nested dict that ``flat``'s keys split on ``separator`` describe, or ``Refused``."""
+    out: dict = {}
+    for key, value in flat.items():
+        path = tuple(key.split(separator))
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not is_level(node):
+                return Refused
+        if path[-1] in node:
+            return Refused
+        node[path[-1]] = value
+    return out
+
+
+KeysVersusDicts.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestKeysVersusDicts = KeysVersusDicts.TestCase
