@@ -134,7 +134,7 @@ class AccessMixin(ContainerMixin):
             if value is _NO_DEFAULT:
                 try:
                     parts = key_parts(key)
-                except TypeError:
+                except (TypeError, KeyError):
                     parts = self._key_parts(key, "get")  # raises, naming the API
                 value = self._get_nested(parts)
         if value is _NO_DEFAULT:
@@ -154,7 +154,7 @@ class AccessMixin(ContainerMixin):
         """``key`` as a tuple of ``str``; a bad key is a ``TypeError`` naming ``Class.api``."""
         try:
             return key_parts(key)
-        except TypeError:
+        except (TypeError, KeyError):
             return key_parts(key, f"{type(self).__name__}.{api}")  # raises, naming the API
 
     def _get_missing(self, key, default: Any, api: str) -> Any:
@@ -218,13 +218,21 @@ class AccessMixin(ContainerMixin):
     def __contains__(self, key) -> bool:
         if type(key) is str:
             return key in self._data
-        if not isinstance(key, (str, tuple)):  # `0 in td` is a mistake, not a missing key
-            raise KeyTypeError(
-                f"{type(self).__name__}.__contains__: a key must be a NestedKey (a str or a "
-                f"tuple of str), got {type(key).__name__} {key!r}. To test values, compare "
-                f"leaves: (td == value).any()."
-            )
-        return lookup_nested(self, key) is not _NO_DEFAULT or contains_missed(self, key)
+        if isinstance(key, str):  # a subclass of str
+            return str(key) in self._data
+        if isinstance(key, tuple):
+            if lookup_nested(self, key) is not _NO_DEFAULT:
+                return True
+            try:
+                return contains_missed(self, key)
+            except (TypeError, KeyError):  # ("a", 0) or () in td: as much a mistake as 0
+                pass
+        # `0 in td` is a mistake, not a missing key
+        raise KeyTypeError(
+            f"{type(self).__name__}.__contains__: a key must be a NestedKey (a str or a "
+            f"tuple of str), got {type(key).__name__} {key!r}. To test values, compare "
+            f"leaves: (td == value).any()."
+        )
 
     def keys(
         self,

@@ -72,7 +72,7 @@ def _lock_tree(node) -> None:
             _lock_tree(value)
             if ref is None:
                 ref = weakref.ref(node)
-            record_parent(ref, value)
+            record_parent(ref, value._to_tensordict_view())  # a TensorClass: its inner one
 
 
 def _unlock_tree(node) -> None:
@@ -89,7 +89,7 @@ def _unlock_tree(node) -> None:
 
 
 def _refuse_locked_by_parent(node) -> None:
-    if locking_parent(node) is not None:
+    if locking_parent(node._to_tensordict_view()) is not None:
         raise RuntimeError(
             "TensorDict.unlock_: this TensorDict is an entry of a locked TensorDict, which "
             "keeps it locked; unlock that parent first (with parent.unlock_(): ...)."

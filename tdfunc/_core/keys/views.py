@@ -23,7 +23,7 @@ from ..context import write_back
 from ..mixin import ContainerMixin, is_tensor_collection, read_value
 from ..nontensor import NonTensorData
 from ..repr import td_repr
-from .nested import MISSING, key_parts
+from .nested import MISSING, key_parts, unravel_key
 from .writes import write_path
 
 if TYPE_CHECKING:
@@ -69,12 +69,13 @@ class KeyViewsMixin(ContainerMixin):
                 if strict:
                     raise self._missing(key, "select")
                 continue
-            node, source = out, self
+            node, source = out._to_tensordict_view(), self._to_tensordict_view()
             for part in parts[:-1]:
-                source = source._data[part]._to_tensordict_view()
-                if part not in node._data:
-                    node._data[part] = source._like({})
-                node = node._data[part]
+                inner = source._data[part]
+                if part not in node._data:  # the same class: a TensorClass stays one
+                    node._data[part] = inner._like({})
+                node = node._data[part]._to_tensordict_view()
+                source = inner._to_tensordict_view()
             node._data[parts[-1]] = value._shallow_copy() if type(value) is plain else value
         if inplace:
             self._check_writable("select", keys)
@@ -89,17 +90,19 @@ class KeyViewsMixin(ContainerMixin):
         if inplace and keys:
             self._check_writable("exclude", keys)
         out = self if inplace else self._shallow_copy()
-        plain = self._plain_tensordict()
         for key in keys:
             parts = key_parts(key, "TensorDict.exclude")
             node: Any = out
             for part in parts[:-1]:
                 node = node._data.get(part)
-                if type(node) is not plain:
+                if not is_tensor_collection(node):  # missing, or a leaf in the way
                     node = None
                     break
-            if node is not None:
-                node._data.pop(parts[-1], None)
+                node = node._to_tensordict_view()  # through a TensorClass too
+            if node is not None and parts[-1] in node._data:
+                if inplace and node is not out:  # a locked level or a frozen TensorClass
+                    node._check_writable("exclude", unravel_key(key))
+                node._data.pop(parts[-1])
         return out
 
     def separates(
