@@ -27,16 +27,38 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 
 from ..context import (
-    check_parent_batch,
     hand_out,
 )
 from ..frozen import FROZEN, refuse_frozen_inside
 from ..mixin import LOCK_ERROR, ContainerMixin, is_tensor_collection, read_value
 from ..nontensor import NonTensorData
 from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
-from .nested import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
-from .update import check_batch_sizes, merge_rule, resize_plan, send_for_set, update_items
-from .writes import full_key, items_of, rename_key, writable_view, write
+from .nested import (
+    MISSING,
+    KeysView,
+    is_key,
+    key_parts,
+    leaf_walk,
+    missing_key_error,
+    unravel_key,
+)
+from .update import (
+    check_batch_sizes,
+    levels_of,
+    merge_rule,
+    resize_plan,
+    resized,
+    send_for_set,
+    update_items,
+)
+from .writes import (
+    full_key,
+    items_of,
+    refuse_if_owner_locked,
+    rename_key,
+    writable_view,
+    write,
+)
 
 if TYPE_CHECKING:
     from types import EllipsisType
@@ -290,7 +312,7 @@ class AccessMixin(ContainerMixin):
             # a nested container it calls a leaf is one entry, its keys are not listed
             pairs = (
                 (k, v)
-                for k, v in _leaf_walk(self, is_leaf, include_nested)
+                for k, v in leaf_walk(self, is_leaf, include_nested)
                 if not leaves_only or is_leaf(type(v))
             )
         if sort:  # tensordict sorts nested keys by their joined name
@@ -425,9 +447,9 @@ class AccessMixin(ContainerMixin):
         merge = merge_rule(is_leaf, self._plain_tensordict())
         if update_batch_size:
             plan = resize_plan(self, other, merge)
-            return _resized(self, plan, items, inplace, merge, ignore_lock)
+            return resized(self, plan, items, inplace, merge, ignore_lock)
         if ignore_lock and self._is_locked:
-            locked = [node for node in _levels(self) if node._is_locked]
+            locked = [node for node in levels_of(self) if node._is_locked]
             for node in locked:
                 node._is_locked = False
             try:
@@ -435,7 +457,7 @@ class AccessMixin(ContainerMixin):
             finally:
                 for node in locked:
                     node._is_locked = True
-            for node in _levels(self):  # what the update added is locked too
+            for node in levels_of(self):  # what the update added is locked too
                 node._is_locked = True
             return self
         self._write(items, inplace, merge, "update")
@@ -503,7 +525,7 @@ class AccessMixin(ContainerMixin):
         parts = key_parts(key, f"{type(self).__name__}.del_")
         # A locked container refuses the deletion whether or not the key exists (or a
         # leaf is in the way), as tensordict does: the lock is the error to report.
-        self._refuse_if_owner_locked(parts, "del_")
+        refuse_if_owner_locked(self, parts, "del_")
         node = self._get_leaf(parts[:-1], "del_") if len(parts) > 1 else self
         if not is_tensor_collection(node):
             raise self._missing(key, "del_")
@@ -521,32 +543,23 @@ class AccessMixin(ContainerMixin):
         """Remove ``key`` and return its value (or ``default`` when missing)."""
         self._check_mutable("pop")
         if self._is_locked:  # refused whether or not the key exists, as del_ is
-            self._refuse_if_owner_locked(self._key_parts(key, "pop"), "pop")
+            refuse_if_owner_locked(self, self._key_parts(key, "pop"), "pop")
         value = pop_fast(self, key)  # fast path: unlocked TensorDicts all the way
         if value is not _NO_DEFAULT:
             return _read(value)
         parts = self._key_parts(key, "pop")
-        self._refuse_if_owner_locked(parts, "pop")  # a locked nested level holds the key
+        refuse_if_owner_locked(self, parts, "pop")  # a locked nested level holds the key
         value = self._get_nested(parts)
         if value is _NO_DEFAULT:
             if default is _NO_DEFAULT:
-                raise self._missing(key, "pop")
+                message = self._missing(key, "pop").args[0]
+                raise KeyError(
+                    f"{message} You are trying to pop key {unravel_key(key)!r}, which is not "
+                    f"there: pass a default (td.pop(key, None)) to get it instead of an error."
+                )
             return default
         self.del_(key)
         return _read(value)
-
-    def _refuse_if_owner_locked(self, parts: tuple, api: str) -> None:
-        """Raise the lock error when the container that holds (or would hold) the key at
-        ``parts`` is locked: a structural change is refused before the key is looked up,
-        so a locked container gives the same error for a key it has and one it lacks."""
-        node: Any = self
-        for part in parts[:-1]:
-            inner = node._to_tensordict_view()._data.get(part, _NO_DEFAULT)
-            if not is_tensor_collection(inner):
-                break
-            node = inner
-        if node._is_locked:
-            node._to_tensordict_view()._check_writable(api, unravel_key(parts))
 
     def clear(self) -> Self:
         """Remove every key; returns self."""
@@ -569,65 +582,6 @@ class AccessMixin(ContainerMixin):
         self._check_mutable("rename_key_")
         rename_key(self, old_key, new_key, safe)
         return self
-
-
-def _leaf_walk(td, is_leaf, include_nested: bool, prefix: tuple = ()):
-    """``(key, stored value)`` below ``td``, not entering the containers ``is_leaf`` accepts."""
-    for key, value in td._data.items():
-        full = prefix + (key,) if prefix else key
-        yield full, value
-        if include_nested and is_tensor_collection(value) and not is_leaf(type(value)):
-            inner = value._to_tensordict_view()
-            yield from _leaf_walk(inner, is_leaf, True, full if prefix else (key,))
-
-
-def _levels(td):
-    """``td`` and every nested TensorDict below it."""
-    yield td
-    for value in td._data.values():
-        if getattr(type(value), "_is_tensordict", False):
-            yield from _levels(value)
-
-
-def _resized(td, plan: list, items, inplace, merge, ignore_lock: bool):
-    """``td.update(..., update_batch_size=True)``: resize the planned containers, then write.
-
-    The sizes are restored when the write fails, so the update stays atomic.
-    """
-    changed = [(node, size) for node, size in plan if node._batch_size != size]
-    if changed and changed[0][0] is plan[0][0]:  # the level update was called on
-        check_parent_batch(td, changed[0][1], "TensorDict.update(update_batch_size=True)")
-    for node, _ in changed:
-        if node._is_locked and not ignore_lock:
-            raise RuntimeError(
-                "TensorDict.update(update_batch_size=True): cannot change the batch size of a "
-                "locked TensorDict. Nothing was written."
-            )
-    saved = [(node, node._batch_size, node._names) for node, _ in changed]
-    for node, size in changed:
-        if node._names is not None and len(node._names) != len(size):
-            node._names = None
-        node._batch_size = size
-    try:
-        if ignore_lock and td._is_locked:
-            locked = [node for node in _levels(td) if node._is_locked]
-            for node in locked:
-                node._is_locked = False
-            try:
-                td._write(items, inplace, merge, "update")
-            finally:
-                for node in _levels(td):
-                    node._is_locked = True
-        else:
-            td._write(items, inplace, merge, "update")
-    except BaseException:
-        for node, size, names in saved:
-            node._batch_size = size
-            node._names = names
-        raise
-    for node, size in reversed(changed):
-        node.batch_size = size  # refreshes non-tensor data to the new size
-    return td
 
 
 class KeyTypeError(TypeError, RuntimeError):

@@ -169,3 +169,17 @@ def close_matches_hint(key: Any, names: list) -> str:
     message = str(missing_key_error(key, names).args[0])
     head = f"tdfunc: key {key!r} not found."
     return message[len(head) :] if message.startswith(head) else ""
+
+
+def _is_collection(value: Any) -> bool:
+    return getattr(type(value), "_is_tensor_collection", False)
+
+
+def leaf_walk(td, is_leaf, include_nested: bool, prefix: tuple = ()):
+    """``(key, stored value)`` below ``td``, not entering the containers ``is_leaf`` accepts."""
+    for key, value in td._data.items():
+        full = prefix + (key,) if prefix else key
+        yield full, value
+        if include_nested and _is_collection(value) and not is_leaf(type(value)):
+            inner = value._to_tensordict_view()
+            yield from leaf_walk(inner, is_leaf, True, full if prefix else (key,))

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..context import check_parent_batch
 from ..mixin import is_tensor_collection
 from ..nontensor import NonTensorData
 from ..shape.sizes import BatchSizeMismatchError
@@ -229,3 +230,52 @@ def check_batch_sizes(td, source: Any, update_batch_size: bool, inplace: bool) -
             f"match this container's {list(mine)}. Pass update_batch_size=True to take the "
             f"source's batch size. Nothing was written."
         )
+
+
+def levels_of(td):
+    """``td`` and every nested TensorDict below it."""
+    yield td
+    for value in td._data.values():
+        if getattr(type(value), "_is_tensordict", False):
+            yield from levels_of(value)
+
+
+def resized(td, plan: list, items, inplace, merge, ignore_lock: bool):
+    """``td.update(..., update_batch_size=True)``: resize the planned containers, then write.
+
+    The sizes are restored when the write fails, so the update stays atomic.
+    """
+    changed = [(node, size) for node, size in plan if node._batch_size != size]
+    if changed and changed[0][0] is plan[0][0]:  # the level update was called on
+        check_parent_batch(td, changed[0][1], "TensorDict.update(update_batch_size=True)")
+    for node, _ in changed:
+        if node._is_locked and not ignore_lock:
+            raise RuntimeError(
+                "TensorDict.update(update_batch_size=True): cannot change the batch size of a "
+                "locked TensorDict. Nothing was written."
+            )
+    saved = [(node, node._batch_size, node._names) for node, _ in changed]
+    for node, size in changed:
+        if node._names is not None and len(node._names) != len(size):
+            node._names = None
+        node._batch_size = size
+    try:
+        if ignore_lock and td._is_locked:
+            locked = [node for node in levels_of(td) if node._is_locked]
+            for node in locked:
+                node._is_locked = False
+            try:
+                td._write(items, inplace, merge, "update")
+            finally:
+                for node in levels_of(td):
+                    node._is_locked = True
+        else:
+            td._write(items, inplace, merge, "update")
+    except BaseException:
+        for node, size, names in saved:
+            node._batch_size = size
+            node._names = names
+        raise
+    for node, size in reversed(changed):
+        node.batch_size = size  # refreshes non-tensor data to the new size
+    return td

@@ -154,12 +154,9 @@ class KeyViewsMixin(ContainerMixin):
         """A TensorDict with the same batch size and no keys (no leaves with ``recurse``)."""
         if not recurse:
             return self._like({})
+        # a nested TensorClass stays one (with its fields unset), as in tensordict
         return self._like(
-            {
-                k: v._to_tensordict_view().empty(True)
-                for k, v in self._data.items()
-                if is_tensor_collection(v)
-            }
+            {k: v.empty(True) for k, v in self._data.items() if is_tensor_collection(v)}
         )
 
     def create_nested(self, key: Any) -> Self:
