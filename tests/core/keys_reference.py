@@ -13,8 +13,6 @@ import copy
 
 import torch
 
-from tdfunc import TensorDict
-
 
 class Refused(Exception):
     """The reference refuses the operation with ``kind`` (an exception class)."""
@@ -24,8 +22,21 @@ class Refused(Exception):
         self.kind = kind
 
 
+class ClassLevel(dict):
+    """A level that models a TensorClass instance with fields ``a`` and ``b``: only its
+    fields are keys (another key is an ``AttributeError``); an unset field reads
+    ``None`` and is not a key."""
+
+    FIELDS = ("a", "b")
+
+
 def is_level(value) -> bool:
     return isinstance(value, dict)
+
+
+def check_field(level: dict, key: str) -> None:
+    if isinstance(level, ClassLevel) and key not in ClassLevel.FIELDS:
+        raise Refused(AttributeError)
 
 
 def node_at(tree: dict, path: tuple):
@@ -54,10 +65,13 @@ def parent_for_write(tree: dict, path: tuple) -> dict:
     node = tree
     for key in path[:-1]:
         if key not in node:
+            check_field(node, key)
             break
         node = node[key]
         if not is_level(node):
             raise Refused(KeyError)
+    else:
+        check_field(node, path[-1])
     node = tree
     for key in path[:-1]:
         node = node.setdefault(key, {})
@@ -82,7 +96,7 @@ def kind_of(value) -> str:
 def kind_of_class(cls: type) -> str:
     if issubclass(cls, torch.Tensor):
         return "tensor"
-    return "level" if issubclass(cls, TensorDict) else "value"
+    return "level" if getattr(cls, "_is_tensor_collection", False) else "value"
 
 
 LEAF_RULES = {
@@ -99,7 +113,7 @@ def spelled(path: tuple):
 
 
 def structure_copy(tree: dict) -> dict:
-    return {k: structure_copy(v) if is_level(v) else v for k, v in tree.items()}
+    return type(tree)((k, structure_copy(v) if is_level(v) else v) for k, v in tree.items())
 
 
 def leaf_paths(tree: dict) -> list:
@@ -107,10 +121,10 @@ def leaf_paths(tree: dict) -> list:
 
 
 def tree_map(tree: dict, fn, prefix=()):
-    return {
-        k: tree_map(v, fn, (*prefix, k)) if is_level(v) else fn((*prefix, k), v)
+    return type(tree)(
+        (k, tree_map(v, fn, (*prefix, k)) if is_level(v) else fn((*prefix, k), v))
         for k, v in tree.items()
-    }
+    )
 
 
 def write(ref: dict, items: list, inplace: bool, merge_levels: bool, locked: bool) -> None:
@@ -134,6 +148,7 @@ def write(ref: dict, items: list, inplace: bool, merge_levels: bool, locked: boo
 def check_write(ref: dict, path: tuple, value, inplace: bool, merge_levels: bool, locked: bool):
     node = ref
     for key in path[:-1]:
+        check_field(node, key)
         if key not in node:
             if locked:
                 raise Refused(RuntimeError)
@@ -141,6 +156,7 @@ def check_write(ref: dict, path: tuple, value, inplace: bool, merge_levels: bool
         node = node[key]
         if not is_level(node):
             raise Refused(KeyError)
+    check_field(node, path[-1])
     if path[-1] not in node:
         if locked:
             raise Refused(RuntimeError)

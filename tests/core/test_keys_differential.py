@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from keys_reference import (
     LEAF_RULES,
+    ClassLevel,
     Refused,
     has,
     is_level,
@@ -47,7 +48,7 @@ from keys_reference import (
     write,
 )
 
-from tdfunc import TensorDict
+from tdfunc import TensorClass, TensorDict, is_tensor_collection
 
 BATCH = 2
 NAMES = ["a", "b", "", ".", "x.y"]
@@ -65,19 +66,53 @@ PATHS = [
     ("n", "m", "a"),
     ("n", "m", "."),
     ("a", "b"),
+    ("p",),
+    ("p", "a"),
+    ("p", "b"),
+    ("p", "q"),
 ]
 SEPARATORS = [".", "/", "_"]
 
 
 # ---------------------------------------------------------------------- the machine
+class Pair(TensorClass):
+    """The TensorClass that ``ClassLevel`` models."""
+
+    a: torch.Tensor = None
+    b: torch.Tensor = None
+
+
+def unset_field(ref: dict, path: tuple) -> bool:
+    parent = node_at(ref, path[:-1]) if has(ref, path[:-1]) else None
+    return isinstance(parent, ClassLevel) and path[-1] in ClassLevel.FIELDS
+
+
+def as_plain_dicts(tree: dict) -> dict:
+    return {k: as_plain_dicts(v) if is_level(v) else v for k, v in tree.items()}
+
+
+def build(tree: dict, cls=TensorDict):
+    """The container holding a copy of ``tree`` (a ``ClassLevel`` becomes a ``Pair``)."""
+    data = {
+        k: build(v, Pair if isinstance(v, ClassLevel) else TensorDict) if is_level(v) else v
+        for k, v in tree.items()
+    }
+    return cls(**data, batch_size=[BATCH]) if cls is Pair else cls(data, batch_size=[BATCH])
+
+
 class KeysVersusDicts(RuleBasedStateMachine):
     """``self.pairs``: ``[(container, reference, lock flag holder)]``; copies join the list."""
 
     @initialize(seed=st.integers(0, 2**16))
     def build(self, seed):
         self.generator = torch.Generator().manual_seed(seed)
-        ref = {"a": self._tensor(), "n": {"a": self._tensor(), "s": "text"}, "": "empty"}
-        self.pairs = [[TensorDict(copy.deepcopy(ref), batch_size=[BATCH]), ref, False]]
+        ref = {
+            "a": self._tensor(),
+            "n": {"a": self._tensor(), "s": "text"},
+            "": "empty",
+            "p": ClassLevel(a=self._tensor()),
+        }
+        self.pairs = [[build(ref), ref, False]]
         self.counter = 0
 
     # -------------------------------------------------------------- helpers
@@ -126,8 +161,8 @@ class KeysVersusDicts(RuleBasedStateMachine):
             value = td[key]
             if isinstance(value, torch.Tensor):
                 out.append((key, "tensor", tuple(value.flatten().tolist())))
-            elif isinstance(value, TensorDict):
-                out.append((key, "level", value.is_locked))
+            elif is_tensor_collection(value):
+                out.append((key, type(value).__name__, value.is_locked))
             else:
                 out.append((key, "value", value))
         return out
@@ -140,7 +175,8 @@ class KeysVersusDicts(RuleBasedStateMachine):
             if isinstance(value, torch.Tensor):
                 out.append((key, "tensor", tuple(value.flatten().tolist())))
             elif is_level(value):
-                out.append((key, "level", locked))
+                name = "Pair" if isinstance(value, ClassLevel) else "TensorDict"
+                out.append((key, name, locked))
             else:
                 out.append((key, "value", value))
         return out
@@ -149,7 +185,7 @@ class KeysVersusDicts(RuleBasedStateMachine):
         if isinstance(expected, torch.Tensor):
             assert isinstance(got, torch.Tensor) and torch.equal(got, expected)
         elif is_level(expected):
-            assert isinstance(got, TensorDict), got
+            assert is_tensor_collection(got), got
             assert self._expected_state(expected, got.is_locked) == self._state(got)
         else:
             assert got == expected, (got, expected)
@@ -183,6 +219,8 @@ class KeysVersusDicts(RuleBasedStateMachine):
                 self._same(got, value)
             if not isinstance(value, str):
                 self._same(td.get(key, "default"), value)
+        elif unset_field(ref, path):  # a field of a TensorClass that holds nothing reads None
+            assert td[key] is None and td.get(key) is None and td.get(key, "default") is None
         else:
             with pytest.raises(KeyError):
                 td[key]
@@ -231,21 +269,24 @@ class KeysVersusDicts(RuleBasedStateMachine):
     def to_dict_and_back(self, index):
         index = min(index, len(self.pairs) - 1)
         td, ref, _ = self.pairs[index]
-        plain = td.to_dict()
 
-        def same(got: dict, expected: dict) -> None:
-            assert list(got) == list(expected)
+        def same(got: dict, expected: dict, unset_fields: bool) -> None:
+            if unset_fields and isinstance(expected, ClassLevel):  # retain_none: they read None
+                expected = {**expected, **{f: None for f in ClassLevel.FIELDS if f not in expected}}
+            assert sorted(got) == sorted(expected)
             for k, v in expected.items():
                 if is_level(v):
-                    same(got[k], v)
+                    same(got[k], v, unset_fields)
                 elif isinstance(v, torch.Tensor):
                     assert torch.equal(got[k], v)
                 else:
                     assert got[k] == v
 
-        same(plain, ref)
-        back = TensorDict.from_dict(plain, batch_size=[BATCH])
-        assert self._state(back) == self._expected_state(ref, False)
+        same(td.to_dict(), ref, True)
+        plain = td.to_dict(retain_none=False)
+        same(plain, ref, False)
+        back = TensorDict.from_dict(plain, batch_size=[BATCH])  # a TensorClass comes back plain
+        assert self._state(back) == self._expected_state(as_plain_dicts(ref), False)
 
     @rule(index=st.integers(0, 1), data=st.data())
     def equality(self, index, data):
@@ -463,7 +504,7 @@ class KeysVersusDicts(RuleBasedStateMachine):
                 node, source = out, ref
                 for key in path[:-1]:
                     source = source[key]
-                    node = node.setdefault(key, {})
+                    node = node.setdefault(key, type(source)())  # a TensorClass stays one
                 value = source[path[-1]]
                 node[path[-1]] = structure_copy(value) if is_level(value) else value
             if inplace:
@@ -554,7 +595,7 @@ class KeysVersusDicts(RuleBasedStateMachine):
         td, ref, _ = self.pairs[index]
 
         def levels(tree):
-            return {k: levels(v) for k, v in tree.items() if is_level(v)}
+            return type(tree)((k, levels(v)) for k, v in tree.items() if is_level(v))
 
         expected = levels(ref) if recurse else {}
         got = td.empty(recurse=recurse)

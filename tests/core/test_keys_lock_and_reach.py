@@ -163,3 +163,22 @@ def test_the_empty_tuple_error_names_the_api(api):
 def test_pop_of_a_missing_key_says_how_to_get_a_default():
     with pytest.raises(KeyError, match=r"You are trying to pop key 'z'.*td\.pop\(key, None\)"):
         _tree().pop("z")
+
+
+def test_select_gives_its_own_copy_of_a_nested_tensorclass():
+    td = _with_pair().lock_()
+    picked = td.select("p")
+    assert picked["p"] is not td["p"]  # used to be the same, locked, instance
+    assert not picked["p"].is_locked
+    picked["p"].b = torch.zeros(2)  # reaches only the selection
+    assert torch.equal(td["p", "b"], torch.ones(2))
+    assert picked["p"].a is td["p"].a  # the tensors are shared, as select documents
+
+
+def test_unflatten_keys_reports_a_clash_with_a_field_of_a_tensorclass():
+    td = TensorDict({"p": Pair(a=torch.zeros(2), batch_size=[2]), "p.a": torch.ones(2)}, [2])
+    with pytest.raises(KeyError, match="both unflatten"):
+        td.unflatten_keys()  # used to overwrite p.a silently
+    td = TensorDict({"p": Pair(a=torch.zeros(2), batch_size=[2]), "p.b": torch.ones(2)}, [2])
+    out = td.unflatten_keys()
+    assert type(out["p"]) is Pair and torch.equal(out["p"].b, torch.ones(2))

@@ -61,7 +61,6 @@ class KeyViewsMixin(ContainerMixin):
         if inplace:  # the lock is the error to report, before a missing key
             self._check_writable("select", keys)
         out = self._like({})
-        plain = self._plain_tensordict()
         for key in keys:
             parts = key_parts(key, "TensorDict.select")
             value = self._get_nested(parts)
@@ -76,9 +75,9 @@ class KeyViewsMixin(ContainerMixin):
                     node._data[part] = inner._like({})
                 node = node._data[part]._to_tensordict_view()
                 source = inner._to_tensordict_view()
-            node._data[parts[-1]] = value._shallow_copy() if type(value) is plain else value
+            # a nested container is copied (a TensorClass too): the selection holds its own
+            node._data[parts[-1]] = value._shallow_copy() if is_tensor_collection(value) else value
         if inplace:
-            self._check_writable("select", keys)
             self._data = out._data
             return self
         if as_tensordict and not getattr(type(out), "_is_tensordict", False):
@@ -242,7 +241,9 @@ class KeyViewsMixin(ContainerMixin):
             parts = tuple(key.split(separator)) if separator in key else (key,)
             if type(value) is plain:
                 value = value.unflatten_keys(separator)
-                paths = [parts + unravel_key_tuple(k) for k in value._iter_keys((), True, True)]
+            if is_tensor_collection(value):  # a TensorClass's fields stay as they are
+                inner = value._to_tensordict_view()._iter_keys((), True, True)
+                paths = [parts + unravel_key_tuple(k) for k in inner]
             else:
                 paths = [parts]
             for path in paths:
