@@ -151,7 +151,18 @@ def test_keys_to_update_limits_a_merge_into_an_existing_level():
 def test_membership_of_what_is_not_a_key_raises(not_a_key):
     with pytest.raises(TypeError, match="NestedKey"):
         _ = not_a_key in _tree()  # ("a", 0) and () used to be False
-    assert not_a_key not in _tree().keys()  # noqa: SIM118 (a view answers like a dict's)
+    for view in (_tree().keys(), _tree().keys(include_nested=True)):
+        with pytest.raises(TypeError, match="always strings"):
+            _ = not_a_key in view  # used to be False
+
+
+def test_a_nested_key_in_the_top_level_keys_is_a_mistake():
+    td = _tree()
+    assert ("n", "x") in td.keys(include_nested=True) and ("n", "x") in td
+    with pytest.raises(TypeError, match="include_nested=True"):
+        _ = ("n", "x") in td.keys()  # noqa: SIM118 (used to be False; it is one level down)
+    top = td.keys()
+    assert ("a",) in top and "zz" not in top  # a one-element tuple is its key
 
 
 @pytest.mark.parametrize("api", ["get", "pop"])

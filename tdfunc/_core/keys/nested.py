@@ -132,12 +132,21 @@ class KeysView:
         return sum(1 for _ in self)
 
     def __contains__(self, key) -> bool:
+        # as in tensordict: what is not a key, and a nested key asked of the top-level
+        # keys, are mistakes (a TypeError), not keys that are missing
         try:
-            parts = key_parts(key)
+            parts = key_parts(key, "KeysView.__contains__")
         except (TypeError, KeyError):
-            return False
+            raise TypeError(
+                f"KeysView.__contains__: TensorDict keys are always strings (or tuples of "
+                f"strings for nested keys), got {type(key).__name__} {key!r}."
+            ) from None
         if len(parts) > 1 and not self._include_nested:
-            return False
+            raise TypeError(
+                f"KeysView.__contains__: checks with tuples of strings is only supported "
+                f"with include_nested=True (got {key!r}); use "
+                f"td.keys(include_nested=True) or `key in td`."
+            )
         value = self._td._get_nested(parts)
         if value is MISSING:
             return False

@@ -213,9 +213,9 @@ class KeyViewsMixin(ContainerMixin):
             name = key if type(key) is str else separator.join(key)
             if name in data:
                 raise KeyError(
-                    f"{type(self).__name__}.flatten_keys: two keys flatten to {name!r}; choose "
-                    f"another "
-                    f"separator than {separator!r}."
+                    f"{type(self).__name__}.flatten_keys: Flattening keys in tensordict causes "
+                    f"keys to clash: two keys flatten to {name!r}; choose another separator "
+                    f"than {separator!r}."
                 )
             data[name] = value
         if inplace:
@@ -254,8 +254,9 @@ class KeyViewsMixin(ContainerMixin):
                     clash = next(k for p, k in leaves.items() if p[: len(path)] == path)
                 if clash is not None:
                     raise KeyError(
-                        f"TensorDict.unflatten_keys: keys {clash!r} and {key!r} both unflatten "
-                        f"to {path!r} (or one inside the other); rename one of them."
+                        f"TensorDict.unflatten_keys: Unflattening key(s) in tensordict will "
+                        f"override an existing for unflattened key: keys {clash!r} and {key!r} "
+                        f"both unflatten to {path!r} (or one inside the other); rename one."
                     )
             for path in paths:
                 leaves[path] = key

@@ -64,7 +64,7 @@ def refuse_if_owner_locked(td, parts: tuple, api: str) -> None:
         node = inner
     if node._is_locked:
         key = parts[0] if len(parts) == 1 else parts
-        node._to_tensordict_view()._check_writable(api, key)
+        node._check_writable(api, key)  # names the class (a TensorClass too)
 
 
 def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, second: int):
