@@ -20,7 +20,10 @@ Contenders of one group (read ratios of medians from one run):
 - ``loop``: a Python loop over ordinary modules (for the 2-of-10 target: a loop
   over the 2 chosen members only, the floor users compare with).
 
-``train`` groups time forward, loss, backward and an Adam step. The
+``train`` groups time forward, loss, backward and an Adam step. The ``recurrent``
+family times forward and backward of GRU critics (hidden 64, 32 steps, batch 16) for
+4 to 64 members against a loop over the members (torch's fused kernel per member;
+``vmap`` cannot run it: there is no batching rule). The
 ``overhead`` family times the forward of an MLP 32-32-32-1 at batch 16 for 1 to
 256 members against a hand-written ``baddbmm`` chain (pre-transposed weights).
 
@@ -255,3 +258,27 @@ def test_overhead(benchmark, members, kind):
     forward = Ensemble(*copy.deepcopy(models)) if kind == "ensemble" else baddbmm_chain(models)
     out = benchmark(forward, x)
     assert out.shape == (members, 16, 1)
+
+
+RECURRENT_MEMBERS = [4, 16, 64]
+
+
+@pytest.mark.parametrize("members", RECURRENT_MEMBERS)
+@pytest.mark.parametrize("kind", ["ensemble", "loop"])
+def test_recurrent(benchmark, members, kind):
+    benchmark.group = f"recurrent[N{members}]"
+    torch.manual_seed(0)
+    models = [nn.GRU(64, 64, batch_first=True) for _ in range(members)]
+    x = torch.randn(16, 32, 64)
+    if kind == "ensemble":
+        ensemble = Ensemble(*copy.deepcopy(models))
+
+        def step():
+            ensemble(x)[0].sum().backward()
+
+    else:
+
+        def step():
+            torch.stack([model(x)[0] for model in models]).sum().backward()
+
+    benchmark(step)

@@ -210,6 +210,11 @@ def flatten(item, start_dim: int = 0, end_dim: int = -1):
     return item.flatten(start_dim, end_dim)
 
 
+@implements(torch.unflatten)
+def unflatten(item, dim: int, sizes):
+    return item.unflatten(dim, sizes)
+
+
 @implements(torch.transpose)
 def transpose(item, dim0: int, dim1: int):
     return item.transpose(dim0, dim1)

@@ -5,6 +5,7 @@
   ``in_dims`` and the member dim of the inputs;
 - ``registry.py``: ``register_batched``, the per-type registry and ``BatchContext``;
 - ``layers.py``: the built-in layers (Linear, convolutions, norms, dropout...);
+  ``recurrent.py``: RNN, GRU, LSTM and their cells;
 - ``plan.py``: walks a template module and builds its batched forward
   (``build_batched_plan``);
 - ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``;

@@ -230,6 +230,41 @@ def _layer_norm(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
+@register_planner(nn.RMSNorm)
+def _rms_norm(module: nn.Module, slots: dict, context: BatchContext):
+    shape, eps = tuple(module.normalized_shape), module.eps
+    w = slots.get("weight")
+    rank = len(shape)
+
+    def step(leaves, x):
+        y = F.rms_norm(x, shape, None, eps)
+        return y if w is None else y * _affine_view(leaves[w], x.dim() - 1 - rank)
+
+    return step
+
+
+@register_planner(nn.PReLU)
+def _prelu(module: nn.Module, slots: dict, context: BatchContext):
+    w = slots["weight"]
+
+    def step(leaves, x):
+        weight = leaves[w]  # [N, parameters]
+        n, parameters = weight.shape
+        if parameters == 1:
+            slope = weight.view(n, *(1,) * (x.dim() - 1))
+        else:  # one slope per channel: dim 1 of a member's input, which has one if 2-D+
+            channels = x.shape[2] if x.dim() > 2 else 1
+            if channels != parameters:
+                raise RuntimeError(
+                    f"Mismatch of parameter numbers and input channel size. Found parameter "
+                    f"numbers = {parameters} and channel size = {channels}."
+                )
+            slope = weight.view(n, 1, parameters, *(1,) * (x.dim() - 3))
+        return torch.where(x > 0, x, slope * x)
+
+    return step
+
+
 @register_planner(nn.GroupNorm)
 def _group_norm(module: nn.Module, slots: dict, context: BatchContext):
     groups, eps = module.num_groups, module.eps
@@ -281,8 +316,10 @@ def _batch_norm(module: nn.Module, slots: dict, context: BatchContext):
         fresh = (running_mean, running_var)
         if per_member is not None:
             # momentum 1 leaves this batch's statistics in fresh tensors; each member
-            # then moves its running statistics towards them by its own factor
-            fresh = tuple(None if r is None else torch.empty_like(r) for r in fresh)
+            # then moves its running statistics towards them by its own factor. The
+            # update computes 0 * old + 1 * stats: the old values must be numbers (an
+            # uninitialised NaN would survive the product), so zeros, not empty.
+            fresh = tuple(None if r is None else torch.zeros_like(r) for r in fresh)
         out = F.batch_norm(
             h,
             fresh[0],

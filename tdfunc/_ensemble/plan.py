@@ -26,6 +26,7 @@ from torch import nn
 
 from .._modules.slots import iter_slots
 from . import layers as _layers  # noqa: F401  (registers the built-in layers)
+from . import recurrent as _recurrent  # noqa: F401  (and the recurrent ones)
 from .registry import BatchContext, is_plain_sequential, is_torch_layer, planner_for
 from .trace import WholeForward, traced_step
 

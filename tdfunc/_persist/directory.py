@@ -63,13 +63,14 @@ def is_temporary(name: str) -> bool:
 class Directory:
     """The state of one directory of the tree being saved, read before anything is written."""
 
-    __slots__ = ("fresh", "leftover", "names", "ours", "path", "protected")
+    __slots__ = ("claimed", "fresh", "leftover", "names", "ours", "path", "protected")
 
     def __init__(self, path: str, names: set[str], old_nodes: list, fresh: bool = False) -> None:
         self.path = path
         self.names = names
         self.fresh = fresh  # created by this save: plain names are free
         self.protected: set[str] = set()  # referenced by committed metadata: never written
+        self.claimed: set[str] = set()  # files this save keeps, each for one entry
         # names an earlier save replaced and was to remove after its commit (recorded in
         # its meta.json under "stale": a kill before the removal must not leak them)
         self.leftover: set[str] = set()
@@ -79,9 +80,15 @@ class Directory:
                 self.leftover |= {n for n in node["stale"] if type(n) is str and _ours_name(n)}
         self.ours = any(node is not None for node in old_nodes)
 
-    def protect(self, name: str) -> None:
-        """A file reused as it is by this save: never overwrite or remove it."""
-        self.protected.add(name)
+    def claim(self, name: str) -> bool:
+        """Keep the file ``name`` as it is for one entry of this save; False when another
+        entry already kept it (two entries sharing one file would see each other's
+        writes after a load, so the second one gets a copy)."""
+        if name in self.claimed:
+            return False
+        self.claimed.add(name)
+        self.protected.add(name)  # never overwritten or removed by this save
+        return True
 
     def create(self, stem: str, suffix: str) -> tuple[int, str]:
         """(descriptor, name) of a new file for ``stem``, under a name nothing used."""

@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
@@ -30,9 +31,36 @@ def create_file(path: str) -> int:
     return os.open(path, _CREATE_FLAGS, 0o644)
 
 
+def check_has_data(value: torch.Tensor, what: str) -> None:
+    """Refuse, before anything is written, a tensor whose values cannot be read as bytes;
+    ``what`` opens the message (``"TensorDict.memmap: cannot save key 'a'"``)."""
+    problem = None
+    if value.device.type == "meta":
+        problem = "it is a meta tensor (a shape and a dtype, no values)"
+    elif is_traceable_wrapper_subclass(value):
+        problem = (
+            f"it is a {type(value).__name__}, a tensor subclass that wraps other tensors and "
+            f"has no storage of its own to write"
+        )
+    if problem is not None:
+        raise TypeError(
+            f"{what}: {problem}. Hint: save plain tensors (for a wrapper subclass, the "
+            f"tensors it holds), or allocate files of that shape and dtype without values "
+            f"(memmap_like(), MemoryMappedTensor.empty)."
+        )
+
+
 def _bytes_of(tensor: torch.Tensor):
-    """A zero-copy byte view (numpy) of a contiguous CPU tensor."""
-    return tensor.reshape(-1).view(torch.uint8).numpy()
+    """A zero-copy byte view (numpy) of a contiguous CPU tensor.
+
+    A contiguous tensor may still carry a stride other than 1 on a dimension of size
+    1 (``torch.zeros(2)[::2]``), which ``view(torch.uint8)`` refuses: its elements are
+    dense in memory, so they are read with unit strides.
+    """
+    flat = tensor.reshape(-1)
+    if flat.numel() == 1 and flat.stride(0) != 1:
+        flat = flat.as_strided((1,), (1,))
+    return flat.view(torch.uint8).numpy()
 
 
 def _write_all(fd: int, buffer) -> None:

@@ -85,7 +85,12 @@ def memmap_leaf(
     else:
         raise ValueError(f"{api}: format must be 'tdfunc' or 'tensordict', got {format!r}.")
     if inplace:
-        bind(leaf, directory, "data")
+        write_back = saved.__dict__.get("_write_back")
+        if write_back is not None:  # the save's binding: its directory and generation
+            leaf._is_memmap = True
+            leaf._write_back = write_back
+        else:
+            bind(leaf, directory, "data", None)
         saved = leaf
     saved._is_locked = True
     remember_path(saved, directory)

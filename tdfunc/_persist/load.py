@@ -122,7 +122,9 @@ class _Load:
                 kind_ = NonTensorStack if entry["stack"] else NonTensorData
                 leaf = kind_._make(value, torch.Size(entry["batch_size"]), self.result_device)
                 if self.device is None and not self.placeholder:
-                    bind(leaf, directory, key)  # mapped, like the tensors: updates reach disk
+                    bind(
+                        leaf, directory, key, node.get("generation")
+                    )  # mapped, like the tensors: updates reach disk
                 data[key] = leaf
         names = node["names"]
         names = None if names is None or all(n is None for n in names) else tuple(names)

@@ -25,6 +25,7 @@ from .files import (
     _bytes_of,
     allocate_file,
     check_file,
+    check_has_data,
     create_file,
     nbytes_of,
     temp_path,
@@ -274,6 +275,8 @@ class MemoryMappedTensor(torch.Tensor):
         if input.is_nested:
             sizes = component_sizes(input, shape, "from_tensor")
             input, shape = nested_flat(input), None
+        if copy_data:
+            check_has_data(input, "MemoryMappedTensor.from_tensor")
         shape = input.shape if shape is None else _size_arg((shape,), "from_tensor")
         if copy_data and input.shape != shape:
             try:

@@ -45,7 +45,7 @@ from .._core.nontensor.values import is_json_exact
 from .directory import Directory, is_doomed, is_ours, remove_in_background, worker_pool
 from .directory import wait_for_cleanup as wait_for_cleanup
 from .filenames import encode_key
-from .files import allocate_file, nbytes_of, write_file
+from .files import allocate_file, check_has_data, nbytes_of, write_file
 from .format import (
     FORMAT,
     MAX_DEPTH,
@@ -121,6 +121,9 @@ class _Save:
         self.made: list[str] = []  # directories this save created
         self.states: dict[str, Directory] = {}
         self.lock = threading.Lock()
+        # recorded in every meta.json of this save: a non-tensor leaf writes its new
+        # value back only into the save it came from (see write_back)
+        self.generation = secrets.token_hex(8)
 
     # -------------------------------------------------------------- walking the tree
     def plan(
@@ -142,6 +145,7 @@ class _Save:
                 f"{_show(at[:3])}...); flatten the structure before saving it."
             )
         level = _Level(source, directory)
+        level.node["generation"] = self.generation
         old_nodes: list = []
         if directory is not None:
             nested = bool(at) or items is not None
@@ -288,6 +292,8 @@ class _Save:
                 f"{self.api}: cannot save key {_show(path)}: only dense (strided, "
                 f"non-quantized) tensors can be memory-mapped, got layout {value.layout}."
             )
+        if not self.like:  # (memmap_like reads only the shape and dtype)
+            check_has_data(value, f"{self.api}: cannot save key {_show(path)}")
         if isinstance(value, MemoryMappedTensor) and value._is_whole_file() and not self.like:
             # (not a view; memmap_like wants new, empty files, so it never reuses one)
             if self._keep_file(level, key, value, value, entry):
@@ -316,13 +322,15 @@ class _Save:
         this directory's: the same file and the object users hold (a new file would
         leave their later writes in the old one). A save without a directory keeps it."""
         real = None if level.directory is None else os.path.realpath(level.directory)
-        if real is not None and not _reusable(mapped, real):
-            return False
-        level.results[key] = value
         if real is not None:
-            entry["file"] = name = os.path.basename(mapped.filename)
+            if not _reusable(mapped, real):
+                return False
+            name = os.path.basename(mapped.filename)
             assert level.state is not None
-            level.state.protect(name)
+            if not level.state.claim(name):
+                return False
+            entry["file"] = name
+        level.results[key] = value
         return True
 
     def _plan_nested(self, level: _Level, key: str, value, path) -> dict:
@@ -358,7 +366,7 @@ class _Save:
         leaf = level.results[key] = type(value)._make(value.data, value.batch_size, _CPU)
         if level.directory is None:
             return entry
-        bind(leaf, level.directory, key)
+        bind(leaf, level.directory, key, self.generation)
         if is_json_exact(value.data):
             entry["value"] = value.data
             return entry

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .._core.convert.consolidate import file_backed_consolidation
+from .._core.nontensor import NonTensorData, NonTensorStack
 from .memmap_tensor import MemoryMappedTensor, _wrap
 from .sharing import geometry, mapped_inode, open_identified, read_maps
 
@@ -56,6 +57,29 @@ def _rebuild_nested(filename: str, geometry: tuple, inode: tuple, layout: tuple)
 
 
 ForkingPickler.register(MemoryMappedTensor, _reduce_for_process)
+
+
+def _reduce_leaf_for_process(leaf: NonTensorData) -> tuple:
+    """multiprocessing of a memory-mapped non-tensor leaf: its binding to the saved entry
+    travels too (plain ``pickle`` sends a copy of the value), so that the receiver's
+    ``update_`` reaches the file, as its writes through a ``MemoryMappedTensor`` do."""
+    reduced = leaf.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    binding = {k: leaf.__dict__[k] for k in ("_write_back", "_is_memmap") if k in leaf.__dict__}
+    if not binding:
+        return reduced
+    return _rebuild_leaf, (reduced[0], reduced[1], reduced[2], binding)
+
+
+def _rebuild_leaf(factory, arguments: tuple, state: Any, binding: dict) -> NonTensorData:
+    leaf = factory(*arguments)
+    attributes, slots = state if type(state) is tuple else (state, None)
+    for name, value in {**(attributes or {}), **(slots or {}), **binding}.items():
+        object.__setattr__(leaf, name, value)
+    return leaf
+
+
+for _leaf_class in (NonTensorData, NonTensorStack):
+    ForkingPickler.register(_leaf_class, _reduce_leaf_for_process)
 
 
 def _as_file_view(tensor: torch.Tensor, maps: list | None) -> MemoryMappedTensor:

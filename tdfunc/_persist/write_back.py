@@ -68,12 +68,25 @@ def _parent_step(directory: str) -> Any:
     return None
 
 
-def rewrite_non_tensor(directory: str, key: str, value: Any) -> None:
+def rewrite_non_tensor(directory: str, key: str, generation: str | None, value: Any) -> None:
     """Store ``value`` as the non-tensor entry ``key`` of the save in ``directory``.
 
     Every ``meta.json`` that records the entry is rewritten: the directory's own and
-    those of the enclosing saves that inline its metadata.
+    those of the enclosing saves that inline its metadata. ``generation`` is the token
+    of the save the leaf was saved or loaded with: once a later save replaced it, the
+    entry belongs to that save, and writing into it would mix the two.
     """
+    try:
+        current: dict | None = read_meta(directory, _API)
+    except (FileNotFoundError, NotADirectoryError):  # removed by the newer save
+        current = None
+    if current is None or current.get("generation") != generation:
+        raise RuntimeError(
+            f"{_API}: {directory} was saved again since this leaf was saved or loaded; its "
+            f"entry {key!r} belongs to the newer save, which this write must not change (a "
+            f"checkpoint is never a mix of two saves). The new value is kept in memory only. "
+            f"Load the directory again (or call memmap_refresh_()) and write to that."
+        )
     blob_name = None
     if not is_json_exact(value):
         blob = encode_object(value, key, _API)
@@ -108,7 +121,8 @@ def rewrite_non_tensor(directory: str, key: str, value: Any) -> None:
             os.unlink(os.path.join(directory, old))
 
 
-def bind(leaf: Any, directory: str, key: str) -> None:
-    """Mark ``leaf`` as memory-mapped in ``directory`` and route its updates there."""
+def bind(leaf: Any, directory: str, key: str, generation: str | None) -> None:
+    """Mark ``leaf`` as memory-mapped in ``directory`` and route its updates there, as
+    long as the save ``generation`` it came from is the one there."""
     leaf._is_memmap = True
-    leaf._write_back = partial(rewrite_non_tensor, directory, key)
+    leaf._write_back = partial(rewrite_non_tensor, directory, key, generation)

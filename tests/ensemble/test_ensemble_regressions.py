@@ -241,3 +241,20 @@ def test_container_inputs_shared_or_per_member(kind, rows, chunk_size):
     torch.testing.assert_close(ens(moved, in_dims=1), expected)
     with pytest.raises(ValueError, match="member dim"):
         ens(make(4, rows), in_dims=0)
+
+
+def test_cumulative_batch_norm_never_reads_uninitialised_memory(monkeypatch):
+    # The per-member cumulative average goes through fresh statistics updated with
+    # momentum 1 (0 * fresh + 1 * batch statistics): fresh memory holding NaN made the
+    # running variance NaN, now and then. Make every new buffer NaN to see it each time.
+    real_empty_like = torch.empty_like
+    monkeypatch.setattr(
+        torch, "empty_like", lambda *a, **k: real_empty_like(*a, **k).fill_(float("nan"))
+    )
+    torch.manual_seed(0)
+    models = [_bn_model(momentum=None) for _ in range(3)]
+    models[0](torch.randn(6, 3))  # member 0 has seen more batches
+    ens = Ensemble(*copy.deepcopy(models))
+    x = torch.randn(6, 3)
+    torch.testing.assert_close(ens(x), torch.stack([m(x) for m in models]))
+    _buffers(ens, models)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..class_names import lookup_class
+from ..class_names import class_name, lookup_class
 from ..math.leafwise import map_leaves, tensor_leaves
 from ..mixin import ContainerMixin
 from ..mixin import is_tensor_collection as _collection
@@ -129,6 +129,7 @@ def _description(container: Any, offsets: list, total: int) -> dict:
                     f"consolidate: cannot describe the {type(item).__name__} at {key!r}."
                 )
         return {
+            "class": class_name(type(value)),
             "batch_size": list(view._batch_size),
             "names": None if view._names is None else list(view._names),
             "entries": entries,
@@ -195,7 +196,7 @@ def read_consolidated(path: str, cls: Any) -> Any:
             raise ValueError(f"{api}: {path} is corrupt (entry {key!r} out of range).")
         return storage[start : start + nbytes].view(dtype).view(shape)
 
-    def build(node: dict, maker: Any) -> Any:
+    def build(node: dict) -> Any:
         data: dict = {}
         size_ = torch.Size(node["batch_size"])
         for key, entry in node["entries"].items():
@@ -205,20 +206,23 @@ def read_consolidated(path: str, cls: Any) -> Any:
                 parts = [dense(part, key) for part in entry["jagged"]]
                 data[key] = _jagged(parts, entry["ragged_idx"])
             elif "node" in entry:
-                data[key] = build(entry["node"], tensordict_class._new_unsafe)
+                data[key] = build(entry["node"])
             else:
                 batch = torch.Size(entry["batch_size"])
                 if entry["stack"]:
                     data[key] = NonTensorStack.from_list(entry["value"], batch_size=batch)
                 else:
                     data[key] = NonTensorData._make(entry["value"], batch, None)
-        out = maker(data, size_, torch.device("cpu"), None)
-        if node.get("names") is not None:
-            out.names = node["names"]
-        return out
+        names = node.get("names")
+        names = None if names is None or all(n is None for n in names) else tuple(names)
+        try:  # a registered class by its name, never imported; unknown: a TensorDict
+            klass = lookup_class(node.get("class", "tdfunc.TensorDict"))
+        except ValueError:
+            klass = tensordict_class
+        return klass._from_pytree(data, size_, torch.device("cpu"), names)
 
-    out = build(description["root"], tensordict_class._new_unsafe)
-    out._consolidation = storage
+    out = build(description["root"])
+    out._to_tensordict_view()._consolidation = storage
     return out.lock_()
 
 
@@ -453,7 +457,8 @@ class ConsolidateMixin(ContainerMixin):
 
         The leaves are views of the file's storage (shared: writes reach the file).
         Only the JSON description written after the data is read; nothing is
-        unpickled and no class is imported (nested containers are TensorDicts).
+        unpickled and no class is imported: a TensorClass comes back as its class when
+        this process defines it (else as a TensorDict of its fields).
 
         Example:
             >>> import tempfile, os

@@ -528,8 +528,10 @@ class ConstructorsMixin(ContainerMixin):
     def auto_batch_size_(self, batch_dims: int | None = None):
         """Set the batch size (nested containers first) to the leading dims all leaves share.
 
-        Non-tensor values do not count; a level without tensors (at any depth) keeps
-        its batch size (cut to ``batch_dims`` when given).
+        A ``NonTensorData`` value does not count (it takes any batch size); a
+        ``NonTensorStack`` holds one value per element, so its batch dims count as a
+        tensor's would. A level without either (at any depth) keeps its batch size (cut
+        to ``batch_dims`` when given).
 
         Example:
             >>> td = TensorDict({"a": torch.zeros(3, 4, 5), "b": torch.zeros(3, 4)}, [])
@@ -548,6 +550,8 @@ class ConstructorsMixin(ContainerMixin):
                 shapes.append(tuple(view._batch_size))
             elif isinstance(value, _Tensor):
                 shapes.append(tuple(leaf_shape(value)))  # -1 at a nested tensor's ragged dims
+            elif isinstance(value, NonTensorStack):  # one value per element: its dims bind
+                shapes.append(tuple(value.batch_size))
         if not shapes:  # no tensor below this level constrains it: it keeps its batch size
             return self
         common: list[int] = []

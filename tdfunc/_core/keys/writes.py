@@ -330,15 +330,26 @@ def check_fits(shape: torch.Size, expected: torch.Size, key, api: str) -> None:
         )
 
 
-def _reaches_a_stack(existing: Any) -> bool:
-    """Whether ``existing`` is elements of a ``NonTensorStack`` read through an index."""
-    return isinstance(existing, NonTensorData) and "_view_of" in existing.__dict__
+def _has_storage(existing: Any) -> bool:
+    """Whether the non-tensor leaf ``existing`` is stored somewhere a write must reach:
+    elements of a stack read through an index, or a leaf written to a file (``memmap``)."""
+    return isinstance(existing, NonTensorData) and (
+        "_view_of" in existing.__dict__ or "_write_back" in existing.__dict__
+    )
 
 
 def check_copy_target(target: Any, source: Any, key, api: str) -> None:
     """Raise now what ``target.copy_(source)`` would raise, before any entry is written."""
-    if isinstance(target, NonTensorData):  # elements of a stack: any value fits
-        return
+    if isinstance(target, NonTensorData):
+        stored = "_write_back" in target.__dict__
+        if stored and type(target) is NonTensorData and type(source) is NonTensorStack:
+            raise ValueError(
+                f"TensorDict.{api}: cannot write the NonTensorStack at key {key!r} in place "
+                f"into the memory-mapped NonTensorData there: a NonTensorData holds one value "
+                f"for its whole batch, and its file has room for one. Nothing was written. "
+                f"Hint: write one value, or save the container again with the stack."
+            )
+        return  # elements of a stack: any value fits
     problem = None
     if torch.is_grad_enabled() and target.requires_grad:
         base = target._base if target._is_view() else target
@@ -435,11 +446,13 @@ def write_path(td, parts, value, inplace, merge, api, undo, copies, prefix) -> N
                     f"the {type(existing).__name__} at key {full!r}; pass a mapping."
                 )
     new = convert(node, full, value, node._batch_size, api)
-    if inplace and _reaches_a_stack(existing) and isinstance(new, NonTensorData):
+    if inplace and _has_storage(existing) and isinstance(new, NonTensorData):
         if node._is_locked == FROZEN:
             writable_view(node, api, full)
-        # elements of a stack read through an index (td[0], td[1:]): written in place, as
-        # a tensor view is, the new value reaches the stack (with the tensor copies)
+        # elements of a stack read through an index (td[0], td[1:]), or a leaf saved by
+        # memmap: written in place, as a tensor view or a mapped tensor is, the new value
+        # reaches the stack or the file (with the tensor copies); replacing the leaf
+        # would leave them holding the old value
         copies.append((existing, new, full))
         return
     if existing is not _NO_DEFAULT and node._is_locked:

@@ -72,7 +72,7 @@ def _bitwise_values(value: Any, rhs: Any, op: Callable) -> Any:
         and isinstance(rhs.data, (bool, int))
     ):
         return type(value)(op(value.data, rhs.data), batch_size=value.batch_size)
-    return value
+    return value._fresh()
 
 
 def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):

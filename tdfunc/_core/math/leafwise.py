@@ -62,7 +62,10 @@ def map_leaves(
                 view = value._to_tensordict_view()
                 sub = map_leaves(view, fn, None, tail, names, keep_non_tensor=keep_non_tensor)
                 out[key] = rewrap(value, sub)
-            elif keep_non_tensor or not isinstance(value, NonTensorData):
+            elif isinstance(value, NonTensorData):
+                if keep_non_tensor:  # the result's own leaf: its tensors are new too
+                    out[key] = value._fresh()
+            else:
                 out[key] = value
         if names is None:
             return self._like(out)
@@ -216,7 +219,7 @@ def map_pairs(self: Any, other: Any, fn: Callable, api: str, *, elementwise: boo
             view = value._to_tensordict_view()
             out[key] = rewrap(value, map_pairs(view, rhs, fn, api, elementwise=elementwise))
         else:
-            out[key] = value
+            out[key] = value._fresh() if isinstance(value, NonTensorData) else value
     return like_pair(self, other, out, api) if elementwise else self._like(out)
 
 

@@ -20,10 +20,12 @@ from .leaves import (
     NonTensorStack,
     as_array,
     cat_non_tensor,
+    check_written,
     from_array,
     padded,
     stack_non_tensor,
     write_at,
+    written,
 )
 from .linked import LinkedList
 from .mixin import NonTensorMixin
@@ -37,6 +39,7 @@ __all__ = [
     "StackInTransform",
     "as_array",
     "cat_non_tensor",
+    "check_written",
     "eq_mask",
     "from_array",
     "is_non_tensor",
@@ -44,4 +47,5 @@ __all__ = [
     "stack_non_tensor",
     "stack_of_list",
     "write_at",
+    "written",
 ]

@@ -45,7 +45,8 @@ class NonTensorData(_Saving):
 
     # ``__dict__`` holds only what a leaf gains after construction (lock, shared and
     # memory-mapped marks, a write-back to its file): building one stays four stores.
-    __slots__ = ("__dict__", "__weakref__", "_names", "batch_size", "data", "device")
+    # ``_held``: the value, read through ``data`` (an element of a stack refreshes it).
+    __slots__ = ("__dict__", "__weakref__", "_held", "_names", "batch_size", "device")
     _is_non_tensor = True  # what keys(leaves_only=True) leaves out, as tensordict does
     _is_locked = False  # set while a locked container holds it (lock_, share_memory_, memmap_)
     _is_shared = False  # set by the container's share_memory_()
@@ -61,6 +62,38 @@ class NonTensorData(_Saving):
             self.names = names
 
     @property
+    def data(self) -> Any:
+        """The value (for a stack, a nested list shaped like the batch).
+
+        Elements read from a stack through an index (``stack[1:]``, ``td[0]`` of a
+        container holding one) show the stack's current values, as a tensor view
+        shows its base's: a write into the stack after the read is seen here.
+        """
+        if "_view_of" in self.__dict__:
+            self._refresh()
+        return self._held
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        self._held = value
+
+    def _fresh(self) -> NonTensorData:
+        """A new leaf holding the same value, for a container made by an op that makes new
+        tensors: a write into that container at an index (in place into a stack that
+        elements were read from) must not reach this leaf, as it reaches none of the
+        tensors. Values are never changed inside their lists, so sharing them is safe."""
+        leaf = type(self)._make(self.data, self.batch_size, self.device)
+        names = getattr(self, "_names", None)
+        if names is not None:
+            leaf._names = names
+        return leaf
+
+    def _bump(self) -> None:
+        """Count a change of value (what elements read from this leaf compare with)."""
+        state = self.__dict__
+        state["_version"] = state.get("_version", 0) + 1
+
+    @property
     def names(self) -> list:
         """Names of the batch dims (``None`` for an unnamed dim)."""
         names = getattr(self, "_names", None)
@@ -74,7 +107,7 @@ class NonTensorData(_Saving):
     def _make(cls, data: Any, batch_size: torch.Size, device) -> NonTensorData:
         """Trusted constructor: no conversion of its arguments."""
         self = object.__new__(cls)
-        self.data = data
+        self._held = data
         self.batch_size = batch_size
         self.device = device
         return self
@@ -153,18 +186,27 @@ class NonTensorData(_Saving):
                 )
             parent, index = view
             parent[index] = type(self)._make(value, self.batch_size, self.device)
-        self.data = value
+            self.__dict__["_seen"] = parent.__dict__.get("_version", 0)
+        self._held = value
+        self._bump()
         write_back = self.__dict__.get("_write_back")
         if write_back is not None:
             write_back(value)
 
     def _refresh(self) -> None:
-        """An element read from a stack takes the stack's current values (before a write)."""
+        """An element read from a stack takes the stack's current values, when the stack
+        changed since they were read (its ``_version``, after refreshing the stack)."""
         view = self.__dict__.get("_view_of")
-        if view is not None:
-            parent, index = view
-            parent._refresh()
-            self.data = parent._element(index).data
+        if view is None:
+            return
+        parent, index = view
+        parent._refresh()
+        version = parent.__dict__.get("_version", 0)
+        state = self.__dict__
+        if state.get("_seen") != version:
+            self._held = parent._element(index)._held
+            state["_seen"] = version
+            self._bump()
 
     def __setitem__(self, index: Any, value: Any) -> None:
         """Write ``value`` (a value, a list or a non-tensor leaf) at ``index``, in place.
@@ -193,9 +235,13 @@ class NonTensorData(_Saving):
         self._set_value(new.data)
 
     def __getstate__(self) -> Any:
-        # an element of a stack pickles as a plain leaf: its stack stays behind
+        # an element of a stack pickles as a plain leaf: its stack stays behind; a
+        # pickled (or deep-copied) memory-mapped leaf is a copy of the value, as a pickled
+        # MemoryMappedTensor is: its writes must not reach the file it was read from
+        # (multiprocessing sends the file itself, see tdfunc/_persist/to_process.py)
         state = dict(self.__dict__)
-        state.pop("_view_of", None)
+        for link in ("_view_of", "_seen", "_version", "_viewed", "_write_back", "_is_memmap"):
+            state.pop(link, None)
         slots = {
             name: getattr(self, name)
             for name in ("_names", "batch_size", "data", "device")
@@ -437,6 +483,13 @@ class NonTensorStack(NonTensorData):
 
     Every shape operation goes through a numpy object array, so indexing with
     tensors or masks, permutes and reshapes behave exactly as they do on a tensor.
+    Indexing with ints, slices, ``None``, ``...`` and bools gives elements that
+    behave as tensor views do: they show later writes to the stack (also those made
+    through a container holding it, ``td[1] = ...``) and their own writes reach it.
+    A ``NonTensorData`` (one value for a whole batch) has no elements to share: an
+    index reads its value as it is then. Other operations (``reshape``, ``detach``,
+    arithmetic, ...) give their result its own values, also where its tensors are
+    views; ``select``, ``copy`` and ``exclude`` share the leaf, as they share tensors.
 
     Example:
         >>> stack = NonTensorStack(["a", "b", "c"], batch_size=[3])
@@ -526,6 +579,8 @@ class NonTensorStack(NonTensorData):
         out = self._element(index)
         if _is_basic(index):
             out._view_of = (self, index)
+            out._seen = self.__dict__.get("_version", 0)
+            self._viewed = True  # a container writing into this stack writes in place
             if self._is_locked:
                 out._is_locked = True
         return out
@@ -644,6 +699,55 @@ def write_at(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
     flat = array.reshape(-1)
     flat[positions.reshape(-1)] = np.broadcast_to(source, positions.shape).reshape(-1)
     return from_array(array, leaf.device)
+
+
+def written(
+    leaf: NonTensorData, index: Any, value: Any, key: Any = None, api: str = "__setitem__"
+) -> NonTensorData:
+    """``leaf`` with ``value`` written at ``index``, as a container's write leaves it.
+
+    A leaf stored somewhere the write must reach is written in place: a stack that
+    elements were read from through an index (``td[1:]``: they see the write and
+    their own writes still reach it, as views of a tensor do), and a leaf written to
+    a file by ``memmap`` (the file gets the new values, as a memory-mapped tensor's
+    does). Any other leaf is replaced by a new one. Call :func:`check_written` first
+    where other entries are written too: a memory-mapped ``NonTensorData`` refuses
+    different values per element (its file holds one value).
+    """
+    new = write_at(leaf, index, value)
+    state = leaf.__dict__
+    if new is leaf or not (state.get("_viewed") or "_write_back" in state):
+        return new
+    if type(leaf) is NonTensorData:  # written to a file: one value for the batch
+        leaf._set_value(_single_value(leaf, new, index, key, api))
+        return leaf
+    leaf._set_value(new._held)
+    return leaf
+
+
+def check_written(leaf: NonTensorData, index: Any, value: Any, key: Any, api: str) -> None:
+    """Raise now what :func:`written` would raise, before any entry is written."""
+    if type(leaf) is NonTensorData and "_write_back" in leaf.__dict__:
+        new = write_at(leaf, index, value)
+        if new is not leaf:
+            _single_value(leaf, new, index, key, api)
+
+
+def _single_value(leaf: NonTensorData, new: NonTensorData, index: Any, key: Any = None,
+                  api: str = "__setitem__") -> Any:  # fmt: skip
+    """The one value of ``new`` (``leaf`` after a write), or a ``ValueError``."""
+    if type(new) is NonTensorData:
+        return new._held
+    values = new._array().reshape(-1)
+    if all(_equal(v, values[0]) for v in values[1:]):
+        return values[0]
+    shown = "" if key is None else f" at key {key!r}"
+    raise ValueError(
+        f"TensorDict.{api}: cannot write different values at index {index!r} into the "
+        f"memory-mapped NonTensorData{shown}: it holds one value for its whole batch, and "
+        f"its file has room for one. Nothing was written. Hint: write one value to every "
+        f"element, or save the container again with a NonTensorStack there."
+    )
 
 
 def stack_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:

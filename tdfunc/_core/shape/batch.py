@@ -62,9 +62,14 @@ class BatchMixin(ContainerMixin):
                     f"non-tensor stack at key {key!r} has batch size {list(item.batch_size)}."
                 )
         check_parent_batch(self, size, f"{type(self).__name__}.batch_size")
-        if self._names is not None and len(size) != len(self._names):
-            self._names = None
+        old = len(self._batch_size)
         self._batch_size = size
+        if ndim == old or (self._names is None and ndim < old):
+            return
+        # the dims that stay keep their names, new ones have none (as tensordict does);
+        # a nested level shares the new dims, so it takes their names too
+        kept = self._names[:ndim] if self._names is not None else (None,) * min(ndim, old)
+        self.names = list(kept) + [None] * (ndim - old)
 
     # ------------------------------------------------------------ validators
     def _check_batch_size(self) -> None:
@@ -267,7 +272,9 @@ class BatchMixin(ContainerMixin):
         )
 
 
-def _check_batch(container, batch_size: torch.Size, prefix: tuple) -> None:
+def _check_batch(
+    container, batch_size: torch.Size, prefix: tuple, api: str = "_check_batch_size"
+) -> None:
     for key, item in container._data.items():
         path = prefix + (key,)
         shown = path[0] if len(path) == 1 else path
@@ -278,9 +285,9 @@ def _check_batch(container, batch_size: torch.Size, prefix: tuple) -> None:
             shape = getattr(item, "shape", None)
         if shape is None:
             continue
-        check_batch_dims("_check_batch_size", shown, torch.Size(shape), batch_size)
+        check_batch_dims(api, shown, torch.Size(shape), batch_size)
         if isinstance(item, ContainerMixin):
-            _check_batch(item, item._batch_size, path)
+            _check_batch(item, item._batch_size, path, api)
 
 
 def _plan_shared_names(node, names: tuple | None, plan: list, api: str) -> None:

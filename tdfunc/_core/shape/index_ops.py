@@ -165,7 +165,8 @@ class IndexOpsMixin(ContainerMixin):
         mask = _check_mask(self, mask, "masked_select")
         size = self._batch_size
         new_size = torch.Size([int(mask.sum())]) + size[mask.dim() :]
-        return map_leaves(self, lambda t: t[mask], new_size, True, no_names)
+        # a selection: a NonTensorStack follows it, value by value
+        return map_leaves(self, lambda t: t[mask], new_size, True, no_names, moves=True)
 
     # ------------------------------------------------------------------ reordering
     def movedim(self, source: Any, destination: Any):
@@ -197,7 +198,7 @@ class IndexOpsMixin(ContainerMixin):
         order = [next(rest) if d is None else d for d in order]
         if order == list(range(ndim)):
             return self  # nothing moves: the container itself, as tensordict returns
-        return self.permute(*order) if ndim else self._like(dict(self._data))
+        return self.permute(*order) if ndim else self._shallow_copy()
 
     moveaxis = movedim
 
@@ -223,7 +224,12 @@ class IndexOpsMixin(ContainerMixin):
         size = list(self._batch_size)
         size[d] = length
         return map_leaves(
-            self, lambda t: t.narrow(d, start, length), torch.Size(size), True, keep_names
+            self,
+            lambda t: t.narrow(d, start, length),
+            torch.Size(size),
+            True,
+            keep_names,
+            moves=True,  # a selection: a NonTensorStack follows it
         )
 
     def flip(self, *dims):
@@ -375,8 +381,8 @@ class IndexOpsMixin(ContainerMixin):
             dim = 0
         d = one_batch_dim(self, dim, "repeat_interleave")
         size = list(self._batch_size)
-        if isinstance(repeats, _Tensor) and repeats.numel() > 1:
-            size[d] = int(repeats.sum())
+        if isinstance(repeats, _Tensor) and repeats.numel() != 1:  # one count per element
+            size[d] = int(repeats.sum())  # (none for an empty dim)
         else:
             size[d] = size[d] * int(repeats)
 
@@ -475,6 +481,7 @@ class IndexOpsMixin(ContainerMixin):
                 meta.shape,
                 True,
                 keep_names,
+                moves=True,  # a selection: a NonTensorStack follows it
             )
             for i, meta in enumerate(metas[:count])
         )

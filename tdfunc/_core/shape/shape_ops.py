@@ -15,6 +15,7 @@ from ..context import check_parent_batch
 from ..context import write_back as _write_back
 from ..mixin import ContainerMixin
 from ..mixin import is_tensor_collection as _collection
+from .batch import _check_batch
 from .item import _clean
 from .pieces import split_leaf, take_contents
 from .ragged import resolve_ragged
@@ -87,9 +88,7 @@ class ShapeOpsMixin(ContainerMixin):
             (torch.int32, torch.Size([2, 1]))
         """
         if len(shape) == 1 and isinstance(shape[0], torch.dtype):
-            dtype = shape[0]
-            new_size = self._batch_size if batch_size is None else torch.Size(batch_size)
-            return self._apply_tree(lambda t: t.view(dtype), (), new_size, None, False, check=False)
+            return _view_dtype(self, shape[0], batch_size)
         shape = _shape_arg(shape, size, "view")
         new_size = resolve_shape(self._batch_size, shape, f"{type(self).__name__}.view")
         ndim = len(self._batch_size)
@@ -112,7 +111,10 @@ class ShapeOpsMixin(ContainerMixin):
         for s in size[start : end + 1]:
             merged *= s
         new_size = size[:start] + torch.Size([merged]) + size[end + 1 :]
-        out = self._map(lambda v: v.flatten(start, end), new_size)
+        names = self._names
+        if names is not None and start != end:  # the merged dim has no name; the others keep theirs
+            names = _clean(names[:start] + (None,) + names[end + 1 :])
+        out = self._map(lambda v: v.flatten(start, end), new_size, names)
         return write_back(out, self)
 
     def unflatten(
@@ -140,19 +142,33 @@ class ShapeOpsMixin(ContainerMixin):
         dim = normalize_dim(dim, ndim, f"{type(self).__name__}.unflatten")
         inner = resolve_shape(self._batch_size[dim : dim + 1], tuple(sizes))
         new_size = self._batch_size[:dim] + inner + self._batch_size[dim + 1 :]
-        out = self._map(lambda v: v.unflatten(dim, inner), new_size)
+        names = self._names
+        if names is not None and len(inner) != 1:  # new dims have no name; the others keep theirs
+            names = _clean(names[:dim] + (None,) * len(inner) + names[dim + 1 :])
+        out = self._map(lambda v: v.unflatten(dim, inner), new_size, names)
         return write_back(out, self)
 
-    def squeeze(self, dim: int | None = None) -> Self:
-        """Remove batch dims of size 1 (all of them, or ``dim`` only)."""
+    def squeeze(self, dim: int | tuple | list | None = None) -> Self:
+        """Remove batch dims of size 1: all of them, ``dim`` only, or the dims in a tuple
+        (as ``torch.squeeze``, a listed dim whose size is not 1 stays).
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(1, 2, 1)}, [1, 2, 1])
+            >>> td.squeeze().batch_size, td.squeeze((0, -1)).batch_size, td.squeeze(1).batch_size
+            (torch.Size([2]), torch.Size([2]), torch.Size([1, 2, 1]))
+        """
         size = self._batch_size
+        api = f"{type(self).__name__}.squeeze"
         if dim is None:
             dims = [d for d, s in enumerate(size) if s == 1]
         else:
-            dim = normalize_dim(dim, len(size), f"{type(self).__name__}.squeeze")
-            dims = [dim] if size[dim] == 1 else []
-        if not dims:
-            return self._like(dict(self._data))
+            given = [dim] if isinstance(dim, int) else list(dim)
+            given = [normalize_dim(d, len(size), api) for d in given]
+            if len(set(given)) != len(given):  # RuntimeError, as torch.squeeze
+                raise RuntimeError(f"{api}: dim {given} appears more than once in the dims.")
+            dims = sorted(d for d in given if size[d] == 1)
+        if not dims:  # new containers at every level (not the source's nested ones)
+            return write_back(self._shallow_copy(), self)
         new_size = torch.Size([s for d, s in enumerate(size) if d not in dims])
         names = self._names and _clean(tuple(n for d, n in enumerate(self._names) if d not in dims))
 
@@ -329,6 +345,24 @@ class ShapeOpsMixin(ContainerMixin):
         if not size:
             return self.split([0] * chunks, dim)
         return self.split(-(-size // chunks), dim)
+
+
+def _view_dtype(self: Any, dtype: torch.dtype, batch_size: Any) -> Any:
+    """``view(dtype)``: every tensor viewed as ``dtype``. A dtype of another element size
+    changes each leaf's last dim (as ``Tensor.view(dtype)`` does): where that dim is a
+    batch dim, the result is refused rather than given a batch size its leaves lack."""
+    new_size = None if batch_size is None else torch.Size(batch_size)
+    if new_size == self._batch_size:
+        new_size = None  # the same batch: the names stay
+    out = self._apply_tree(lambda t: t.view(dtype), (), new_size, None, False, check=False)
+    try:
+        _check_batch(out._to_tensordict_view(), out._batch_size, (), "view")
+    except ValueError as error:
+        raise ValueError(
+            f"{error} Viewing as {dtype} changes the size of each leaf's last dim, here a "
+            f"batch dim: give the leaves a feature dim, or pass batch_size= for the new shape."
+        ) from None
+    return out
 
 
 def write_back(out: Any, source: Any, inverse=None) -> Any:
