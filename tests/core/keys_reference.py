@@ -8,7 +8,6 @@ the container must raise. Used by ``test_keys_differential.py``.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 
 import torch
@@ -193,7 +192,9 @@ def limited_items(dest: dict, items: list, wanted: list, prefix: tuple = ()) -> 
     An entry whose first key no wanted key starts with is skipped; one that meets a
     nested level of ``dest`` goes into it, limited to the wanted keys below that level
     (all of them when the level itself is wanted); anything else (a missing level, a
-    leaf in the way) is written whole at its key.
+    leaf in the way) is written whole at its key. Each entry is judged against ``dest``
+    as it was before the update (tensordict goes entry by entry, so there an entry that
+    creates a level changes how a later entry under it is limited).
     """
     out = []
     for key, value in items:
@@ -202,25 +203,14 @@ def limited_items(dest: dict, items: list, wanted: list, prefix: tuple = ()) -> 
             continue
         target = dest.get(first)
         if is_level(target) and (rest or is_level(value)):
-            inner = None if (first,) in wanted else [w[1:] for w in wanted if w[0] == first]
             inner_items = [(rest, value)] if rest else [((k,), v) for k, v in value.items()]
-            if inner is None:
-                for inner_key, inner_value in inner_items:
-                    path = (*prefix, first, *inner_key)
-                    out.append((path, inner_value))
-                    apply_write(
-                        parent_for_write(dest, path[len(prefix) :]),
-                        path[-1],
-                        inner_value,
-                        False,
-                        True,
-                    )
-                continue
-            out += limited_items(target, inner_items, inner, (*prefix, first))
+            if (first,) in wanted:
+                out += [((*prefix, first, *k), v) for k, v in inner_items]
+            else:
+                inner = [w[1:] for w in wanted if w[0] == first and len(w) > 1]
+                out += limited_items(target, inner_items, inner, (*prefix, first))
             continue
         out.append(((*prefix, *key), value))
-        with contextlib.suppress(Refused):  # a leaf in the way: the write reports it
-            apply_write(parent_for_write(dest, key), key[-1], value, False, True)
     return out
 
 

@@ -58,6 +58,16 @@ def test_a_locked_container_refuses_a_structural_change_whatever_the_key(change)
     assert _keys(td, True) == before
 
 
+@pytest.mark.parametrize("api", ["flatten_keys", "unflatten_keys"])
+def test_a_locked_container_reports_the_lock_before_a_clash_of_keys(api):
+    td = _tree()
+    td["n.x"] = torch.zeros(2)  # flattens onto ("n", "x"), and unflattens onto it
+    with pytest.raises(KeyError, match="flatten"):
+        getattr(td, api)(inplace=True)
+    with pytest.raises(RuntimeError, match="locked"):  # used to be the KeyError
+        getattr(td.lock_(), api)(inplace=True)
+
+
 def test_popitem_of_a_locked_empty_container_reports_the_lock():
     with pytest.raises(RuntimeError, match="locked"):
         TensorDict({}, []).lock_().popitem()

@@ -33,6 +33,7 @@ from ..frozen import FROZEN, refuse_frozen_inside
 from ..mixin import LOCK_ERROR, ContainerMixin, is_tensor_collection, read_value
 from ..nontensor import NonTensorData
 from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
+from .locking import refuse_if_owner_locked
 from .nested import (
     MISSING,
     KeysView,
@@ -54,7 +55,6 @@ from .update import (
 from .writes import (
     full_key,
     items_of,
-    refuse_if_owner_locked,
     rename_key,
     writable_view,
     write,
@@ -580,6 +580,8 @@ class AccessMixin(ContainerMixin):
             [('b', 'c')]
         """
         self._check_mutable("rename_key_")
+        # a locked container refuses the rename whatever the keys, as tensordict does
+        refuse_if_owner_locked(self, self._key_parts(old_key, "rename_key_"), "rename_key_")
         rename_key(self, old_key, new_key, safe)
         return self
 

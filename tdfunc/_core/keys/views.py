@@ -207,6 +207,8 @@ class KeyViewsMixin(ContainerMixin):
             >>> list(td.flatten_keys(".").keys())
             ['a.b']
         """
+        if inplace:  # the lock is the error to report, before a clash of keys
+            self._check_writable("flatten_keys", separator)
         data: dict = {}
         pairs = self._iter_items((), True, True) if is_leaf is None else _leaf_items(self, is_leaf)
         for key, value in pairs:
@@ -219,7 +221,6 @@ class KeyViewsMixin(ContainerMixin):
                 )
             data[name] = value
         if inplace:
-            self._check_writable("flatten_keys", separator)
             self._data = data
             return self
         out = self._like(data)
@@ -233,6 +234,8 @@ class KeyViewsMixin(ContainerMixin):
             >>> list(td.unflatten_keys(".").keys(True, True))
             [('a', 'b'), 'c']
         """
+        if inplace:  # the lock is the error to report, before a clash of keys
+            self._check_writable("unflatten_keys", separator)
         out = self._like({})
         leaves: dict = {}  # every leaf path written, to the key it came from
         branches: set = set()  # every path that holds leaves below it
@@ -263,7 +266,6 @@ class KeyViewsMixin(ContainerMixin):
                 branches.update(path[:i] for i in range(1, len(path)))
             write_path(out, parts, value, False, True, "unflatten_keys", [], [], ())
         if inplace:
-            self._check_writable("unflatten_keys", separator)
             self._data = out._data
             return self
         return write_back(out, self, lambda nested: nested.flatten_keys(separator))

@@ -48,25 +48,6 @@ def writable_view(container: Any, api: str, key: Any):
     return view
 
 
-def refuse_if_owner_locked(td, parts: tuple, api: str) -> None:
-    """Raise the lock error when the container that holds (or would hold) the key at
-    ``parts`` is locked.
-
-    A structural change (``del_``, ``pop``, ``rename_key_``) is refused before the key
-    is looked up, as tensordict does, so a locked container gives the same error for a
-    key it has, one it lacks and one behind a leaf.
-    """
-    node = td
-    for part in parts[:-1]:
-        inner = node._to_tensordict_view()._data.get(part)
-        if not is_tensor_collection(inner):
-            break
-        node = inner
-    if node._is_locked:
-        key = parts[0] if len(parts) == 1 else parts
-        node._check_writable(api, key)  # names the class (a TensorClass too)
-
-
 def build_fast(cls, source: dict, size: torch.Size, ndim: int, first: int, second: int):
     """The data of a dict of ``str`` -> tensor / dict, or None when it needs the full path.
 
@@ -471,8 +452,6 @@ def rename_key(td, old_key, new_key, safe: bool = False) -> None:
     """Rename ``old_key`` to ``new_key`` in ``td`` (atomic); see ``TensorDict.rename_key_``."""
     old_parts = key_parts(old_key, "TensorDict.rename_key_")
     new_parts = key_parts(new_key, "TensorDict.rename_key_")
-    # a locked container refuses the rename whatever the keys, as tensordict does
-    refuse_if_owner_locked(td, old_parts, "rename_key_")
     check_field(td, new_parts[0], "rename_key_")
     value = td._get_leaf(old_parts, "rename_key_")
     if old_parts == new_parts:
