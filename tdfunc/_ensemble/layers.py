@@ -362,12 +362,16 @@ def _dropout(module: nn.Module, slots: dict, context: BatchContext):
         if not module.training or module.p == 0:
             return x
         randomness = context.randomness
+        # Masks are drawn in the elements' logical order (a mask is filled in memory
+        # order, and a batched layer before this one, batch norm, can hand over a
+        # transposed view), so the numbers drawn are those of vmap with the same
+        # randomness, and, for one random layer, those of a loop over the members.
         if randomness == "different":
             if type(module) is nn.Dropout:
-                return F.dropout(x, module.p, True)
+                return F.dropout(x.contiguous(), module.p, True)
             return module(x.flatten(0, 1)).unflatten(0, x.shape[:2])
         if randomness == "same":  # one mask for every member, as vmap's "same"
-            return x * module(torch.ones_like(x[0]))
+            return x * module(torch.ones(x.shape[1:], dtype=x.dtype, device=x.device))
         raise _random_error()
 
     return step

@@ -29,7 +29,9 @@ _API = "NonTensorData.update_"
 _INNER = object()  # the step into a TensorClass's inner TensorDict
 
 
-def _set_entry(node: dict, route: list, value: Any, blob_name: str | None) -> str | None:
+def _set_entry(
+    node: dict, route: list, value: Any, blob_name: str | None, stack: bool | None
+) -> str | None:
     """Write ``value`` into the entry ``route`` leads to from ``node``; the file it named."""
     for step in route[:-1]:
         if step is _INNER:
@@ -41,6 +43,8 @@ def _set_entry(node: dict, route: list, value: Any, blob_name: str | None) -> st
         raise KeyError(route[-1])
     old = entry.pop("file", None)
     entry.pop("value", None)
+    if stack is not None:
+        entry["stack"] = stack
     if blob_name is None:
         entry["value"] = value
     else:
@@ -68,13 +72,17 @@ def _parent_step(directory: str) -> Any:
     return None
 
 
-def rewrite_non_tensor(directory: str, key: str, generation: str | None, value: Any) -> None:
+def rewrite_non_tensor(
+    directory: str, key: str, generation: str | None, value: Any, stack: bool | None = None
+) -> None:
     """Store ``value`` as the non-tensor entry ``key`` of the save in ``directory``.
 
     Every ``meta.json`` that records the entry is rewritten: the directory's own and
     those of the enclosing saves that inline its metadata. ``generation`` is the token
     of the save the leaf was saved or loaded with: once a later save replaced it, the
-    entry belongs to that save, and writing into it would mix the two.
+    entry belongs to that save, and writing into it would mix the two. ``stack``
+    (when given) records whether ``value`` is one value per element: an index write
+    turns a saved single value into a stack.
     """
     try:
         current: dict | None = read_meta(directory, _API)
@@ -99,7 +107,7 @@ def rewrite_non_tensor(directory: str, key: str, generation: str | None, value: 
     while True:
         node = read_meta(here, _API)
         try:  # file names are relative to the leaf's directory in every meta.json
-            found = _set_entry(node, route, value, blob_name)
+            found = _set_entry(node, route, value, blob_name, stack)
         except (KeyError, TypeError):
             if here == directory:
                 raise RuntimeError(

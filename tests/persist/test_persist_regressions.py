@@ -179,15 +179,15 @@ def test_indexed_writes_reach_the_file_for_text_as_for_tensors(tmp_path):
     assert list(again["s"]) == list(loaded["s"]) == ["a", "Z", "Y", "d"]
 
 
-def test_indexed_write_of_different_values_into_a_saved_single_value_is_refused(tmp_path):
+def test_indexed_write_of_different_values_into_a_saved_single_value_makes_a_stack(tmp_path):
+    # a buffer preallocated with one text value, then filled row by row
     single = NonTensorData("a", batch_size=[4])
     TensorDict({"x": torch.arange(4), "s": single}, [4]).memmap(tmp_path / "x")
     loaded = TensorDict.load_memmap(tmp_path / "x")
-    with pytest.raises(ValueError, match="holds one value for its whole batch"):
-        loaded[1] = TensorDict({"x": torch.tensor(10), "s": "Z"}, [])
-    with pytest.raises(ValueError, match="set_at_"):
-        loaded.set_at_("s", "Z", 0)
-    assert loaded["x"].tolist() == [0, 1, 2, 3] and loaded["s"] == "a"  # nothing written
-    loaded[:] = TensorDict({"x": torch.tensor(7), "s": "Q"}, [])  # one value everywhere
+    loaded[1] = TensorDict({"x": torch.tensor(10), "s": "Z"}, [])
+    loaded.set_at_("s", "Y", 0)
     again = TensorDict.load_memmap(tmp_path / "x")
-    assert again["s"] == "Q" and again["x"].tolist() == [7, 7, 7, 7]
+    assert again["x"].tolist() == [0, 10, 2, 3]
+    assert list(again["s"]) == list(loaded["s"]) == ["Y", "Z", "a", "a"]
+    loaded[2:] = TensorDict({"x": torch.tensor(7), "s": "Q"}, [])  # the stack, in place
+    assert list(TensorDict.load_memmap(tmp_path / "x")["s"]) == ["Y", "Z", "Q", "Q"]

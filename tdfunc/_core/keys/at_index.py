@@ -121,7 +121,7 @@ def _set_non_tensor_at(td: Any, key: Any, target: NonTensorData, value: Any, ind
     leaf_index, selected = parent._leaf_index(index)
     if selected is None:  # a mask or an index tensor: positions once, as __setitem__ does
         leaf_index = prepare(leaf_index, parent._batch_size)[0]
-    parent._data[parts[-1]] = written(target, leaf_index, value, key, "set_at_")
+    parent._data[parts[-1]] = written(target, leaf_index, value)
 
 
 def _check_fits_at(key: Any, target: _Tensor, value: Any, index: Any, api: str) -> None:

@@ -18,7 +18,7 @@ import torch
 from ..frozen import refuse_frozen_inside
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, eq_mask
-from .leafwise import like_pair
+from .leafwise import check_in_place, like_pair
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -117,26 +117,46 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
     return like_pair(self, other, data, api)
 
 
-def _inplace(self, other: Any, method: str):
+def _inplace(self, other: Any, method: str, *args: Any):
+    """``leaf.<method>(other's leaf or other, *args)`` for every tensor leaf, or none of them.
+
+    Every pair is checked before the first leaf changes (keys, shapes, dtypes), so a
+    failure (a Polyak update ``target.mul_(1 - tau)`` reaching an integer buffer) leaves
+    the container as it was and names the key, instead of half an update.
+    """
     self._check_mutable(method)
     refuse_frozen_inside(self, method)
-    if getattr(type(other), "_is_tensor_collection", False):
+    pairs: list = []
+    _in_place_pairs(self, other, method, (), pairs)
+    for path, value, rhs in pairs:
+        check_in_place(type(self).__name__, method, path, value, rhs)
+    for _, value, rhs in pairs:
+        getattr(value, method)(rhs, *args)
+    return self
+
+
+def _in_place_pairs(node: Any, other: Any, method: str, path: tuple, out: list) -> None:
+    """``(key path, tensor leaf, operand)`` of every tensor leaf of ``node``, into ``out``."""
+    keyed = getattr(type(other), "_is_tensor_collection", False)
+    if keyed:
         other_data = other._to_tensordict_view()._data
-        if other_data.keys() != self._data.keys():
-            missing = sorted(set(self._data) ^ set(other_data))
+        if other_data.keys() != node._data.keys():
+            missing = sorted(set(node._data) ^ set(other_data))
+            where = f" under {path[0] if len(path) == 1 else path!r}" if path else ""
             raise KeyError(
-                f"{type(self).__name__}.{method}: "
-                f"both operands must have the same keys; these keys are "
+                f"{type(node).__name__}.{method}: "
+                f"both operands must have the same keys; these keys{where} are "
                 f"only in one of them: {missing}."
             )
-        for key, value in self._data.items():
-            if not isinstance(value, NonTensorData):
-                getattr(value, method)(other_data[key])
-    else:
-        for value in self._data.values():
-            if not isinstance(value, NonTensorData):
-                getattr(value, method)(other)
-    return self
+    for key, value in node._data.items():
+        if isinstance(value, NonTensorData):
+            continue
+        rhs = other_data[key] if keyed else other
+        if isinstance(value, torch.Tensor):
+            out.append(((*path, key), value, rhs))
+        else:
+            view = value._to_tensordict_view()
+            _in_place_pairs(view, rhs, method, (*path, key), out)
 
 
 class ArithmeticMixin(ContainerMixin):
@@ -274,16 +294,17 @@ class ArithmeticMixin(ContainerMixin):
         return _inplace(self, other, "div_")
 
     def lerp_(self, end, weight: float) -> Self:
-        self._check_mutable("lerp_")
-        if getattr(type(end), "_is_tensor_collection", False):
-            end_data = end._to_tensordict_view()._data
-            for key, value in self._data.items():
-                if not isinstance(value, NonTensorData):
-                    value.lerp_(end_data[key], weight)
-            return self
-        raise TypeError(
-            f"{type(self).__name__}.lerp_: end must be a TensorDict with the same keys."
-        )
+        if not getattr(type(end), "_is_tensor_collection", False):
+            raise TypeError(
+                f"{type(self).__name__}.lerp_: end must be a TensorDict with the same keys."
+            )
+        if getattr(type(weight), "_is_tensor_collection", False):
+            raise TypeError(
+                f"{type(self).__name__}.lerp_: weight must be a number or a tensor, got a "
+                f"{type(weight).__name__}. For a weight per entry, use "
+                f"td.apply_(torch.lerp, end, weight)."
+            )
+        return _inplace(self, end, "lerp_", weight)
 
     def _tensor_leaves(self):
         for value in self._data.values():

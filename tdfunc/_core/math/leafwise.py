@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -332,3 +333,47 @@ def check_grown(result: Any, other: Any, api: str, deep: bool = True) -> None:
         f"against the batch size {list(view.batch_size)} of every entry; expand the "
         f"containers to one batch size first (td.expand(...))."
     )
+
+
+def check_in_place(name: str, method: str, path: tuple, value: torch.Tensor, rhs: Any) -> None:
+    """Raise what ``value.<method>(rhs)`` would raise for its dtype or shape, naming the key.
+
+    An in-place operation over a container checks every leaf with this before it
+    changes the first one: a failure part-way (a Polyak update ``target.mul_(1 - tau)``
+    reaching an integer buffer) would leave half an update behind.
+    """
+    key = path[0] if len(path) == 1 else path
+    if isinstance(rhs, torch.Tensor):
+        try:
+            fits = torch.broadcast_shapes(value.shape, rhs.shape) == value.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise RuntimeError(
+                f"{name}.{method}: the operand at key {key!r} has shape {list(rhs.shape)}, "
+                f"which does not broadcast to the entry's shape {list(value.shape)}; no "
+                f"entry was changed."
+            )
+    if method == "lerp_":
+        ok = value.dtype.is_floating_point or value.dtype.is_complex
+        ok = ok and (not isinstance(rhs, torch.Tensor) or rhs.dtype == value.dtype)
+        reason = "lerp_ interpolates floating-point entries of the same dtype"
+    elif isinstance(rhs, (torch.Tensor, numbers.Number)) and not isinstance(rhs, torch.SymInt):
+        try:
+            result = torch.result_type(value, rhs)
+        except TypeError:  # a scalar type torch does not promote here: the op decides
+            return
+        if method == "div_" and not (result.is_floating_point or result.is_complex):
+            result = torch.get_default_dtype()  # true division of integers gives floats
+        ok = torch.can_cast(result, value.dtype)
+        reason = f"the result ({result}) cannot be stored in place"
+    else:
+        return
+    if not ok:
+        rhs_kind = rhs.dtype if isinstance(rhs, torch.Tensor) else type(rhs).__name__
+        raise RuntimeError(
+            f"{name}.{method}: cannot update the {value.dtype} entry at key {key!r} with a "
+            f"{rhs_kind} operand: {reason}; no entry was changed. Hint: select the entries "
+            f"to update first (it shares their tensors), e.g. "
+            f"td.select(*[k for k, v in td.items(True, True) if v.is_floating_point()])."
+        )

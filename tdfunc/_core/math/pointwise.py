@@ -16,6 +16,7 @@ import torch
 from ..mixin import ContainerMixin
 from .leafwise import (
     check_grown,
+    check_in_place,
     check_in_place_write,
     inplace_leaves,
     is_collection,
@@ -158,17 +159,23 @@ def _binary_(name: str) -> Callable:
 
 def _inplace_pairs(self: Any, other: Any, method: Callable, api: str, *args: Any) -> None:
     check_in_place_write(self, api)
-    _pairs(self, other, method, api, args)
+    pairs: list = []
+    _pairs(self, other, api, (), pairs)
+    # every pair is checked before the first leaf changes (see check_in_place)
+    for path, value, rhs in pairs:
+        check_in_place(type(self).__name__, api, path, value, rhs)
+    for _, value, rhs in pairs:
+        method(value, rhs, *args)
 
 
-def _pairs(view: Any, other: Any, method: Callable, api: str, args: tuple) -> None:
+def _pairs(view: Any, other: Any, api: str, path: tuple, out: list) -> None:
     data = others_data(other, view, api)
     for key, value in view._data.items():
         rhs = other if data is None else data[key]
         if isinstance(value, torch.Tensor):
-            method(value, rhs, *args)
+            out.append(((*path, key), value, rhs))
         elif is_collection(value):
-            _pairs(value._to_tensordict_view(), rhs, method, api, args)
+            _pairs(value._to_tensordict_view(), rhs, api, (*path, key), out)
 
 
 def _add_scaled(leaf: torch.Tensor, other: Any, value: float) -> torch.Tensor:

@@ -191,7 +191,7 @@ class NonTensorData(_Saving):
         self._bump()
         write_back = self.__dict__.get("_write_back")
         if write_back is not None:
-            write_back(value)
+            write_back(value, stack=type(self) is not NonTensorData)
 
     def _refresh(self) -> None:
         """An element read from a stack takes the stack's current values, when the stack
@@ -701,53 +701,33 @@ def write_at(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
     return from_array(array, leaf.device)
 
 
-def written(
-    leaf: NonTensorData, index: Any, value: Any, key: Any = None, api: str = "__setitem__"
-) -> NonTensorData:
+def written(leaf: NonTensorData, index: Any, value: Any) -> NonTensorData:
     """``leaf`` with ``value`` written at ``index``, as a container's write leaves it.
 
     A leaf stored somewhere the write must reach is written in place: a stack that
     elements were read from through an index (``td[1:]``: they see the write and
     their own writes still reach it, as views of a tensor do), and a leaf written to
     a file by ``memmap`` (the file gets the new values, as a memory-mapped tensor's
-    does). Any other leaf is replaced by a new one. Call :func:`check_written` first
-    where other entries are written too: a memory-mapped ``NonTensorData`` refuses
-    different values per element (its file holds one value).
+    does; a saved single value given different values per element becomes a stack,
+    in the file too). Any other leaf is replaced by a new one.
     """
     new = write_at(leaf, index, value)
     state = leaf.__dict__
     if new is leaf or not (state.get("_viewed") or "_write_back" in state):
         return new
-    if type(leaf) is NonTensorData:  # written to a file: one value for the batch
-        leaf._set_value(_single_value(leaf, new, index, key, api))
+    if type(new) is type(leaf):
+        leaf._set_value(new._held)
         return leaf
-    leaf._set_value(new._held)
-    return leaf
+    if type(leaf) is NonTensorData and type(new) is NonTensorStack:
+        # one value per element now: a new stack, bound to the leaf's file (nothing
+        # reads a single value through an index, so nothing else holds on to it)
+        new.__dict__.update((name, state[name]) for name in _BINDING if name in state)
+        new._set_value(new._held)
+    return new
 
 
-def check_written(leaf: NonTensorData, index: Any, value: Any, key: Any, api: str) -> None:
-    """Raise now what :func:`written` would raise, before any entry is written."""
-    if type(leaf) is NonTensorData and "_write_back" in leaf.__dict__:
-        new = write_at(leaf, index, value)
-        if new is not leaf:
-            _single_value(leaf, new, index, key, api)
-
-
-def _single_value(leaf: NonTensorData, new: NonTensorData, index: Any, key: Any = None,
-                  api: str = "__setitem__") -> Any:  # fmt: skip
-    """The one value of ``new`` (``leaf`` after a write), or a ``ValueError``."""
-    if type(new) is NonTensorData:
-        return new._held
-    values = new._array().reshape(-1)
-    if all(_equal(v, values[0]) for v in values[1:]):
-        return values[0]
-    shown = "" if key is None else f" at key {key!r}"
-    raise ValueError(
-        f"TensorDict.{api}: cannot write different values at index {index!r} into the "
-        f"memory-mapped NonTensorData{shown}: it holds one value for its whole batch, and "
-        f"its file has room for one. Nothing was written. Hint: write one value to every "
-        f"element, or save the container again with a NonTensorStack there."
-    )
+# what ties a leaf to the file it was saved in, and its container's lock
+_BINDING = ("_is_memmap", "_write_back", "_is_locked")
 
 
 def stack_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:

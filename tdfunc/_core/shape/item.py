@@ -20,7 +20,7 @@ from ..keys.nested import unravel_key
 from ..keys.writes import assign_at, check_copy_target, check_fits, writable_view
 from ..mixin import ContainerMixin
 from ..mixin import is_tensor_collection as _collection
-from ..nontensor import NonTensorData, check_written, write_at, written
+from ..nontensor import NonTensorData, write_at, written
 from .indexing import Take, plan, prepare
 from .ragged import resolve_ragged
 from .sizes import (
@@ -122,9 +122,6 @@ class ItemMixin(ContainerMixin):
         for operation, *args in plan:  # nothing is written unless every write can be
             if operation is assign_at:
                 check_copy_target(args[0], args[2], "<index>", "__setitem__")
-            elif operation is _write_non_tensor:
-                data, key, at, written_value = args
-                check_written(data[key], at, written_value, key, "__setitem__")
         for operation, *args in plan:
             operation(*args)
 
@@ -274,7 +271,7 @@ def _check_compatible_class(target: Any, value: Any, fields) -> None:
 def _write_non_tensor(data: dict, key: str, index, value: Any) -> None:
     existing = data[key]
     if "_view_of" not in existing.__dict__:
-        data[key] = written(existing, index, value, key)
+        data[key] = written(existing, index, value)
         return
     # an element read from a stack (``td[1:]`` of a container holding one): the write
     # reaches the stack, as it reaches the parent's tensors through their views

@@ -162,7 +162,7 @@ class ShapeOpsMixin(ContainerMixin):
         if dim is None:
             dims = [d for d, s in enumerate(size) if s == 1]
         else:
-            given = [dim] if isinstance(dim, int) else list(dim)
+            given = list(dim) if isinstance(dim, (tuple, list)) else [dim]
             given = [normalize_dim(d, len(size), api) for d in given]
             if len(set(given)) != len(given):  # RuntimeError, as torch.squeeze
                 raise RuntimeError(f"{api}: dim {given} appears more than once in the dims.")
@@ -218,6 +218,9 @@ class ShapeOpsMixin(ContainerMixin):
         """Swap two batch dims."""
         ndim = len(self._batch_size)
         api = f"{type(self).__name__}.transpose"
+        dim0, dim1 = (
+            normalize_dim(d, ndim, api) if not isinstance(d, int) else d for d in (dim0, dim1)
+        )
         if not (-ndim <= dim0 < ndim and -ndim <= dim1 < ndim):
             raise DimOutOfRangeError(
                 f"{api}: dim0 and dim1 must be within the range of the number of dimensions "

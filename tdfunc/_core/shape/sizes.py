@@ -8,6 +8,7 @@ gets the same batch size a tensor would.
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 import torch
@@ -132,6 +133,20 @@ class DimOutOfRangeError(IndexError, ValueError):
 
 def normalize_dim(dim: int, ndim: int, api: str) -> int:
     """Turn a possibly negative batch dim into a positive one, with a clear error."""
+    try:
+        dim = operator.index(dim)
+    except TypeError:
+        # a dim name ("time") would otherwise fail on the comparison below with
+        # Python's words for it, naming neither the API nor the argument
+        hint = (
+            f" Batch dims are given by position: td.names.index({dim!r}) turns a dim name into one."
+            if isinstance(dim, str)
+            else ""
+        )
+        raise TypeError(
+            f"{api}: dim must be an int (a batch dim in [{-ndim}, {ndim - 1}]), got "
+            f"{type(dim).__name__} {dim!r}.{hint}"
+        ) from None
     if not -ndim <= dim < ndim:
         raise DimOutOfRangeError(
             f"{api}: dim {dim} is out of range for a batch of {ndim} dim(s) "
