@@ -10,6 +10,7 @@ import torch
 from .frozen import refuse_frozen_inside
 from .keys.nested import MISSING
 from .keys.writes import convert, inplace_source
+from .leaf_errors import each_leaf, note_key
 from .mixin import ContainerMixin
 from .mixin import is_tensor_collection as _collection
 from .nontensor import NonTensorData
@@ -250,56 +251,62 @@ class ApplyMixin(ContainerMixin):
         count = len(expected)
         data = {}
         whole = []  # keys of values given whole (is_leaf): validated once the result exists
-        for key, value in self._data.items():
-            other_values = _others_at(others, key, "apply", default) if others else ()
-            if is_leaf is not None and not isinstance(value, _Tensor) and is_leaf(type(value)):
-                if prefix is not None:
-                    name = key if local_keys else prefix + (key,)
-                    result = fn(name, value, *other_values)
-                else:
-                    result = fn(value, *other_values)  # a leaf by the caller's rule: given whole
-                if result is not None:
-                    data[key] = result
-                    whole.append(key)
-                continue
-            if isinstance(value, _Tensor):
-                if prefix is not None:
-                    name = key if local_keys else prefix + (key,)
-                    result = fn(name, value, *other_values)
-                elif others:
-                    result = fn(value, *other_values)
-                else:
-                    result = fn(value)
-                if result is None:
+        key = None
+        try:
+            for key, value in self._data.items():
+                other_values = _others_at(others, key, "apply", default) if others else ()
+                if is_leaf is not None and not isinstance(value, _Tensor) and is_leaf(type(value)):
+                    if prefix is not None:
+                        name = key if local_keys else prefix + (key,)
+                        result = fn(name, value, *other_values)
+                    else:
+                        # a leaf by the caller's rule: given whole
+                        result = fn(value, *other_values)
+                    if result is not None:
+                        data[key] = result
+                        whole.append(key)
                     continue
-                if check and (
-                    not isinstance(result, _Tensor)
-                    or (count and leaf_shape(result)[:count] != expected)
-                ):
-                    shown = key if prefix is None or local_keys else prefix + (key,)
-                    raise _result_error(result, shown, expected)
-            elif _collection(value):
-                view = value._to_tensordict_view()
-                inner_size = None if new_size is None else new_size + view._batch_size[ndim:]
-                sub = view._apply_tree(
-                    fn,
-                    _views(other_values, key, "apply", default) if others else (),
-                    inner_size,
-                    None if prefix is None else prefix + (key,),
-                    filter_empty,
-                    local_keys=local_keys,
-                    check=check,
-                    is_leaf=is_leaf,
-                    default=default,
-                )
-                if filter_empty and not sub._data and view._data:
-                    continue
-                result = rewrap(value, sub)
-            elif isinstance(value, NonTensorData):
-                result = _non_tensor_result(value, new_size, ndim, key)
-            else:
-                result = value
-            data[key] = result
+                if isinstance(value, _Tensor):
+                    if prefix is not None:
+                        name = key if local_keys else prefix + (key,)
+                        result = fn(name, value, *other_values)
+                    elif others:
+                        result = fn(value, *other_values)
+                    else:
+                        result = fn(value)
+                    if result is None:
+                        continue
+                    if check and (
+                        not isinstance(result, _Tensor)
+                        or (count and leaf_shape(result)[:count] != expected)
+                    ):
+                        shown = key if prefix is None or local_keys else prefix + (key,)
+                        raise _result_error(result, shown, expected)
+                elif _collection(value):
+                    view = value._to_tensordict_view()
+                    inner_size = None if new_size is None else new_size + view._batch_size[ndim:]
+                    sub = view._apply_tree(
+                        fn,
+                        _views(other_values, key, "apply", default) if others else (),
+                        inner_size,
+                        None if prefix is None else prefix + (key,),
+                        filter_empty,
+                        local_keys=local_keys,
+                        check=check,
+                        is_leaf=is_leaf,
+                        default=default,
+                    )
+                    if filter_empty and not sub._data and view._data:
+                        continue
+                    result = rewrap(value, sub)
+                elif isinstance(value, NonTensorData):
+                    result = _non_tensor_result(value, new_size, ndim, key)
+                else:
+                    result = value
+                data[key] = result
+        except Exception as error:
+            note_key(error, key)
+            raise
         out = self._like(data, new_size, self._names if new_size is None else None)
         if whole:
             # what fn returned for a whole value is checked and stored as set() would:
@@ -339,34 +346,39 @@ class ApplyMixin(ContainerMixin):
         local_keys: bool = False,
     ) -> None:
         data = self._data
-        for key, value in list(data.items()):
-            other_values = _others_at(others, key, "apply_", default) if others else ()
-            leaf = isinstance(value, _Tensor) or (
-                is_leaf is not None and not _collection(value) and is_leaf(type(value))
-            )
-            if leaf:
-                if prefix is not None:
-                    name = key if local_keys else prefix + (key,)
-                    result = fn(name, value, *other_values)
-                else:
-                    result = fn(value, *other_values)
-                if result is None or result is value:
-                    continue
-                if isinstance(value, _Tensor) and isinstance(result, _Tensor):
-                    # validated as set() validates: a result that does not fit is an error
-                    value.copy_(inplace_source(value, result, key, "apply_", self._batch_size))
-                else:
-                    self._write(((key, result),), False, False, "apply_")  # type: ignore[attr-defined]
-            elif _collection(value):
-                view = value._to_tensordict_view()
-                view._apply_inplace(
-                    fn,
-                    _views(other_values, key, "apply_", default) if others else (),
-                    default,
-                    is_leaf,
-                    None if prefix is None else prefix + (key,),
-                    local_keys,
+        key = None
+        try:
+            for key, value in list(data.items()):
+                other_values = _others_at(others, key, "apply_", default) if others else ()
+                leaf = isinstance(value, _Tensor) or (
+                    is_leaf is not None and not _collection(value) and is_leaf(type(value))
                 )
+                if leaf:
+                    if prefix is not None:
+                        name = key if local_keys else prefix + (key,)
+                        result = fn(name, value, *other_values)
+                    else:
+                        result = fn(value, *other_values)
+                    if result is None or result is value:
+                        continue
+                    if isinstance(value, _Tensor) and isinstance(result, _Tensor):
+                        # validated as set() validates: a result that does not fit is an error
+                        value.copy_(inplace_source(value, result, key, "apply_", self._batch_size))
+                    else:
+                        self._write(((key, result),), False, False, "apply_")  # type: ignore[attr-defined]
+                elif _collection(value):
+                    view = value._to_tensordict_view()
+                    view._apply_inplace(
+                        fn,
+                        _views(other_values, key, "apply_", default) if others else (),
+                        default,
+                        is_leaf,
+                        None if prefix is None else prefix + (key,),
+                        local_keys,
+                    )
+        except Exception as error:
+            note_key(error, key)
+            raise
 
     # -------------------------------------------------------------- leaf-wise
     def clone(self, recurse: bool = True) -> Self:
@@ -389,8 +401,7 @@ class ApplyMixin(ContainerMixin):
         """Detach every tensor leaf in place; returns self."""
         self._check_mutable("detach_")
         refuse_frozen_inside(self, "detach_")
-        for value in self._tensor_leaves():
-            value.detach_()
+        each_leaf(self, _Tensor.detach_)
         return self
 
     def contiguous(self, *, canonical: bool = False, inplace: bool = False) -> Self:
@@ -409,25 +420,28 @@ class ApplyMixin(ContainerMixin):
     def _replace_leaves(self, fn: Callable) -> None:
         """Replace every tensor leaf by ``fn(leaf)`` in this container (keys kept)."""
         data = self._data
-        for key, value in data.items():
-            if isinstance(value, _Tensor):
-                data[key] = fn(value)
-            elif _collection(value):
-                value._to_tensordict_view()._replace_leaves(fn)
+        key = None
+        try:
+            for key, value in data.items():
+                if isinstance(value, _Tensor):
+                    data[key] = fn(value)
+                elif _collection(value):
+                    value._to_tensordict_view()._replace_leaves(fn)
+        except Exception as error:
+            note_key(error, key)
+            raise
 
     def requires_grad_(self, requires_grad: bool = True) -> Self:
         """Set ``requires_grad`` on every tensor leaf; returns self."""
         self._check_mutable("requires_grad_")
-        for value in self._tensor_leaves():
-            value.requires_grad_(requires_grad)
+        each_leaf(self, lambda value: value.requires_grad_(requires_grad))
         return self
 
     def zero_(self) -> Self:
         """Fill every tensor leaf with zeros (in place); returns self."""
         self._check_mutable("zero_")
         refuse_frozen_inside(self, "zero_")
-        for value in self._tensor_leaves():
-            value.zero_()
+        each_leaf(self, _Tensor.zero_)
         return self
 
     def fill_(self, key, value) -> Self:
@@ -437,10 +451,17 @@ class ApplyMixin(ContainerMixin):
         refuse_frozen_inside(self, "fill_")
         entry = self._get_leaf(key, "fill_")
         if _collection(entry):
-            for leaf in entry._to_tensordict_view()._tensor_leaves():
-                leaf.fill_(value)
+            try:
+                each_leaf(entry._to_tensordict_view(), lambda leaf: leaf.fill_(value))
+            except Exception as error:
+                note_key(error, key)
+                raise
         elif isinstance(entry, _Tensor):
-            entry.fill_(value)
+            try:
+                entry.fill_(value)
+            except Exception as error:
+                note_key(error, key)
+                raise
         else:
             raise TypeError(
                 f"{type(self).__name__}.fill_: the entry at key {key!r} is not a tensor."

@@ -77,7 +77,12 @@ def locking_parent(child: Any) -> Any:
     parent = None if ref is None else ref()
     if parent is None or not parent._is_locked:
         return None
-    return parent if any(value is child for value in parent._data.values()) else None
+    # a TensorClass is held as itself and remembered by its inner TensorDict
+    held = (
+        value is child or (is_tensor_collection(value) and value._to_tensordict_view() is child)
+        for value in parent._data.values()
+    )
+    return parent if any(held) else None
 
 
 def hand_out(parent: Any, child: Any) -> None:

@@ -21,7 +21,7 @@ optree sees one node per container. What differs from nested nodes: an
 container and on the leaves, never on a nested container.
 
 The batch size is inferred level by level on unflatten
-(:mod:`tdfunc._pytree.rebuild` has the rules).
+(:mod:`tdfunc._pytree.infer` has the rules).
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ class NodeContext:
         "names",
         "nested",
         "non_tensor",
+        "order",
         "shapes",
         "tensor_children",
         "width",
@@ -104,6 +105,7 @@ class NodeContext:
         nested: tuple | None = None,
         width: int | None = None,
         shapes: tuple | None = None,
+        order: tuple | None = None,
     ) -> None:
         self.cls = cls
         self.keys = keys  # keys of the tensor and container entries, in order
@@ -121,6 +123,9 @@ class NodeContext:
         if shapes is None:
             shapes = tuple(None if f is None else batch_size + f for f in feature_shapes)
         self.shapes = shapes  # per key: the whole shape (batch size for a container)
+        # every key in the container's order, where a non-tensor entry sits before a
+        # child (None: the children's keys, then the non-tensor ones, as they were)
+        self.order = order
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -132,6 +137,7 @@ class NodeContext:
                 or _same_non_tensor(self.non_tensor, other.non_tensor)
             )
             and self.nested == other.nested
+            and self.order == other.order
         )
 
     def __hash__(self) -> int:
@@ -235,6 +241,7 @@ def _inline(
         context.level = level
         context.nested = None
         context.width = width
+        context.order = None
         if cache is not None:
             _remember(cache, cache_key, context)
         return context
@@ -252,6 +259,7 @@ def _inline(
         context.level = level
         context.nested = None
         context.width = len(data)
+        context.order = None
         return context
     start = len(out)
     keys = []
@@ -327,9 +335,18 @@ def _inline(
     context.level = level
     context.nested = None if nested is None else tuple(nested)
     context.width = width
+    context.order = None if non_tensor is None else _order(data, keys, non_tensor)
     if cache is not None and non_tensor is None:
         _remember(cache, cache_key, context)
     return context
+
+
+def _order(data: dict, keys: list, non_tensor: list) -> tuple | None:
+    """The full key order, where it is not the children's keys then the non-tensor ones."""
+    order = tuple(data)
+    if order == (*keys, *(entry[0] for entry in non_tensor)):
+        return None
+    return order
 
 
 def _as_before(
@@ -413,6 +430,7 @@ def flatten_shallow(container) -> tuple[list, NodeContext]:
         view._names,
         _level(),
         shapes=tuple(shapes),
+        order=_order(view._data, keys, non_tensor) if non_tensor else None,
     )
     if fake_tracing() and symbolic(children):
         concrete(context)
@@ -452,6 +470,7 @@ def _dumpable(context: NodeContext) -> dict:
         if context.nested is None
         else [None if inner is None else _dumpable(inner) for inner in context.nested],
         "width": context.width,
+        "order": None if context.order is None else list(context.order),
     }
 
 
@@ -479,6 +498,7 @@ def _loaded(raw: dict, cls: type) -> NodeContext:
             for inner in nested
         ),
         raw.get("width"),
+        order=None if raw.get("order") is None else tuple(raw["order"]),
     )
 
 

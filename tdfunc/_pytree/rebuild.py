@@ -1,33 +1,9 @@
 """Unflatten for the pytree nodes of :mod:`tdfunc._pytree.node`: rebuild the containers
 and infer their batch sizes.
 
-Inference, level by level from the innermost, for the children of a level
-that have a shape (tensors, and containers that hold a tensor somewhere below
-them):
-
-1. A child still of the kind it was at flatten time (tensor or container)
-   whose shape ends in its recorded feature shape proposes the dims before
-   it. If all proposals agree and every child starts with that prefix, it is
-   the batch size. This is exact inside and outside ``vmap`` (any
-   ``in_dims``/``out_dims`` among the batch dims) and for jacobians, also when
-   a feature size equals a batch size.
-2. Otherwise the recorded batch size, if every child still starts with it
-   (a ``tree_map`` that reduced a feature dim).
-3. Otherwise the longest prefix the children share, or an error when the
-   proposals of step 1 contradict each other. This is also the rule for a
-   jacobian, whose tensor children come back as containers (one block per
-   input): its batch size is the longest prefix its blocks share, the same
-   for ``jacrev`` and ``jacfwd``. A nested container whose own batch size
-   is such a guess proposes nothing at its parent's step 1 (``jacfwd`` and
-   ``hessian`` rebuild nested levels from specs recorded inside their
-   ``vmap``, whose batch size is only the number of input elements).
-
-Children without a shape (vmap's ``in_dims`` trees hold ints and ``None``)
-are held as they are; with no shaped child at all the recorded batch size is
-used. A nested container without tensors takes its parent's batch size plus
-its own extra dims. The shape ``(4,)`` of a leaf recorded as ``(4, 4)`` with
-batch ``[4]`` is ambiguous; step 1 reads it as "the batch dim was reduced",
-as in ``tree_map(lambda x: x.mean(0), params)``.
+The batch size of each level is inferred from the leaves
+(:mod:`tdfunc._pytree.infer` has the rules). A nested container without
+tensors takes its parent's batch size plus its own extra dims.
 
 Speed: transforms unflatten on every call (vmap twice per argument: its
 in_dims tree and the batched inputs), so the common cases take one pass: a
@@ -48,6 +24,7 @@ from torch._C import _functorch
 
 from .._core.mixin import is_tensor_collection as _collection
 from .._core.nontensor import NonTensorData, NonTensorStack, StackInTransform
+from .infer import _infer, _shaped, _tensorless
 from .symbolic import _FAKE, _get_mode, symbolic
 from .symbolic import rebuild as symbolic_rebuild
 
@@ -68,99 +45,6 @@ _SCALAR = torch.Size([])
 _UNSHAPED = frozenset({int, bool, type(None)})  # the leaves of vmap's in_dims trees
 # a level of children of these classes takes the one-pass path
 _TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
-
-
-# ---------------------------------------------------------------- batch size
-def _tensorless(child: Any) -> bool:
-    """A container without any tensor below it: its batch size carries no information."""
-    for value in child._to_tensordict_view()._data.values():
-        if isinstance(value, _Tensor) or (_collection(value) and not _tensorless(value)):
-            return False
-    return True
-
-
-def infer_batch_size(children: list, context: NodeContext, guessed=()) -> torch.Size:
-    """The batch size that the (transformed) children of one level imply (module docstring).
-
-    ``guessed``: positions of nested containers whose own batch size came from
-    step 3 (a guess); they take part in steps 2 and 3 but propose nothing.
-    """
-    return _infer(children, context, guessed)[0]
-
-
-def _infer(children: list, context: NodeContext, guessed=()) -> tuple:
-    """:func:`infer_batch_size` and whether it is exact (steps 1 and 2) or a guess."""
-    shapes = []
-    candidate = None
-    disagree = False
-    replaced = False  # a tensor child came back as a container or the reverse
-    for index, (child, feature, was_tensor) in enumerate(
-        zip(children, context.feature_shapes, context.tensor_children)
-    ):
-        if isinstance(child, _Tensor):
-            shape = child.shape
-            is_tensor = True
-        elif _collection(child) and not _tensorless(child):
-            shape = child.batch_size
-            is_tensor = False
-        else:
-            continue
-        shapes.append(shape)
-        if is_tensor is not was_tensor:
-            replaced = True
-            continue
-        if index in guessed:
-            continue
-        split = len(shape) - len(feature)
-        if split < 0 or shape[split:] != feature:
-            continue
-        if candidate is None:
-            candidate = shape[:split]
-        elif candidate != shape[:split]:
-            disagree = True
-    if not shapes:
-        return context.batch_size, True
-    if candidate is not None and not disagree:
-        size = len(candidate)
-        if all(shape[:size] == candidate for shape in shapes):
-            return candidate, True
-    recorded = context.batch_size
-    size = len(recorded)
-    if not replaced and all(shape[:size] == recorded for shape in shapes):
-        return recorded, True
-    if disagree:
-        raise _inconsistent(children, context)
-    return _common_prefix(shapes), False
-
-
-def _inconsistent(children: list, context: NodeContext) -> ValueError:
-    detail = ", ".join(
-        f"{key!r}: {list(child.shape if isinstance(child, _Tensor) else child.batch_size)}"
-        for key, child in zip(context.keys, children)
-        if isinstance(child, _Tensor) or _collection(child)
-    )
-    features = ", ".join(
-        f"{key!r}: {list(shape)}"
-        for key, shape in zip(context.keys, context.feature_shapes)
-        if shape is not None
-    )
-    return ValueError(
-        f"tdfunc: cannot infer the batch size of a {context.cls.__name__} after a transform: "
-        f"its leaves now have shapes {{{detail}}} but had batch size {list(context.batch_size)} "
-        f"and feature shapes {{{features}}}, so they imply different batch sizes. Under vmap, "
-        f"map every leaf of a container over the same batch dim (in_dims=None for a leaf "
-        f"that has the batch dims leaves it inconsistent); give shared leaves their own "
-        f"sub-container with batch_size=[] instead."
-    )
-
-
-def _common_prefix(shapes: list) -> torch.Size:
-    prefix = []
-    for dims in zip(*shapes):
-        if any(d != dims[0] for d in dims):
-            break
-        prefix.append(dims[0])
-    return torch.Size(prefix)
 
 
 def _check_vmap_input(children: list, context: NodeContext) -> None:
@@ -201,7 +85,8 @@ def _names_after(context: NodeContext, batch_size: torch.Size, children) -> tupl
     Dims that are still there keep their names, new dims have none (as
     tensordict does under ``vmap``). At vmap's input boundary the mapped dim is
     read from the leaves; anywhere else the recorded batch size must sit in
-    the new one (or the reverse) in exactly one way, or no names are kept.
+    the new one (or the reverse) in exactly one way, or no names are kept. With
+    as many dims as recorded, the names stay if only unnamed dims changed size.
     """
     names: tuple = context.names  # type: ignore[assignment]  # not None here
     recorded = context.batch_size
@@ -215,6 +100,12 @@ def _names_after(context: NodeContext, batch_size: torch.Size, children) -> tupl
                     if 0 <= dim < len(recorded) and left == batch_size:
                         return names[:dim] + names[dim + 1 :]
                     break
+    if len(batch_size) == len(recorded):
+        # the same dims, some of other sizes (vmap with a chunk_size concatenates its
+        # chunks, whose mapped dim is unnamed): names stay where the sizes changed only
+        # on unnamed dims
+        changed = [name for name, old, new in zip(names, recorded, batch_size) if old != new]
+        return names if not any(changed) else None
     if len(batch_size) > len(recorded):
         kept = _embedding(recorded, batch_size)
         if kept is None:
@@ -320,6 +211,8 @@ def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
     batch_size = context.batch_size
     for key, value, kind in context.non_tensor:
         data[key] = _non_tensor(kind, value, batch_size, context)
+    if context.order is not None:
+        data = {key: data[key] for key in context.order}
     return context.cls._from_pytree(data, batch_size, context.device, context.names)
 
 
@@ -384,6 +277,8 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, traced
             data = dict(zip(context.keys, children))
             for key, value, kind in context.non_tensor:
                 data[key] = _non_tensor(kind, value, batch_size, context)
+            if context.order is not None:
+                data = {key: data[key] for key in context.order}
             container = context.cls._from_pytree(data, batch_size, device, names)
             return container, bool(children), batch_size, True
         check = False  # checked above
@@ -478,10 +373,7 @@ def _rebuild_general(
     if check:
         _check_vmap_input(children, context)
     batch_size, exact = _infer(children, context, guessed)
-    tensorful = any(
-        isinstance(child, _Tensor) or (_collection(child) and not _tensorless(child))
-        for child in children
-    )
+    tensorful = any(map(_shaped, children))
     container = _assemble(children, context, batch_size, holes, hollow)
     return container, tensorful, batch_size, exact
 
@@ -510,6 +402,8 @@ def _assemble(children: list, context: NodeContext, batch_size: torch.Size, hole
             data[keys[index]] = _leafless(inners[index], batch_size + features[index])
     for key, value, kind in context.non_tensor:
         data[key] = _non_tensor(kind, value, batch_size, context)
+    if context.order is not None:
+        data = {key: data[key] for key in context.order}
     device = context.device
     if device is not None:
         for child in children:
@@ -527,6 +421,8 @@ def _leafless(context: NodeContext, batch_size: torch.Size) -> Any:
             data[key] = _leafless(inner, batch_size + feature)
     for key, value, kind in context.non_tensor:
         data[key] = _non_tensor(kind, value, batch_size, context)
+    if context.order is not None:
+        data = {key: data[key] for key in context.order}
     names = context.names
     if names is not None and batch_size != context.batch_size:
         names = _names_after(context, batch_size, ())

@@ -106,6 +106,8 @@ def rebuild(leaves: list, start: int, context: NodeContext) -> tuple:
         batch_size = recorded
     for key, value, kind in context.non_tensor:
         data[key] = kind._make(value, batch_size, context.device)
+    if context.order is not None:
+        data = {key: data[key] for key in context.order}
     names = context.names if len(batch_size) == len(recorded) else None
     container = context.cls._from_pytree(data, batch_size, context.device, names)
     return container, start

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tdfunc import TensorDict
+from tdfunc import TensorClass, TensorDict
 
 
 def test_a_level_written_into_a_named_container_takes_its_names():
@@ -55,3 +55,31 @@ def test_ops_that_move_elements_keep_the_names_of_nested_levels(op):
     assert out["n"].names == ["x", "y", None]
     assert out["n"].batch_size == torch.Size([3, 4, 5])
     assert torch.equal(out["n", "b"], op(TensorDict({"b": td["n", "b"]}, [3, 4]))["b"])
+
+
+class _Frozen(TensorClass["frozen"]):
+    x: torch.Tensor
+
+
+def test_a_frozen_tensorclass_written_into_a_named_container_is_named_by_a_copy():
+    frozen = _Frozen(x=torch.zeros(3, 2), batch_size=[3])
+    outer = TensorDict({"f": frozen}, batch_size=[3], names=["x"])
+    assert outer["f"].names == ["x"] and outer["f"]._frozen
+    assert frozen.names == [None]
+    assert outer["f"].x is frozen.x
+
+
+def test_naming_a_container_never_renames_a_frozen_tensorclass_it_holds():
+    frozen = _Frozen(x=torch.zeros(3, 2), batch_size=[3])
+    outer = TensorDict({"f": frozen}, batch_size=[3])
+    outer.names = ["x"]
+    assert outer["f"].names == ["x"] and type(outer["f"]) is _Frozen and outer["f"]._frozen
+    assert frozen.names == [None]  # the frozen instance itself never changes
+    renamed = outer.rename("y")
+    assert renamed["f"].names == ["y"] and outer["f"].names == ["x"]
+
+
+def test_rename_of_a_frozen_tensorclass_returns_a_renamed_frozen_copy():
+    frozen = _Frozen(x=torch.zeros(3, 2), batch_size=[3])
+    renamed = frozen.rename("k")
+    assert renamed.names == ["k"] and renamed._frozen and frozen.names == [None]

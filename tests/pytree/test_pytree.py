@@ -171,6 +171,38 @@ def test_non_tensor_stack_keeps_its_class_and_values():
     assert leaf.batch_size == torch.Size([3, 2])
 
 
+class _Labelled(TensorClass):
+    x: torch.Tensor
+    label: str
+    y: torch.Tensor
+
+
+def test_non_tensor_entries_keep_their_place_among_the_keys():
+    plain = {"a": torch.zeros(3), "s": "text", "b": torch.ones(3, 2)}
+    td = TensorDict(
+        {**plain, "n": {"c": torch.zeros(3), "t": "x", "d": torch.ones(3)}, "tc": None}, [3]
+    )
+    td["tc"] = _Labelled(x=torch.zeros(3), label="l", y=torch.ones(3), batch_size=[3])
+    expected = list(td.keys(True))
+    assert expected.index("s") < expected.index("b")
+    leaves, spec = pytree.tree_flatten(td)
+    rebuilt = {
+        "tree_map": pytree.tree_map(lambda x: x + 1, td),
+        "treespec_loads": pytree.tree_unflatten(
+            leaves, pytree.treespec_loads(pytree.treespec_dumps(spec))
+        ),
+        "optree": optree.tree_map(lambda x: x + 1, td, namespace=NAMESPACE),
+        "grad": grad(lambda t: sum(leaf.sum() for leaf in pytree.tree_leaves(t)))(td),
+        "vmap": vmap(lambda t: t)(td),
+    }
+    for name, out in rebuilt.items():
+        assert list(out.keys(True)) == expected, name
+        assert list(out["tc"]._to_tensordict_view().keys()) == ["x", "label", "y"], name
+    # the order is part of the structure
+    swapped = TensorDict({"s": "text", "a": plain["a"], "b": plain["b"]}, [3])
+    assert pytree.tree_structure(swapped) != pytree.tree_structure(TensorDict(plain, [3]))
+
+
 # ---------------------------------------------------------------- serialisation
 def test_treespec_dumps_loads_roundtrip():
     source, batch = RAW["nested_2d"]()

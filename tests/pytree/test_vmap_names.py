@@ -84,3 +84,15 @@ def test_jacobian_blocks_keep_the_input_names():
     td = TensorDict({"x": torch.randn(3)}, [3], names=["a"])
     out = jacrev(lambda t: t["x"].sin().sum(0, keepdim=True).expand(2))(td)
     assert out.batch_size == torch.Size([2, 3]) and out.names == [None, "a"]
+
+
+def test_vmap_in_chunks_keeps_the_names_of_the_dims_it_does_not_map():
+    # the chunks (of 1 and 2 members) come back concatenated: the mapped dim grows
+    # back to 5, the dims that were not mapped keep their names
+    td = TensorDict({"x": torch.randn(5, 3, 4), "n": {"y": torch.randn(5, 3)}}, [5, 3])
+    td.names = ["a", "b"]
+    for chunk_size in (1, 2):
+        out = vmap(lambda t: t.apply(torch.sin), 0, 1, chunk_size=chunk_size)(td)
+        assert out.batch_size == torch.Size([3, 5]) and out.names == ["b", None]
+        assert out["n"].names == ["b", None]
+        assert torch.equal(out["x"], td["x"].sin().transpose(0, 1))

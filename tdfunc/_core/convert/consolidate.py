@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..class_names import class_name, lookup_class
-from ..math.leafwise import map_leaves, tensor_leaves
+from ..math.leafwise import leaf_items, map_leaves, tensor_leaves
 from ..mixin import ContainerMixin
 from ..mixin import is_tensor_collection as _collection
 from ..nontensor import NonTensorData, NonTensorStack
@@ -46,6 +46,31 @@ def _parts(leaf: torch.Tensor) -> list[torch.Tensor]:
     if leaf.lengths() is not None:
         parts.append(leaf.lengths())
     return parts
+
+
+def _check_layouts(container: Any, device: Any) -> None:
+    """Refuse a leaf whose elements are not one dense block (sparse...), and leaves on
+    several devices without ``device`` (one storage lies on one device: packing them
+    there would move some leaves silently)."""
+    first = None
+    for path, leaf in leaf_items(container):
+        key = path[0] if len(path) == 1 else path
+        if first is None:
+            first = (key, leaf.device)
+        elif device is None and leaf.device != first[1]:
+            raise ValueError(
+                f"{type(container).__name__}.consolidate: the leaves are on several devices "
+                f"(key {first[0]!r} on {first[1]}, key {key!r} on {leaf.device}) and one "
+                f"storage lies on one device. Hint: pass device= to put them all there."
+            )
+        if leaf.layout is torch.strided or leaf.is_nested:
+            continue
+        raise TypeError(
+            f"{type(container).__name__}.consolidate: the leaf at key {key!r} has layout "
+            f"{leaf.layout}; only dense (strided) tensors and jagged nested tensors can be "
+            f"packed into one storage. Hint: convert it first (td.apply(lambda t: "
+            f"t.to_dense() if t.is_sparse else t)) or exclude that key."
+        )
 
 
 def _jagged(parts: list[torch.Tensor], ragged_idx: int) -> torch.Tensor:
@@ -348,6 +373,7 @@ class ConsolidateMixin(ContainerMixin):
             threading.Thread(target=work, name="tdfunc-consolidate", daemon=True).start()
             return future
         leaves = tensor_leaves(self)
+        _check_layouts(self, device)
         parts = _all_parts(leaves)
         if (
             self.is_consolidated()

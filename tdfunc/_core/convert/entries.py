@@ -236,6 +236,8 @@ class EntriesMixin(ContainerMixin):
             >>> td.popitem()
             ('b', tensor(1.))
         """
+        if self._is_locked:  # the lock is the error to report, also when empty
+            self._check_writable("popitem", list(self._data))  # type: ignore[attr-defined]
         if not self._data:
             raise KeyError(f"{type(self).__name__}.popitem: the container is empty.")
         key = next(reversed(self._data))

@@ -27,16 +27,38 @@ from typing import TYPE_CHECKING, Any, overload
 import torch
 
 from ..context import (
-    check_parent_batch,
     hand_out,
 )
 from ..frozen import FROZEN, refuse_frozen_inside
 from ..mixin import LOCK_ERROR, ContainerMixin, is_tensor_collection, read_value
 from ..nontensor import NonTensorData
 from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
-from .nested import MISSING, KeysView, is_key, key_parts, missing_key_error, unravel_key
-from .update import check_batch_sizes, merge_rule, resize_plan, send_for_set, update_items
-from .writes import full_key, items_of, rename_key, writable_view, write
+from .locking import refuse_if_owner_locked
+from .nested import (
+    MISSING,
+    KeysView,
+    is_key,
+    key_parts,
+    leaf_walk,
+    missing_key_error,
+    unravel_key,
+)
+from .update import (
+    check_batch_sizes,
+    levels_of,
+    merge_rule,
+    resize_plan,
+    resized,
+    send_for_set,
+    update_items,
+)
+from .writes import (
+    full_key,
+    items_of,
+    rename_key,
+    writable_view,
+    write,
+)
 
 if TYPE_CHECKING:
     from types import EllipsisType
@@ -134,7 +156,7 @@ class AccessMixin(ContainerMixin):
             if value is _NO_DEFAULT:
                 try:
                     parts = key_parts(key)
-                except TypeError:
+                except (TypeError, KeyError):
                     parts = self._key_parts(key, "get")  # raises, naming the API
                 value = self._get_nested(parts)
         if value is _NO_DEFAULT:
@@ -154,7 +176,7 @@ class AccessMixin(ContainerMixin):
         """``key`` as a tuple of ``str``; a bad key is a ``TypeError`` naming ``Class.api``."""
         try:
             return key_parts(key)
-        except TypeError:
+        except (TypeError, KeyError):
             return key_parts(key, f"{type(self).__name__}.{api}")  # raises, naming the API
 
     def _get_missing(self, key, default: Any, api: str) -> Any:
@@ -218,13 +240,21 @@ class AccessMixin(ContainerMixin):
     def __contains__(self, key) -> bool:
         if type(key) is str:
             return key in self._data
-        if not isinstance(key, (str, tuple)):  # `0 in td` is a mistake, not a missing key
-            raise KeyTypeError(
-                f"{type(self).__name__}.__contains__: a key must be a NestedKey (a str or a "
-                f"tuple of str), got {type(key).__name__} {key!r}. To test values, compare "
-                f"leaves: (td == value).any()."
-            )
-        return lookup_nested(self, key) is not _NO_DEFAULT or contains_missed(self, key)
+        if isinstance(key, str):  # a subclass of str
+            return str(key) in self._data
+        if isinstance(key, tuple):
+            if lookup_nested(self, key) is not _NO_DEFAULT:
+                return True
+            try:
+                return contains_missed(self, key)
+            except (TypeError, KeyError):  # ("a", 0) or () in td: as much a mistake as 0
+                pass
+        # `0 in td` is a mistake, not a missing key
+        raise KeyTypeError(
+            f"{type(self).__name__}.__contains__: a key must be a NestedKey (a str or a "
+            f"tuple of str), got {type(key).__name__} {key!r}. To test values, compare "
+            f"leaves: (td == value).any()."
+        )
 
     def keys(
         self,
@@ -278,9 +308,11 @@ class AccessMixin(ContainerMixin):
             if leaves_only:  # tensordict's default leaves: tensors, not non-tensor data
                 pairs = ((k, v) for k, v in pairs if not isinstance(v, NonTensorData))
         else:
+            # is_leaf also says where the walk stops, as in tensordict (and flatten_keys):
+            # a nested container it calls a leaf is one entry, its keys are not listed
             pairs = (
                 (k, v)
-                for k, v in self._iter_items((), include_nested, False)
+                for k, v in leaf_walk(self, is_leaf, include_nested)
                 if not leaves_only or is_leaf(type(v))
             )
         if sort:  # tensordict sorts nested keys by their joined name
@@ -415,9 +447,9 @@ class AccessMixin(ContainerMixin):
         merge = merge_rule(is_leaf, self._plain_tensordict())
         if update_batch_size:
             plan = resize_plan(self, other, merge)
-            return _resized(self, plan, items, inplace, merge, ignore_lock)
+            return resized(self, plan, items, inplace, merge, ignore_lock)
         if ignore_lock and self._is_locked:
-            locked = [node for node in _levels(self) if node._is_locked]
+            locked = [node for node in levels_of(self) if node._is_locked]
             for node in locked:
                 node._is_locked = False
             try:
@@ -425,7 +457,7 @@ class AccessMixin(ContainerMixin):
             finally:
                 for node in locked:
                     node._is_locked = True
-            for node in _levels(self):  # what the update added is locked too
+            for node in levels_of(self):  # what the update added is locked too
                 node._is_locked = True
             return self
         self._write(items, inplace, merge, "update")
@@ -491,6 +523,9 @@ class AccessMixin(ContainerMixin):
         """Remove ``key`` (nested keys too); returns self."""
         self._check_mutable("del_")
         parts = key_parts(key, f"{type(self).__name__}.del_")
+        # A locked container refuses the deletion whether or not the key exists (or a
+        # leaf is in the way), as tensordict does: the lock is the error to report.
+        refuse_if_owner_locked(self, parts, "del_")
         node = self._get_leaf(parts[:-1], "del_") if len(parts) > 1 else self
         if not is_tensor_collection(node):
             raise self._missing(key, "del_")
@@ -507,13 +542,21 @@ class AccessMixin(ContainerMixin):
     def pop(self, key, default: Any = _NO_DEFAULT) -> Any:
         """Remove ``key`` and return its value (or ``default`` when missing)."""
         self._check_mutable("pop")
+        if self._is_locked:  # refused whether or not the key exists, as del_ is
+            refuse_if_owner_locked(self, self._key_parts(key, "pop"), "pop")
         value = pop_fast(self, key)  # fast path: unlocked TensorDicts all the way
         if value is not _NO_DEFAULT:
             return _read(value)
-        value = self._get_nested(self._key_parts(key, "pop"))
+        parts = self._key_parts(key, "pop")
+        refuse_if_owner_locked(self, parts, "pop")  # a locked nested level holds the key
+        value = self._get_nested(parts)
         if value is _NO_DEFAULT:
             if default is _NO_DEFAULT:
-                raise self._missing(key, "pop")
+                message = self._missing(key, "pop").args[0]
+                raise KeyError(
+                    f"{message} You are trying to pop key {unravel_key(key)!r}, which is not "
+                    f"there: pass a default (td.pop(key, None)) to get it instead of an error."
+                )
             return default
         self.del_(key)
         return _read(value)
@@ -537,57 +580,10 @@ class AccessMixin(ContainerMixin):
             [('b', 'c')]
         """
         self._check_mutable("rename_key_")
+        # a locked container refuses the rename whatever the keys, as tensordict does
+        refuse_if_owner_locked(self, self._key_parts(old_key, "rename_key_"), "rename_key_")
         rename_key(self, old_key, new_key, safe)
         return self
-
-
-def _levels(td):
-    """``td`` and every nested TensorDict below it."""
-    yield td
-    for value in td._data.values():
-        if getattr(type(value), "_is_tensordict", False):
-            yield from _levels(value)
-
-
-def _resized(td, plan: list, items, inplace, merge, ignore_lock: bool):
-    """``td.update(..., update_batch_size=True)``: resize the planned containers, then write.
-
-    The sizes are restored when the write fails, so the update stays atomic.
-    """
-    changed = [(node, size) for node, size in plan if node._batch_size != size]
-    if changed and changed[0][0] is plan[0][0]:  # the level update was called on
-        check_parent_batch(td, changed[0][1], "TensorDict.update(update_batch_size=True)")
-    for node, _ in changed:
-        if node._is_locked and not ignore_lock:
-            raise RuntimeError(
-                "TensorDict.update(update_batch_size=True): cannot change the batch size of a "
-                "locked TensorDict. Nothing was written."
-            )
-    saved = [(node, node._batch_size, node._names) for node, _ in changed]
-    for node, size in changed:
-        if node._names is not None and len(node._names) != len(size):
-            node._names = None
-        node._batch_size = size
-    try:
-        if ignore_lock and td._is_locked:
-            locked = [node for node in _levels(td) if node._is_locked]
-            for node in locked:
-                node._is_locked = False
-            try:
-                td._write(items, inplace, merge, "update")
-            finally:
-                for node in _levels(td):
-                    node._is_locked = True
-        else:
-            td._write(items, inplace, merge, "update")
-    except BaseException:
-        for node, size, names in saved:
-            node._batch_size = size
-            node._names = names
-        raise
-    for node, size in reversed(changed):
-        node.batch_size = size  # refreshes non-tensor data to the new size
-    return td
 
 
 class KeyTypeError(TypeError, RuntimeError):

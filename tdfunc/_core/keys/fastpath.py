@@ -123,17 +123,14 @@ def contains_missed(td: Any, key: Any) -> bool:
         >>> contains_missed(td, ("a", ("b",))), contains_missed(td, ("a", "c"))
         (True, False)
     """
-    if type(key) is tuple:
+    if type(key) is tuple and key:
         for part in key:
             if type(part) is not str:
                 break
         else:
             return False  # a flat key that lookup did not find: missing
-    try:
-        parts = key_parts(key)
-    except (TypeError, KeyError):
-        return False
-    return lookup(td, parts) is not MISSING
+    # not a key (a TypeError) or the empty tuple (a KeyError): the caller reports it
+    return lookup(td, key_parts(key)) is not MISSING
 
 
 def set_fast(td: Any, key: Any, value: Any) -> bool:

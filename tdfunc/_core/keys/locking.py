@@ -72,7 +72,7 @@ def _lock_tree(node) -> None:
             _lock_tree(value)
             if ref is None:
                 ref = weakref.ref(node)
-            record_parent(ref, value)
+            record_parent(ref, value._to_tensordict_view())  # a TensorClass: its inner one
 
 
 def _unlock_tree(node) -> None:
@@ -89,8 +89,29 @@ def _unlock_tree(node) -> None:
 
 
 def _refuse_locked_by_parent(node) -> None:
-    if locking_parent(node) is not None:
+    if locking_parent(node._to_tensordict_view()) is not None:
         raise RuntimeError(
             "TensorDict.unlock_: this TensorDict is an entry of a locked TensorDict, which "
             "keeps it locked; unlock that parent first (with parent.unlock_(): ...)."
         )
+
+
+def refuse_if_owner_locked(td, parts: tuple, api: str) -> None:
+    """Raise the lock error when the container that holds (or would hold) the key at
+    ``parts`` is locked.
+
+    A structural change (``del_``, ``pop``, ``rename_key_``) is refused before the key
+    is looked up, as tensordict does, so a locked container gives the same error for a
+    key it has, one it lacks and one behind a leaf.
+    """
+    node = td
+    for part in parts[:-1]:
+        inner = node._to_tensordict_view()._data.get(part)
+        if not is_tensor_collection(inner):
+            break
+        node = inner
+    if node._is_locked:
+        key = parts[0] if len(parts) == 1 else parts
+        # the container called names its own class; a nested one refuses as a level
+        # reached through it (a frozen TensorClass inside: the RuntimeError of its view)
+        (node if node is td else node._to_tensordict_view())._check_writable(api, key)

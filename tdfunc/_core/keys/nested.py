@@ -132,12 +132,21 @@ class KeysView:
         return sum(1 for _ in self)
 
     def __contains__(self, key) -> bool:
+        # as in tensordict: what is not a key, and a nested key asked of the top-level
+        # keys, are mistakes (a TypeError), not keys that are missing
         try:
-            parts = key_parts(key)
+            parts = key_parts(key, "KeysView.__contains__")
         except (TypeError, KeyError):
-            return False
+            raise TypeError(
+                f"KeysView.__contains__: TensorDict keys are always strings (or tuples of "
+                f"strings for nested keys), got {type(key).__name__} {key!r}."
+            ) from None
         if len(parts) > 1 and not self._include_nested:
-            return False
+            raise TypeError(
+                f"KeysView.__contains__: checks with tuples of strings is only supported "
+                f"with include_nested=True (got {key!r}); use "
+                f"td.keys(include_nested=True) or `key in td`."
+            )
         value = self._td._get_nested(parts)
         if value is MISSING:
             return False
@@ -169,3 +178,17 @@ def close_matches_hint(key: Any, names: list) -> str:
     message = str(missing_key_error(key, names).args[0])
     head = f"tdfunc: key {key!r} not found."
     return message[len(head) :] if message.startswith(head) else ""
+
+
+def _is_collection(value: Any) -> bool:
+    return getattr(type(value), "_is_tensor_collection", False)
+
+
+def leaf_walk(td, is_leaf, include_nested: bool, prefix: tuple = ()):
+    """``(key, stored value)`` below ``td``, not entering the containers ``is_leaf`` accepts."""
+    for key, value in td._data.items():
+        full = prefix + (key,) if prefix else key
+        yield full, value
+        if include_nested and _is_collection(value) and not is_leaf(type(value)):
+            inner = value._to_tensordict_view()
+            yield from leaf_walk(inner, is_leaf, True, full if prefix else (key,))

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..context import check_parent_batch
 from ..mixin import is_tensor_collection
 from ..nontensor import NonTensorData
 from ..shape.sizes import BatchSizeMismatchError
@@ -72,19 +73,60 @@ def update_items(
     wanted = None
     if keys_to_update is not None:
         wanted = [key_parts(key, f"TensorDict.{api}") for key in keys_to_update]
+    if wanted is not None and dest is not None:
+        pairs = _limited(items_of(source, api), wanted, dest, ())
+    else:
+        pairs = (
+            (parts, value)
+            for parts, value in _leaves(source, ())
+            if wanted is None or _selected(parts, wanted, dest)
+        )
     items = []
-    for parts, value in _leaves(source, ()):
-        if wanted is not None and not _selected(parts, wanted, dest):
-            continue
+    for parts, value in pairs:
         if isinstance(value, torch.Tensor):
             if clone:
                 value = value.clone()
             if non_blocking and device is not None and value.device != device:
                 value = value.to(device, non_blocking=True)
-        elif clone and is_tensor_collection(value):
-            value = value.clone()
+        elif clone and (is_tensor_collection(value) or isinstance(value, Mapping)):
+            value = _cloned(value)
         items.append((parts, value))
     return items
+
+
+def _limited(items, wanted: list, dest: Any, prefix: tuple):
+    """The ``(key path, value)`` pairs that ``update(keys_to_update=wanted)`` writes into
+    ``dest``.
+
+    An entry whose first key starts no wanted key is skipped. One that meets a nested
+    container of ``dest`` goes into it, limited to the wanted keys below that level
+    (all of what it holds when the level itself is wanted). Anything else (a level
+    ``dest`` lacks, a leaf in the way) is written whole at its key, as ``update``
+    without ``keys_to_update`` writes it: so limiting an update never turns a write it
+    would do into an error.
+    """
+    for key, value in items:
+        parts = key_parts(key, "TensorDict.update")
+        first, rest = parts[0], parts[1:]
+        if not any(w[0] == first for w in wanted):
+            continue
+        target = dest._to_tensordict_view()._data.get(first, MISSING)
+        nested = isinstance(value, Mapping) or is_tensor_collection(value)
+        if (first,) in wanted or not is_tensor_collection(target) or not (rest or nested):
+            yield prefix + parts, value
+            continue
+        inner = [w[1:] for w in wanted if w[0] == first and len(w) > 1]
+        inner_items = [(rest, value)] if rest else items_of(value, "update")
+        yield from _limited(inner_items, inner, target, prefix + (first,))
+
+
+def _cloned(value: Any) -> Any:
+    """A copy of ``value`` whose tensors are cloned (mappings and containers at any depth)."""
+    if isinstance(value, torch.Tensor) or is_tensor_collection(value):
+        return value.clone()
+    if isinstance(value, Mapping):
+        return {k: _cloned(v) for k, v in value.items()}
+    return value
 
 
 def send_for_set(td, key, value: torch.Tensor, inplace: bool) -> torch.Tensor:
@@ -188,3 +230,52 @@ def check_batch_sizes(td, source: Any, update_batch_size: bool, inplace: bool) -
             f"match this container's {list(mine)}. Pass update_batch_size=True to take the "
             f"source's batch size. Nothing was written."
         )
+
+
+def levels_of(td):
+    """``td`` and every nested TensorDict below it."""
+    yield td
+    for value in td._data.values():
+        if getattr(type(value), "_is_tensordict", False):
+            yield from levels_of(value)
+
+
+def resized(td, plan: list, items, inplace, merge, ignore_lock: bool):
+    """``td.update(..., update_batch_size=True)``: resize the planned containers, then write.
+
+    The sizes are restored when the write fails, so the update stays atomic.
+    """
+    changed = [(node, size) for node, size in plan if node._batch_size != size]
+    if changed and changed[0][0] is plan[0][0]:  # the level update was called on
+        check_parent_batch(td, changed[0][1], "TensorDict.update(update_batch_size=True)")
+    for node, _ in changed:
+        if node._is_locked and not ignore_lock:
+            raise RuntimeError(
+                "TensorDict.update(update_batch_size=True): cannot change the batch size of a "
+                "locked TensorDict. Nothing was written."
+            )
+    saved = [(node, node._batch_size, node._names) for node, _ in changed]
+    for node, size in changed:
+        if node._names is not None and len(node._names) != len(size):
+            node._names = None
+        node._batch_size = size
+    try:
+        if ignore_lock and td._is_locked:
+            locked = [node for node in levels_of(td) if node._is_locked]
+            for node in locked:
+                node._is_locked = False
+            try:
+                td._write(items, inplace, merge, "update")
+            finally:
+                for node in levels_of(td):
+                    node._is_locked = True
+        else:
+            td._write(items, inplace, merge, "update")
+    except BaseException:
+        for node, size, names in saved:
+            node._batch_size = size
+            node._names = names
+        raise
+    for node, size in reversed(changed):
+        node.batch_size = size  # refreshes non-tensor data to the new size
+    return td

@@ -23,7 +23,7 @@ from ..context import write_back
 from ..mixin import ContainerMixin, is_tensor_collection, read_value
 from ..nontensor import NonTensorData
 from ..repr import td_repr
-from .nested import MISSING, key_parts
+from .nested import MISSING, key_parts, unravel_key
 from .writes import write_path
 
 if TYPE_CHECKING:
@@ -58,8 +58,9 @@ class KeyViewsMixin(ContainerMixin):
             >>> list(td.select("a", ("b", "c")).keys(True, True))
             ['a', ('b', 'c')]
         """
+        if inplace:  # the lock is the error to report, before a missing key
+            self._check_writable("select", keys)
         out = self._like({})
-        plain = self._plain_tensordict()
         for key in keys:
             parts = key_parts(key, "TensorDict.select")
             value = self._get_nested(parts)
@@ -67,15 +68,16 @@ class KeyViewsMixin(ContainerMixin):
                 if strict:
                     raise self._missing(key, "select")
                 continue
-            node, source = out, self
+            node, source = out._to_tensordict_view(), self._to_tensordict_view()
             for part in parts[:-1]:
-                source = source._data[part]._to_tensordict_view()
-                if part not in node._data:
-                    node._data[part] = source._like({})
-                node = node._data[part]
-            node._data[parts[-1]] = value._shallow_copy() if type(value) is plain else value
+                inner = source._data[part]
+                if part not in node._data:  # the same class: a TensorClass stays one
+                    node._data[part] = inner._like({})
+                node = node._data[part]._to_tensordict_view()
+                source = inner._to_tensordict_view()
+            # a nested container is copied (a TensorClass too): the selection holds its own
+            node._data[parts[-1]] = value._shallow_copy() if is_tensor_collection(value) else value
         if inplace:
-            self._check_writable("select", keys)
             self._data = out._data
             return self
         if as_tensordict and not getattr(type(out), "_is_tensordict", False):
@@ -87,17 +89,19 @@ class KeyViewsMixin(ContainerMixin):
         if inplace and keys:
             self._check_writable("exclude", keys)
         out = self if inplace else self._shallow_copy()
-        plain = self._plain_tensordict()
         for key in keys:
             parts = key_parts(key, "TensorDict.exclude")
             node: Any = out
             for part in parts[:-1]:
                 node = node._data.get(part)
-                if type(node) is not plain:
+                if not is_tensor_collection(node):  # missing, or a leaf in the way
                     node = None
                     break
-            if node is not None:
-                node._data.pop(parts[-1], None)
+                node = node._to_tensordict_view()  # through a TensorClass too
+            if node is not None and parts[-1] in node._data:
+                if inplace and node is not out:  # a locked level or a frozen TensorClass
+                    node._check_writable("exclude", unravel_key(key))
+                node._data.pop(parts[-1])
         return out
 
     def separates(
@@ -149,12 +153,9 @@ class KeyViewsMixin(ContainerMixin):
         """A TensorDict with the same batch size and no keys (no leaves with ``recurse``)."""
         if not recurse:
             return self._like({})
+        # a nested TensorClass stays one (with its fields unset), as in tensordict
         return self._like(
-            {
-                k: v._to_tensordict_view().empty(True)
-                for k, v in self._data.items()
-                if is_tensor_collection(v)
-            }
+            {k: v.empty(True) for k, v in self._data.items() if is_tensor_collection(v)}
         )
 
     def create_nested(self, key: Any) -> Self:
@@ -206,19 +207,20 @@ class KeyViewsMixin(ContainerMixin):
             >>> list(td.flatten_keys(".").keys())
             ['a.b']
         """
+        if inplace:  # the lock is the error to report, before a clash of keys
+            self._check_writable("flatten_keys", separator)
         data: dict = {}
         pairs = self._iter_items((), True, True) if is_leaf is None else _leaf_items(self, is_leaf)
         for key, value in pairs:
             name = key if type(key) is str else separator.join(key)
             if name in data:
                 raise KeyError(
-                    f"{type(self).__name__}.flatten_keys: two keys flatten to {name!r}; choose "
-                    f"another "
-                    f"separator than {separator!r}."
+                    f"{type(self).__name__}.flatten_keys: Flattening keys in tensordict causes "
+                    f"keys to clash: two keys flatten to {name!r}; choose another separator "
+                    f"than {separator!r}."
                 )
             data[name] = value
         if inplace:
-            self._check_writable("flatten_keys", separator)
             self._data = data
             return self
         out = self._like(data)
@@ -232,6 +234,8 @@ class KeyViewsMixin(ContainerMixin):
             >>> list(td.unflatten_keys(".").keys(True, True))
             [('a', 'b'), 'c']
         """
+        if inplace:  # the lock is the error to report, before a clash of keys
+            self._check_writable("unflatten_keys", separator)
         out = self._like({})
         leaves: dict = {}  # every leaf path written, to the key it came from
         branches: set = set()  # every path that holds leaves below it
@@ -240,7 +244,9 @@ class KeyViewsMixin(ContainerMixin):
             parts = tuple(key.split(separator)) if separator in key else (key,)
             if type(value) is plain:
                 value = value.unflatten_keys(separator)
-                paths = [parts + unravel_key_tuple(k) for k in value._iter_keys((), True, True)]
+            if is_tensor_collection(value):  # a TensorClass's fields stay as they are
+                inner = value._to_tensordict_view()._iter_keys((), True, True)
+                paths = [parts + unravel_key_tuple(k) for k in inner]
             else:
                 paths = [parts]
             for path in paths:
@@ -251,15 +257,15 @@ class KeyViewsMixin(ContainerMixin):
                     clash = next(k for p, k in leaves.items() if p[: len(path)] == path)
                 if clash is not None:
                     raise KeyError(
-                        f"TensorDict.unflatten_keys: keys {clash!r} and {key!r} both unflatten "
-                        f"to {path!r} (or one inside the other); rename one of them."
+                        f"TensorDict.unflatten_keys: Unflattening key(s) in tensordict will "
+                        f"override an existing for unflattened key: keys {clash!r} and {key!r} "
+                        f"both unflatten to {path!r} (or one inside the other); rename one."
                     )
             for path in paths:
                 leaves[path] = key
                 branches.update(path[:i] for i in range(1, len(path)))
             write_path(out, parts, value, False, True, "unflatten_keys", [], [], ())
         if inplace:
-            self._check_writable("unflatten_keys", separator)
             self._data = out._data
             return self
         return write_back(out, self, lambda nested: nested.flatten_keys(separator))

@@ -196,7 +196,7 @@ def _named_like(td, key, value: Any, api: str) -> Any:
             f"{names}."
         )
     value = value.clone(False)
-    value.names = [*names, *given[ndim:]]
+    value._set_names([*names, *given[ndim:]], f"TensorDict.{api}")  # a frozen copy too
     return value
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..frozen import refuse_frozen_inside
+from ..leaf_errors import note_key
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, eq_mask
 from .leafwise import check_in_place, like_pair
@@ -99,21 +100,26 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
     else:
         pairs = [(k, v, other) for k, v in self._data.items()]
     data: dict[str, Any] = {}
-    for key, value, rhs in pairs:
-        if isinstance(value, NonTensorData):
-            if not compare:
-                data[key] = _bitwise_values(value, rhs, op)
-            elif keyed and api in ("__eq__", "__ne__"):
-                mask = eq_mask(value, rhs)
-                data[key] = mask if api == "__eq__" else ~mask
-            # a comparison with a number or a tensor leaves non-tensor leaves out
-            continue
-        if compare and isinstance(rhs, Mapping) and not hasattr(value, "_to_tensordict_view"):
-            raise TypeError(
-                f"TensorDict.{api}: key {key!r} holds a tensor in one operand and a "
-                f"{type(rhs).__name__} in the other."
-            )
-        data[key] = op(value, rhs)
+    key = None
+    try:
+        for key, value, rhs in pairs:
+            if isinstance(value, NonTensorData):
+                if not compare:
+                    data[key] = _bitwise_values(value, rhs, op)
+                elif keyed and api in ("__eq__", "__ne__"):
+                    mask = eq_mask(value, rhs)
+                    data[key] = mask if api == "__eq__" else ~mask
+                # a comparison with a number or a tensor leaves non-tensor leaves out
+                continue
+            if compare and isinstance(rhs, Mapping) and not hasattr(value, "_to_tensordict_view"):
+                raise TypeError(
+                    f"TensorDict.{api}: key {key!r} holds a tensor in one operand and a "
+                    f"{type(rhs).__name__} in the other."
+                )
+            data[key] = op(value, rhs)
+    except Exception as error:
+        note_key(error, key)
+        raise
     return like_pair(self, other, data, api)
 
 
@@ -130,8 +136,14 @@ def _inplace(self, other: Any, method: str, *args: Any):
     _in_place_pairs(self, other, method, (), pairs)
     for path, value, rhs in pairs:
         check_in_place(type(self).__name__, method, path, value, rhs)
-    for _, value, rhs in pairs:
-        getattr(value, method)(rhs, *args)
+    path = None
+    try:
+        for path, value, rhs in pairs:  # noqa: B007 (path names the key of an error)
+            getattr(value, method)(rhs, *args)
+    except Exception as error:
+        for part in reversed(path or ()):
+            note_key(error, part)
+        raise
     return self
 
 

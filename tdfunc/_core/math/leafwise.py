@@ -24,6 +24,7 @@ import torch
 
 from ..apply import rewrap
 from ..frozen import refuse_frozen_inside
+from ..leaf_errors import each_leaf, note_key
 from ..nontensor import NonTensorData, from_array
 
 _Tensor = torch.Tensor
@@ -56,44 +57,53 @@ def map_leaves(
     """
     data = self._data
     out: dict[str, Any] = {}
+    key = None
     if new_size is None and not moves:
-        for key, value in data.items():
-            if type(value) is _Tensor or isinstance(value, _Tensor):
-                out[key] = fn(value)
-            elif is_collection(value):
-                view = value._to_tensordict_view()
-                sub = map_leaves(view, fn, None, tail, names, keep_non_tensor=keep_non_tensor)
-                out[key] = rewrap(value, sub)
-            elif isinstance(value, NonTensorData):
-                if keep_non_tensor:  # the result's own leaf: its tensors are new too
-                    out[key] = value._fresh()
-            else:
-                out[key] = value
+        try:
+            for key, value in data.items():
+                if type(value) is _Tensor or isinstance(value, _Tensor):
+                    out[key] = fn(value)
+                elif is_collection(value):
+                    view = value._to_tensordict_view()
+                    sub = map_leaves(view, fn, None, tail, names, keep_non_tensor=keep_non_tensor)
+                    out[key] = rewrap(value, sub)
+                elif isinstance(value, NonTensorData):
+                    if keep_non_tensor:  # the result's own leaf: its tensors are new too
+                        out[key] = value._fresh()
+                else:
+                    out[key] = value
+        except Exception as error:
+            note_key(error, key)
+            raise
         if names is None:
             return self._like(out)
         return self._like(out, None, names(self._names))
     ndim = len(self._batch_size)
     size = self._batch_size if new_size is None else new_size
-    for key, value in data.items():
-        if type(value) is _Tensor or isinstance(value, _Tensor):
-            out[key] = fn(value)
-        elif is_collection(value):
-            view = value._to_tensordict_view()
-            if new_size is None:  # the level keeps its batch size, so its names too
-                inner = None
+    try:
+        for key, value in data.items():
+            if type(value) is _Tensor or isinstance(value, _Tensor):
+                out[key] = fn(value)
+            elif is_collection(value):
+                view = value._to_tensordict_view()
+                if new_size is None:  # the level keeps its batch size, so its names too
+                    inner = None
+                else:
+                    inner = new_size + view._batch_size[ndim:] if tail else new_size
+                sub = map_leaves(
+                    view, fn, inner, tail, names, keep_non_tensor=keep_non_tensor, moves=moves
+                )
+                out[key] = rewrap(value, sub)
+            elif isinstance(value, NonTensorData):
+                if keep_non_tensor and moves and type(value) is not NonTensorData:
+                    out[key] = moved_stack(value, fn)
+                elif keep_non_tensor:
+                    out[key] = non_tensor_with(value, size, ndim, tail, key)
             else:
-                inner = new_size + view._batch_size[ndim:] if tail else new_size
-            sub = map_leaves(
-                view, fn, inner, tail, names, keep_non_tensor=keep_non_tensor, moves=moves
-            )
-            out[key] = rewrap(value, sub)
-        elif isinstance(value, NonTensorData):
-            if keep_non_tensor and moves and type(value) is not NonTensorData:
-                out[key] = moved_stack(value, fn)
-            elif keep_non_tensor:
-                out[key] = non_tensor_with(value, size, ndim, tail, key)
-        else:
-            out[key] = value
+                out[key] = value
+    except Exception as error:
+        note_key(error, key)
+        raise
     if new_size is None:
         return self._like(out) if names is None else self._like(out, None, names(self._names))
     level_names = None if names is None else names(self._names)
@@ -149,10 +159,11 @@ def leaf_items(self: Any, prefix: tuple = ()) -> list:
     return items
 
 
-def inplace_leaves(self: Any, api: str) -> list:
-    """The tensor leaves to write in place; a frozen TensorClass refuses (locks allow it)."""
+def inplace_leaves(self: Any, api: str, fn: Callable) -> None:
+    """``fn`` on every tensor leaf, in place; a frozen TensorClass refuses (locks allow
+    it). An error names the key of the leaf it was raised at."""
     check_in_place_write(self, api)
-    return tensor_leaves(self)
+    each_leaf(self, fn)
 
 
 def check_in_place_write(self: Any, api: str) -> None:

@@ -83,8 +83,7 @@ def _unary_(name: str) -> Callable:
     method = getattr(torch.Tensor, name + "_")
 
     def op(self):
-        for leaf in inplace_leaves(self, name + "_"):
-            method(leaf)
+        inplace_leaves(self, name + "_", method)
         return self
 
     op.__name__ = op.__qualname__ = name + "_"
@@ -300,8 +299,7 @@ class PointwiseMixin(ContainerMixin):
             if min is not None:
                 self.clamp_min_(min)
             return self if max is None else self.clamp_max_(max)
-        for leaf in inplace_leaves(self, "clamp_"):
-            leaf.clamp_(min, max)
+        inplace_leaves(self, "clamp_", lambda leaf: leaf.clamp_(min, max))
         return self
 
     def clamp_min(self, min: Any):

@@ -150,10 +150,16 @@ class BatchMixin(ContainerMixin):
         names (its own further dims keep theirs), as in tensordict.
         """
         self._check_mutable("names")
-        api = f"{type(self).__name__}.names"
+        self._set_names(value, f"{type(self).__name__}.names")
+
+    def _set_names(self, value, api: str) -> None:
+        """The names setter without the mutability check, for a copy just made (rename)."""
         names = checked_names(value, self._batch_size, api)
         plan = [(self, names)]
-        _plan_shared_names(self, names, plan, api)  # every level checked before any changes
+        swaps: list = []
+        _plan_shared_names(self, names, plan, api, swaps)  # every level checked first
+        for parent, key, copy in swaps:
+            parent._data[key] = copy
         for node, new in plan:
             node._names = new
 
@@ -209,7 +215,10 @@ class BatchMixin(ContainerMixin):
             (['x', 'z'], ['p', 'y'], ['x', 'y'])
         """
         out = self._shallow_copy()  # new containers at every level, same tensors
-        out.names = self._new_names(names, rename_map, "rename")
+        # the copy is new: named also when it is a frozen TensorClass
+        out._set_names(
+            self._new_names(names, rename_map, "rename"), f"{type(self).__name__}.rename"
+        )
         return out
 
     def rename_(self, *names, **rename_map) -> Self:
@@ -290,10 +299,15 @@ def _check_batch(
             _check_batch(item, item._batch_size, path, api)
 
 
-def _plan_shared_names(node, names: tuple | None, plan: list, api: str) -> None:
-    """Append ``(nested container, its new names)`` for every level below ``node``."""
+def _plan_shared_names(node, names: tuple | None, plan: list, api: str, swaps: list) -> None:
+    """Append ``(nested container, its new names)`` for every level below ``node``.
+
+    A frozen TensorClass below is never renamed in place (it refuses every change,
+    and its owner may hold it elsewhere): ``swaps`` gets ``(parent, key, renamed
+    copy)``, which takes its place in the parent.
+    """
     shared = list(names) if names is not None else [None] * len(node._batch_size)
-    for value in node._data.values():
+    for key, value in node._data.items():
         if not isinstance(value, ContainerMixin):
             continue
         inner = value._to_tensordict_view()
@@ -301,5 +315,9 @@ def _plan_shared_names(node, names: tuple | None, plan: list, api: str) -> None:
         if inner._names is None and names is None:
             continue  # nothing named above or here: nothing to share
         new = checked_names(shared + own, inner._batch_size, api)
+        if getattr(type(value), "_tc_frozen", False) and list(new) != inner.names:
+            value = value._shallow_copy()  # new containers at every level, same tensors
+            swaps.append((node, key, value))
+            inner = value._to_tensordict_view()
         plan.append((inner, new))
-        _plan_shared_names(inner, new, plan, api)
+        _plan_shared_names(inner, new, plan, api, swaps)

@@ -150,8 +150,9 @@ class IndexOpsMixin(ContainerMixin):
             [0.0, 5.0]
         """
         mask = _check_mask(self, mask, "masked_fill_")
-        for leaf in inplace_leaves(self, "masked_fill_"):
-            leaf.masked_fill_(_align(mask, leaf), value)
+        inplace_leaves(
+            self, "masked_fill_", lambda leaf: leaf.masked_fill_(_align(mask, leaf), value)
+        )
         return self
 
     def masked_select(self, mask: _Tensor):

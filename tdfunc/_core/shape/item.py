@@ -18,6 +18,7 @@ from ..frozen import FROZEN, refuse_frozen_inside
 from ..keys.fastpath import is_tensor_kind, node_kind
 from ..keys.nested import unravel_key
 from ..keys.writes import assign_at, check_copy_target, check_fits, writable_view
+from ..leaf_errors import note_key
 from ..mixin import ContainerMixin
 from ..mixin import is_tensor_collection as _collection
 from ..nontensor import NonTensorData, write_at, written
@@ -80,20 +81,25 @@ class ItemMixin(ContainerMixin):
         """
         ndim = len(self._batch_size)
         data = {}
-        for key, value in self._data.items():
-            kind = type(value)
-            if kind is torch.Tensor or is_tensor_kind[kind]:
-                data[key] = value[leaf_index] if take is None else take.take(value, leaf_index)
-            elif kind is NonTensorData and len(value.batch_size) == ndim:
-                # before the class lookup: a compiled function that indexes a batch
-                # with a non-tensor field then reads no cache that eager code may grow
-                data[key] = NonTensorData._make(value.data, new_size, value.device)
-            elif node_kind[kind] == 1:  # a nested TensorDict
-                inner = value._batch_size
-                inner_size = new_size if len(inner) == ndim else new_size + inner[ndim:]
-                data[key] = value._index_trusted(leaf_index, inner_size, take)
-            else:
-                data[key] = value[leaf_index]
+        key = None
+        try:
+            for key, value in self._data.items():
+                kind = type(value)
+                if kind is torch.Tensor or is_tensor_kind[kind]:
+                    data[key] = value[leaf_index] if take is None else take.take(value, leaf_index)
+                elif kind is NonTensorData and len(value.batch_size) == ndim:
+                    # before the class lookup: a compiled function that indexes a batch
+                    # with a non-tensor field then reads no cache that eager code may grow
+                    data[key] = NonTensorData._make(value.data, new_size, value.device)
+                elif node_kind[kind] == 1:  # a nested TensorDict
+                    inner = value._batch_size
+                    inner_size = new_size if len(inner) == ndim else new_size + inner[ndim:]
+                    data[key] = value._index_trusted(leaf_index, inner_size, take)
+                else:
+                    data[key] = value[leaf_index]
+        except Exception as error:
+            note_key(error, key)
+            raise
         names = self._names
         if names is not None:
             names = _index_names(names, leaf_index, len(new_size))

@@ -13,6 +13,7 @@ import torch
 
 from ..context import check_parent_batch
 from ..context import write_back as _write_back
+from ..leaf_errors import map_values
 from ..mixin import ContainerMixin
 from ..mixin import is_tensor_collection as _collection
 from .batch import _check_batch
@@ -59,7 +60,7 @@ class ShapeOpsMixin(ContainerMixin):
 
     # ------------------------------------------------------------------ reshaping
     def _map(self, fn, new_size: torch.Size, names=None):
-        return self._like({k: fn(v) for k, v in self._data.items()}, new_size, names)
+        return self._like(map_values(self._data, fn), new_size, names)
 
     def reshape(self, *shape, size=None, inplace: bool = False) -> Self:
         """Reshape the batch dims (feature dims are kept).
@@ -306,7 +307,7 @@ class ShapeOpsMixin(ContainerMixin):
         refuse_ragged_dim(self._batch_size, dim, f"{type(self).__name__}.unbind")
         size = self._batch_size
         new_size = size[:dim] + size[dim + 1 :]
-        pieces = {key: value.unbind(dim) for key, value in self._data.items()}
+        pieces = map_values(self._data, lambda value: value.unbind(dim))
         names = self._names
         if names is not None:
             names = _clean(names[:dim] + names[dim + 1 :])
@@ -334,7 +335,7 @@ class ShapeOpsMixin(ContainerMixin):
         sizes = [
             self._batch_size[:dim] + torch.Size([n]) + self._batch_size[dim + 1 :] for n in lengths
         ]
-        pieces = {key: split_leaf(value, lengths, dim) for key, value in self._data.items()}
+        pieces = map_values(self._data, lambda value: split_leaf(value, lengths, dim))
         return self._pieces(pieces, sizes, self._names)
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]:
