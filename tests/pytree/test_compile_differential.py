@@ -281,3 +281,21 @@ def test_strict_export_of_container_inputs_keeps_the_batch_dim_dynamic():
         frozen = _Batch(obs=torch.randn(rows, 3), act=torch.ones(rows, 2), batch_size=[rows])
         got = program.module()(_td(rows, rows), frozen)
         torch.testing.assert_close(got, _Reader()(_td(rows, rows), frozen))
+
+
+def test_stack_and_cat_of_non_tensor_values_one_graph():
+    def fn(batch, td):
+        return torch.stack([batch, batch], 1), torch.cat([td, td], -1)
+
+    def inputs():
+        batch = _Batch(obs=torch.ones(2, 3), act=torch.ones(2, 2), tag="eval", batch_size=[2])
+        rows = [TensorDict(a=torch.full((3,), float(j)), s=f"v{j}") for j in range(2)]
+        return batch, torch.stack(rows)
+
+    compiled, counter = _compiled(fn)
+    got, want = compiled(*inputs()), fn(*inputs())
+    for left, right in zip(got, want):
+        _assert_same(left, right)
+    assert got[0].tag == want[0].tag == [["eval", "eval"], ["eval", "eval"]]
+    assert got[1]["s"] == want[1]["s"] == ["v0", "v1", "v0", "v1"]
+    assert counter.frame_count == 1

@@ -23,8 +23,11 @@ from .values import (
     _nested_list,
     _positions,
     _size_of,
+    join_nested,
     take,
 )
+
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 class NonTensorData(_Saving):
@@ -741,6 +744,8 @@ def stack_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
         size = list(first.batch_size)
         size.insert(dim, len(leaves))
         return NonTensorData._make(first.data, torch.Size(size), first.device)
+    if _dynamo_compiling():
+        return _joined(leaves, dim, True)
     return from_array(np.stack([leaf._array() for leaf in leaves], axis=dim), first.device)
 
 
@@ -753,4 +758,27 @@ def cat_non_tensor(leaves: list[NonTensorData], dim: int) -> NonTensorData:
         size = list(first.batch_size)
         size[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
         return NonTensorData._make(first.data, torch.Size(size), first.device)
+    if _dynamo_compiling():
+        return _joined(leaves, dim, False)
     return from_array(np.concatenate([leaf._array() for leaf in leaves], axis=dim), first.device)
+
+
+def _joined(leaves: list[NonTensorData], dim: int, stacking: bool) -> NonTensorData:
+    """:func:`stack_non_tensor` / :func:`cat_non_tensor` with Python lists (see
+    ``join_nested``)."""
+    nested = [
+        _copy_nested(leaf.data)  # the result's lists are its own, as after np.stack
+        if isinstance(leaf, NonTensorStack)
+        else _filled(leaf.data, tuple(leaf.batch_size))
+        if leaf.batch_size
+        else leaf.data
+        for leaf in leaves
+    ]
+    size = list(leaves[0].batch_size)
+    dim %= len(size) + stacking  # (np.stack and np.concatenate take negative dims too)
+    if stacking:
+        size.insert(dim, len(leaves))
+    else:
+        size[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
+    data = join_nested(nested, dim, stacking)
+    return NonTensorStack._make(data, torch.Size(size), leaves[0].device)

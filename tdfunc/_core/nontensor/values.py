@@ -117,3 +117,15 @@ def is_json_exact(value: Any, depth: int = 0) -> bool:
     if kind is dict:
         return all(type(k) is str and is_json_exact(v, depth + 1) for k, v in value.items())
     return False
+
+
+# ---------------------------------------------------------------- without numpy
+# torch.compile cannot trace numpy object arrays; joining leaves inside a compiled
+# function builds the same nested lists with plain Python.
+def join_nested(lists: list, dim: int, stacking: bool) -> list:
+    """``np.stack`` (or ``np.concatenate``) of nested lists of one shape along ``dim``."""
+    if dim == 0:
+        return list(lists) if stacking else [item for each in lists for item in each]
+    return [
+        join_nested([each[i] for each in lists], dim - 1, stacking) for i in range(len(lists[0]))
+    ]
