@@ -299,3 +299,25 @@ def test_stack_and_cat_of_non_tensor_values_one_graph():
     assert got[0].tag == want[0].tag == [["eval", "eval"], ["eval", "eval"]]
     assert got[1]["s"] == want[1]["s"] == ["v0", "v1", "v0", "v1"]
     assert counter.frame_count == 1
+
+
+def test_indexing_per_element_non_tensor_values_one_graph_and_still_a_view():
+    def batch():
+        rows = [
+            TensorDict(a=torch.full((2,), float(j)), s=[f"{j}a", f"{j}b"], batch_size=[2])
+            for j in range(4)
+        ]
+        return torch.stack(rows)  # "s": one string per element of the batch [4, 2]
+
+    def fn(td):
+        return td[1:3], td[2], td[1:, -1]
+
+    compiled, counter = _compiled(fn)
+    source = batch()
+    got, want = compiled(source), fn(batch())
+    for left, right in zip(got, want):
+        _assert_same(left, right)
+        assert left["s"] == right["s"]
+    got[0][0, 0] = TensorDict(a=torch.tensor(-1.0), s="new")  # a view, as in eager code
+    assert source["s"][1][0] == "new" and source["a"][1, 0] == -1
+    assert counter.frame_count == 1

@@ -24,6 +24,7 @@ from .values import (
     _positions,
     _size_of,
     join_nested,
+    pick_nested,
     take,
 )
 
@@ -589,6 +590,14 @@ class NonTensorStack(NonTensorData):
         return out
 
     def _element(self, index) -> NonTensorData:
+        if _dynamo_compiling():  # ints and slices: Python lists (see join_nested)
+            parts = index if type(index) is tuple else (index,)
+            if all(type(part) in (int, slice) for part in parts):
+                size = index_batch_size(self.batch_size, parts)
+                picked = pick_nested(self.data, parts)
+                if not size:
+                    return NonTensorData._make(picked, size, self.device)
+                return NonTensorStack._make(picked, size, self.device)
         return self._from(take(self._array(), index))
 
     def reshape(self, *shape) -> NonTensorData:

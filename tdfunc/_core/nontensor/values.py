@@ -129,3 +129,14 @@ def join_nested(lists: list, dim: int, stacking: bool) -> list:
     return [
         join_nested([each[i] for each in lists], dim - 1, stacking) for i in range(len(lists[0]))
     ]
+
+
+def pick_nested(data: Any, index: tuple) -> Any:
+    """``array[index]`` of the nested lists ``data`` for an index of ints and slices
+    (lists of its own, the values shared, as after ``take``)."""
+    if not index:
+        return _copy_nested(data)
+    head, rest = index[0], index[1:]
+    if type(head) is int:
+        return pick_nested(data[head], rest)
+    return [pick_nested(item, rest) for item in data[head]]
