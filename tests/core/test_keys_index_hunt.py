@@ -202,7 +202,12 @@ def test_key_operations_match_a_nested_dict(steps):
         shape = sizes[node_path]  # new levels get the batch size of their parent
         before = td.clone()
         if op == "rename" and other == key:  # renaming an entry to itself changes nothing
-            td.rename_key_(key, other) if fits and key[-1] in node else None
+            if fits and key[-1] in node:
+                if locked:  # a locked container refuses any rename first, as tensordict's
+                    with pytest.raises(RuntimeError, match="locked"):
+                        td.rename_key_(key, other)
+                else:
+                    td.rename_key_(key, other)
             _check(td, dict(_flat(root)), sizes)
             continue
         try:
