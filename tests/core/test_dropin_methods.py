@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tdfunc
-from tdfunc import TensorDict, set_list_to_stack, set_printoptions
+from tdfunc import TensorClass, TensorDict, set_list_to_stack, set_printoptions
 from tdfunc.utils import get_printoptions, strtobool
 
 
@@ -349,3 +349,20 @@ def test_several_quantiles_lead_the_batch_size(dim, keepdim):
     assert got["b"].batch_size == got["b", "c"].shape[: got["b"].batch_dims]
     assert got.batch_size[0] == 3 and got.names[0] is None
     assert td.quantile(q)["a"].shape == (3,) and td.quantile(q).batch_size == ()
+
+
+def test_sorted_keys_are_the_sorted_keys_of_the_level_and_follow_changes():
+    plain = {"b": torch.zeros(2), "a": torch.zeros(2), "c": {"z": torch.zeros(2)}}
+    td = TensorDict(plain, [2])
+    assert td.sorted_keys == sorted(plain) == ["a", "b", "c"]
+    td.lock_()
+    assert td.sorted_keys == ["a", "b", "c"]
+    td.unlock_()
+    td["aa"] = torch.zeros(2)  # nothing cached: a key added after a read is there
+    assert td.sorted_keys == ["a", "aa", "b", "c"]
+
+    class Pair(TensorClass):
+        y: torch.Tensor
+        x: torch.Tensor
+
+    assert Pair(y=torch.zeros(()), x=torch.ones(())).sorted_keys == ["x", "y"]

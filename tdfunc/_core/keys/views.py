@@ -44,6 +44,20 @@ class KeyViewsMixin(ContainerMixin):
     __slots__ = ()
 
     # ------------------------------------------------------------------ key views
+    @property
+    def sorted_keys(self) -> list:
+        """The keys of this level in alphabetical order (as ``sorted(td.keys())``).
+
+        Computed on each read: unlike tensordict, no cache is kept while the
+        container is locked (sorting a level's keys costs less than keeping a cache
+        exact).
+
+        Example:
+            >>> TensorDict({"b": torch.zeros(()), "a": torch.zeros(())}).sorted_keys
+            ['a', 'b']
+        """
+        return sorted(self.keys())
+
     def select(
         self, *keys, strict: bool = True, inplace: bool = False, as_tensordict: bool = False
     ) -> Self:
