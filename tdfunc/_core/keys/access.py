@@ -45,12 +45,12 @@ from .nested import (
 )
 from .update import (
     check_batch_sizes,
-    levels_of,
     merge_rule,
     resize_plan,
     resized,
     send_for_set,
     update_items,
+    write_through_lock,
 )
 from .writes import (
     full_key,
@@ -449,16 +449,7 @@ class AccessMixin(ContainerMixin):
             plan = resize_plan(self, other, merge)
             return resized(self, plan, items, inplace, merge, ignore_lock)
         if ignore_lock and self._is_locked:
-            locked = [node for node in levels_of(self) if node._is_locked]
-            for node in locked:
-                node._is_locked = False
-            try:
-                self._write(items, inplace, merge, "update")
-            finally:
-                for node in locked:
-                    node._is_locked = True
-            for node in levels_of(self):  # what the update added is locked too
-                node._is_locked = True
+            write_through_lock(self, items, inplace, merge)
             return self
         self._write(items, inplace, merge, "update")
         return self

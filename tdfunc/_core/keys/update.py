@@ -240,6 +240,23 @@ def levels_of(td):
             yield from levels_of(value)
 
 
+def write_through_lock(td, items, inplace, merge) -> None:
+    """``update(..., ignore_lock=True)`` of a locked ``td``: the write with every lock
+    lifted; then the levels locked before are locked again, and so are those the write
+    added (a locked tree stays locked at every level)."""
+    locked = [node for node in levels_of(td) if node._is_locked]
+    for node in locked:
+        node._is_locked = False
+    try:
+        td._write(items, inplace, merge, "update")
+    except BaseException:
+        for node in locked:
+            node._is_locked = True
+        raise
+    for node in levels_of(td):
+        node._is_locked = True
+
+
 def resized(td, plan: list, items, inplace, merge, ignore_lock: bool):
     """``td.update(..., update_batch_size=True)``: resize the planned containers, then write.
 
@@ -261,14 +278,7 @@ def resized(td, plan: list, items, inplace, merge, ignore_lock: bool):
         node._batch_size = size
     try:
         if ignore_lock and td._is_locked:
-            locked = [node for node in levels_of(td) if node._is_locked]
-            for node in locked:
-                node._is_locked = False
-            try:
-                td._write(items, inplace, merge, "update")
-            finally:
-                for node in levels_of(td):
-                    node._is_locked = True
+            write_through_lock(td, items, inplace, merge)
         else:
             td._write(items, inplace, merge, "update")
     except BaseException:
