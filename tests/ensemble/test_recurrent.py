@@ -152,7 +152,7 @@ def test_training_steps_match_torch_optim_per_member():
             torch.randn(5, 2, 4),
             (torch.randn(1, 2, 6), torch.randn(1, 2, 6)),
             "hidden size",
-        ),  # fmt: skip
+        ),
         (lambda: nn.GRUCell(4, 6), torch.randn(5, 4), torch.randn(1, 6), "hidden size"),
         (lambda: nn.LSTMCell(4, 6), torch.randn(4), (torch.randn(6), torch.randn(5)), "cell"),
     ],
