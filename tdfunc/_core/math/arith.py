@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..frozen import refuse_frozen_inside
 from ..leaf_errors import note_key
 from ..mixin import ContainerMixin
 from ..nontensor import NonTensorData, eq_mask
-from .leafwise import check_in_place, like_pair
+from .leafwise import in_place_write, like_pair
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -124,51 +123,9 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
 
 
 def _inplace(self, other: Any, method: str, *args: Any):
-    """``leaf.<method>(other's leaf or other, *args)`` for every tensor leaf, or none of them.
-
-    Every pair is checked before the first leaf changes (keys, shapes, dtypes), so a
-    failure (a Polyak update ``target.mul_(1 - tau)`` reaching an integer buffer) leaves
-    the container as it was and names the key, instead of half an update.
-    """
-    self._check_mutable(method)
-    refuse_frozen_inside(self, method)
-    pairs: list = []
-    _in_place_pairs(self, other, method, (), pairs)
-    for path, value, rhs in pairs:
-        check_in_place(type(self).__name__, method, path, value, rhs)
-    path = None
-    try:
-        for path, value, rhs in pairs:  # noqa: B007 (path names the key of an error)
-            getattr(value, method)(rhs, *args)
-    except Exception as error:
-        for part in reversed(path or ()):
-            note_key(error, part)
-        raise
+    """``leaf.<method>(other's leaf or other, *args)`` for every tensor leaf, or none."""
+    in_place_write(self, other, getattr(torch.Tensor, method), method, *args)
     return self
-
-
-def _in_place_pairs(node: Any, other: Any, method: str, path: tuple, out: list) -> None:
-    """``(key path, tensor leaf, operand)`` of every tensor leaf of ``node``, into ``out``."""
-    keyed = getattr(type(other), "_is_tensor_collection", False)
-    if keyed:
-        other_data = other._to_tensordict_view()._data
-        if other_data.keys() != node._data.keys():
-            missing = sorted(set(node._data) ^ set(other_data))
-            where = f" under {path[0] if len(path) == 1 else path!r}" if path else ""
-            raise KeyError(
-                f"{type(node).__name__}.{method}: "
-                f"both operands must have the same keys; these keys{where} are "
-                f"only in one of them: {missing}."
-            )
-    for key, value in node._data.items():
-        if isinstance(value, NonTensorData):
-            continue
-        rhs = other_data[key] if keyed else other
-        if isinstance(value, torch.Tensor):
-            out.append(((*path, key), value, rhs))
-        else:
-            view = value._to_tensordict_view()
-            _in_place_pairs(view, rhs, method, (*path, key), out)
 
 
 class ArithmeticMixin(ContainerMixin):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..apply import rewrap
-from ..frozen import refuse_frozen_inside
+from ..frozen import is_frozen, refuse_frozen_inside
 from ..leaf_errors import each_leaf, note_key
 from ..nontensor import NonTensorData, from_array
 
@@ -352,11 +352,118 @@ _KIND_NAMES = ("bool", "integer", "floating-point", "complex")
 
 def _dtype_kind(dtype: torch.dtype) -> int:
     """0 bool, 1 integer, 2 floating point, 3 complex (the order of ``torch.can_cast``)."""
+    kind = _KINDS.get(dtype)
+    return _kind_of(dtype) if kind is None else kind
+
+
+def _kind_of(dtype: torch.dtype) -> int:
     if dtype.is_complex:
         return 3
     if dtype.is_floating_point:
         return 2
     return 0 if dtype == torch.bool else 1
+
+
+# every dtype of torch, filled once at import: a table that never changes after it
+# (torch.compile guards on what a traced function reads; a growing cache would
+# make eager code between two calls force a recompile)
+_KINDS = {
+    value: _kind_of(value)
+    for value in (getattr(torch, name, None) for name in dir(torch))
+    if isinstance(value, torch.dtype)
+}
+
+
+def in_place_write(self: Any, other: Any, method: Callable, api: str, *args: Any) -> None:
+    """``method(leaf, operand, *args)`` for every tensor leaf, or for none of them.
+
+    ``other`` is a container with the same keys (its leaf is the operand) or one
+    operand for every leaf. Every pair is checked first (:func:`check_in_place`:
+    keys, shapes, dtypes): a failure part-way (a Polyak update ``target.mul_(1 - tau)``
+    reaching an integer buffer) would leave half an update behind. An error torch
+    raises on a leaf names its key.
+    """
+    self._check_mutable(api)
+    pairs: list = []
+    refused: list = []  # what the walk met: frozen levels, then levels whose keys differ
+    _in_place_pairs(self, other, api, (), pairs, refused)
+    if refused:
+        refuse_frozen_inside(self, api)  # a frozen level anywhere is the error to report
+        raise refused[0]
+    _check_all_in_place(type(self).__name__, api, pairs)
+    path = key = None
+    try:
+        for path, key, value, rhs in pairs:  # noqa: B007 (path and key name an error's leaf)
+            method(value, rhs, *args)
+    except Exception as error:
+        if key is not None:
+            for part in reversed((*path, key)):
+                note_key(error, part)
+        raise
+
+
+def _in_place_pairs(node: Any, other: Any, api: str, path: tuple, out: list, refused: list):
+    """``(level path, key, tensor leaf, operand)`` of every tensor leaf of ``node``, into
+    ``out``; a frozen level or one whose keys differ from ``other``'s, into ``refused``
+    (the walk that finds the pairs is the walk that checks them)."""
+    if is_frozen(node):
+        refused.append(None)
+        return
+    keyed = is_collection(other)
+    if keyed:
+        other_data = other._to_tensordict_view()._data
+        if other_data.keys() != node._data.keys():
+            missing = sorted(set(node._data) ^ set(other_data))
+            where = f" under {path[0] if len(path) == 1 else path!r}" if path else ""
+            refused.append(
+                KeyError(
+                    f"{type(node).__name__}.{api}: both operands must have the same keys; "
+                    f"these keys{where} are only in one of them: {missing}."
+                )
+            )
+            return
+    for key, value in node._data.items():
+        rhs = other_data[key] if keyed else other
+        if isinstance(value, _Tensor):
+            out.append((path, key, value, rhs))
+        elif is_collection(value):
+            _in_place_pairs(value._to_tensordict_view(), rhs, api, (*path, key), out, refused)
+
+
+def _check_all_in_place(name: str, method: str, pairs: list) -> None:
+    """:func:`check_in_place` for every ``(level path, key, leaf, operand)`` of ``pairs``,
+    with its verdict taken inline for the common operands (one comparison per leaf; the
+    full check only for a leaf that fails it, to raise its error):
+
+    - one Python number for every leaf (``params.mul_(0.99)``): the leaf's dtype kind;
+    - a tensor of the entry's own shape (``target.lerp_(source, tau)``): two dtype kinds.
+    """
+    if pairs and method != "lerp_":
+        rhs = pairs[0][3]
+        rhs_kind = _SCALAR_KINDS.get(type(rhs))  # a Python number (not a numpy scalar)
+        if rhs_kind is not None and all(pair[3] is rhs for pair in pairs):
+            floor = max(rhs_kind, 2) if method == "div_" else rhs_kind
+            for path, key, value, _ in pairs:
+                if _dtype_kind(value.dtype) < floor:
+                    check_in_place(name, method, (*path, key), value, rhs)
+            return
+    lerp = method == "lerp_"
+    floor = 2 if method == "div_" else 0
+    kinds = _KINDS
+    for path, key, value, rhs in pairs:
+        if isinstance(rhs, _Tensor) and rhs.shape == value.shape:
+            dtype = value.dtype
+            kind = kinds.get(dtype, -1)  # -1: a dtype met after import, for the full check
+            if (
+                (kind >= 2 and rhs.dtype == dtype)
+                if lerp
+                else max(kinds.get(rhs.dtype, 4), floor) <= kind
+            ):
+                continue
+        check_in_place(name, method, (*path, key), value, rhs)
+
+
+_SCALAR_KINDS = {bool: 0, int: 1, float: 2, complex: 3}
 
 
 def check_in_place(name: str, method: str, path: tuple, value: torch.Tensor, rhs: Any) -> None:
@@ -367,8 +474,8 @@ def check_in_place(name: str, method: str, path: tuple, value: torch.Tensor, rhs
     reaching an integer buffer) would leave half an update behind.
     """
     key = path[0] if len(path) == 1 else path
-    if isinstance(rhs, torch.Tensor):
-        try:
+    if isinstance(rhs, torch.Tensor) and rhs.shape != value.shape:  # equal: it fits
+        try:  # (broadcast_shapes is Python code: only for the shapes that differ)
             fits = torch.broadcast_shapes(value.shape, rhs.shape) == value.shape
         except RuntimeError:
             fits = False

@@ -16,8 +16,7 @@ import torch
 from ..mixin import ContainerMixin
 from .leafwise import (
     check_grown,
-    check_in_place,
-    check_in_place_write,
+    in_place_write,
     inplace_leaves,
     is_collection,
     map_leaves,
@@ -141,7 +140,7 @@ def _binary_(name: str) -> Callable:
             return leaf.copy_(function(leaf, other))
 
     def op(self, other):
-        _inplace_pairs(self, other, method, name + "_")
+        in_place_write(self, other, method, name + "_")
         return self
 
     op.__name__ = op.__qualname__ = name + "_"
@@ -154,27 +153,6 @@ def _binary_(name: str) -> Callable:
         f"            True\n"
     )
     return op
-
-
-def _inplace_pairs(self: Any, other: Any, method: Callable, api: str, *args: Any) -> None:
-    check_in_place_write(self, api)
-    pairs: list = []
-    _pairs(self, other, api, (), pairs)
-    # every pair is checked before the first leaf changes (see check_in_place)
-    for path, value, rhs in pairs:
-        check_in_place(type(self).__name__, api, path, value, rhs)
-    for _, value, rhs in pairs:
-        method(value, rhs, *args)
-
-
-def _pairs(view: Any, other: Any, api: str, path: tuple, out: list) -> None:
-    data = others_data(other, view, api)
-    for key, value in view._data.items():
-        rhs = other if data is None else data[key]
-        if isinstance(value, torch.Tensor):
-            out.append(((*path, key), value, rhs))
-        elif is_collection(value):
-            _pairs(value._to_tensordict_view(), rhs, api, (*path, key), out)
 
 
 def _add_scaled(leaf: torch.Tensor, other: Any, value: float) -> torch.Tensor:
@@ -327,7 +305,7 @@ class PointwiseMixin(ContainerMixin):
             >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_min_(0.0)["a"]
             tensor([0., 3.])
         """
-        _inplace_pairs(self, min, torch.Tensor.clamp_min_, "clamp_min_")
+        in_place_write(self, min, torch.Tensor.clamp_min_, "clamp_min_")
         return self
 
     def clamp_max_(self, max: Any):
@@ -337,7 +315,7 @@ class PointwiseMixin(ContainerMixin):
             >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_max_(0.0)["a"]
             tensor([-2.,  0.])
         """
-        _inplace_pairs(self, max, torch.Tensor.clamp_max_, "clamp_max_")
+        in_place_write(self, max, torch.Tensor.clamp_max_, "clamp_max_")
         return self
 
     def lerp(self, end: Any, weight: Any):
@@ -387,7 +365,7 @@ class PointwiseMixin(ContainerMixin):
             >>> td.addcmul_(torch.full((2,), 2.0), torch.full((2,), 3.0))["a"].tolist()
             [7.0, 7.0]
         """
-        _inplace_pairs(self, tensor1 * tensor2, _add_scaled, "addcmul_", value)
+        in_place_write(self, tensor1 * tensor2, _add_scaled, "addcmul_", value)
         return self
 
     def addcdiv_(self, tensor1: Any, tensor2: Any, *, value: float = 1):
@@ -398,7 +376,7 @@ class PointwiseMixin(ContainerMixin):
             >>> td.addcdiv_(torch.full((2,), 2.0), torch.full((2,), 4.0))["a"].tolist()
             [1.5, 1.5]
         """
-        _inplace_pairs(self, tensor1 / tensor2, _add_scaled, "addcdiv_", value)
+        in_place_write(self, tensor1 / tensor2, _add_scaled, "addcdiv_", value)
         return self
 
     def mul(self, other: Any):
