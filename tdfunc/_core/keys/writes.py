@@ -284,27 +284,35 @@ def write(td, items, inplace, merge: bool, api: str, prefix: tuple = ()) -> None
 
 
 def assign_at(target: torch.Tensor, index, value) -> None:
-    """``target[index] = value``, ``value`` cast to ``target``'s dtype."""
-    if isinstance(value, torch.Tensor) and value.dtype != target.dtype:
-        # a write casts to the entry's dtype, as copy_ (and so a write at an int or
-        # a slice) does; torch's index_put_ (a tensor or mask index) would refuse it
-        # after the entries before it in the plan were written
-        value = value.to(target.dtype)
-    target[index] = value
+    """``target[index] = value``, ``value`` cast to ``target``'s dtype.
+
+    A write casts to the entry's dtype, as copy_ (and so a write at an int or a
+    slice) does; torch's index_put_ (a tensor or mask index) refuses another dtype,
+    after the entries before it in the plan were written. It refuses before writing
+    anything, so the cast is made then, and the write done again (no dtype is read
+    on the common path).
+    """
+    try:
+        target[index] = value
+    except RuntimeError:
+        if not isinstance(value, torch.Tensor) or value.dtype == target.dtype:
+            raise
+        target[index] = value.to(target.dtype)
 
 
 def check_fits(shape: torch.Size, expected: torch.Size, key, api: str) -> None:
     """``shape`` must broadcast to ``expected`` (the shape of the indexed entry)."""
-    if shape == expected:
+    if shape == expected or not shape:  # a 0-dim value (a number) fits any entry
         return
     # torch drops leading size-1 dims of the value: x[0] = torch.ones(1, 28, 28)
     # writes a [28, 28] row
     while len(shape) > len(expected) and shape[0] == 1:
         shape = shape[1:]
-    try:
-        ok = torch.broadcast_shapes(shape, expected) == expected
-    except RuntimeError:
-        ok = False
+    # broadcasts to ``expected`` itself: each dim, aligned on the right, is 1 or the
+    # entry's (torch.broadcast_shapes is Python code several times slower than this)
+    ok = len(shape) <= len(expected) and all(
+        size == 1 or size == target for size, target in zip(reversed(shape), reversed(expected))
+    )
     if not ok:
         shown = key[0] if len(key) == 1 else key
         raise ValueError(
