@@ -329,9 +329,9 @@ def _has_storage(existing: Any) -> bool:
     )
 
 
-def _overlaps(target: torch.Tensor) -> bool:
+def _overlaps(target: torch.Tensor, compiling: bool) -> bool:
     """Whether several elements of ``target`` share memory (an expanded tensor)."""
-    if _dynamo_compiling():  # the exact query is not traceable; expanding is the usual cause
+    if compiling:  # the exact query is not traceable; expanding is the usual cause
         return any(s == 0 and n > 1 for s, n in zip(target.stride(), target.shape))
     return torch._debug_has_internal_overlap(target) == 1
 
@@ -349,11 +349,12 @@ def check_copy_target(target: Any, source: Any, key, api: str) -> None:
             )
         return  # elements of a stack: any value fits
     problem = None
+    compiling = _dynamo_compiling()
     if torch.is_grad_enabled() and target.requires_grad:
         base = target._base if target._is_view() else target
         if base is not None and base.is_leaf:
             problem = "it is a leaf tensor that requires grad (write under torch.no_grad())"
-    elif _dynamo_compiling():
+    elif compiling:
         pass
     elif target.is_inference() and not torch.is_inference_mode_enabled():
         problem = "it is an inference tensor (write inside torch.inference_mode())"
@@ -362,7 +363,7 @@ def check_copy_target(target: Any, source: Any, key, api: str) -> None:
         given = source.unbind(0) if isinstance(source, torch.Tensor) and source.is_nested else ()
         if [t.shape for t in target.unbind(0)] != [t.shape for t in given]:
             problem = "a nested tensor takes a nested tensor of the same component shapes"
-    elif problem is None and _overlaps(target):
+    elif problem is None and _overlaps(target, compiling):
         problem = "several of its elements share memory (an expanded tensor: clone it first)"
     if problem is not None:
         raise RuntimeError(
