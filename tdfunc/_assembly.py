@@ -36,24 +36,24 @@ from typing import Any, ClassVar, TypeVar, overload
 from typing_extensions import dataclass_transform
 
 from ._core.base import TensorDictBaseCore
-from ._core.class_names import register_class
 from ._core.container import TensorDictCore
-from ._core.keys.nested import NestedKey as NestedKey
-from ._core.keys.nested import unravel_key as unravel_key
-from ._core.mixin import is_tensor_collection_or_class as is_tensor_collection  # noqa: F401 - re-exported by tdfunc/__init__.py
-from ._core.nontensor import NonTensorData as NonTensorData
-from ._core.nontensor import NonTensorStack as NonTensorStack
-from ._core.nontensor import is_non_tensor as is_non_tensor
-from ._core.options import get_printoptions as get_printoptions
-from ._core.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
-from ._core.options import set_list_to_stack as set_list_to_stack
-from ._core.options import set_printoptions as set_printoptions
-from ._core.repr import parse_tensor_dict_string as parse_tensor_dict_string
+from ._core.helpers.class_names import register_class
+from ._core.helpers.mixin import is_tensor_collection_or_class as is_tensor_collection  # noqa: F401 - re-exported by tdfunc/__init__.py
+from ._core.helpers.nested_keys import NestedKey as NestedKey
+from ._core.helpers.nested_keys import unravel_key as unravel_key
+from ._core.helpers.nontensor import NonTensorData as NonTensorData
+from ._core.helpers.nontensor import NonTensorStack as NonTensorStack
+from ._core.helpers.nontensor import is_non_tensor as is_non_tensor
+from ._core.helpers.options import get_printoptions as get_printoptions
+from ._core.helpers.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
+from ._core.helpers.options import set_list_to_stack as set_list_to_stack
+from ._core.helpers.options import set_printoptions as set_printoptions
+from ._core.helpers.padding import pad as pad
+from ._core.helpers.padding import pad_sequence as pad_sequence
+from ._core.helpers.repr import parse_tensor_dict_string as parse_tensor_dict_string
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
 from ._core.shape.combine import stack as stack
-from ._core.shape.padding import pad as pad
-from ._core.shape.padding import pad_sequence as pad_sequence
 from ._distributed import DistributedMixin, MapMixin
 from ._distributed import DistributedWork as DistributedWork
 from ._distributed.sharded import gather_members as gather_members
@@ -198,7 +198,7 @@ class TensorAttrs(TensorClass):
             >>> TensorAttrs.from_tensor(torch.zeros(2), fields=("shape",)).tgt_shape
             torch.Size([2])
         """
-        from ._core.attrs import describe
+        from ._core.convert.attrs import describe
 
         return describe(tensor, tuple(fields))
 

@@ -24,7 +24,7 @@ import torch
 from torch.utils.data._utils.collate import default_collate_fn_map
 
 from ._assembly import TensorClass, TensorDict
-from ._core.mixin import is_tensor_collection
+from ._core.helpers.mixin import is_tensor_collection
 
 
 def collate_containers(batch: Any, *, collate_fn_map: Any = None) -> Any:

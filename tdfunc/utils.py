@@ -18,9 +18,9 @@ import logging
 import os
 
 from ._core.convert.consolidate import TensorDictFuture
-from ._core.mixin import LOCK_ERROR as _LOCK_ERROR
-from ._core.nontensor import LinkedList, is_non_tensor
-from ._core.options import (
+from ._core.helpers.mixin import LOCK_ERROR as _LOCK_ERROR
+from ._core.helpers.nontensor import LinkedList, is_non_tensor
+from ._core.helpers.options import (
     capture_non_tensor_stack,
     get_printoptions,
     list_to_stack,
@@ -29,7 +29,7 @@ from ._core.options import (
     set_printoptions,
     strtobool,
 )
-from ._core.repr import parse_tensor_dict_string
+from ._core.helpers.repr import parse_tensor_dict_string
 
 logger = logging.getLogger("tdfunc")
 

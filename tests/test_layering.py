@@ -1,11 +1,14 @@
-"""The import graph of ``tdfunc`` follows its floors (DESIGN section 10).
+"""The import graph of ``tdfunc`` follows its floors.
 
 Every module under ``tdfunc/`` is parsed (not imported): module-level and
 function-level imports are edges, relative imports are resolved, and imports
 under ``if TYPE_CHECKING:`` are not edges (they never run). Floors, from the
 ground up:
 
-1. ``tdfunc._core``: the container core; imports nothing of tdfunc above it.
+1. ``tdfunc._core``: the container core; imports nothing of tdfunc above it. Inside it,
+   three floors: ``helpers/`` (imports only helpers), one folder per concern holding
+   only its mixins (imports only helpers: no mixin imports another), and the
+   composition modules at its top (``tensor_like``, ``ops``, ``container``, ``base``).
 2. Features: ``_persist``, ``_distributed``, ``_modules``, ``_pytree``,
    ``_tensorclass``. They build on the core and import each other only where
    ``ALLOWED_FEATURE_EDGES`` says.
@@ -165,6 +168,57 @@ def test_the_core_imports_only_the_core():
         if _floor(module) == "_core"
     }
     assert not {m: t for m, t in wrong.items() if t}, wrong
+
+
+CORE_CONCERNS = ("keys", "state", "shape", "math", "convert")
+CORE_COMPOSITION = ("tensor_like", "ops", "container", "base")
+
+
+def _core_floor(module: str) -> int:
+    """1 helpers, 2 a concern's mixins, 3 composition (0: the package face)."""
+    parts = module.split(".")
+    if len(parts) == 2:
+        return 0
+    if parts[2] == "helpers":
+        return 1
+    if parts[2] in CORE_CONCERNS:
+        return 2
+    assert parts[2] in CORE_COMPOSITION, f"{module}: not on a floor of tdfunc._core"
+    return 3
+
+
+def test_the_core_modules_each_stand_on_a_floor():
+    core = [module for module in GRAPH if _floor(module) == "_core"]
+    assert {_core_floor(module) for module in core} == {0, 1, 2, 3}
+
+
+def test_no_arrow_runs_back_up_inside_the_core():
+    """Helpers import only helpers; a concern's mixins import only helpers, so every
+    concern folder stands on one floor; only the composition modules combine mixins."""
+    wrong = []
+    for module, targets in GRAPH.items():
+        if _floor(module) != "_core" or _core_floor(module) in (0, 3):
+            continue
+        for target in sorted(targets):
+            if _floor(target) == "_core" and _core_floor(target) != 1:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, "arrows up inside tdfunc._core:\n" + "\n".join(wrong)
+
+
+def _classes(module: str) -> list[str]:
+    return [node.name for node in TREES[module].body if isinstance(node, ast.ClassDef)]
+
+
+def test_concern_folders_hold_mixins_and_helpers_hold_none():
+    for module in GRAPH:
+        if _floor(module) != "_core" or module.endswith("__init__"):
+            continue
+        floor = _core_floor(module)
+        mixins = [name for name in _classes(module) if name.endswith("Mixin")]
+        if floor == 2 and not _source_is_package(module):
+            assert mixins, f"{module}: a concern folder holds mixins; move helpers to helpers/"
+        if floor == 1:
+            assert set(mixins) <= {"ContainerMixin"}, f"{module}: a mixin among the helpers"
 
 
 def test_features_import_only_the_core_and_allowed_features():

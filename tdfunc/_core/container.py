@@ -22,14 +22,14 @@ from typing import Any
 
 import torch
 
-from .class_names import lookup_class
-from .device import as_device
-from .keys.nested import MISSING
-from .keys.update import moved
-from .keys.writes import build_fast, items_of
-from .mixin import is_tensor_collection
+from .helpers.class_names import lookup_class
+from .helpers.device import as_device
+from .helpers.mixin import is_tensor_collection
+from .helpers.nested_keys import MISSING
+from .helpers.sizes import SIZE_CACHE, as_size, size_info
+from .helpers.update import moved
+from .helpers.writes import build_fast, items_of
 from .ops import TensorOps
-from .shape.sizes import SIZE_CACHE, as_size, size_info
 
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor

@@ -25,24 +25,24 @@ Example:
 
 from __future__ import annotations
 
-from .apply import ApplyMixin
-from .attrs import AttrsMixin
-from .casts import CastsMixin
-from .context import ContextMixin
+from .convert.attrs import AttrsMixin
+from .convert.casts import CastsMixin
 from .convert.entries import EntriesMixin
 from .keys.access import AccessMixin
 from .keys.at_index import AtIndexMixin
-from .keys.locking import LockingMixin
+from .keys.nontensor import NonTensorMixin
 from .keys.views import KeyViewsMixin
+from .math.apply import ApplyMixin
 from .math.arith import ArithmeticMixin
-from .math.tensor_like import TensorLikeMixin
-from .nontensor import NonTensorMixin
+from .math.torch_function import TorchFunctionMixin
 from .shape.batch import BatchMixin
 from .shape.combine import CombineMixin
 from .shape.item import ItemMixin
 from .shape.ragged import RaggedMixin
 from .shape.shape_ops import ShapeOpsMixin
-from .torch_function import TorchFunctionMixin
+from .state.context import ContextMixin
+from .state.locking import LockingMixin
+from .tensor_like import TensorLikeMixin
 
 
 class TensorOps(

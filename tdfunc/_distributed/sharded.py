@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.utils._pytree as pytree
 
-from .._core.nontensor.leaves import NonTensorStack
+from .._core.helpers.nontensor.leaves import NonTensorStack
 from .layout import _digest, _Layout, _path_str
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from .._core.mixin import is_tensor_collection as _collection
+from .._core.helpers.mixin import is_tensor_collection as _collection
 from .module_swap import CallSwap, swap_mapping
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from .._core.nontensor import NonTensorData
+from .._core.helpers.nontensor import NonTensorData
 
 if TYPE_CHECKING:
     from .swap_plan import SwapPlan

@@ -43,9 +43,9 @@ from typing import Any
 from torch import nn
 from torch.nn.modules import module as _torch_module
 
-from .._core.keys.nested import close_matches_hint
-from .._core.mixin import is_tensor_collection as _collection
-from .._core.nontensor import NonTensorData
+from .._core.helpers.mixin import is_tensor_collection as _collection
+from .._core.helpers.nested_keys import close_matches_hint
+from .._core.helpers.nontensor import NonTensorData
 from .slots import iter_slots
 from .swap_fast import Mismatch, _by_columns, _picker, _straight_line
 

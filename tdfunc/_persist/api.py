@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._core.frozen import refuse_frozen_inside
-from .._core.keys.nested import unravel_key
-from .._core.nontensor import is_non_tensor
+from .._core.helpers.frozen import refuse_frozen_inside
+from .._core.helpers.nested_keys import unravel_key
+from .._core.helpers.nontensor import is_non_tensor
 from . import load as _persist_load
 from . import save as _persist_save
 from .filenames import is_valid_name

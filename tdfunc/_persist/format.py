@@ -65,7 +65,7 @@ from typing import Any
 
 import torch
 
-from .._core.nontensor.values import MAX_DEPTH
+from .._core.helpers.nontensor.values import MAX_DEPTH
 from .filenames import NAME
 from .nested import LAYOUTS, nested_numel
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from .._core.class_names import class_name, lookup_class
-from .._core.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.class_names import class_name, lookup_class
+from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .save import save
 from .saved_paths import remember_path
 from .tensordict_layout import read_tensordict_layout, write_leaf_layout

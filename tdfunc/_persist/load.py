@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from .._core.class_names import lookup_class
-from .._core.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.class_names import lookup_class
+from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .directory import worker_pool
 from .files import check_file, nbytes_of
 from .format import DTYPES, META, decode_object, open_meta, same_meta

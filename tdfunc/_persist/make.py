@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .._core.keys.nested import unravel_key
+from .._core.helpers.nested_keys import unravel_key
 from .filenames import encode_key
 
 

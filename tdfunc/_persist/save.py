@@ -38,10 +38,10 @@ from typing import Any
 
 import torch
 
-from .._core.class_names import class_name
-from .._core.mixin import is_tensor_collection as _collection
-from .._core.nontensor import NonTensorData, NonTensorStack
-from .._core.nontensor.values import is_json_exact
+from .._core.helpers.class_names import class_name
+from .._core.helpers.mixin import is_tensor_collection as _collection
+from .._core.helpers.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.nontensor.values import is_json_exact
 from .directory import Directory, is_doomed, is_ours, remove_in_background, worker_pool
 from .directory import wait_for_cleanup as wait_for_cleanup
 from .filenames import encode_key

@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
-from .._core.class_names import lookup_class
-from .._core.mixin import is_tensor_collection
-from .._core.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.class_names import lookup_class
+from .._core.helpers.mixin import is_tensor_collection
+from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .format import DTYPES, MAX_META_BYTES, META, TENSORDICT_DIR, parse_json, read_regular
 from .memmap_tensor import MemoryMappedTensor
 

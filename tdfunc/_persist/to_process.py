@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from .._core.convert.consolidate import file_backed_consolidation
-from .._core.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .memmap_tensor import MemoryMappedTensor, _wrap
 from .sharing import geometry, mapped_inode, open_identified, read_maps
 

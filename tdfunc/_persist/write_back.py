@@ -15,7 +15,7 @@ import os
 from functools import partial
 from typing import Any
 
-from .._core.nontensor.values import is_json_exact
+from .._core.helpers.nontensor.values import is_json_exact
 from .filenames import encode_key
 from .format import (
     data_file,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch.utils._pytree as torch_pytree
 
-from .._core.keys.nested import close_matches_hint, key_parts
+from .._core.helpers.nested_keys import close_matches_hint, key_parts
 
 
 def _check_dim(value: object, where: str) -> None:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .._core.mixin import is_tensor_collection as _collection
+from .._core.helpers.mixin import is_tensor_collection as _collection
 
 if TYPE_CHECKING:
     from .node import NodeContext

@@ -35,9 +35,9 @@ import torch
 import torch.utils._pytree as torch_pytree
 from torch._C import _functorch
 
-from .._core.class_names import ALIASES, class_name, lookup_class
-from .._core.mixin import is_tensor_collection as _collection
-from .._core.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.class_names import ALIASES, class_name, lookup_class
+from .._core.helpers.mixin import is_tensor_collection as _collection
+from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .rebuild import _FEW, _TENSOR_TYPES, _tensor_shape, unflatten
 from .symbolic import _FAKE, _get_mode, concrete, fake_tracing, symbolic
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch._C import _functorch
 
-from .._core.mixin import is_tensor_collection as _collection
-from .._core.nontensor import NonTensorData, NonTensorStack, StackInTransform
+from .._core.helpers.mixin import is_tensor_collection as _collection
+from .._core.helpers.nontensor import NonTensorData, NonTensorStack, StackInTransform
 from .infer import _infer, _shaped, _tensorless
 from .symbolic import _FAKE, _get_mode, symbolic
 from .symbolic import rebuild as symbolic_rebuild

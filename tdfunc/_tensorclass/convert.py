@@ -13,11 +13,11 @@ import textwrap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._core.class_names import class_name
-from .._core.frozen import freeze
-from .._core.mixin import is_tensor_collection
-from .._core.nontensor import NonTensorData
-from .._core.repr import is_shared, leaf_repr
+from .._core.helpers.class_names import class_name
+from .._core.helpers.frozen import freeze
+from .._core.helpers.mixin import is_tensor_collection
+from .._core.helpers.nontensor import NonTensorData
+from .._core.helpers.repr import is_shared, leaf_repr
 from .fields import MISSING
 from .state import TensorClassState, _set_td, _unknown_name
 

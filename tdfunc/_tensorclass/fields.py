@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._core.keys.writes import stacked_list
-from .._core.mixin import is_tensor_collection
-from .._core.nontensor import NonTensorData, NonTensorStack
-from .._core.shape.sizes import leaf_shape
+from .._core.helpers.mixin import is_tensor_collection
+from .._core.helpers.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.sizes import leaf_shape
+from .._core.helpers.writes import stacked_list
 
 FLAGS = ("autocast", "nocast", "tensor_only", "frozen", "shadow")
 CASTING_FLAGS = ("autocast", "nocast", "tensor_only")

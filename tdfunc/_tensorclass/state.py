@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from .._core.frozen import FROZEN, freeze
-from .._core.keys.nested import MISSING, key_parts
-from .._core.keys.update import send_for_set
-from .._core.keys.writes import write
-from .._core.mixin import is_tensor_collection
+from .._core.helpers.frozen import FROZEN, freeze
+from .._core.helpers.mixin import is_tensor_collection
+from .._core.helpers.nested_keys import MISSING, key_parts
+from .._core.helpers.update import send_for_set
+from .._core.helpers.writes import write
 from .._core.ops import TensorOps
 
 if TYPE_CHECKING:

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import torch
 from typing_extensions import dataclass_transform
 
-from .._core.class_names import register_class
-from .._core.frozen import FROZEN, freeze
-from .._core.nontensor import NonTensorData
-from .._core.shape.sizes import as_size
+from .._core.helpers.class_names import register_class
+from .._core.helpers.frozen import FROZEN, freeze
+from .._core.helpers.nontensor import NonTensorData
+from .._core.helpers.sizes import as_size
 from .convert import TensorClassConvert
 from .fields import (
     FLAGS,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tdfunc import TensorDict
-from tdfunc._core.device import as_device
+from tdfunc._core.helpers.device import as_device
 
 
 def test_types_without_an_index_are_kept():

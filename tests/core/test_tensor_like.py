@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from leafwise_helpers import BATCH, NAMES, assert_leafwise, make
 
 from tdfunc import TensorDict
-from tdfunc._core.math.pointwise import PREDICATES, UNARY
+from tdfunc._core.helpers.pointwise_names import PREDICATES, UNARY
 
 REDUCTIONS = ["sum", "mean", "std", "var", "prod", "amax", "amin", "nansum", "nanmean"]
 

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from tdfunc import MemoryMappedTensor, TensorClass, TensorDict
-from tdfunc._core.class_names import class_name
+from tdfunc._core.helpers.class_names import class_name
 from tdfunc._persist.directory import wait_for_cleanup
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from tdfunc import TensorClass, TensorDict, TensorDictBase
-from tdfunc._core.class_names import class_name, lookup_class
+from tdfunc._core.helpers.class_names import class_name, lookup_class
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tdfunc import TensorClass, TensorDict
-from tdfunc._core.mixin import MUTABLE_WHEN_FROZEN
+from tdfunc._core.helpers.mixin import MUTABLE_WHEN_FROZEN
 
 
 class Inner(TensorClass):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tdfunc import NonTensorData, TensorClass, TensorDict, is_tensorclass, tensorclass
-from tdfunc._core.class_names import class_name, lookup_class
+from tdfunc._core.helpers.class_names import class_name, lookup_class
 
 
 class Foo(TensorClass):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tdfunc import TensorClass, TensorDict
-from tdfunc._core.math.tensor_like import TensorLikeMixin
+from tdfunc._core.tensor_like import TensorLikeMixin
 
 
 def test_tensorclass_derives_from_the_shared_mixin():

@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from ..class_names import class_name, lookup_class
-from ..math.leafwise import leaf_items, map_leaves, tensor_leaves
-from ..mixin import ContainerMixin
-from ..mixin import is_tensor_collection as _collection
-from ..nontensor import NonTensorData, NonTensorStack
-from ..nontensor.values import is_json_exact
+from ..helpers.class_names import class_name, lookup_class
+from ..helpers.leafwise import leaf_items, map_leaves, tensor_leaves
+from ..helpers.mixin import ContainerMixin
+from ..helpers.mixin import is_tensor_collection as _collection
+from ..helpers.nontensor import NonTensorData, NonTensorStack
+from ..helpers.nontensor.values import is_json_exact
 
 _ALIGN = 16
 
@@ -542,10 +542,3 @@ def _unpickle_consolidated(storage: torch.Tensor, skeleton: Any, places: list) -
     out = map_leaves(skeleton, lambda t: next(values), None, True, None)
     out._to_tensordict_view()._consolidation = storage
     return out.lock_()
-
-
-def end_consolidation(container: Any) -> None:
-    """Forget that ``container`` is consolidated (``unlock_``: its structure may change)."""
-    view = container._to_tensordict_view()
-    if getattr(view, "_consolidation", None) is not None:
-        del view._consolidation

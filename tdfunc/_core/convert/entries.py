@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..keys.nested import unravel_key
-from ..mixin import ContainerMixin, read_value
-from ..mixin import is_tensor_collection as _collection
+from ..helpers.mixin import ContainerMixin, read_value
+from ..helpers.mixin import is_tensor_collection as _collection
+from ..helpers.nested_keys import unravel_key
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from ..math.leafwise import is_collection
-from ..mixin import ContainerMixin
-from ..nontensor import NonTensorData
-from .constructors import _build, struct_leaf
+from ..helpers.build import _build, struct_leaf
+from ..helpers.leafwise import is_collection
+from ..helpers.mixin import ContainerMixin
+from ..helpers.nontensor import NonTensorData
 
 # The entry of a container built by ``from_pytree`` that holds the tree structure.
 PYTREE_SPEC_KEY = "_pytree_spec"

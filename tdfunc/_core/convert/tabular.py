@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..math.leafwise import is_collection
-from ..mixin import ContainerMixin
-from ..nontensor import NonTensorData, NonTensorStack
-from .constructors import _build
+from ..helpers.build import _build
+from ..helpers.leafwise import is_collection
+from ..helpers.mixin import ContainerMixin
+from ..helpers.nontensor import NonTensorData, NonTensorStack
 
 _NUMERIC_KINDS = frozenset("iufcb")  # numpy kinds that become tensors
 

@@ -26,15 +26,11 @@ from typing import TYPE_CHECKING, Any, overload
 
 import torch
 
-from ..context import (
-    hand_out,
-)
-from ..frozen import FROZEN, refuse_frozen_inside
-from ..mixin import LOCK_ERROR, ContainerMixin, is_tensor_collection, read_value
-from ..nontensor import NonTensorData
-from .fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
-from .locking import refuse_if_owner_locked
-from .nested import (
+from ..helpers.fastpath import contains_missed, get_path, lookup_nested, pop_fast, set_fast
+from ..helpers.frozen import FROZEN, refuse_frozen_inside
+from ..helpers.locks import refuse_if_owner_locked
+from ..helpers.mixin import LOCK_ERROR, ContainerMixin, is_tensor_collection, read_value
+from ..helpers.nested_keys import (
     MISSING,
     KeysView,
     is_key,
@@ -43,7 +39,9 @@ from .nested import (
     missing_key_error,
     unravel_key,
 )
-from .update import (
+from ..helpers.nontensor import NonTensorData
+from ..helpers.parents import hand_out
+from ..helpers.update import (
     check_batch_sizes,
     merge_rule,
     resize_plan,
@@ -52,13 +50,7 @@ from .update import (
     update_items,
     write_through_lock,
 )
-from .writes import (
-    full_key,
-    items_of,
-    rename_key,
-    writable_view,
-    write,
-)
+from ..helpers.writes import full_key, items_of, rename_key, writable_view, write
 
 if TYPE_CHECKING:
     from types import EllipsisType

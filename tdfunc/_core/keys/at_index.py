@@ -7,12 +7,12 @@ from typing import Any
 
 import torch
 
-from ..math.leafwise import check_in_place_write, is_collection
-from ..mixin import ContainerMixin
-from ..nontensor import NonTensorData, written
-from ..shape.indexing import prepare
-from .nested import unravel_key
-from .writes import assign_at, check_copy_target, check_fits, writable_view
+from ..helpers.indexing import prepare
+from ..helpers.leafwise import check_in_place_write, is_collection
+from ..helpers.mixin import ContainerMixin
+from ..helpers.nested_keys import unravel_key
+from ..helpers.nontensor import NonTensorData, written
+from ..helpers.writes import assign_at, check_copy_target, check_fits, writable_view
 
 _Tensor = torch.Tensor
 _KEEP: Any = object()

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..context import write_back
-from ..mixin import ContainerMixin, is_tensor_collection, read_value
-from ..nontensor import NonTensorData
-from ..repr import td_repr
-from .nested import MISSING, key_parts, unravel_key
-from .writes import write_path
+from ..helpers.mixin import ContainerMixin, is_tensor_collection, read_value
+from ..helpers.nested_keys import MISSING, key_parts, unravel_key
+from ..helpers.nontensor import NonTensorData
+from ..helpers.parents import write_back
+from ..helpers.repr import td_repr
+from ..helpers.writes import write_path
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -352,7 +352,7 @@ class KeyViewsMixin(ContainerMixin):
             >>> list(sd), sd._metadata[""]["batch_size"]
             (['a.b'], [2])
         """
-        from .state_dict import td_state_dict
+        from ..helpers.state_dict import td_state_dict
 
         return td_state_dict(self, destination, prefix, keep_vars, flatten)
 
@@ -364,7 +364,7 @@ class KeyViewsMixin(ContainerMixin):
         from_flatten: bool | None = None,
     ) -> Self:
         """Load a state dict (flat, nested or legacy) into this TensorDict in place."""
-        from .state_dict import td_load_state_dict
+        from ..helpers.state_dict import td_load_state_dict
 
         return td_load_state_dict(self, state_dict, strict, assign, from_flatten)
 

@@ -1,11 +1,12 @@
-"""Leafwise math: one function mapped over every tensor leaf.
+"""Leafwise math: the mixins that map one function over every tensor leaf.
 
-- ``leafwise.py``: the engine (map over leaves, pairs of containers);
+- ``apply.py``: ``ApplyMixin`` (``apply`` and the leaf-wise methods built on it);
 - ``pointwise.py``, ``arith.py``: element-wise math, arithmetic operators, comparisons;
 - ``reductions.py``: reductions over elements and batch dims;
-- ``dims.py``: the ``dim`` argument of reductions and batch-dim ops, checked as torch does;
-- ``autograd.py``: ``backward``, ``grad``, ``requires_grad_``, ``torch.autograd.grad``;
-- ``tensor_like.py``: ``TensorLikeMixin``, the tensor-like surface in one base class.
+- ``autograd.py``: ``backward``, ``grad``, ``requires_grad_``;
+- ``torch_function.py``: ``TorchFunctionMixin`` (``torch.stack``, ``torch.cat``, ...).
 
-May import: ``tdfunc._core`` only.
+The engine (``leafwise.py``) and the ``__torch_function__`` table are helpers.
+
+May import: ``tdfunc._core.helpers`` only.
 """

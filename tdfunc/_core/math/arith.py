@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..leaf_errors import note_key
-from ..mixin import ContainerMixin
-from ..nontensor import NonTensorData, eq_mask
-from .leafwise import in_place_write, like_pair
+from ..helpers.leaf_errors import note_key
+from ..helpers.leafwise import in_place_write, like_pair
+from ..helpers.mixin import ContainerMixin
+from ..helpers.nontensor import NonTensorData, eq_mask
 
 if TYPE_CHECKING:
     from typing_extensions import Self

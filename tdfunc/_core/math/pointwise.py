@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 
-from ..mixin import ContainerMixin
-from .leafwise import (
+from ..helpers.leafwise import (
     check_grown,
     in_place_write,
     inplace_leaves,
@@ -24,41 +23,7 @@ from .leafwise import (
     may_grow,
     others_data,
 )
-
-UNARY = [
-    "abs",
-    "acos",
-    "asin",
-    "atan",
-    "ceil",
-    "cos",
-    "cosh",
-    "erf",
-    "erfc",
-    "erfinv",
-    "exp",
-    "expm1",
-    "floor",
-    "frac",
-    "lgamma",
-    "log",
-    "log10",
-    "log1p",
-    "log2",
-    "neg",
-    "reciprocal",
-    "round",
-    "rsqrt",
-    "sigmoid",
-    "sign",
-    "sin",
-    "sinh",
-    "sqrt",
-    "tan",
-    "tanh",
-    "trunc",
-]
-PREDICATES = ("isnan", "isfinite", "isinf", "isposinf", "isneginf", "isreal")
+from ..helpers.mixin import ContainerMixin
 
 
 def _unary(name: str) -> Callable:

@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 
-from ..apply import rewrap
-from ..mixin import ContainerMixin
-from ..nontensor import NonTensorData
-from ..shape.sizes import normalize_dim
-from .dims import NO_DIM, batch_dims, one_batch_dim, single_dim
-from .leafwise import drop_names, map_leaves, no_names, non_tensor_with, tensor_leaves
+from ..helpers.dims import NO_DIM, batch_dims, one_batch_dim, single_dim
+from ..helpers.leafwise import drop_names, map_leaves, no_names, non_tensor_with, tensor_leaves
+from ..helpers.mixin import ContainerMixin
+from ..helpers.nontensor import NonTensorData
+from ..helpers.rewrap import rewrap
+from ..helpers.sizes import normalize_dim
 
 _ONE = torch.Size([1])
 _NO_LEAD = torch.Size()
@@ -610,8 +610,8 @@ def _keyed(result: Any, key_transform: Callable | None) -> Any:
 
 
 def _rename_keys(td: Any, key_transform: Callable) -> Any:
-    from ..apply import rewrap
-    from .leafwise import is_collection
+    from ..helpers.leafwise import is_collection
+    from ..helpers.rewrap import rewrap
 
     data = {}
     for key, value in td._data.items():

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..context import check_parent_batch
-from ..keys.writes import check_batch_dims
-from ..mixin import ContainerMixin
-from ..nontensor import NonTensorData, NonTensorStack
-from .sizes import as_size, checked_names, leaf_shape
+from ..helpers.mixin import ContainerMixin
+from ..helpers.nontensor import NonTensorData, NonTensorStack
+from ..helpers.parents import check_parent_batch
+from ..helpers.sizes import as_size, checked_names, leaf_shape
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+from ..helpers.reshape import _check_batch
 
 
 class BatchMixin(ContainerMixin):
@@ -279,24 +279,6 @@ class BatchMixin(ContainerMixin):
             f"{name}: the truth value of a {name} is ambiguous (Converting a tensordict to "
             f"boolean value is not permitted); use .all() or .any()."
         )
-
-
-def _check_batch(
-    container, batch_size: torch.Size, prefix: tuple, api: str = "_check_batch_size"
-) -> None:
-    for key, item in container._data.items():
-        path = prefix + (key,)
-        shown = path[0] if len(path) == 1 else path
-        shape = item.batch_size if isinstance(item, (ContainerMixin, NonTensorData)) else None
-        if isinstance(item, torch.Tensor):
-            shape = leaf_shape(item)
-        elif shape is None:
-            shape = getattr(item, "shape", None)
-        if shape is None:
-            continue
-        check_batch_dims(api, shown, torch.Size(shape), batch_size)
-        if isinstance(item, ContainerMixin):
-            _check_batch(item, item._batch_size, path, api)
 
 
 def _plan_shared_names(node, names: tuple | None, plan: list, api: str, swaps: list) -> None:

@@ -11,13 +11,13 @@ from typing import Any
 
 import torch
 
-from ..apply import rewrap
-from ..keys.nested import unravel_key
-from ..keys.writes import convert
-from ..math.leafwise import is_collection
-from ..mixin import ContainerMixin
-from ..torch_function import cat as _cat
-from ..torch_function import stack as _stack
+from ..helpers.leafwise import is_collection
+from ..helpers.mixin import ContainerMixin
+from ..helpers.nested_keys import unravel_key
+from ..helpers.rewrap import rewrap
+from ..helpers.torch_functions import cat as _cat
+from ..helpers.torch_functions import stack as _stack
+from ..helpers.writes import convert
 
 
 def cat(items: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:

@@ -12,9 +12,8 @@ from typing import Any
 
 import torch
 
-from ..apply import rewrap
-from ..math.dims import batch_dims, one_batch_dim
-from ..math.leafwise import (
+from ..helpers.dims import batch_dims, one_batch_dim
+from ..helpers.leafwise import (
     check_grown,
     inplace_leaves,
     is_collection,
@@ -24,11 +23,12 @@ from ..math.leafwise import (
     may_grow,
     no_names,
 )
-from ..mixin import ContainerMixin
-from ..nontensor import NonTensorData
-from .padding import pad_container
-from .shape_ops import _become
-from .sizes import normalize_dim
+from ..helpers.mixin import ContainerMixin
+from ..helpers.nontensor import NonTensorData
+from ..helpers.padding import pad_container
+from ..helpers.reshape import _become
+from ..helpers.rewrap import rewrap
+from ..helpers.sizes import normalize_dim
 
 _Tensor = torch.Tensor
 

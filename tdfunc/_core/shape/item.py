@@ -13,23 +13,23 @@ from typing import Any
 
 import torch
 
-from ..apply import rewrap
-from ..frozen import FROZEN, refuse_frozen_inside
-from ..keys.fastpath import is_tensor_kind, node_kind
-from ..keys.nested import unravel_key
-from ..keys.writes import assign_at, check_copy_target, check_fits, writable_view
-from ..leaf_errors import note_key
-from ..mixin import ContainerMixin
-from ..mixin import is_tensor_collection as _collection
-from ..nontensor import NonTensorData, write_at, written
-from .indexing import Take, plan, prepare
-from .ragged import resolve_ragged
-from .sizes import (
+from ..helpers.fastpath import is_tensor_kind, node_kind
+from ..helpers.frozen import FROZEN, refuse_frozen_inside
+from ..helpers.indexing import Take, plan, prepare
+from ..helpers.leaf_errors import note_key
+from ..helpers.mixin import ContainerMixin
+from ..helpers.mixin import is_tensor_collection as _collection
+from ..helpers.nested_keys import unravel_key
+from ..helpers.nontensor import NonTensorData, write_at, written
+from ..helpers.reshape import _clean, resolve_ragged
+from ..helpers.rewrap import rewrap
+from ..helpers.sizes import (
     BatchSizeMismatchError,
     _simple_index_size,
     expand_ellipsis,
     index_batch_size,
 )
+from ..helpers.writes import assign_at, check_copy_target, check_fits, writable_view
 
 
 class ItemMixin(ContainerMixin):
@@ -204,13 +204,6 @@ class ItemMixin(ContainerMixin):
                 existing._plan_index_write(leaf_index, inner, sub, plan, full, missing)
             else:
                 plan.append((_write_non_tensor, self._data, key, leaf_index, sub))
-
-
-def _clean(names: tuple | None) -> tuple | None:
-    """Names as stored: None when no dim is named."""
-    if names is None or all(n is None for n in names):
-        return None
-    return names
 
 
 def _broadcastable(source: torch.Size, target: torch.Size) -> bool:

@@ -20,40 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..apply import rewrap
-from ..mixin import ContainerMixin, is_tensor_collection
-from ..nontensor import NonTensorData, NonTensorStack
-from .sizes import leaf_shape
+from ..helpers.mixin import ContainerMixin, is_tensor_collection
+from ..helpers.nontensor import NonTensorData, NonTensorStack
+from ..helpers.rewrap import rewrap
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-
-def _level_sizes(data: dict, dim: int) -> set:
-    """The lengths the tensors and nested containers of one level give batch dim ``dim``."""
-    seen = set()
-    for value in data.values():
-        if isinstance(value, torch.Tensor):
-            seen.add(leaf_shape(value)[dim])
-        elif is_tensor_collection(value) and not isinstance(value, NonTensorData):
-            seen.add(value._to_tensordict_view()._batch_size[dim])
-    return seen
-
-
-def resolve_ragged(size: torch.Size, data: dict) -> torch.Size:
-    """``size`` with each ragged dim (-1) replaced by the length the leaves agree on.
-
-    Indexing a nested tensor's outer dim gives a dense tensor, so a piece of a ragged
-    container may be dense; a dim where a leaf is still ragged, or that no leaf
-    constrains, stays -1.
-    """
-    out = list(size)
-    for dim, length in enumerate(size):
-        if length == -1:
-            seen = _level_sizes(data, dim)
-            if len(seen) == 1:
-                out[dim] = seen.pop()
-    return torch.Size(out)
+from ..helpers.reshape import _level_sizes
 
 
 def _pad_level(view: Any, padding: float, masks: list, api: str) -> Any:

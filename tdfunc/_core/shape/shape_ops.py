@@ -11,32 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..context import check_parent_batch
-from ..context import write_back as _write_back
-from ..leaf_errors import map_values
-from ..mixin import ContainerMixin
-from ..mixin import is_tensor_collection as _collection
-from .batch import _check_batch
-from .item import _clean
-from .pieces import split_leaf, take_contents
-from .ragged import resolve_ragged
-from .sizes import (
-    DimOutOfRangeError,
-    normalize_dim,
-    refuse_ragged_dim,
-    resolve_shape,
-)
+from ..helpers.leaf_errors import map_values
+from ..helpers.mixin import ContainerMixin
+from ..helpers.mixin import is_tensor_collection as _collection
+from ..helpers.parents import write_back as _write_back
+from ..helpers.pieces import split_leaf
+from ..helpers.reshape import _check_batch, _clean, resolve_ragged
+from ..helpers.sizes import DimOutOfRangeError, normalize_dim, refuse_ragged_dim, resolve_shape
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-
-def _become(self: Any, out: Any, api: str) -> Any:
-    """``inplace=True``: ``self`` takes the leaves and batch size of ``out``."""
-    self._check_writable(api, list(self._data))
-    check_parent_batch(self, out._batch_size, f"TensorDict.{api}")
-    take_contents(self, out)
-    return self
+from ..helpers.reshape import _become
 
 
 def _shape_arg(shape: tuple, size: Any, api: str) -> tuple:

@@ -13,14 +13,14 @@ Example:
 
 from __future__ import annotations
 
-from ..convert.consolidate import ConsolidateMixin
-from ..convert.constructors import ConstructorsMixin
-from ..convert.interop import InteropMixin
-from ..convert.tabular import TabularMixin
-from ..shape.index_ops import IndexOpsMixin
-from .autograd import AutogradMixin
-from .pointwise import PointwiseMixin
-from .reductions import ReductionsMixin
+from .convert.consolidate import ConsolidateMixin
+from .convert.constructors import ConstructorsMixin
+from .convert.interop import InteropMixin
+from .convert.tabular import TabularMixin
+from .math.autograd import AutogradMixin
+from .math.pointwise import PointwiseMixin
+from .math.reductions import ReductionsMixin
+from .shape.index_ops import IndexOpsMixin
 
 
 class TensorLikeMixin(

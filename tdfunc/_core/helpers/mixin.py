@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from .keys.fastpath import is_tensor_kind, node_kind
+from .fastpath import is_tensor_kind, node_kind
 from .nontensor import LinkedList, NonTensorData, NonTensorStack
 
 if TYPE_CHECKING:

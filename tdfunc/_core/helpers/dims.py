@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..shape.sizes import normalize_dim
+from .sizes import normalize_dim
 
 
 class _NoDim(enum.Enum):

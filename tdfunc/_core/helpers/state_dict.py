@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from ..class_names import class_name, lookup_class
-from ..nontensor import NonTensorData, NonTensorStack
+from .class_names import class_name, lookup_class
+from .nontensor import NonTensorData, NonTensorStack
 
 METADATA = "_metadata"
 _LEGACY_KEYS = ("__batch_size", "__device")

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .attrs import holds_attrs
-from .device import as_device
-from .mixin import ContainerMixin
-from .mixin import is_tensor_collection as _collection
-from .nontensor import NonTensorData
+from ..helpers.attrs import holds_attrs
+from ..helpers.device import as_device
+from ..helpers.mixin import ContainerMixin
+from ..helpers.mixin import is_tensor_collection as _collection
+from ..helpers.nontensor import NonTensorData
 
 _Tensor = torch.Tensor
 
@@ -168,7 +168,7 @@ class CastsMixin(ContainerMixin):
 
         A container holding only non-tensor data is shared after its ``share_memory_()``.
         """
-        from .repr import is_shared
+        from ..helpers.repr import is_shared
 
         return is_shared(self)
 

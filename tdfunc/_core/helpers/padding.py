@@ -20,11 +20,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..apply import rewrap
-from ..keys.nested import unravel_key
-from ..math.leafwise import is_collection
-from ..nontensor import NonTensorData, NonTensorStack, from_array, padded
-from .shape_ops import _become
+from .leafwise import is_collection
+from .nested_keys import unravel_key
+from .nontensor import NonTensorData, NonTensorStack, from_array, padded
+from .reshape import _become
+from .rewrap import rewrap
 from .sizes import pad_plan
 
 _Tensor = torch.Tensor

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from ..context import check_parent_batch
-from ..mixin import is_tensor_collection
-from ..nontensor import NonTensorData
-from ..shape.sizes import BatchSizeMismatchError
-from .nested import MISSING, key_parts
+from .mixin import is_tensor_collection
+from .nested_keys import MISSING, key_parts
+from .nontensor import NonTensorData
+from .parents import check_parent_batch
+from .sizes import BatchSizeMismatchError
 from .writes import items_of
 
 

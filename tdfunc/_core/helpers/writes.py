@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import options
-from ..context import hand_out
-from ..frozen import FROZEN
-from ..mixin import is_tensor_collection
-from ..nontensor import NonTensorData, NonTensorStack, stack_of_list
-from ..shape.sizes import BatchSizeMismatchError, leaf_shape
+from . import options
 from .fastpath import is_tensor_kind
-from .nested import MISSING, key_parts, unravel_key
+from .frozen import FROZEN
+from .mixin import is_tensor_collection
+from .nested_keys import MISSING, key_parts, unravel_key
+from .nontensor import NonTensorData, NonTensorStack, stack_of_list
+from .parents import hand_out
+from .sizes import BatchSizeMismatchError, leaf_shape
 
 _NO_DEFAULT = MISSING
 _SCALARS = (bool, int, float, complex, np.generic)

@@ -7,39 +7,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .frozen import refuse_frozen_inside
-from .keys.nested import MISSING
-from .keys.writes import convert, inplace_source
-from .leaf_errors import each_leaf, note_key
-from .mixin import ContainerMixin
-from .mixin import is_tensor_collection as _collection
-from .nontensor import NonTensorData
-from .shape.sizes import leaf_shape
+from ..helpers.frozen import refuse_frozen_inside
+from ..helpers.leaf_errors import each_leaf, note_key
+from ..helpers.mixin import ContainerMixin
+from ..helpers.mixin import is_tensor_collection as _collection
+from ..helpers.nested_keys import MISSING
+from ..helpers.nontensor import NonTensorData
+from ..helpers.rewrap import drop_device, rewrap
+from ..helpers.sizes import leaf_shape
+from ..helpers.writes import convert, inplace_source
 
 _KEEP = object()
 _Tensor = torch.Tensor
 
 if TYPE_CHECKING:
     from typing_extensions import Self
-
-
-def rewrap(original: Any, result):
-    """``result`` (a TensorDict built from ``original``'s view) in ``original``'s class."""
-    if getattr(type(original), "_is_tensordict", False):
-        return result
-    return type(original)._from_pytree(
-        result._data, result._batch_size, result._device, result._names
-    )
-
-
-def drop_device(container: Any) -> Any:
-    """No device at any level (the leaves live on several devices); returns ``container``."""
-    view = container._to_tensordict_view()
-    view._device = None
-    for value in view._data.values():
-        if _collection(value):
-            drop_device(value)
-    return container
 
 
 def _is_any_value(cls: type) -> bool:

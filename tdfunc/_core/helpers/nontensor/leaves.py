@@ -9,7 +9,7 @@ import torch
 
 from .. import options
 from ..class_names import lookup_class
-from ..shape.sizes import checked_names, index_batch_size, normalize_dim, pad_plan, resolve_shape
+from ..sizes import checked_names, index_batch_size, normalize_dim, pad_plan, resolve_shape
 from .saving import _Saving
 from .values import (
     _check_nested,

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from ..keys.nested import MISSING, key_parts
-from .leaves import NonTensorData
+from ..helpers.nested_keys import MISSING, key_parts
+from ..helpers.nontensor.leaves import NonTensorData
 
 
 class NonTensorMixin:

@@ -19,31 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .apply import drop_device
-from .class_names import lookup_class
-from .mixin import ContainerMixin
-from .mixin import is_tensor_collection as _collection
+from ..helpers.mixin import ContainerMixin
+from ..helpers.rewrap import drop_device
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+from ..helpers.attrs import _attrs_class
 
 _FIELDS = ("device", "dtype", "shape")
-
-
-def _attrs_class() -> type:
-    return lookup_class("tdfunc.TensorAttrs")
-
-
-def holds_attrs(obj: Any) -> bool:
-    """True when the container ``obj`` is (or holds, at any level) ``TensorAttrs``."""
-    kind = _attrs_class()
-    if isinstance(obj, kind):
-        return True
-    view = obj._to_tensordict_view()
-    return any(
-        isinstance(value, kind) or (_collection(value) and holds_attrs(value))
-        for value in view._data.values()
-    )
 
 
 def describe(tensor: torch.Tensor, fields: Sequence[str]) -> Any:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
-from ..context import LockState, locking_parent, record_parent, remember
-from ..convert.consolidate import end_consolidation
-from ..frozen import FROZEN
-from ..mixin import ContainerMixin, is_tensor_collection
-from ..nontensor import NonTensorData
+from ..helpers.frozen import FROZEN
+from ..helpers.locks import end_consolidation
+from ..helpers.mixin import ContainerMixin, is_tensor_collection
+from ..helpers.nontensor import NonTensorData
+from ..helpers.parents import LockState, locking_parent, record_parent, remember
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -94,24 +94,3 @@ def _refuse_locked_by_parent(node) -> None:
             "TensorDict.unlock_: this TensorDict is an entry of a locked TensorDict, which "
             "keeps it locked; unlock that parent first (with parent.unlock_(): ...)."
         )
-
-
-def refuse_if_owner_locked(td, parts: tuple, api: str) -> None:
-    """Raise the lock error when the container that holds (or would hold) the key at
-    ``parts`` is locked.
-
-    A structural change (``del_``, ``pop``, ``rename_key_``) is refused before the key
-    is looked up, as tensordict does, so a locked container gives the same error for a
-    key it has, one it lacks and one behind a leaf.
-    """
-    node = td
-    for part in parts[:-1]:
-        inner = node._to_tensordict_view()._data.get(part)
-        if not is_tensor_collection(inner):
-            break
-        node = inner
-    if node._is_locked:
-        key = parts[0] if len(parts) == 1 else parts
-        # the container called names its own class; a nested one refuses as a level
-        # reached through it (a frozen TensorClass inside: the RuntimeError of its view)
-        (node if node is td else node._to_tensordict_view())._check_writable(api, key)

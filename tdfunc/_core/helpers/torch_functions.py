@@ -13,11 +13,12 @@ from typing import Any
 
 import torch
 
+from .dims import NO_DIM
 from .frozen import is_frozen
-from .math.dims import NO_DIM
-from .math.pointwise import PREDICATES, UNARY
+from .leafwise import map_leaves, map_pairs
 from .nontensor import NonTensorData, cat_non_tensor, stack_non_tensor
-from .shape.sizes import normalize_dim
+from .pointwise_names import PREDICATES, UNARY
+from .sizes import normalize_dim
 
 HANDLED: dict[Callable, Callable] = {}
 
@@ -377,7 +378,6 @@ def _pairwise(name: str) -> Callable:
     function = getattr(torch, name)
 
     def handler(input, other, *, out=None):
-        from .math.leafwise import map_pairs
 
         if _is_container(input):
             result = map_pairs(input, other, function, name)
@@ -416,14 +416,13 @@ def _log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 @implements(torch.autograd.grad)
 def _autograd_grad(outputs, inputs, grad_outputs=None, **kwargs):
-    from .math.autograd import autograd_grad
+    from .autograd import autograd_grad
 
     return autograd_grad(outputs, inputs, grad_outputs, **kwargs)
 
 
 def _loss(function: Callable) -> Callable:
     def handler(input, target, *args, **kwargs):
-        from .math.leafwise import map_leaves, map_pairs
 
         reduction = kwargs.get("reduction", "mean")
         each = reduction == "none"  # an element-wise loss keeps the leaves' shapes
@@ -463,21 +462,6 @@ for _loss_fn in (
     torch.nn.functional.poisson_nll_loss,
 ):
     HANDLED[_loss_fn] = _loss(_loss_fn)
-
-
-class TorchFunctionMixin:
-    """Routes the torch functions in :data:`HANDLED` to their container versions."""
-
-    __slots__ = ()
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        handler = HANDLED.get(func)
-        if handler is None:
-            handler = next((h for method, h in _PYTHON_OPERATORS if func is method), None)
-            if handler is None:  # (see _PYTHON_OPERATORS)
-                return NotImplemented
-        return handler(*args, **(kwargs or {}))
 
 
 # ---------------------------------------------------------------- operators, compiled

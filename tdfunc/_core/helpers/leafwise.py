@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..apply import rewrap
-from ..frozen import is_frozen, refuse_frozen_inside
-from ..leaf_errors import each_leaf, note_key
-from ..nontensor import NonTensorData, from_array
+from .frozen import is_frozen, refuse_frozen_inside
+from .leaf_errors import each_leaf, note_key
+from .nontensor import NonTensorData, from_array
+from .rewrap import rewrap
 
 _Tensor = torch.Tensor
 _SCALARS = frozenset((int, float, bool, complex))

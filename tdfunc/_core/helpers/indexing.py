@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..keys.fastpath import is_tensor_kind
+from .fastpath import is_tensor_kind
 from .sizes import as_index_tensor, index_batch_size
 
 _FULL = slice(None)

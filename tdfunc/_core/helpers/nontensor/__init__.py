@@ -27,13 +27,11 @@ from .leaves import (
     written,
 )
 from .linked import LinkedList
-from .mixin import NonTensorMixin
 from .ops import eq_mask, is_non_tensor, stack_of_list
 
 __all__ = [
     "LinkedList",
     "NonTensorData",
-    "NonTensorMixin",
     "NonTensorStack",
     "StackInTransform",
     "as_array",

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .nested import MISSING, key_parts
+from .nested_keys import MISSING, key_parts
 
 _Tensor = torch.Tensor
 # A class first met while dynamo traces is classified without being cached: dynamo

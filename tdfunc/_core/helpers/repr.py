@@ -13,7 +13,7 @@ import torch
 from .class_names import lookup_class
 from .nontensor import is_non_tensor
 from .options import PRINT
-from .shape.sizes import leaf_shape
+from .sizes import leaf_shape
 
 
 def leaf_repr(value: Any) -> str:
