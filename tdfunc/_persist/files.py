@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from .confine import check_data_file
+
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
 _WRITE_BLOCK = 1 << 30  # one os.write call writes at most ~2 GiB on Linux
@@ -123,7 +125,10 @@ def check_file(
     Loading refuses symbolic links (``follow_symlinks=False``): a file listed in
     ``meta.json`` must be inside the saved directory.
     """
-    st = os.stat(path, follow_symlinks=follow_symlinks)
+    if not follow_symlinks:
+        st = check_data_file(path, api)
+    else:
+        st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(
             f"{api}: {path} is not a regular file (a symbolic link, a directory or a device); "

@@ -17,13 +17,13 @@ FIFOs and devices are refused wherever a file or directory is expected.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any
 
 import torch
 
 from .._core.class_names import lookup_class
 from .._core.nontensor import NonTensorData, NonTensorStack
+from .confine import enter_directory
 from .directory import worker_pool
 from .files import check_file, nbytes_of
 from .format import DTYPES, META, decode_object, open_meta, same_meta
@@ -132,19 +132,12 @@ class _Load:
 
     def _subdirectory(self, directory: str, name: str) -> str:
         """``directory/name``, which must be a real directory (a link is never followed)."""
-        path = os.path.join(directory, name)
         if self.placeholder:
-            return path
+            return os.path.join(directory, name)
         try:
-            st = os.lstat(path)
+            return enter_directory(directory, name, self.api)
         except FileNotFoundError as error:
             raise _Gone(error) from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise ValueError(
-                f"{self.api}: {path} is not a directory (a symbolic link, file or device); "
-                f"refusing to follow it out of the saved directory."
-            )
-        return path
 
     def map_one(self, task: tuple) -> None:
         data, key, path, dtype, shape, nested = task
