@@ -65,7 +65,12 @@ def _bytes_of(tensor: torch.Tensor):
     return flat.view(torch.uint8).numpy()
 
 
-def _write_all(fd: int, buffer) -> None:
+def tensor_bytes(tensor: torch.Tensor):
+    """The bytes of ``tensor`` (detached, on the CPU), in row-major order."""
+    return _bytes_of(plain_cpu(tensor).contiguous())
+
+
+def write_all(fd: int, buffer) -> None:
     view = memoryview(buffer).cast("B")
     offset = 0
     while offset < len(view):
@@ -104,7 +109,7 @@ def write_file(fd: int, path: str, tensor: torch.Tensor, shape=None) -> None:
 
 def _write_blocks(fd: int, tensor: torch.Tensor) -> None:
     if tensor.is_contiguous() or tensor.ndim == 0 or tensor.nbytes <= _COPY_BLOCK:
-        _write_all(fd, _bytes_of(tensor.contiguous()))
+        write_all(fd, _bytes_of(tensor.contiguous()))
         return
     rows = max(1, _COPY_BLOCK // max(1, tensor[0].nbytes))
     for start in range(0, tensor.shape[0], rows):
