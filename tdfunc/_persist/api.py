@@ -307,8 +307,14 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
                 Without it the save survives a killed process.
             format: ``"tdfunc"`` (the default: the layout described above, with
                 its atomic replacement) or ``"tensordict"``: tensordict's own layout,
-                which tensordict's ``load_memmap`` reads (non-tensor values must be
-                JSON values; no atomic replacement). ``load_memmap`` reads both.
+                which tensordict's ``load_memmap`` reads (files named after the keys,
+                percent-encoded as tensordict does; non-tensor values must be JSON
+                values; keys named like its metadata, such as ``"shape"``, are
+                refused; a process killed while the files are renamed into place can
+                leave a mix). Both formats validate the whole container before
+                writing anything, never follow a link below ``prefix`` and never
+                overwrite a file they did not write. ``memmap_``, ``memmap_like``,
+                ``save`` and ``dumps`` take it too; ``load_memmap`` reads both.
 
         Returns:
             A locked TensorDict of ``MemoryMappedTensor`` leaves on the CPU (or a
