@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import stat
 from typing import Any
@@ -80,6 +81,19 @@ def referenced_names(node: Any) -> set[str]:
             if name is not None:
                 names.add(name + suffix)
     return names
+
+
+_TEMPORARY = re.compile(r"\.(?:meta\.json\.)?[0-9a-f]{16}\.tmp")
+
+
+def _interrupted(path: str) -> bool:
+    """A temporary file of this writer, or a real directory holding only such things."""
+    if _TEMPORARY.fullmatch(os.path.basename(path)):
+        return True
+    st = lstat_or_none(path)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        return False
+    return all(_interrupted(os.path.join(path, n)) for n in os.listdir(path))
 
 
 def _old_meta(directory: str, api: str) -> dict | None:
@@ -146,6 +160,10 @@ class TensordictSave:
                 f"replaces a file it did not write. Remove it or choose another prefix."
             )
         names = set(os.listdir(directory))
+        # what a save killed before its commit left: its temporary files, and directories
+        # holding nothing else; they are the save's to reuse, never the user's
+        leftovers = {n for n in names if _interrupted(os.path.join(directory, n))}
+        names -= leftovers
         old = _old_meta(directory, self.api) if META in names else None
         if names and old is None and not (allowed and names <= {TENSORDICT_DIR}):
             shown = ", ".join(sorted(names)[:_SHOWN]) + (", ..." if len(names) > _SHOWN else "")
@@ -155,7 +173,7 @@ class TensordictSave:
                 f"Choose a new or empty directory, or move these files away."
             )
         replaceable = referenced_names(old) | {META}
-        return _Level(directory, True), {n for n in names if n in replaceable}
+        return _Level(directory, True), {n for n in names if n in replaceable} | leftovers
 
     def _claim(self, level: _Level, name: str, ours: set[str], at: tuple, is_dir: bool) -> None:
         """Check that the save may write ``name`` in ``level``'s directory."""

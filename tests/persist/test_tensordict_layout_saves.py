@@ -9,6 +9,10 @@ values included; the same call answers the same in both layouts.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -149,3 +153,47 @@ def test_keys_are_named_as_tensordict_names_them(tmp_path, key):
     names = set(os.listdir(tmp_path / "ck"))
     assert names <= {"meta.json", "n"} | {n for n in names if n.endswith(".memmap")}
     assert all("/" not in n for n in names) and ".." not in names
+
+
+_SAVE_AFTER_GO = """
+import sys, torch
+from tdfunc import TensorDict
+big = torch.ones(64, 1 << 20)  # 256 MB: the write takes long enough to be killed in it
+print("go", flush=True)
+TensorDict({"n": {"big": big}, "s": "t"}, [64]).memmap(sys.argv[1], format="tensordict")
+print("done", flush=True)
+"""
+
+
+def _leftovers(path) -> list[str]:
+    return [n for _, _, names in os.walk(path) for n in names if n.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_save_after_a_killed_save_succeeds(tmp_path, first):
+    """A save SIGKILLed while it writes its data files leaves temporary files (the
+    checkpoint before it is untouched); the next save reuses the place and loads whole."""
+    path = tmp_path / "ck"
+    if not first:
+        TensorDict({"s": "old"}, [64]).memmap(path, format="tensordict")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SAVE_AFTER_GO, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    )
+    assert child.stdout.readline().strip() == "go"
+    deadline = time.monotonic() + 60
+    while not _leftovers(path) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    child.stdout.close()
+    assert _leftovers(path), "the kill came after the save: nothing to test"
+    if not first:
+        assert TensorDict.load_memmap(path)["s"] == "old"
+    TensorDict({"n": {"big": torch.full((64, 4), -1.0)}, "s": "new"}, [64]).memmap(
+        path, format="tensordict"
+    )
+    loaded = TensorDict.load_memmap(path)
+    assert bool((loaded["n", "big"] == -1).all()) and loaded["s"] == "new"
