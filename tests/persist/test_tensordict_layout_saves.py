@@ -197,3 +197,11 @@ def test_a_save_after_a_killed_save_succeeds(tmp_path, first):
     )
     loaded = TensorDict.load_memmap(path)
     assert bool((loaded["n", "big"] == -1).all()) and loaded["s"] == "new"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_leaf_saved_in_place_writes_its_updates_in_both_layouts(tmp_path, layout):
+    leaf = NonTensorStack("a", "b")
+    assert leaf.memmap_(tmp_path / "leaf", format=layout) is leaf
+    leaf.update_(NonTensorStack("c", "d"))
+    assert NonTensorStack.load_memmap(tmp_path / "leaf").tolist() == ["c", "d"]
