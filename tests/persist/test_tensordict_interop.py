@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 
+import pytest
 import torch
 
 from tdfunc import TensorDict
@@ -239,3 +240,10 @@ def test_in_place_writes_reach_what_tensordict_loads(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == [[0.0, 5.0], "cat", "emu"]
+
+
+def test_subpath_finds_percent_encoded_levels():
+    sub = TensorDict.load_memmap(os.path.join(DATA, "keys"), subpath="p%q")
+    assert torch.equal(sub["x y"], torch.arange(2, dtype=torch.float64))
+    with pytest.raises(KeyError, match=r"nested containers at that level are \['p%q'\]"):
+        TensorDict.load_memmap(os.path.join(DATA, "keys"), subpath="lab el")
