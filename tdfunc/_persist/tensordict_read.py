@@ -22,8 +22,9 @@ TensorClass registered under the same ``module.QualName`` when tdfunc knows one,
 otherwise as a ``TensorDict`` of its fields. Every name goes through
 :mod:`tdfunc._persist.confine` (no link followed, no name leaving the directory),
 dtypes come from a fixed table, shapes must fit in memory sizes and the data file
-must hold the bytes they need, a nested level's batch size starts with its
-parent's, and the leaves sit on the device the metadata records. Non-tensor values
+must hold the bytes they need, and a nested level's batch size starts with its
+parent's. The leaves are mapped on the CPU and the container says so (a recorded
+device is checked, not followed: the same answer as a load of tdfunc's layout). Non-tensor values
 that tensordict pickled (values JSON cannot hold) are refused with an error that
 says so. A non-tensor leaf is bound to its ``meta.json``: an in-place write to it
 reaches the file, as a write to a tensor leaf reaches its data file.
@@ -60,6 +61,7 @@ _CLASS = re.compile(r"<class '([A-Za-z_][\w.]*)'>")
 _MAX_DEPTH = 100
 _LEAF_TYPES = ("NonTensorData", "NonTensorStack")
 _INT64 = 1 << 63
+_CPU = torch.device("cpu")
 
 
 def is_tensordict_layout(directory: str) -> bool:
@@ -172,8 +174,10 @@ class _Read:
                 f"the batch size {list(batch_size)} does not start with the batch size "
                 f"{list(parent)} of the level that holds it",
             )
-        saved = self.place(node.get("device"), directory)
-        target = self.device or (saved if saved is not None and saved.type != "cpu" else None)
+        # checked, then set aside: the leaves are mapped on the CPU, so the container is
+        # there unless a device is asked for (as a load of tdfunc's own layout)
+        self.place(node.get("device"), directory)
+        target = self.device
         data: dict = {}
         for key, entry in node.items():
             if key in RESERVED:
@@ -186,13 +190,13 @@ class _Read:
                 data[key] = self.tensor(directory, key, entry, batch_size, target)
             elif entry.get("type") in _LEAF_TYPES:
                 path = enter_directory(directory, self.name(directory, key, ""), self.api)
-                data[key] = self.leaf(path, batch_size, target or saved)
+                data[key] = self.leaf(path, batch_size, target or _CPU)
             elif "type" in entry:
                 path = enter_directory(directory, self.name(directory, key, ""), self.api)
                 data[key] = self.read(path, batch_size, depth + 1)
             else:
                 raise self.bad(directory, key, "the entry is neither a tensor nor a node")
-        out = lookup_class("tdfunc.TensorDict")._new_unsafe(data, batch_size, target or saved)
+        out = lookup_class("tdfunc.TensorDict")._new_unsafe(data, batch_size, target or _CPU)
         names = node.get("_names")
         if names is not None:
             if (
@@ -251,9 +255,8 @@ class _Read:
             return tensor.to(target)
         except (RuntimeError, AssertionError) as error:
             raise ValueError(
-                f"{self.api}: {os.path.join(directory, META)} puts key {key!r} on {target}, "
-                f"which is not available here ({str(error).splitlines()[0]}). Hint: pass "
-                f"device='cpu' to load_memmap."
+                f"{self.api}: cannot move key {key!r} of {os.path.join(directory, META)} to "
+                f"device={str(target)!r}: {str(error).splitlines()[0]}"
             ) from None
 
     # ------------------------------------------------------------------ non-tensor leaves
@@ -300,7 +303,8 @@ class _Read:
                 saved = []
             else:
                 saved = self.meta(inner).get("shape", [])
-        place = self.device or self.place(node.get("device"), directory)
+        self.place(node.get("device"), directory)
+        place = self.device or _CPU
         if saved is None:  # tensordict's own stack: the nesting of the values
             if not isinstance(node.get("data"), list):
                 return self.leaf(directory, torch.Size(), place)  # the error for a pickled one

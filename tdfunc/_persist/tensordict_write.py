@@ -239,8 +239,7 @@ class TensordictSave:
                     f"NonTensorData."
                 )
         node["shape"] = list(view._batch_size)
-        # tensordict needs a device here; memory-mapped leaves live on the CPU
-        node["device"] = "cpu" if view._device is None else str(view._device)
+        node["device"] = "cpu"  # memory-mapped leaves live on the CPU (tensordict writes it)
         node["_type"] = type_of(view)
         node["_format_version"] = 1
         node["_class"] = "tensordict:TensorDict"
@@ -281,7 +280,7 @@ class TensordictSave:
         self._claim(level, file, ours, path, False)
         level.files.append((file, value))
         return {
-            "device": str(value.device),
+            "device": "cpu",  # where the memory-mapped copy lives
             "shape": list(value.shape),
             "dtype": str(value.dtype),
             "is_nested": False,
