@@ -183,3 +183,22 @@ def test_existsok_false_is_the_same_answer_in_both_layouts(tmp_path, layout):
     with pytest.raises(FileExistsError, match="existsok=False") as error:
         TensorDict({"a": torch.ones(2, 4)}, [2]).memmap(ck, format=layout, existsok=False)
     assert isinstance(error.value, RuntimeError)  # tensordict's type, too
+
+
+@pytest.mark.parametrize("where", ["top", "nested"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_linked_meta_json_is_never_read_or_replaced(tmp_path, layout, where):
+    ck = _saved(tmp_path, layout)
+    directory = ck if where == "top" else _sub_directory(ck, "n")
+    outside = tmp_path / "outside-meta.json"
+    outside.write_bytes(open(os.path.join(directory, "meta.json"), "rb").read())
+    os.remove(os.path.join(directory, "meta.json"))
+    os.symlink(outside, os.path.join(directory, "meta.json"))
+    before = outside.read_bytes()
+    with pytest.raises(ValueError, match="symbolic link"):
+        TensorDict.load_memmap(directory)
+    with pytest.raises((FileExistsError, ValueError)):
+        TensorDict({"a": torch.ones(2, 4), "n": {"b": torch.ones(2)}}, [2]).memmap(
+            ck, format=layout
+        )
+    assert outside.read_bytes() == before
