@@ -75,6 +75,17 @@ def test_writes_the_files_tensordict_writes(tmp_path):
     )
     plain.memmap(tmp_path / "plain", format="tensordict")
     assert _files(tmp_path / "plain") == _files(os.path.join(DATA, "plain"))
+    named = TensorDict({"a": torch.arange(6.0).view(2, 3)}, [2, 3], names=["rows", "cols"])
+    named.memmap(tmp_path / "named", format="tensordict")
+    assert _files(tmp_path / "named") == _files(os.path.join(DATA, "named"))
+
+
+def test_random_checkpoints_round_trip_within_tdfunc(tmp_path):
+    rng = random.Random(1)
+    for i in range(40):
+        tree = _random_tree(rng)
+        _build(tree).memmap(tmp_path / f"ck{i}", format="tensordict")
+        assert _dump(TensorDict.load_memmap(tmp_path / f"ck{i}")) == _as_json(tree), tree
 
 
 def test_a_legacy_checkpoint_with_plain_names_loads(tmp_path):
