@@ -134,16 +134,23 @@ class _Read:
         except (TypeError, RuntimeError):
             raise self.bad(directory, "device", f"{value!r} is not a device") from None
 
-    def name(self, directory: str, key: str, suffix: str) -> str:
+    def name(self, directory: str, key: str, suffix: str, used: dict | None = None) -> str:
         """The file or directory of ``key``: tensordict's encoded name, else an older
-        version's plain one."""
-        encoded = check_component(tensordict_name(key) + suffix, self.api, directory)
-        if os.path.lexists(os.path.join(directory, encoded)):
-            return encoded
-        legacy = tensordict_legacy_name(key)
-        if legacy is not None and os.path.lexists(os.path.join(directory, legacy + suffix)):
-            return legacy + suffix
-        return encoded
+        version's plain one. ``used`` (name -> key) refuses two keys of one level
+        reaching the same file (an old plain name can equal another key's encoded one):
+        their tensors would be one."""
+        name = check_component(tensordict_name(key) + suffix, self.api, directory)
+        if not os.path.lexists(os.path.join(directory, name)):
+            legacy = tensordict_legacy_name(key)
+            if legacy is not None and os.path.lexists(os.path.join(directory, legacy + suffix)):
+                name = legacy + suffix
+        if used is not None:
+            if name in used:
+                raise self.bad(
+                    directory, key, f"it names the file {name!r} of key {used[name]!r} too"
+                )
+            used[name] = key
+        return name
 
     # ------------------------------------------------------------------ levels
     def read(self, directory: str, parent: torch.Size | None = None, depth: int = 0) -> Any:
@@ -179,6 +186,7 @@ class _Read:
         self.place(node.get("device"), directory)
         target = self.device
         data: dict = {}
+        used: dict = {}
         for key, entry in node.items():
             if key in RESERVED:
                 continue
@@ -187,12 +195,12 @@ class _Read:
                     continue
                 raise self.bad(directory, key, "the entry must be a JSON object")
             if "dtype" in entry:
-                data[key] = self.tensor(directory, key, entry, batch_size, target)
+                data[key] = self.tensor(directory, key, entry, batch_size, target, used)
             elif entry.get("type") in _LEAF_TYPES:
-                path = enter_directory(directory, self.name(directory, key, ""), self.api)
+                path = enter_directory(directory, self.name(directory, key, "", used), self.api)
                 data[key] = self.leaf(path, batch_size, target or _CPU)
             elif "type" in entry:
-                path = enter_directory(directory, self.name(directory, key, ""), self.api)
+                path = enter_directory(directory, self.name(directory, key, "", used), self.api)
                 data[key] = self.read(path, batch_size, depth + 1)
             else:
                 raise self.bad(directory, key, "the entry is neither a tensor nor a node")
@@ -211,7 +219,9 @@ class _Read:
                 out.names = names
         return out
 
-    def tensor(self, directory: str, key: str, entry: dict, batch_size, target) -> torch.Tensor:
+    def tensor(
+        self, directory: str, key: str, entry: dict, batch_size, target, used: dict
+    ) -> torch.Tensor:
         if entry.get("is_nested"):
             raise ValueError(
                 f"{self.api}: {os.path.join(directory, META)}: the nested tensor at key {key!r} "
@@ -229,7 +239,7 @@ class _Read:
                 key,
                 f"the shape {list(shape)} does not start with the batch size {list(batch_size)}",
             )
-        path = os.path.join(directory, self.name(directory, key, ".memmap"))
+        path = os.path.join(directory, self.name(directory, key, ".memmap", used))
         nbytes = nbytes_of(shape, dtype)
         try:
             st = check_data_file(path, self.api)

@@ -85,3 +85,14 @@ def test_a_missing_data_file_is_named(tmp_path):
     os.remove(os.path.join(ck, "a.memmap"))
     with pytest.raises(FileNotFoundError, match=r"a.memmap of key 'a' is missing"):
         TensorDict.load_memmap(ck)
+
+
+def test_two_keys_never_share_one_file(tmp_path):
+    # "a%20b" read by its old plain name is the file of "a b" (its encoded name)
+    ck = tmp_path / "ck"
+    TensorDict({"a b": torch.zeros(2)}, [2]).memmap(ck, format="tensordict")
+    meta = json.loads((ck / "meta.json").read_text())
+    meta["a%20b"] = dict(meta["a b"])
+    (ck / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"at key 'a%20b': it names the file 'a%20b.memmap'"):
+        TensorDict.load_memmap(ck)
