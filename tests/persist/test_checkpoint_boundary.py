@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -191,7 +192,7 @@ def test_a_linked_meta_json_is_never_read_or_replaced(tmp_path, layout, where):
     ck = _saved(tmp_path, layout)
     directory = ck if where == "top" else _sub_directory(ck, "n")
     outside = tmp_path / "outside-meta.json"
-    outside.write_bytes(open(os.path.join(directory, "meta.json"), "rb").read())
+    shutil.copyfile(os.path.join(directory, "meta.json"), outside)
     os.remove(os.path.join(directory, "meta.json"))
     os.symlink(outside, os.path.join(directory, "meta.json"))
     before = outside.read_bytes()

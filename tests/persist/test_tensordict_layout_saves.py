@@ -205,3 +205,15 @@ def test_a_leaf_saved_in_place_writes_its_updates_in_both_layouts(tmp_path, layo
     assert leaf.memmap_(tmp_path / "leaf", format=layout) is leaf
     leaf.update_(NonTensorStack("c", "d"))
     assert NonTensorStack.load_memmap(tmp_path / "leaf").tolist() == ["c", "d"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_make_memmap_keeps_the_directorys_layout(tmp_path, layout):
+    TensorDict({"a": torch.ones(2)}, [2]).memmap(tmp_path / "ck", format=layout)
+    loaded = TensorDict.load_memmap(tmp_path / "ck")
+    loaded.make_memmap("new key", [2, 3]).fill_(4.0)
+    again = TensorDict.load_memmap(tmp_path / "ck")
+    assert torch.equal(again["new key"], torch.full((2, 3), 4.0))
+    assert torch.equal(again["a"], torch.ones(2))
+    meta = (tmp_path / "ck" / "meta.json").read_text()
+    assert ('"_type"' in meta) == (layout == "tensordict")
