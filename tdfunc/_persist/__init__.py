@@ -8,7 +8,8 @@
   checks, ``write()``); ``to_process.py``: sending files, not values, to other processes;
 - ``schema.py``: ``from_schema`` (preallocation);
 - ``nested.py``: nested tensors stored as their components; ``leaf.py``: a non-tensor leaf
-  saved on its own; ``tensordict_layout.py``: tensordict's on-disk layout, both ways;
+  saved on its own; ``tensordict_read.py`` / ``tensordict_write.py``: tensordict's layout;
+- ``confine.py``: the boundary of a checkpoint directory (no link followed, names inside);
 - ``saved_paths.py``: which directory a container mirrors; ``write_back.py``,
   ``sharing.py``, ``make.py``: in-place writes reaching files, file identity, ``make_memmap``.
 

@@ -23,19 +23,22 @@ from .._core.helpers.nested_keys import unravel_key
 from .._core.helpers.nontensor import is_non_tensor
 from . import load as _persist_load
 from . import save as _persist_save
+from .confine import check_component, enter_directory
 from .filenames import is_valid_name
 from .format import read_meta
-from .leaf import load_leaf, lock, memmap_leaf
+from .leaf import load_leaf, memmap_leaf
 from .make import MakeMemmapMixin
-from .memmap_tensor import MemoryMappedTensor
+from .memmap_tensor import MemmapFileExistsError, MemoryMappedTensor
 from .nested import nested_buffer
 from .saved_paths import remember_path, saved_path_of
 from .schema import SchemaMixin
-from .tensordict_layout import (
+from .tensordict_read import (
+    child_directory,
     is_tensordict_layout,
+    nested_container_keys,
     read_tensordict_layout,
-    write_tensordict_layout,
 )
+from .tensordict_write import save_tensordict_layout
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -122,6 +125,47 @@ def memmap_collection(
         )
 
 
+def memmap_tensordict_layout(
+    obj: Any, prefix, *, api: str, inplace: bool = False, like: bool = False, **options: Any
+) -> Any:
+    """Save ``obj`` in tensordict's layout; the saved container, locked (``obj`` itself,
+    its leaves replaced, when ``inplace``). ``options`` are the other keywords of the
+    call: those tensordict's layout cannot honour are refused, never ignored."""
+    if prefix is None or (options.get("return_early") and options.get("num_threads")):
+        raise ValueError(f"{api}: format='tensordict' needs a prefix and return_early=False.")
+    _check_options(api, options.get("share_non_tensor", False), options.get("robust_key"))
+    if options.get("existsok") is False and os.path.lexists(
+        os.path.join(os.fspath(prefix), "meta.json")
+    ):
+        raise MemmapFileExistsError(
+            f"{api}: {os.fspath(prefix)} already holds saved data (meta.json exists) and "
+            f"existsok=False; pass existsok=True to replace it."
+        )
+    if inplace:
+        refuse_frozen_inside(obj, api.rpartition(".")[2])
+    directory = save_tensordict_layout(obj, prefix, api, like, options.get("fsync", False))
+    with _gc_paused():
+        loaded = read_tensordict_layout(directory, api)
+    remember_path(loaded, directory)
+    if not inplace:
+        return loaded.lock_()
+    locked = obj.is_locked
+    if locked:
+        obj.unlock_()
+    _persist_load.load_into(obj, loaded)
+    remember_path(obj, directory)
+    return obj.lock_()
+
+
+def _layout(api: str, format: Any) -> bool:
+    """True for tensordict's layout; ``ValueError`` for an unknown format."""
+    if format == "tensordict":
+        return True
+    if format != "tdfunc":
+        raise ValueError(f"{api}: format must be 'tdfunc' or 'tensordict', got {format!r}.")
+    return False
+
+
 def subpath_directory(prefix, subpath: Any, api: str) -> str:
     """The directory of the nested container ``subpath`` (a nested key, or a
     ``"/"``-separated path of keys) saved under ``prefix``, found through each level's
@@ -133,19 +177,21 @@ def subpath_directory(prefix, subpath: Any, api: str) -> str:
         parts = key if isinstance(key, tuple) else (key,)
     directory = os.path.abspath(os.fspath(prefix))
     for depth, part in enumerate(parts):
-        if is_tensordict_layout(directory):  # tensordict names a nested directory by its key
-            child = os.path.join(directory, part)
-            safe = part not in ("", ".", "..") and "/" not in part and "\\" not in part
-            found = safe and os.path.isdir(child)
-            known = sorted(e.name for e in os.scandir(directory) if e.is_dir())
+        if is_tensordict_layout(directory):
+            child = child_directory(directory, part, api)
+            known = nested_container_keys(directory, api)
         else:
             entries = read_meta(directory, api)["entries"]
             entry = entries.get(part)
             name = entry.get("dir") if isinstance(entry, dict) else None
-            found = is_valid_name(name)
-            child = os.path.join(directory, name) if found else directory
+            child = None
+            if is_valid_name(name):
+                check_component(name, api, os.path.join(directory, "meta.json"))
+                # a link is refused here as a full load refuses it: never followed
+                with contextlib.suppress(FileNotFoundError):
+                    child = enter_directory(directory, name, api)
             known = sorted(k for k, e in entries.items() if isinstance(e, dict) and "dir" in e)
-        if not found:
+        if child is None:
             raise KeyError(
                 f"{api}: subpath {subpath!r}: no nested container {parts[: depth + 1]!r} in "
                 f"{directory}; the nested containers at that level are {known}."
@@ -174,9 +220,9 @@ def load_collection(
     directory = os.path.abspath(os.fspath(prefix))
     if is_tensordict_layout(directory):  # written by tensordict: read its layout
         loaded = read_tensordict_layout(directory, api, device)
-        if out is None:
+        if out is None:  # unlocked, as a load of tdfunc's layout (and tensordict's load)
             remember_path(loaded, directory)
-            return lock(loaded)
+            return loaded
     else:
         with _gc_paused():
             loaded = _persist_load.load(
@@ -261,8 +307,14 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
                 Without it the save survives a killed process.
             format: ``"tdfunc"`` (the default: the layout described above, with
                 its atomic replacement) or ``"tensordict"``: tensordict's own layout,
-                which tensordict's ``load_memmap`` reads (non-tensor values must be
-                JSON values; no atomic replacement). ``load_memmap`` reads both.
+                which tensordict's ``load_memmap`` reads (files named after the keys,
+                percent-encoded as tensordict does; non-tensor values must be JSON
+                values; keys named like its metadata, such as ``"shape"``, are
+                refused; a process killed while the files are renamed into place can
+                leave a mix). Both formats validate the whole container before
+                writing anything, never follow a link below ``prefix`` and never
+                overwrite a file they did not write. ``memmap_``, ``memmap_like``,
+                ``save`` and ``dumps`` take it too; ``load_memmap`` reads both.
 
         Returns:
             A locked TensorDict of ``MemoryMappedTensor`` leaves on the CPU (or a
@@ -279,24 +331,8 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
             >>> TensorDict.load_memmap(path)["a"].tolist()
             [5.0, 0.0, 0.0]
         """
-        if format == "tensordict":
-            api = f"{type(self).__name__}.memmap"
-            if prefix is None or return_early:
-                raise ValueError(
-                    f"{api}: format='tensordict' needs a prefix and return_early=False."
-                )
-            write_tensordict_layout(self, os.fspath(prefix), api)
-            return type(self).load_memmap(prefix)  # type: ignore[attr-defined]
-        if format != "tdfunc":
-            raise ValueError(
-                f"{type(self).__name__}.memmap: format must be 'tdfunc' or 'tensordict', "
-                f"got {format!r}."
-            )
-        return memmap_collection(
-            self,
-            prefix,
-            copy_existing,
-            api=f"{type(self).__name__}.memmap",
+        api = f"{type(self).__name__}.memmap"
+        options = dict(
             num_threads=num_threads,
             return_early=return_early,
             share_non_tensor=share_non_tensor,
@@ -304,6 +340,9 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
             robust_key=robust_key,
             fsync=fsync,
         )
+        if _layout(api, format):
+            return memmap_tensordict_layout(self, prefix, api=api, **options)
+        return memmap_collection(self, prefix, copy_existing, api=api, **options)
 
     def memmap_(
         self,
@@ -316,6 +355,7 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
         existsok: bool = True,
         robust_key: bool | None = True,
         fsync: bool = False,
+        format: str = "tdfunc",
     ) -> Self:
         """Like :meth:`memmap`, but replaces the leaves of this TensorDict (in place).
 
@@ -327,12 +367,8 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
             (True, 'MemoryMappedTensor')
         """
         self._check_mutable("memmap_")  # type: ignore[attr-defined]
-        return memmap_collection(
-            self,
-            prefix,
-            copy_existing,
-            api=f"{type(self).__name__}.memmap_",
-            inplace=True,
+        api = f"{type(self).__name__}.memmap_"
+        options = dict(
             num_threads=num_threads,
             return_early=return_early,
             share_non_tensor=share_non_tensor,
@@ -340,6 +376,9 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
             robust_key=robust_key,
             fsync=fsync,
         )
+        if _layout(api, format):
+            return memmap_tensordict_layout(self, prefix, api=api, inplace=True, **options)
+        return memmap_collection(self, prefix, copy_existing, api=api, inplace=True, **options)
 
     def memmap_like(
         self,
@@ -352,6 +391,7 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
         share_non_tensor: bool = False,
         robust_key: bool | None = True,
         fsync: bool = False,
+        format: str = "tdfunc",
     ) -> Self:
         """A new memory-mapped TensorDict with the same shapes and dtypes, and no content.
 
@@ -366,12 +406,8 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
             >>> int(data["image"].sum())
             192
         """
-        return memmap_collection(
-            self,
-            prefix,
-            copy_existing,
-            api=f"{type(self).__name__}.memmap_like",
-            like=True,
+        api = f"{type(self).__name__}.memmap_like"
+        options = dict(
             num_threads=num_threads,
             return_early=return_early,
             share_non_tensor=share_non_tensor,
@@ -379,6 +415,9 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
             robust_key=robust_key,
             fsync=fsync,
         )
+        if _layout(api, format):
+            return memmap_tensordict_layout(self, prefix, api=api, like=True, **options)
+        return memmap_collection(self, prefix, copy_existing, api=api, like=True, **options)
 
     def save(
         self,
@@ -390,19 +429,20 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
         share_non_tensor: bool = False,
         robust_key: bool | None = True,
         fsync: bool = False,
+        format: str = "tdfunc",
     ) -> Self:
         """Save to ``prefix``; the same as :meth:`memmap` (returns the saved TensorDict)."""
-        return memmap_collection(
-            self,
-            prefix,
-            copy_existing,
-            api=f"{type(self).__name__}.save",
+        api = f"{type(self).__name__}.save"
+        options = dict(
             num_threads=num_threads,
             return_early=return_early,
             share_non_tensor=share_non_tensor,
             robust_key=robust_key,
             fsync=fsync,
         )
+        if _layout(api, format):
+            return memmap_tensordict_layout(self, prefix, api=api, **options)
+        return memmap_collection(self, prefix, copy_existing, api=api, **options)
 
     def dumps(
         self,
@@ -414,19 +454,20 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
         share_non_tensor: bool = False,
         robust_key: bool | None = True,
         fsync: bool = False,
+        format: str = "tdfunc",
     ) -> Self:
         """Save to ``prefix``; the same as :meth:`memmap`."""
-        return memmap_collection(
-            self,
-            prefix,
-            copy_existing,
-            api=f"{type(self).__name__}.dumps",
+        api = f"{type(self).__name__}.dumps"
+        options = dict(
             num_threads=num_threads,
             return_early=return_early,
             share_non_tensor=share_non_tensor,
             robust_key=robust_key,
             fsync=fsync,
         )
+        if _layout(api, format):
+            return memmap_tensordict_layout(self, prefix, api=api, **options)
+        return memmap_collection(self, prefix, copy_existing, api=api, **options)
 
     # ------------------------------------------------------------------ loading
     @classmethod

@@ -57,3 +57,34 @@ def encode_key(key: str) -> str:
 def is_valid_name(name: object) -> bool:
     """True when ``name`` is something :func:`encode_key` can produce."""
     return isinstance(name, str) and NAME.fullmatch(name) is not None
+
+
+# ---------------------------------------------------------------------------- tensordict's names
+# tensordict (0.15) names a key's file or directory by the key itself, with the characters
+# below written as ``%XX`` (two uppercase hex digits); ``%`` is among them, so the
+# encoding is reversible, and a bare ``%`` (which it never produces) names the empty key.
+_TENSORDICT_ESCAPED = frozenset('/<>:"|?*\\ \0%' + "".join(map(chr, range(32))) + chr(127))
+
+
+def tensordict_name(key: str) -> str:
+    """The file-system name tensordict gives ``key`` (a directory, or a stem of ``.memmap``).
+
+    Example:
+        >>> tensordict_name("next obs"), tensordict_name("a:b"), tensordict_name("")
+        ('next%20obs', 'a%3Ab', '%')
+    """
+    if not key:
+        return "%"
+    if key in (".", ".."):
+        return "%2E" * len(key)
+    return "".join(f"%{ord(c):02X}" if c in _TENSORDICT_ESCAPED else c for c in key)
+
+
+def tensordict_legacy_name(key: str) -> str | None:
+    """The name older tensordict versions used for ``key`` (the key itself), when that
+    name stays inside its directory; ``None`` otherwise."""
+    if key in ("", ".", "..") or "/" in key or "\\" in key or "\0" in key:
+        return None
+    if len(key) >= 2 and key[1] == ":" and key[0].isalpha():  # a drive on Windows
+        return None
+    return key

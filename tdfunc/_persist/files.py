@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from .confine import check_data_file
+
 _CREATE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 _CREATE_FLAGS |= getattr(os, "O_BINARY", 0)
 _WRITE_BLOCK = 1 << 30  # one os.write call writes at most ~2 GiB on Linux
@@ -63,7 +65,12 @@ def _bytes_of(tensor: torch.Tensor):
     return flat.view(torch.uint8).numpy()
 
 
-def _write_all(fd: int, buffer) -> None:
+def tensor_bytes(tensor: torch.Tensor):
+    """The bytes of ``tensor`` (detached, on the CPU), in row-major order."""
+    return _bytes_of(plain_cpu(tensor).contiguous())
+
+
+def write_all(fd: int, buffer) -> None:
     view = memoryview(buffer).cast("B")
     offset = 0
     while offset < len(view):
@@ -102,7 +109,7 @@ def write_file(fd: int, path: str, tensor: torch.Tensor, shape=None) -> None:
 
 def _write_blocks(fd: int, tensor: torch.Tensor) -> None:
     if tensor.is_contiguous() or tensor.ndim == 0 or tensor.nbytes <= _COPY_BLOCK:
-        _write_all(fd, _bytes_of(tensor.contiguous()))
+        write_all(fd, _bytes_of(tensor.contiguous()))
         return
     rows = max(1, _COPY_BLOCK // max(1, tensor[0].nbytes))
     for start in range(0, tensor.shape[0], rows):
@@ -123,7 +130,10 @@ def check_file(
     Loading refuses symbolic links (``follow_symlinks=False``): a file listed in
     ``meta.json`` must be inside the saved directory.
     """
-    st = os.stat(path, follow_symlinks=follow_symlinks)
+    if not follow_symlinks:
+        st = check_data_file(path, api)
+    else:
+        st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(
             f"{api}: {path} is not a regular file (a symbolic link, a directory or a device); "

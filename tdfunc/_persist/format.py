@@ -19,6 +19,12 @@ A nested tensor's file holds its components back to back (see ``nested.py``); a
 batch size may hold -1 at a ragged dim (never the first). A reader that predates these
 refuses the entry by its unknown kind.
 
+A level with many small tensors (``PACK_MIN_LEAVES`` of at most ``PACK_LEAF_BYTES``
+each, in :mod:`tdfunc._persist.save`) stores them in one data file, each at an
+``"offset"`` (bytes, a multiple of ``PACK_ALIGN``) given in its entry; such a level
+records version 3 (version 2 readers refuse it). One file instead of one per leaf:
+a save creates, writes and maps one file, a load maps it once.
+
 A TensorClass instance is two levels, as in the seeds' layout
 (``tc/meta.json`` and ``tc/_tensordict/{data.memmap, meta.json}``): its own
 ``meta.json`` records the class, its non-tensor fields (``entries``, all of
@@ -71,6 +77,10 @@ from .nested import LAYOUTS, nested_numel
 
 FORMAT = "tdfunc.memmap"
 VERSION = 2
+# a level whose small tensors share one data file (entries with an "offset") says so:
+# a reader that predates packed files refuses it by its version, never misreads it
+PACKED_VERSION = 3
+PACK_ALIGN = 64  # every packed tensor starts at a multiple of this many bytes
 META = "meta.json"
 # the sub-directory of a TensorClass that holds its TensorDict (tensor and collection fields)
 TENSORDICT_DIR = "_tensordict"
@@ -361,10 +371,10 @@ def validate(
     version = node.get("version")
     if type(version) is not int or version < 1:
         bad(f"'version' is {version!r}, expected a positive integer")
-    if version > VERSION:
+    if version > PACKED_VERSION:
         raise ValueError(
             f"{api}: {path} uses format version {version}; this tdfunc reads versions up to "
-            f"{VERSION}. Upgrade tdfunc to load it."
+            f"{PACKED_VERSION}. Upgrade tdfunc to load it."
         )
     if type(node.get("class")) is not str:
         bad("'class' must be a string")
@@ -432,6 +442,9 @@ def _validate_entry(key, entry, batch, path, api, at, bad, depth: int) -> None:
             bad(f"data file name {entry.get('file')!r} is not a name tdfunc writes")
         if type(entry.get("dtype")) is not str or entry["dtype"] not in DTYPES:
             bad(f"dtype {entry.get('dtype')!r} is not a known dtype")
+        offset = entry.get("offset", 0)
+        if type(offset) is not int or not 0 <= offset < _INT64 or offset % PACK_ALIGN:
+            bad(f"offset {offset!r} is not a multiple of {PACK_ALIGN} bytes")
         shape = entry.get("shape")
         if not _shape(shape) or shape[: len(batch)] != batch:
             bad(f"shape {shape!r} is not a list of sizes starting with the batch size {batch}")

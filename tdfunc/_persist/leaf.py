@@ -17,9 +17,11 @@ import torch
 
 from .._core.helpers.class_names import class_name, lookup_class
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
+from .memmap_tensor import MemmapFileExistsError
 from .save import save
 from .saved_paths import remember_path
-from .tensordict_layout import read_tensordict_layout, write_leaf_layout
+from .tensordict_read import read_tensordict_layout
+from .tensordict_write import save_tensordict_layout
 from .write_back import bind
 
 
@@ -61,9 +63,12 @@ def memmap_leaf(
         )
     directory = os.path.abspath(os.fspath(prefix))
     if format == "tensordict":
-        if inplace:
-            raise ValueError(f"{api}: format='tensordict' is offered by memmap only.")
-        write_leaf_layout(leaf, directory, api)
+        if not existsok and os.path.lexists(os.path.join(directory, "meta.json")):
+            raise MemmapFileExistsError(
+                f"{api}: {directory} already holds saved data (meta.json exists) and "
+                f"existsok=False; pass existsok=True to replace it."
+            )
+        save_tensordict_layout(leaf, directory, api, fsync=fsync)
         saved = read_tensordict_layout(directory, api)
     elif format == "tdfunc":
         holder = lookup_class("tdfunc.TensorDict")._new_unsafe(  # the core's class

@@ -17,18 +17,18 @@ FIFOs and devices are refused wherever a file or directory is expected.
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any
 
 import torch
 
 from .._core.helpers.class_names import lookup_class
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
+from .confine import enter_directory
 from .directory import worker_pool
 from .files import check_file, nbytes_of
 from .format import DTYPES, META, decode_object, open_meta, same_meta
 from .leaf import LEAF_LOADERS
-from .memmap_tensor import map_file
+from .memmap_tensor import map_file, map_view
 from .nested import nested_numel, nested_view
 from .saved_paths import remember_path
 from .write_back import bind
@@ -71,6 +71,7 @@ class _Load:
         self.placeholder = self.fake or (self.device is not None and self.device.type == "meta")
         # (data dict, key, path, dtype, shape, (layout, sizes) of a nested tensor or None)
         self.tasks: list[tuple] = []
+        self.packs: dict[str, list[tuple]] = {}  # file -> (data, key, dtype, shape, offset)
         self.result_device = self.device or torch.device("cpu")
 
     def plan(self, node: dict, directory: str, data: dict | None = None) -> _Planned:
@@ -95,6 +96,11 @@ class _Load:
                 if self.placeholder:
                     device = "meta" if not self.fake else None
                     data[key] = torch.empty(shape, dtype=dtype, device=device)
+                elif "offset" in entry:  # one of the small tensors sharing a file
+                    path = os.path.join(directory, entry["file"])
+                    self.packs.setdefault(path, []).append(
+                        (data, key, dtype, shape, entry["offset"])
+                    )
                 else:
                     path = os.path.join(directory, entry["file"])
                     self.tasks.append((data, key, path, dtype, shape, None))
@@ -132,19 +138,12 @@ class _Load:
 
     def _subdirectory(self, directory: str, name: str) -> str:
         """``directory/name``, which must be a real directory (a link is never followed)."""
-        path = os.path.join(directory, name)
         if self.placeholder:
-            return path
+            return os.path.join(directory, name)
         try:
-            st = os.lstat(path)
+            return enter_directory(directory, name, self.api)
         except FileNotFoundError as error:
             raise _Gone(error) from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise ValueError(
-                f"{self.api}: {path} is not a directory (a symbolic link, file or device); "
-                f"refusing to follow it out of the saved directory."
-            )
-        return path
 
     def map_one(self, task: tuple) -> None:
         data, key, path, dtype, shape, nested = task
@@ -159,7 +158,23 @@ class _Load:
             tensor = tensor.to(self.device, non_blocking=self.non_blocking)
         data[key] = tensor
 
+    def map_packs(self) -> None:
+        """Map each shared file once; its tensors are views of that mapping."""
+        for path, views in self.packs.items():
+            end = max(offset + nbytes_of(shape, dtype) for _, _, dtype, shape, offset in views)
+            try:
+                st = check_file(path, end, self.api, exact=False)
+            except FileNotFoundError as error:
+                raise _Gone(error) from None
+            base = map_file(path, torch.uint8, (end,), st)
+            for data, key, dtype, shape, offset in views:
+                tensor: torch.Tensor = map_view(base, offset, dtype, shape)
+                if self.device is not None and self.device.type != "cpu":
+                    tensor = tensor.to(self.device, non_blocking=self.non_blocking)
+                data[key] = tensor
+
     def map_all(self, num_threads: int) -> None:
+        self.map_packs()
         if num_threads <= 1 or len(self.tasks) < 2 * num_threads:
             for task in self.tasks:
                 self.map_one(task)

@@ -21,6 +21,7 @@ import torch
 
 from .._core.helpers.nested_keys import unravel_key
 from .filenames import encode_key
+from .tensordict_read import is_tensordict_layout
 
 
 def _parts(key: Any) -> tuple:
@@ -73,8 +74,11 @@ class MakeMemmapMixin:
         self.unlock_()  # type: ignore[attr-defined]
         try:
             self.set(key, tensor.detach().clone())  # type: ignore[attr-defined]
-            # the existing entries are mapped already: memmap_ only writes the new one
-            self.memmap_(self.saved_path)  # type: ignore[attr-defined]
+            # in the directory's own layout (one call, one answer); in tdfunc's, the
+            # existing entries are mapped already and memmap_ only writes the new one
+            path = self.saved_path  # type: ignore[attr-defined]
+            layout = "tensordict" if is_tensordict_layout(path) else "tdfunc"
+            self.memmap_(path, format=layout)  # type: ignore[attr-defined]
         except BaseException:
             self.unlock_()  # type: ignore[attr-defined]
             self.pop(key, None)  # type: ignore[attr-defined]

@@ -15,6 +15,7 @@ a file crashes the process with ``SIGBUS`` on first access.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import uuid
 from typing import Any
@@ -84,6 +85,15 @@ def map_file(
     elif len(shape) != 1:
         base = base.view(shape)
     return _wrap(base, path, (st.st_dev, st.st_ino))
+
+
+def map_view(
+    base: MemoryMappedTensor, offset: int, dtype: torch.dtype, shape
+) -> MemoryMappedTensor:
+    """The tensor of ``dtype`` and ``shape`` at byte ``offset`` of the byte mapping ``base``."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    flat = torch.Tensor.narrow(base, 0, offset, nbytes).view(dtype)
+    return _wrap(flat.view(shape), base._filename, base._inode)
 
 
 def _wrap(tensor: torch.Tensor, path: str, inode: tuple) -> MemoryMappedTensor:

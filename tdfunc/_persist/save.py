@@ -45,11 +45,13 @@ from .._core.helpers.nontensor.values import is_json_exact
 from .directory import Directory, is_doomed, is_ours, remove_in_background, worker_pool
 from .directory import wait_for_cleanup as wait_for_cleanup
 from .filenames import encode_key
-from .files import allocate_file, check_has_data, nbytes_of, write_file
+from .files import allocate_file, check_has_data, nbytes_of, tensor_bytes, write_all, write_file
 from .format import (
     FORMAT,
     MAX_DEPTH,
     META,
+    PACK_ALIGN,
+    PACKED_VERSION,
     TENSOR_FILE,
     TENSORDICT_DIR,
     VERSION,
@@ -61,12 +63,17 @@ from .format import (
     read_meta,
     write_meta,
 )
-from .memmap_tensor import MemmapFileExistsError, MemoryMappedTensor, map_file
+from .memmap_tensor import MemmapFileExistsError, MemoryMappedTensor, map_file, map_view
 from .nested import nested_flat, nested_numel, nested_parts, nested_view, packed_buffer
 from .saved_paths import remember_path
 from .write_back import bind
 
 _CPU = torch.device("cpu")
+# A level with at least PACK_MIN_LEAVES tensors of at most PACK_LEAF_BYTES each stores
+# them in one file (see format.py): a few leaves keep a readable file each.
+PACK_MIN_LEAVES = 16
+PACK_LEAF_BYTES = 16 << 10
+PACK_STEM = "packed~0000000000000000"
 _SHOWN = 5  # entries named in a "directory in the way" error
 
 
@@ -80,6 +87,7 @@ class _Level:
         "inner",
         "node",
         "results",
+        "small",
         "source",
         "state",
         "view",
@@ -93,6 +101,7 @@ class _Level:
         self.results: dict[str, Any] = {}
         self.children: list[_Level] = []
         self.inner: _Level | None = None  # a TensorClass's TensorDict (its own directory)
+        self.small: list[tuple] = []  # (key, tensor, entry, nbytes): candidates for a pack
         view = self.view
         self.node: dict = {
             "format": FORMAT,
@@ -179,6 +188,7 @@ class _Save:
                     f"{type(value).__name__}); expected a tensor, a tensor collection or "
                     f"NonTensorData."
                 )
+        self._schedule_small(level)
         self.levels.append(level)
         return level
 
@@ -308,14 +318,63 @@ class _Save:
                     f"{value.filename}, outside {level.directory}. Pass copy_existing=True "
                     f"to copy it there."
                 )
-        stem = encode_key(key)
         nbytes = nbytes_of(value.shape, value.dtype)
+        if not self.like and level.state is not None and 0 < nbytes <= PACK_LEAF_BYTES:
+            level.small.append((key, value, entry, nbytes))  # scheduled once the level is planned
+            return entry
+        self._schedule_one(level, key, value, entry, nbytes)
+        return entry
+
+    def _schedule_one(self, level: _Level, key: str, value, entry: dict, nbytes: int) -> None:
+        stem = encode_key(key)
 
         def job() -> None:
             level.results[key] = self._write_tensor(level.state, stem, value, entry)
 
         self.jobs.append((nbytes, job))
-        return entry
+
+    def _schedule_small(self, level: _Level) -> None:
+        """The level's small tensors: one shared file when there are many (a file per leaf
+        costs a create, a write and a mapping each, which dominate tiny leaves), else one
+        file each."""
+        small, level.small = level.small, []
+        if len(small) < PACK_MIN_LEAVES:
+            for key, value, entry, nbytes in small:
+                self._schedule_one(level, key, value, entry, nbytes)
+            return
+        level.node["version"] = PACKED_VERSION
+        offsets = []
+        end = 0
+        for _, _, _, nbytes in small:
+            offsets.append(end)
+            end += -(-nbytes // PACK_ALIGN) * PACK_ALIGN
+
+        def job() -> None:
+            self._write_pack(level, small, offsets, end)
+
+        self.jobs.append((end, job))
+
+    def _write_pack(self, level: _Level, small: list, offsets: list, end: int) -> None:
+        state = level.state
+        assert state is not None
+        buffer = bytearray(end)  # zeros between the tensors
+        view = memoryview(buffer)
+        for (_, value, _, nbytes), offset in zip(small, offsets):
+            view[offset : offset + nbytes] = tensor_bytes(value)
+        fd, name = self._create(state, PACK_STEM, "memmap")
+        path = os.path.join(state.path, name)
+        try:
+            write_all(fd, buffer)
+            if self.fsync:
+                os.fsync(fd)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        base = map_file(path, torch.uint8, (end,), st)
+        for (key, value, entry, _), offset in zip(small, offsets):
+            entry["file"] = name
+            entry["offset"] = offset
+            level.results[key] = map_view(base, offset, value.dtype, value.shape)
 
     def _keep_file(self, level: _Level, key: str, value, mapped, entry: dict) -> bool:
         """Keep ``value`` as it is when the file it maps (``mapped``) is already one of

@@ -52,5 +52,20 @@ write(
 )
 pair = Pair(x=torch.ones(2, 2), label="lab", batch_size=[2])
 write("tensorclass", TensorDict({"pair": pair}, [2]))
+write(
+    "keys",
+    TensorDict(
+        {
+            "next obs": torch.arange(2, dtype=torch.float32),
+            "a:b": torch.arange(4, dtype=torch.int32).view(2, 2),
+            "100%": torch.tensor([True, False]),
+            "p%q": {"x y": torch.arange(2, dtype=torch.float64)},
+            "lab el": "written by tensordict",
+            "format": torch.zeros(2, dtype=torch.uint8),
+            "é": torch.ones(2, dtype=torch.float16),
+        },
+        [2],
+    ),
+)
 with open(os.path.join(out, "versions.json"), "w") as f:
     json.dump({"tensordict": tensordict.__version__, "torch": torch.__version__}, f)

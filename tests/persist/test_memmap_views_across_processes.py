@@ -131,3 +131,17 @@ def test_a_container_consolidated_into_a_file_is_sent_by_file(tmp_path, strategy
     consolidated["a"][0] = 9.0  # and the sender's writes still reach the file
     raw = torch.from_file(str(tmp_path / "c.bin"), size=3, dtype=torch.float32)
     assert raw[0].item() == 9.0
+
+
+def test_a_leaf_of_a_shared_data_file_arrives_at_its_offset(tmp_path):
+    # many small leaves share one file (each a view at an offset): each one sent alone
+    # lands on its own bytes of that file
+    leaves = {f"w{i}": torch.full((3,), float(i)) for i in range(20)}
+    saved = TensorDict(leaves, []).memmap(tmp_path / "ck")
+    queue = multiprocessing.get_context("fork").Queue()
+    queue.put(saved["w7"])
+    outcome = run_ranks(_receive(queue, 1, write=True), world=1)
+    assert outcome.value(0) == [("MemoryMappedTensor", [7.0, 7.0, 7.0])]
+    again = TensorDict.load_memmap(tmp_path / "ck")
+    assert again["w7"].tolist() == [-1.0] * 3
+    assert all(again[f"w{i}"].tolist() == [float(i)] * 3 for i in range(20) if i != 7)

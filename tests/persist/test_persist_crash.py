@@ -27,7 +27,8 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 
 def _generation(g: int) -> TensorDict:
-    """Every leaf holds ``g``; small leaves (files of a few bytes) and a larger one."""
+    """Every leaf holds ``g``; small leaves (files of a few bytes), a larger one, and a
+    level of many small leaves (sharing one data file)."""
     return TensorDict(
         {
             "big": torch.full((64, 512), float(g)),
@@ -35,6 +36,7 @@ def _generation(g: int) -> TensorDict:
             "inner": {"x": torch.full((64, 3), float(g)), "deep": {"y": torch.full((64,), g)}},
             "tag": f"gen{g}",
             "obj": {g},  # a set: saved with torch.save in a .pt file
+            "many": {f"w{i}": torch.full((64,), float(g)) for i in range(40)},
         },
         [64],
     )
@@ -204,7 +206,8 @@ def test_randomized_kill_9_of_a_writer_with_a_reader_loading_in_a_loop(tmp_path)
     names = sorted(
         os.path.relpath(os.path.join(d, n), path) for d, _, ns in os.walk(path) for n in ns
     )
-    assert len(names) == 8, names  # 4 data files, 1 .pt file, 3 meta.json
+    # 5 data files (the 40 leaves of "many" share one), 1 .pt file, 4 meta.json
+    assert len(names) == 10, names
 
 
 # ---------------------------------------------------------------------------- full disk
