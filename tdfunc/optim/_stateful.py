@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch.optim import optimizer as _torch_optimizer
 
+from . import _complex, _kernels, _rules
 from . import _hyper as H
-from . import _kernels, _rules
 
 
 class PerMember(torch.Tensor):
@@ -45,6 +45,7 @@ def _per_member(value: torch.Tensor) -> PerMember:
 
 
 _profiling = torch._C._autograd._profiler_enabled
+_is_compiling = torch.compiler.is_compiling
 
 
 def _hooked(step, self, args: tuple, kwargs: dict):
@@ -199,9 +200,17 @@ class _Stacked(torch.optim.Optimizer):
         if started:
             self._on_new_states(started)
         buckets: dict = {}
-        for param, grad, state in entries:
+        compiling = _is_compiling()
+        for position, (param, grad, state) in enumerate(entries):
             step = state.get("step")
-            key = float(step) if step is not None else not state.get("_started", True)
+            if step is None:
+                key: Any = not state.get("_started", True)
+            elif compiling:
+                # reading a count is a graph break: each parameter its own bucket, its
+                # count a tensor in the graph (as torch.optim's compiled steps keep it)
+                key = position
+            else:
+                key = float(step)
             bucket = buckets.get(key)
             if bucket is None:
                 bucket = buckets[key] = ([], [], [])
@@ -238,8 +247,18 @@ def _fresh_adam(param: torch.Tensor) -> dict:
     }
 
 
+def _step_count(step: torch.Tensor) -> float | torch.Tensor:
+    """The count for the rule: a Python number, or (compiling) the float64 tensor."""
+    if _is_compiling():
+        return step.to(dtype=torch.float64)
+    return float(step)
+
+
 def _advance(steps: list) -> None:
     """Add 1 to every step counter: one add when they are, in order, one tensor's elements."""
+    if _is_compiling():
+        torch._foreach_add_(steps, 1.0)
+        return
     base = steps[0]._base
     if base is not None and base.dim() == 1 and base.numel() == len(steps):
         start = base.storage_offset()
@@ -296,6 +315,8 @@ class Adam(_Stacked):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            group.setdefault("decoupled_weight_decay", self._decoupled)
         for state in self.state.values():
             step = state.get("step")
             if step is not None and not isinstance(step, torch.Tensor):
@@ -330,6 +351,9 @@ class Adam(_Stacked):
             "betas": tuple(_number(b) for b in betas),
             "eps": float(eps),
             "weight_decay": _number(weight_decay),
+            # saved with the state dict, so that a load into the other class is refused
+            # (torch.optim.Adam saves it too)
+            "decoupled_weight_decay": self._decoupled,
         }
         super().__init__(params, defaults)
 
@@ -346,13 +370,19 @@ class Adam(_Stacked):
             for params, grads, states in self._gather(group, _fresh_adam).values():
                 steps = [state["step"] for state in states]
                 _advance(steps)
+                exp_avgs = [state["exp_avg"] for state in states]
+                exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+                if _complex.any_complex(params):
+                    params, grads, exp_avgs, exp_avg_sqs = map(
+                        _complex.as_real, (params, grads, exp_avgs, exp_avg_sqs)
+                    )
                 _rules.adam(
                     _kernels.INPLACE,
                     params,
                     grads,
-                    [state["exp_avg"] for state in states],
-                    [state["exp_avg_sq"] for state in states],
-                    float(steps[0]),
+                    exp_avgs,
+                    exp_avg_sqs,
+                    _step_count(steps[0]),
                     lr=group["lr"],
                     beta1=beta1,
                     beta2=beta2,
@@ -454,6 +484,8 @@ class SGD(_Stacked):
                 self._start_buffers(group)
             for unstarted, (params, grads, states) in self._gather(group, fresh).items():
                 buffers = [state["momentum_buffer"] for state in states] if with_momentum else None
+                if _complex.any_complex(params):
+                    params, grads, buffers = map(_complex.as_real, (params, grads, buffers))
                 _rules.sgd(
                     _kernels.INPLACE,
                     params,
