@@ -40,7 +40,8 @@ TOP_FLOOR_HELPERS: dict[str, set[str]] = {
     "_ensemble": {
         "tdfunc._modules.slots",
     },
-    "optim": set(),
+    # an ensemble declares which of its parameters carry the member dim (optimizer groups)
+    "optim": {"tdfunc._ensemble.members"},
 }
 
 

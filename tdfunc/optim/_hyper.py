@@ -198,6 +198,28 @@ class PerLeaf:
 
 
 # ------------------------------------------------------------------ validation
+# the ranges torch.optim checks, by hyperparameter: (low, high, whether high is excluded)
+RANGES: dict[str, tuple[float, float | None, bool]] = {
+    "lr": (0.0, None, False),
+    "eps": (0.0, None, False),
+    "eps_root": (0.0, None, False),
+    "weight_decay": (0.0, None, False),
+    "momentum": (0.0, None, False),
+    "dampening": (0.0, None, False),
+    "beta1": (0.0, 1.0, True),
+    "beta2": (0.0, 1.0, True),
+    "alpha": (0.0, 1.0, False),
+    "max_norm": (0.0, None, False),
+}
+
+
+def check(api: str, name: str, value: Any, kind: str | None = None) -> Any:
+    """``value`` checked as the hyperparameter ``kind`` (default ``name``); ints become floats."""
+    low, high, high_open = RANGES[kind or name]
+    check_number(api, name, value, low, high, high_open)
+    return value if isinstance(value, torch.Tensor) else float(value)
+
+
 def check_number(
     api: str,
     name: str,
