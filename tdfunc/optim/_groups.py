@@ -16,6 +16,7 @@ which a plain tensor refuses for more than one value.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -43,6 +44,13 @@ class PerMember(torch.Tensor):
                 return self.copy_(value)
         return super().fill_(value)
 
+    def __deepcopy__(self, memo: dict) -> PerMember:
+        return per_member(self.as_subclass(torch.Tensor))
+
+    def __reduce_ex__(self, protocol):
+        # pickled as a fresh kept value (its serial names this object only)
+        return (per_member, (self.as_subclass(torch.Tensor).detach().clone(),))
+
     def __float__(self) -> float:
         if self.numel() != 1:
             raise TypeError(
@@ -53,9 +61,16 @@ class PerMember(torch.Tensor):
         return super().__float__()
 
 
+_serials = itertools.count()
+
+
 def per_member(value: torch.Tensor) -> PerMember:
     # each group its own copy: a scheduler writes into it in place
-    return torch.Tensor._make_subclass(PerMember, value.detach().clone())
+    kept = torch.Tensor._make_subclass(PerMember, value.detach().clone())
+    # names this object for the optimizer's check of replaced values: under
+    # torch.compile, ``is`` between two reads of a tensor subclass is not traced
+    kept.serial = next(_serials)
+    return kept
 
 
 def plain(value: Any) -> Any:
@@ -94,8 +109,8 @@ def check_group(api: str, group: dict, names: dict[str, str | tuple], numbers: t
             _store(group, name, _checked(api, name, kind, value, group))
 
 
-# the checked value is stored as is (a Group would check it again, under another name)
-_store = dict.__setitem__
+def _store(group: dict, name: str, value: Any) -> None:
+    group[name] = value
 
 
 def _checked(api: str, name: str, kind: str, value: Any, group: dict) -> Any:
@@ -154,36 +169,3 @@ def member_rows(api: str, members: Any, count: int) -> torch.Tensor:
             f"give each member once."
         )
     return rows
-
-
-class Group(dict):
-    """A param group that checks a hyperparameter when it is written.
-
-    ``group["lr"] = value`` is how users and ``torch.optim.lr_scheduler`` change
-    hyperparameters between steps (the schedulers write into a tensor with
-    ``fill_``, which :class:`PerMember` checks); a wrong value is refused here,
-    where it enters, not at a later step.
-    """
-
-    __slots__ = ("_spec",)
-
-    def __init__(self, values: dict, spec: tuple) -> None:
-        super().__init__(values)
-        self._spec = spec  # (api, hypers, numbers): plain data, so the group pickles
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        api, hypers, numbers = self._spec
-        if key in hypers or key in numbers:
-            trial = dict(self)
-            trial[key] = value
-            check_group(api, trial, hypers, numbers)
-            value = trial[key]
-        super().__setitem__(key, value)
-
-    def __reduce__(self):
-        return (Group, (dict(self), self._spec))
-
-    def __deepcopy__(self, memo: dict) -> Group:
-        import copy
-
-        return Group(copy.deepcopy(dict(self), memo), self._spec)

@@ -23,8 +23,8 @@ from torch.optim import optimizer as _torch_optimizer
 from .._ensemble.members import optimizer_groups
 from . import _complex, _kernels, _rules
 from . import _hyper as H
-from ._groups import Group, check_group, member_rows, plain
 from ._groups import PerMember as PerMember
+from ._groups import check_group, member_rows, plain
 
 _profiling = torch._C._autograd._profiler_enabled
 _is_compiling = torch.compiler.is_compiling
@@ -99,7 +99,8 @@ class _Stacked(torch.optim.Optimizer):
         @functools.wraps(func)
         def step(*args, **kwargs):
             self = args[0]
-            if _profiling():
+            # the profiler's state is no tensor: a graph break if read while compiling
+            if not _is_compiling() and _profiling():
                 label = f"Optimizer.step#{type(self).__name__}.step"
                 with torch.autograd.profiler.record_function(label):
                     return _hooked(func, self, args, kwargs)
@@ -112,29 +113,33 @@ class _Stacked(torch.optim.Optimizer):
         group = self.param_groups[-1]
         group.setdefault("member_dim", True)
         check_group(type(self).__name__, group, self._hypers, self._numbers)
-        self.param_groups[-1] = self._group(group)
+        # resolved now, eagerly: a compiled step then finds them ready
+        self._checked = []
+        self._resolved()
 
-    def _group(self, group: dict) -> Group:
-        return Group(group, (type(self).__name__, self._hypers, self._numbers))
+    def _resolved(self) -> list[dict]:
+        """Each group's hyperparameters for the rules, checked again where one was replaced.
 
-    def _ensure_checked(self) -> None:
-        """Check the groups whose hyperparameters were replaced since the last step.
-
-        ``group["lr"] = value`` between steps is a door too; a value is checked
-        once, when it is new (identity), which costs a few comparisons per step.
+        ``group["lr"] = value`` between steps is a door too (the group is the plain
+        dict that ``torch.optim`` and ``torch.compile`` expect, so it cannot check
+        writes itself). A group is checked again when any of its values is new
+        (identity), a few comparisons per step. Per-member tensors are handed to the
+        rules as plain tensors sharing the kept :class:`PerMember`'s memory (a
+        scheduler's ``fill_`` reaches them): ``torch.compile`` traces plain tensors.
         """
-        checked = self._checked
+        # torch.optim's __getstate__ leaves it out of copies and pickles: made again here
+        checked = self.__dict__.setdefault("_checked", [])
         groups = self.param_groups
         if len(checked) != len(groups):
             checked[:] = [None] * len(groups)
+        out = []
         for index, group in enumerate(groups):
             seen = checked[index]
-            values = [group[name] for name in self._hypers] + [group[n] for n in self._numbers]
-            if seen is not None and seen[0] is group and all(map(_same, seen[1], values)):
-                continue
-            check_group(f"{type(self).__name__}.step", group, self._hypers, self._numbers)
-            values = [group[name] for name in self._hypers] + [group[n] for n in self._numbers]
-            checked[index] = (group, values)
+            if seen is None or seen[0] is not group or not _same_values(seen[1], group):
+                check_group(f"{type(self).__name__}.step", group, self._hypers, self._numbers)
+                seen = checked[index] = (group, dict(group), _plain_views(group))
+            out.append(seen[2])
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         packed = super().state_dict()
@@ -153,11 +158,11 @@ class _Stacked(torch.optim.Optimizer):
             trial.setdefault("member_dim", group.get("member_dim", True))
             check_group(api, trial, self._hypers, self._numbers)
         super().load_state_dict(state_dict)
-        for index, group in enumerate(self.param_groups):
+        for group in self.param_groups:
             group.setdefault("member_dim", True)
             check_group(api, group, self._hypers, self._numbers)
-            self.param_groups[index] = self._group(group)
         self._checked = []
+        self._resolved()
 
     # options of torch.optim's optimizers that change the update and that this class does
     # not implement: a state dict saved with one set would be followed without it
@@ -188,14 +193,13 @@ class _Stacked(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._ensure_checked()
-        for group in self.param_groups:
+        for group, hypers in zip(self.param_groups, self._resolved()):
             self._prepare(group)
             if members is None or not group["member_dim"]:
                 for params, grads, states in self._gather(group).values():
-                    self._update(group, params, grads, states)
+                    self._update(hypers, params, grads, states)
             else:
-                self._update_rows(group, members)
+                self._update_rows(group, hypers, members)
         return loss
 
     def _entries(self, group: dict) -> list:
@@ -242,7 +246,7 @@ class _Stacked(torch.optim.Optimizer):
             bucket[2].append(state)
         return buckets
 
-    def _update_rows(self, group: dict, members: Any) -> None:
+    def _update_rows(self, group: dict, hypers: dict, members: Any) -> None:
         """Step the rows ``members`` selects: on gathered copies, written back."""
         entries = self._entries(group)
         if not entries:
@@ -251,7 +255,7 @@ class _Stacked(torch.optim.Optimizer):
         count = entries[0][0].shape[0]
         rows = member_rows(api, members, count)
         self._check_rows(api, group)
-        hypers = {key: _rows_of(value, rows) for key, value in group.items() if key != "params"}
+        hypers = {key: _rows_of(value, rows) for key, value in hypers.items()}
         for param, grad, state in entries:
             step = state.get("step")
             if isinstance(step, torch.Tensor) and step.dim() == 0:
@@ -283,10 +287,46 @@ class _Stacked(torch.optim.Optimizer):
         """Called with the states :meth:`_entries` has just created."""
 
 
+def _same_values(seen: dict, group: dict) -> bool:
+    """``group`` holds what ``seen`` recorded: the same tensors, equal numbers and flags.
+
+    Keys added since are not read by the rules (``torch.compile`` adds
+    ``capturable`` to the groups of an optimizer whose step it traces).
+    """
+    for key, value in seen.items():
+        if key not in group or not _same(value, group[key]):
+            return False
+    return True
+
+
 def _same(left: Any, right: Any) -> bool:
-    if isinstance(left, tuple) and isinstance(right, tuple):
+    if isinstance(left, PerMember) and isinstance(right, PerMember):
+        serial = getattr(left, "serial", None)
+        return serial is not None and serial == getattr(right, "serial", None)
+    if isinstance(left, torch.Tensor) or isinstance(right, torch.Tensor):
+        return left is right
+    if isinstance(left, (tuple, list)) and isinstance(right, (tuple, list)):
         return len(left) == len(right) and all(map(_same, left, right))
-    return left is right
+    # numbers by value and type (True == 1 == 1.0); equal numbers give equal steps
+    return type(left) is type(right) and left == right
+
+
+def _plain_views(group: dict) -> dict:
+    """The group without its params, per-member tensors as plain tensors on their memory."""
+    out = {}
+    for key, value in group.items():
+        if key == "params":
+            continue
+        if isinstance(value, tuple):
+            value = tuple(_plain_view(v) for v in value)
+        out[key] = _plain_view(value)
+    return out
+
+
+def _plain_view(value: Any) -> Any:
+    if isinstance(value, PerMember):
+        return value.as_subclass(torch.Tensor)
+    return value
 
 
 def _rows_of(value: Any, rows: torch.Tensor) -> Any:
