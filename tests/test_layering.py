@@ -128,6 +128,19 @@ def _is_package_face(module: str) -> bool:
     return module == "tdfunc"
 
 
+# floors whose modules must not import the package face at all: ``tdfunc`` imports them
+NO_FACE_IMPORT = ("optim",)
+
+
+def test_floors_imported_by_the_face_do_not_import_it():
+    wrong = {
+        module: "tdfunc"
+        for module, targets in GRAPH.items()
+        if _floor(module) in NO_FACE_IMPORT and "tdfunc" in targets
+    }
+    assert not wrong, wrong
+
+
 def test_the_graph_sees_the_whole_package():
     assert "tdfunc._core.container" in GRAPH and "tdfunc._assembly" in GRAPH
     assert "tdfunc._core.keys.access" in GRAPH["tdfunc._core.ops"]

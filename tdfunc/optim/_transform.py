@@ -20,8 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch._C import _functorch
 
-import tdfunc
-
+from .._assembly import TensorDict, is_tensor_collection
 from . import _complex, _kernels, _leaves, _rules
 from . import _hyper as H
 
@@ -187,7 +186,7 @@ class GradientTransformation:
                     f"{api}: every leaf of params must be a tensor; the leaf at "
                     f"{_paths(params)(index)} is a {type(leaf).__name__}."
                 )
-        if tdfunc.is_tensor_collection(params):
+        if is_tensor_collection(params):
             batch_size = params.batch_size
             device = _leaf_device(params.device, leaves)
         else:
@@ -198,8 +197,8 @@ class GradientTransformation:
             name: pytree.tree_unflatten([torch.zeros_like(leaf) for leaf in leaves], spec)
             for name in self._moments
         }
-        if tdfunc.is_tensor_collection(params):
-            return tdfunc.TensorDict({"step": step, **moments}, batch_size=batch_size)
+        if is_tensor_collection(params):
+            return TensorDict({"step": step, **moments}, batch_size=batch_size)
         return {"step": step, **moments}
 
     def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
@@ -246,8 +245,8 @@ class GradientTransformation:
         new_state = {"step": step}
         for name, moment in zip(self._moments, new_moments):
             new_state[name] = pytree.tree_unflatten(moment, grad_spec)
-        if tdfunc.is_tensor_collection(state):
-            new_state = tdfunc.TensorDict(new_state, batch_size=state.batch_size)
+        if is_tensor_collection(state):
+            new_state = TensorDict(new_state, batch_size=state.batch_size)
         return pytree.tree_unflatten(updates, grad_spec), new_state
 
     def _update_tensordicts(self, api: str, grads: Any, state: Any, params: Any) -> Any:
