@@ -43,7 +43,8 @@ TOP_FLOOR_HELPERS: dict[str, set[str]] = {
     "_ensemble": {
         "tdfunc._modules.slots",
     },
-    "optim": set(),
+    # an ensemble declares which of its parameters carry the member dim (optimizer groups)
+    "optim": {"tdfunc._ensemble.members"},
 }
 
 
@@ -128,6 +129,19 @@ def _is_package_face(module: str) -> bool:
     # ``from .x import y`` in a package runs the package's __init__ first: that is
     # an import of the parent package, which the graph does not count as an edge
     return module == "tdfunc"
+
+
+# floors whose modules must not import the package face at all: ``tdfunc`` imports them
+NO_FACE_IMPORT = ("optim",)
+
+
+def test_floors_imported_by_the_face_do_not_import_it():
+    wrong = {
+        module: "tdfunc"
+        for module, targets in GRAPH.items()
+        if _floor(module) in NO_FACE_IMPORT and "tdfunc" in targets
+    }
+    assert not wrong, wrong
 
 
 def test_the_graph_sees_the_whole_package():

@@ -314,3 +314,28 @@ def check_shared(names: Iterable[str], stacked: TensorDict, api: str = "Ensemble
                     f"nn.Parameter), or give them equal values."
                 )
     return frozenset(names)
+
+
+# ------------------------------------------------------------------ optimizer groups
+def optimizer_groups(source: Any) -> list[dict] | None:
+    """``source``'s parameters as param groups that declare their member dim, or ``None``.
+
+    ``source`` an ``Ensemble`` or a selection of its members (the optimizer then
+    steps the ensemble's tensors): the stacked parameters carry the member dim
+    at dim 0 (``"member_dim": True``), the tensors kept ``shared`` carry none
+    (``"member_dim": False``), whatever their sizes. Anything else gives ``None``.
+    """
+    if isinstance(source, EnsembleMembers):
+        source = source._ensemble
+    slots = getattr(source, "_slots", None)
+    positions = getattr(source, "_shared", None)
+    if not isinstance(source, torch.nn.Module) or slots is None or positions is None:
+        return None
+    shared = {id(owner[key]) for owner, key in (slots[i] for i in positions)}
+    stacked, kept = [], []
+    for param in source.parameters():
+        (kept if id(param) in shared else stacked).append(param)
+    groups = [{"params": stacked, "member_dim": True}] if stacked else []
+    if kept:
+        groups.append({"params": kept, "member_dim": False})
+    return groups

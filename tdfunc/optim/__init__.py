@@ -22,10 +22,11 @@ Example:
     tensor([-0.1000, -0.2000, -0.3000, -0.4000])
 """
 
+from ._groups import PerMember as PerMember
+from ._schedulers import ReduceLROnPlateau as ReduceLROnPlateau
 from ._stateful import SGD as SGD
 from ._stateful import Adam as Adam
 from ._stateful import AdamW as AdamW
-from ._stateful import PerMember as PerMember
 from ._transform import GradientTransformation as GradientTransformation
 from ._transform import adam as adam
 from ._transform import adamw as adamw
@@ -39,6 +40,7 @@ __all__ = [
     "AdamW",
     "GradientTransformation",
     "PerMember",
+    "ReduceLROnPlateau",
     "adam",
     "adamw",
     "apply_updates",

@@ -26,7 +26,6 @@ from typing import Any, Union
 import torch
 
 _is_compiling = torch.compiler.is_compiling
-_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 class Leaves:
@@ -199,6 +198,28 @@ class PerLeaf:
 
 
 # ------------------------------------------------------------------ validation
+# the ranges torch.optim checks, by hyperparameter: (low, high, whether high is excluded)
+RANGES: dict[str, tuple[float, float | None, bool]] = {
+    "lr": (0.0, None, False),
+    "eps": (0.0, None, False),
+    "eps_root": (0.0, None, False),
+    "weight_decay": (0.0, None, False),
+    "momentum": (0.0, None, False),
+    "dampening": (0.0, None, False),
+    "beta1": (0.0, 1.0, True),
+    "beta2": (0.0, 1.0, True),
+    "alpha": (0.0, 1.0, False),
+    "max_norm": (0.0, None, False),
+}
+
+
+def check(api: str, name: str, value: Any, kind: str | None = None) -> Any:
+    """``value`` checked as the hyperparameter ``kind`` (default ``name``); ints become floats."""
+    low, high, high_open = RANGES[kind or name]
+    check_number(api, name, value, low, high, high_open)
+    return value if isinstance(value, torch.Tensor) else float(value)
+
+
 def check_number(
     api: str,
     name: str,
@@ -207,7 +228,12 @@ def check_number(
     high: float | None = None,
     high_open: bool = False,
 ) -> None:
-    """``low <= value`` (and ``value < high`` or ``<= high``) for numbers and concrete tensors."""
+    """``low <= value`` (and ``value < high`` or ``<= high``) for Python numbers.
+
+    A tensor is checked for its dtype only: its values may be learned (a
+    meta-learned step size can go negative), and reading them is a device sync
+    on an accelerator and a graph break under ``torch.compile``.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float, torch.Tensor)):
         raise TypeError(f"{api}: {name} must be a float or a tensor, got {type(value).__name__}.")
     if isinstance(value, torch.Tensor):
@@ -216,25 +242,13 @@ def check_number(
                 f"{api}: a tensor {name} must have a floating dtype, got {value.dtype}; "
                 f"e.g. torch.tensor([0.1, 0.01])."
             )
-        if _is_compiling() or _wrapped(value) or value.device.type == "meta":
-            return  # values unknown here (inside a transform): checked by the caller's tests
-        values = value.detach()
-        bad = bool((values < low).any()) or bool(torch.isnan(values).any())
-        if high is not None:
-            bad = bad or bool((values >= high).any() if high_open else (values > high).any())
-    else:
-        bad = math.isnan(value) or value < low
-        if high is not None:
-            bad = bad or (value >= high if high_open else value > high)
+        return
+    bad = math.isnan(value) or value < low
+    if high is not None:
+        bad = bad or (value >= high if high_open else value > high)
     if bad:
         upper = "" if high is None else f" and {'<' if high_open else '<='} {high}"
-        raise ValueError(f"{api}: {name} must be >= {low}{upper}, got {_show(value)}.")
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"tensor({value.detach().tolist()})"
-    return repr(value)
+        raise ValueError(f"{api}: {name} must be >= {low}{upper}, got {value!r}.")
 
 
 def check_leading(api: str, name: str, hyper: Hyper, leaves: list, paths: Callable) -> None:

@@ -22,14 +22,14 @@ from typing import Any
 
 import torch
 
+from .._assembly import TensorDict
+
 _Tensor = torch.Tensor
 
 
 def tensordict_type() -> type:
-    """``tdfunc.TensorDict`` (looked up late: this package is imported by ``tdfunc``)."""
-    import tdfunc
-
-    return tdfunc.TensorDict
+    """``tdfunc.TensorDict``, the only container whose leaves are read here."""
+    return TensorDict
 
 
 def read(template: Any, others: list) -> tuple[list, list[list]] | None:

@@ -3,13 +3,12 @@
 Thin shells over the update rules of :mod:`tdfunc.optim._rules`, run with the
 in-place foreach backend: one kernel per leaf updates all members. A
 hyperparameter may be a float or a tensor of shape ``[N]`` (one value per
-member; ``N`` the leading dim of every parameter of the group).
+member; ``N`` the leading dim of every parameter of the group); every way it
+enters is checked by :func:`~._groups.check_group`.
 
-Learning-rate schedulers scale ``group["lr"]``. For a per-member tensor, the
-schedulers of ``torch.optim.lr_scheduler`` write the new values with
-``group["lr"].fill_(new)``, which a plain tensor refuses for more than one
-value; so the optimizer stores tensor hyperparameters as :class:`PerMember`,
-a tensor whose ``fill_`` also takes a same-shaped tensor (and copies it).
+``step(members=...)`` steps only the given members, as a loop that steps only
+their optimizers would: the other members' parameters and state (moments,
+step counts) stay as they are, whatever their gradients hold.
 """
 
 from __future__ import annotations
@@ -21,30 +20,14 @@ from typing import Any
 import torch
 from torch.optim import optimizer as _torch_optimizer
 
+from .._ensemble.members import optimizer_groups
+from . import _complex, _kernels, _rules
 from . import _hyper as H
-from . import _kernels, _rules
-
-
-class PerMember(torch.Tensor):
-    """A plain tensor whose ``fill_`` also accepts a tensor of the same shape.
-
-    Operations on it return plain tensors; ``state_dict()`` stores plain tensors.
-    """
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    def fill_(self, value):  # type: ignore[override]
-        if isinstance(value, torch.Tensor) and value.dim() > 0:
-            with torch.no_grad():
-                return self.copy_(value)
-        return super().fill_(value)
-
-
-def _per_member(value: torch.Tensor) -> PerMember:
-    return torch.Tensor._make_subclass(PerMember, value.detach().clone())
-
+from ._groups import PerMember as PerMember
+from ._groups import check_group, member_rows, plain
 
 _profiling = torch._C._autograd._profiler_enabled
+_is_compiling = torch.compiler.is_compiling
 
 
 def _hooked(step, self, args: tuple, kwargs: dict):
@@ -91,9 +74,18 @@ _set_grad_enabled = torch._C._set_grad_enabled
 
 
 class _Stacked(torch.optim.Optimizer):
-    """The shared machinery: hyperparameter checks and ``PerMember`` storage."""
+    """The shared machinery: groups checked at every door, steps of all or some members."""
 
-    _tensor_names: tuple[str, ...] = ()
+    # group keys that may hold per-member tensors -> their range kind (a tuple for betas)
+    _hypers: dict[str, Any] = {}
+    # group keys that must be Python numbers
+    _numbers: tuple[str, ...] = ()
+
+    def __init__(self, params, defaults: dict) -> None:
+        # an Ensemble declares which of its parameters carry the member dim
+        groups = optimizer_groups(params)
+        self._checked: list = []
+        super().__init__(params if groups is None else groups, defaults)
 
     @staticmethod
     def profile_hook_step(func):  # type: ignore[override]
@@ -107,7 +99,8 @@ class _Stacked(torch.optim.Optimizer):
         @functools.wraps(func)
         def step(*args, **kwargs):
             self = args[0]
-            if _profiling():
+            # the profiler's state is no tensor: a graph break if read while compiling
+            if not _is_compiling() and _profiling():
                 label = f"Optimizer.step#{type(self).__name__}.step"
                 with torch.autograd.profiler.record_function(label):
                     return _hooked(func, self, args, kwargs)
@@ -118,53 +111,58 @@ class _Stacked(torch.optim.Optimizer):
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
         group = self.param_groups[-1]
-        api = type(self).__name__
-        for name in self._tensor_names:
-            value = group[name]
-            if isinstance(value, (tuple, list)):
-                group[name] = tuple(
-                    self._stored(api, f"{name}[{i}]", v, group) for i, v in enumerate(value)
-                )
-            else:
-                group[name] = self._stored(api, name, value, group)
+        group.setdefault("member_dim", True)
+        check_group(type(self).__name__, group, self._hypers, self._numbers)
+        # resolved now, eagerly: a compiled step then finds them ready
+        self._checked = []
+        self._resolved()
 
-    @staticmethod
-    def _stored(api: str, name: str, value: Any, group: dict) -> Any:
-        if not isinstance(value, torch.Tensor):
-            return value
-        if value.dim() > 1:
-            raise ValueError(
-                f"{api}: a tensor {name} must have shape [N] (one value per member) or [], "
-                f"got shape {list(value.shape)}."
-            )
-        for param in group["params"]:
-            if value.dim() == 1 and (param.dim() == 0 or param.shape[0] != value.shape[0]):
-                raise ValueError(
-                    f"{api}: {name} has {value.shape[0]} values, but a parameter of the group "
-                    f"has shape {list(param.shape)}: a per-member {name} needs one value per "
-                    f"member along dim 0 of every parameter."
-                )
-        # each group its own copy: a scheduler writes into it in place
-        return _per_member(value)
+    def _resolved(self) -> list[dict]:
+        """Each group's hyperparameters for the rules, checked again where one was replaced.
+
+        ``group["lr"] = value`` between steps is a door too (the group is the plain
+        dict that ``torch.optim`` and ``torch.compile`` expect, so it cannot check
+        writes itself). A group is checked again when any of its values is new
+        (identity), a few comparisons per step. Per-member tensors are handed to the
+        rules as plain tensors sharing the kept :class:`PerMember`'s memory (a
+        scheduler's ``fill_`` reaches them): ``torch.compile`` traces plain tensors.
+        """
+        # torch.optim's __getstate__ leaves it out of copies and pickles: made again here
+        checked = self.__dict__.setdefault("_checked", [])
+        groups = self.param_groups
+        if len(checked) != len(groups):
+            checked[:] = [None] * len(groups)
+        out = []
+        for index, group in enumerate(groups):
+            seen = checked[index]
+            if seen is None or seen[0] is not group or not _same_values(seen[1], group):
+                check_group(f"{type(self).__name__}.step", group, self._hypers, self._numbers)
+                seen = checked[index] = (group, dict(group), _plain_views(group))
+            out.append(seen[2])
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         packed = super().state_dict()
         for group in packed["param_groups"]:
-            for name in self._tensor_names:
-                group[name] = _plain(group[name])
+            for name in self._hypers:
+                group[name] = plain(group[name])
         return packed
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        for group in state_dict.get("param_groups", ()):
-            self._check_loaded_group(group)
+        api = f"{type(self).__name__}.load_state_dict"
+        saved_groups = state_dict.get("param_groups", ())
+        for saved, group in zip(saved_groups, self.param_groups):
+            self._check_loaded_group(saved)
+            # checked against the parameters it will drive, before anything is loaded
+            trial = {**saved, "params": group["params"]}
+            trial.setdefault("member_dim", group.get("member_dim", True))
+            check_group(api, trial, self._hypers, self._numbers)
         super().load_state_dict(state_dict)
         for group in self.param_groups:
-            for name in self._tensor_names:
-                value = group[name]
-                if isinstance(value, tuple):
-                    group[name] = tuple(_rewrap(v) for v in value)
-                else:
-                    group[name] = _rewrap(value)
+            group.setdefault("member_dim", True)
+            check_group(api, group, self._hypers, self._numbers)
+        self._checked = []
+        self._resolved()
 
     # options of torch.optim's optimizers that change the update and that this class does
     # not implement: a state dict saved with one set would be followed without it
@@ -180,8 +178,32 @@ class _Stacked(torch.optim.Optimizer):
                     f"optimizer that saved it, or save it with {name}=False."
                 )
 
-    def _gather(self, group: dict, fresh) -> dict:
-        """``{step count: (params, grads, states)}`` for the parameters with gradients."""
+    @_without_grad
+    def step(self, closure=None, *, members: Any = None):  # type: ignore[override]
+        """One step for every parameter with a gradient; returns ``closure()`` if given.
+
+        Args:
+            closure: as in ``torch.optim``.
+            members: step only these members (indices, a slice, a bool mask of
+                shape ``[N]``, or ``ensemble[...]``): the others keep their
+                parameters and state, as if their optimizers had not stepped.
+                Groups declared without a member dim step whole.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group, hypers in zip(self.param_groups, self._resolved()):
+            self._prepare(group)
+            if members is None or not group["member_dim"]:
+                for params, grads, states in self._gather(group).values():
+                    self._update(hypers, params, grads, states)
+            else:
+                self._update_rows(group, hypers, members)
+        return loss
+
+    def _entries(self, group: dict) -> list:
+        """``(param, grad, state)`` for the parameters with gradients; new states made."""
         state_of = self.state
         entries = []
         started = []
@@ -193,15 +215,29 @@ class _Stacked(torch.optim.Optimizer):
                 raise RuntimeError(f"{type(self).__name__}: sparse gradients are not supported.")
             state = state_of[param]
             if not state:
-                state.update(fresh(param))
+                state.update(self._fresh(group, param))
                 started.append(state)
             entries.append((param, grad, state))
         if started:
             self._on_new_states(started)
+        return entries
+
+    def _gather(self, group: dict) -> dict:
+        """``{step count: (params, grads, states)}`` for the parameters with gradients."""
         buckets: dict = {}
-        for param, grad, state in entries:
+        compiling = _is_compiling()
+        for position, (param, grad, state) in enumerate(self._entries(group)):
             step = state.get("step")
-            key = float(step) if step is not None else not state.get("_started", True)
+            if step is None:
+                key: Any = not state.get("_started", True)
+            elif compiling:
+                # reading a count is a graph break: each parameter its own bucket, its
+                # count a tensor in the graph (as torch.optim's compiled steps keep it)
+                key = position
+            elif step.dim():  # counts per member (after steps of some members)
+                key = tuple(step.tolist())
+            else:
+                key = float(step)
             bucket = buckets.get(key)
             if bucket is None:
                 bucket = buckets[key] = ([], [], [])
@@ -210,27 +246,99 @@ class _Stacked(torch.optim.Optimizer):
             bucket[2].append(state)
         return buckets
 
+    def _update_rows(self, group: dict, hypers: dict, members: Any) -> None:
+        """Step the rows ``members`` selects: on gathered copies, written back."""
+        entries = self._entries(group)
+        if not entries:
+            return
+        api = f"{type(self).__name__}.step"
+        count = entries[0][0].shape[0]
+        rows = member_rows(api, members, count)
+        self._check_rows(api, group)
+        hypers = {key: _rows_of(value, rows) for key, value in hypers.items()}
+        for param, grad, state in entries:
+            step = state.get("step")
+            if isinstance(step, torch.Tensor) and step.dim() == 0:
+                # each member counts its own steps from now on (bias corrections differ)
+                state["step"] = step.expand(count).clone()
+            sub_state = {k: _rows_of(v, rows) for k, v in state.items()}
+            sub_param = param.detach().index_select(0, rows)
+            self._update(hypers, [sub_param], [grad.index_select(0, rows)], [sub_state])
+            param.detach().index_copy_(0, rows, sub_param)
+            for key, value in sub_state.items():
+                if isinstance(value, torch.Tensor) and value.dim():
+                    state[key].index_copy_(0, rows, value)
+                else:
+                    state[key] = value
+
+    def _check_rows(self, api: str, group: dict) -> None:
+        """Refuse what a step of some members cannot follow (none by default)."""
+
+    def _prepare(self, group: dict) -> None:
+        """Called with each group before its step."""
+
+    def _fresh(self, group: dict, param: torch.Tensor) -> dict:
+        raise NotImplementedError
+
+    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
+        raise NotImplementedError
+
     def _on_new_states(self, states: list) -> None:
-        """Called with the states :meth:`_gather` has just created."""
+        """Called with the states :meth:`_entries` has just created."""
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return tuple(_plain(v) for v in value)
-    if isinstance(value, torch.Tensor):
-        return value.as_subclass(torch.Tensor).detach().clone()
+def _same_values(seen: dict, group: dict) -> bool:
+    """``group`` holds what ``seen`` recorded: the same tensors, equal numbers and flags.
+
+    Keys added since are not read by the rules (``torch.compile`` adds
+    ``capturable`` to the groups of an optimizer whose step it traces).
+    """
+    for key, value in seen.items():
+        if key not in group or not _same(value, group[key]):
+            return False
+    return True
+
+
+def _same(left: Any, right: Any) -> bool:
+    if isinstance(left, PerMember) and isinstance(right, PerMember):
+        serial = getattr(left, "serial", None)
+        return serial is not None and serial == getattr(right, "serial", None)
+    if isinstance(left, torch.Tensor) or isinstance(right, torch.Tensor):
+        return left is right
+    if isinstance(left, (tuple, list)) and isinstance(right, (tuple, list)):
+        return len(left) == len(right) and all(map(_same, left, right))
+    # numbers by value and type (True == 1 == 1.0); equal numbers give equal steps
+    return type(left) is type(right) and left == right
+
+
+def _plain_views(group: dict) -> dict:
+    """The group without its params, per-member tensors as plain tensors on their memory."""
+    out = {}
+    for key, value in group.items():
+        if key == "params":
+            continue
+        if isinstance(value, tuple):
+            value = tuple(_plain_view(v) for v in value)
+        out[key] = _plain_view(value)
+    return out
+
+
+def _plain_view(value: Any) -> Any:
+    if isinstance(value, PerMember):
+        return value.as_subclass(torch.Tensor)
     return value
 
 
-def _rewrap(value: Any) -> Any:
-    return _per_member(value) if isinstance(value, torch.Tensor) else value
+def _rows_of(value: Any, rows: torch.Tensor) -> Any:
+    """The selected members' values: rows of an ``[N, ...]`` tensor, anything else as is."""
+    if isinstance(value, tuple):
+        return tuple(_rows_of(v, rows) for v in value)
+    if isinstance(value, torch.Tensor) and value.dim():
+        return value.as_subclass(torch.Tensor).index_select(0, rows.to(value.device))
+    return value
 
 
-def _number(value: Any) -> Any:
-    return float(value) if isinstance(value, (int, float)) else value
-
-
-def _fresh_adam(param: torch.Tensor) -> dict:
+def _fresh_adam(group: dict, param: torch.Tensor) -> dict:
     return {
         "step": None,  # set by Adam._on_new_states
         "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
@@ -238,8 +346,18 @@ def _fresh_adam(param: torch.Tensor) -> dict:
     }
 
 
+def _step_count(step: torch.Tensor) -> float | torch.Tensor:
+    """The count for the rule: a Python number, or the float64 tensor (compiling, per member)."""
+    if _is_compiling() or step.dim():
+        return step.to(dtype=torch.float64)
+    return float(step)
+
+
 def _advance(steps: list) -> None:
     """Add 1 to every step counter: one add when they are, in order, one tensor's elements."""
+    if _is_compiling():
+        torch._foreach_add_(steps, 1.0)
+        return
     base = steps[0]._base
     if base is not None and base.dim() == 1 and base.numel() == len(steps):
         start = base.storage_offset()
@@ -279,7 +397,9 @@ class Adam(_Stacked):
         >>> opt.zero_grad()
     """
 
-    _tensor_names = ("lr", "betas", "weight_decay")
+    _hypers = {"lr": "lr", "betas": ("beta1", "beta2"), "weight_decay": "weight_decay"}
+    _numbers = ("eps",)
+    _fresh = staticmethod(_fresh_adam)
     _decoupled = False
     _unsupported_options = ("maximize", "amsgrad")
 
@@ -296,6 +416,8 @@ class Adam(_Stacked):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            group.setdefault("decoupled_weight_decay", self._decoupled)
         for state in self.state.values():
             step = state.get("step")
             if step is not None and not isinstance(step, torch.Tensor):
@@ -317,50 +439,41 @@ class Adam(_Stacked):
         eps: float = 1e-8,
         weight_decay: Any = 0.0,
     ) -> None:
-        api = type(self).__name__
-        H.check_number(api, "lr", lr)
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise TypeError(f"{api}: betas must be a pair (beta1, beta2), got {betas!r}.")
-        for index, beta in enumerate(betas):
-            H.check_number(api, f"betas[{index}]", beta, 0.0, 1.0, high_open=True)
-        H.check_number(api, "eps", eps)
-        H.check_number(api, "weight_decay", weight_decay)
         defaults = {
-            "lr": _number(lr),
-            "betas": tuple(_number(b) for b in betas),
-            "eps": float(eps),
-            "weight_decay": _number(weight_decay),
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            # saved with the state dict, so that a load into the other class is refused
+            # (torch.optim.Adam saves it too)
+            "decoupled_weight_decay": self._decoupled,
         }
         super().__init__(params, defaults)
 
-    @_without_grad
-    def step(self, closure=None):  # type: ignore[override]
-        """One Adam step for every parameter with a gradient; returns ``closure()`` if given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for params, grads, states in self._gather(group, _fresh_adam).values():
-                steps = [state["step"] for state in states]
-                _advance(steps)
-                _rules.adam(
-                    _kernels.INPLACE,
-                    params,
-                    grads,
-                    [state["exp_avg"] for state in states],
-                    [state["exp_avg_sq"] for state in states],
-                    float(steps[0]),
-                    lr=group["lr"],
-                    beta1=beta1,
-                    beta2=beta2,
-                    eps=group["eps"],
-                    weight_decay=group["weight_decay"],
-                    decoupled=self._decoupled,
-                )
-        return loss
+    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
+        beta1, beta2 = group["betas"]
+        steps = [state["step"] for state in states]
+        _advance(steps)
+        exp_avgs = [state["exp_avg"] for state in states]
+        exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+        if _complex.any_complex(params):
+            params, grads, exp_avgs, exp_avg_sqs = map(
+                _complex.as_real, (params, grads, exp_avgs, exp_avg_sqs)
+            )
+        _rules.adam(
+            _kernels.INPLACE,
+            params,
+            grads,
+            exp_avgs,
+            exp_avg_sqs,
+            _step_count(steps[0]),
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            decoupled=self._decoupled,
+        )
 
 
 class AdamW(Adam):
@@ -405,7 +518,8 @@ class SGD(_Stacked):
         tensor([-0.1000, -1.0000], grad_fn=<SelectBackward0>)
     """
 
-    _tensor_names = ("lr", "momentum", "weight_decay")
+    _hypers = {"lr": "lr", "momentum": "momentum", "weight_decay": "weight_decay"}
+    _numbers = ("dampening",)
 
     def __init__(
         self,
@@ -417,58 +531,60 @@ class SGD(_Stacked):
         nesterov: bool = False,
     ) -> None:
         api = type(self).__name__
-        H.check_number(api, "lr", lr)
-        H.check_number(api, "momentum", momentum)
-        H.check_number(api, "weight_decay", weight_decay)
         if isinstance(dampening, torch.Tensor):
             raise TypeError(f"{api}: dampening must be a float, got a tensor.")
-        H.check_number(api, "dampening", dampening)
-        if nesterov and (H.is_zero(_number(momentum)) or dampening != 0):
+        momentum = H.check(api, "momentum", momentum)
+        dampening = H.check(api, "dampening", dampening)
+        if nesterov and (H.is_zero(momentum) or dampening != 0):
             raise ValueError(f"{api}: nesterov=True needs momentum > 0 and dampening == 0.")
         defaults = {
-            "lr": _number(lr),
-            "momentum": _number(momentum),
-            "dampening": float(dampening),
-            "weight_decay": _number(weight_decay),
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "weight_decay": weight_decay,
             "nesterov": bool(nesterov),
         }
         super().__init__(params, defaults)
 
-    @_without_grad
-    def step(self, closure=None):  # type: ignore[override]
-        """One SGD step for every parameter with a gradient; returns ``closure()`` if given."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            with_momentum = not H.is_zero(group["momentum"])
+    def _fresh(self, group: dict, param: torch.Tensor) -> dict:
+        if H.is_zero(group["momentum"]):
+            return {"_started": True}
+        # zero, marked unstarted: the rule's first step makes it the gradient
+        return {"momentum_buffer": torch.zeros_like(param), "_started": False}
 
-            def fresh(param, with_momentum=with_momentum):
-                if not with_momentum:
-                    return {"_started": True}
-                # zero, marked unstarted: the rule's first step makes it the gradient
-                return {"momentum_buffer": torch.zeros_like(param), "_started": False}
+    def _prepare(self, group: dict) -> None:
+        if not H.is_zero(group["momentum"]):
+            self._start_buffers(group)
 
-            if with_momentum:
-                self._start_buffers(group)
-            for unstarted, (params, grads, states) in self._gather(group, fresh).items():
-                buffers = [state["momentum_buffer"] for state in states] if with_momentum else None
-                _rules.sgd(
-                    _kernels.INPLACE,
-                    params,
-                    grads,
-                    buffers,
-                    1 if unstarted else 2,
-                    lr=group["lr"],
-                    momentum=group["momentum"],
-                    dampening=group["dampening"],
-                    nesterov=group["nesterov"],
-                    weight_decay=group["weight_decay"],
-                )
-                for state in states:
-                    state["_started"] = True
-        return loss
+    def _check_rows(self, api: str, group: dict) -> None:
+        if group["dampening"] != 0 and not H.is_zero(group["momentum"]):
+            # the first step's gradient is not damped, and whether a step is a member's
+            # first is kept per parameter, not per member
+            raise ValueError(
+                f"{api}: members= with dampening={group['dampening']} is not supported; "
+                f"step all members, or use dampening=0."
+            )
+
+    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
+        with_momentum = not H.is_zero(group["momentum"])
+        unstarted = not states[0].get("_started", True)
+        buffers = [state["momentum_buffer"] for state in states] if with_momentum else None
+        if _complex.any_complex(params):
+            params, grads, buffers = map(_complex.as_real, (params, grads, buffers))
+        _rules.sgd(
+            _kernels.INPLACE,
+            params,
+            grads,
+            buffers,
+            1 if unstarted else 2,
+            lr=group["lr"],
+            momentum=group["momentum"],
+            dampening=group["dampening"],
+            nesterov=group["nesterov"],
+            weight_decay=group["weight_decay"],
+        )
+        for state in states:
+            state["_started"] = True
 
     def _start_buffers(self, group: dict) -> None:
         """Give a momentum buffer to states made without one (momentum was 0 until now).

@@ -20,10 +20,9 @@ import torch
 import torch.utils._pytree as pytree
 from torch._C import _functorch
 
-import tdfunc
-
+from .._assembly import TensorDict, is_tensor_collection
+from . import _complex, _kernels, _leaves, _rules
 from . import _hyper as H
-from . import _kernels, _leaves, _rules
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -187,7 +186,7 @@ class GradientTransformation:
                     f"{api}: every leaf of params must be a tensor; the leaf at "
                     f"{_paths(params)(index)} is a {type(leaf).__name__}."
                 )
-        if tdfunc.is_tensor_collection(params):
+        if is_tensor_collection(params):
             batch_size = params.batch_size
             device = _leaf_device(params.device, leaves)
         else:
@@ -198,8 +197,8 @@ class GradientTransformation:
             name: pytree.tree_unflatten([torch.zeros_like(leaf) for leaf in leaves], spec)
             for name in self._moments
         }
-        if tdfunc.is_tensor_collection(params):
-            return tdfunc.TensorDict({"step": step, **moments}, batch_size=batch_size)
+        if is_tensor_collection(params):
+            return TensorDict({"step": step, **moments}, batch_size=batch_size)
         return {"step": step, **moments}
 
     def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
@@ -246,8 +245,8 @@ class GradientTransformation:
         new_state = {"step": step}
         for name, moment in zip(self._moments, new_moments):
             new_state[name] = pytree.tree_unflatten(moment, grad_spec)
-        if tdfunc.is_tensor_collection(state):
-            new_state = tdfunc.TensorDict(new_state, batch_size=state.batch_size)
+        if is_tensor_collection(state):
+            new_state = TensorDict(new_state, batch_size=state.batch_size)
         return pytree.tree_unflatten(updates, grad_spec), new_state
 
     def _update_tensordicts(self, api: str, grads: Any, state: Any, params: Any) -> Any:
@@ -289,9 +288,18 @@ class GradientTransformation:
         hypers, tensor_hypers = self._resolve(api, grad_leaves, grads)
         backend = _backend(grad_leaves, param_leaves, [step], *moments, tensor_hypers)
         step = step + 1
+        like = grad_leaves
+        complex_leaves = _complex.any_complex(like)
+        if complex_leaves:
+            hypers = _complex.per_leaf_hypers(hypers, like)
+            param_leaves, grad_leaves = _complex.as_real(param_leaves), _complex.as_real(like)
+            moments = [_complex.as_real(moment) for moment in moments]
         updates, new_moments = self._rule(
             backend, param_leaves, grad_leaves, moments, step.to(dtype=torch.float64), hypers
         )
+        if complex_leaves:
+            updates = _complex.as_complex(updates, like)
+            new_moments = [_complex.as_complex(moment, like) for moment in new_moments]
         return updates, step, new_moments
 
     def _read_state(self, api: str, state: Any, count: int, grad_spec: Any) -> tuple:
@@ -346,7 +354,7 @@ class GradientTransformation:
             if type(value) is float or value is None or isinstance(value, (int, float)):
                 continue
             if not isinstance(value, torch.Tensor):
-                value = resolved[name] = H.Leaves(_flatten(value)[0])
+                value = resolved[name] = H.Leaves(_matched_by_path(api, name, value, grads))
                 tensors += [v for v in value.values if isinstance(v, torch.Tensor)]
             else:
                 tensors.append(value)
@@ -356,6 +364,35 @@ class GradientTransformation:
             if isinstance(value, H.Leaves):
                 resolved[name] = H.full_rank(value, leaves)
         return resolved, tensors
+
+
+def _matched_by_path(api: str, name: str, tree: Any, grads: Any) -> list:
+    """The leaves of the hyperparameter ``tree`` in the order of ``grads``' leaves.
+
+    Matched by key path, as the leaves of a dict are matched to the keys of another
+    dict: two trees with the same keys in another order flatten in another order, and
+    matching by position would give one parameter another's value.
+    """
+    values = dict(pytree.tree_flatten_with_path(tree)[0])
+    wanted = [path for path, _ in pytree.tree_flatten_with_path(grads)[0]]
+    missing = [path for path in wanted if path not in values]
+    extra = [path for path in values if path not in set(wanted)]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"no value for the parameters {_path_names(missing)}")
+        if extra:
+            parts.append(f"values for {_path_names(extra)}, which name no parameter")
+        raise ValueError(
+            f"{api}: the {name} pytree is matched to the parameters by key path; it has "
+            f"{' and '.join(parts)}. Give it exactly the parameters' keys."
+        )
+    return [values[path] for path in wanted]
+
+
+def _path_names(paths: list) -> str:
+    shown = ", ".join(repr(pytree.keystr(path)) for path in paths[:3])
+    return shown + (f" (and {len(paths) - 3} more)" if len(paths) > 3 else "")
 
 
 def _brief(value: Any) -> str:

@@ -363,3 +363,81 @@ def test_float32_tensor_hyperparameters_on_float64_leaves(kind, kwargs):
         for index in range(2):
             expected = references[index][step][0]
             torch.testing.assert_close(current["a"][index], expected, rtol=1e-13, atol=1e-14)
+
+
+COMPLEX_CASES = [
+    ("sgd", {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.1}),
+    ("adam", {"lr": 0.1, "weight_decay": 0.1}),
+    ("adamw", {"lr": 0.1, "weight_decay": 0.1}),
+    ("rmsprop", {"lr": 0.01, "momentum": 0.5, "centered": True, "weight_decay": 0.1}),
+    ("rmsprop", {"lr": 0.01}),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize(("kind", "kwargs"), COMPLEX_CASES)
+def test_complex_parameters_step_as_torch_optim(kind, kwargs, dtype):
+    generator = torch.Generator().manual_seed(3)
+    start = torch.randn(3, 4, dtype=dtype, generator=generator)
+    grads = [torch.randn(3, 4, dtype=dtype, generator=generator) for _ in range(3)]
+    reference = torch.nn.Parameter(start.clone())
+    theirs = TORCH[kind]([reference], foreach=False, **kwargs)
+    for grad in grads:
+        reference.grad = grad.clone()
+        theirs.step()
+    tol = tolerances(torch.float64 if dtype == torch.complex128 else torch.float32)
+
+    opt = getattr(optim, kind)(**kwargs)
+    params = TensorDict({"w": start.clone()}, batch_size=[3])
+    state = opt.init(params)
+    for grad in grads:
+        updates, state = opt.update(TensorDict({"w": grad}, batch_size=[3]), state, params)
+        params = optim.apply_updates(params, updates)
+    torch.testing.assert_close(params["w"], reference.detach(), **tol)
+    for name, value in theirs.state[reference].items():
+        if name != "step":
+            torch.testing.assert_close(state[name]["w"], value, **tol)
+
+    if kind in STATEFUL:
+        ours = torch.nn.Parameter(start.clone())
+        opt = STATEFUL[kind]([ours], **kwargs)
+        for grad in grads:
+            ours.grad = grad.clone()
+            opt.step()
+        torch.testing.assert_close(ours.detach(), reference.detach(), **tol)
+
+
+@pytest.mark.parametrize(
+    ("saver", "loader"),
+    [
+        (optim.AdamW, optim.Adam),
+        (optim.Adam, optim.AdamW),
+        (torch.optim.AdamW, optim.Adam),
+        (torch.optim.Adam, optim.AdamW),
+    ],
+)
+def test_state_dict_of_the_other_weight_decay_is_refused(saver, loader):
+    param = torch.nn.Parameter(torch.ones(2, 3))
+    param.grad = torch.ones(2, 3)
+    saved = saver([param], lr=0.1, weight_decay=0.1)
+    saved.step()
+    with pytest.raises(ValueError, match="decoupled_weight_decay"):
+        loader([param], lr=0.1, weight_decay=0.1).load_state_dict(saved.state_dict())
+
+
+@pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW])
+def test_state_dict_of_the_same_weight_decay_loads_and_continues(cls):
+    theirs_cls = torch.optim.AdamW if cls is optim.AdamW else torch.optim.Adam
+    param = torch.nn.Parameter(torch.ones(2, 3))
+    reference = torch.nn.Parameter(torch.ones(2, 3))
+    torch_opt = theirs_cls([reference], lr=0.1, weight_decay=0.1, foreach=False)
+    ours = cls([param], lr=0.1, weight_decay=0.1)
+    for step in range(3):
+        grad = torch.full((2, 3), float(step + 1))
+        param.grad, reference.grad = grad.clone(), grad.clone()
+        ours.step()
+        torch_opt.step()
+        saved = ours.state_dict()
+        ours = cls([param], lr=0.1, weight_decay=0.1)
+        ours.load_state_dict(saved)
+    torch.testing.assert_close(param.detach(), reference.detach())
