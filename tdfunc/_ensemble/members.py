@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .layout import _rebuild
 from .member_inputs import DEFAULT
 
 if TYPE_CHECKING:
@@ -216,59 +217,93 @@ def member_state_dicts(ensemble: Ensemble, keep_vars: bool = False) -> list[dict
 def load_member_state_dicts(
     ensemble: Ensemble, state_dicts: Iterable[Mapping[str, Any]], strict: bool = True
 ) -> None:
-    """Copy N member state dicts into the stacked tensors in place (see ``Ensemble``)."""
+    """Copy N member state dicts into the stacked tensors in place (see ``Ensemble``).
+
+    Each state dict goes through the template's own ``load_state_dict``, as it
+    would in a loop over N modules (load hooks, dtype casts, tied weights and
+    ``strict=False`` act per member), but into a scratch copy of the stacked
+    tensors: the ensemble's tensors are written only once every member loaded.
+    """
     api = "Ensemble.load_member_state_dicts"
     state_dicts = list(state_dicts)
-    if len(state_dicts) != ensemble.num_members:
+    members = ensemble.num_members
+    if len(state_dicts) != members:
         raise ValueError(
-            f"{api}: expected {ensemble.num_members} state dicts (one per member), got "
-            f"{len(state_dicts)}."
+            f"{api}: expected {members} state dicts (one per member), got {len(state_dicts)}."
         )
-    expected = set(ensemble.template.state_dict().keys())
+    template = ensemble.template
+    shapes = {name: value.shape for name, value in template.state_dict(keep_vars=True).items()}
     for position, state in enumerate(state_dicts):
-        if not isinstance(state, Mapping):
-            raise TypeError(
-                f"{api}: state dict {position} is a {type(state).__name__}, expected a mapping "
-                f"of names to tensors."
-            )
-        missing = sorted(expected - set(state))
-        unexpected = sorted(set(state) - expected)
-        if strict and (missing or unexpected):
-            hint = _prefix_hint(unexpected, expected)
-            raise KeyError(
-                f"{api}: state dict {position} does not match the members' keys: missing "
-                f"{missing}, unexpected {unexpected}.{hint}"
-            )
+        _check_values(api, position, state, shapes)
+    named = ensemble._named_slots()
     shared = ensemble._shared_names
-    updates = []
-    for name, owner, key in ensemble._named_slots():
-        if name not in expected or name not in state_dicts[0]:
-            continue  # a non-persistent buffer, or a key skipped by strict=False
-        target = owner[key]
-        values = [torch.as_tensor(state[name]) for state in state_dicts]
-        if name in shared:
-            for position, value in enumerate(values[1:], start=1):
-                if not torch.equal(value, values[0]):
+    with torch.no_grad():
+        scratch = [
+            owner[key].detach().expand(members, *owner[key].shape).clone()
+            if name in shared
+            else owner[key].detach().clone()
+            for name, owner, key in named
+        ]
+        loaded = []  # per member: the names its state dict wrote
+        for position, state in enumerate(state_dicts):
+            rows = _rebuild(ensemble._layout, [leaf[position] for leaf in scratch], [0])
+            with rows.to_module(template):
+                try:
+                    result = template.load_state_dict(state, strict=False)
+                except RuntimeError as error:  # a load hook's refusal, say
                     raise ValueError(
-                        f"{api}: {name!r} is shared by the members, but state dict {position} "
-                        f"holds a different value than state dict 0."
-                    )
-            value = values[0]
-        else:
-            shapes = {tuple(v.shape) for v in values}
-            if len(shapes) != 1:
-                raise ValueError(f"{api}: {name!r} has different shapes across the state dicts: "
-                                 f"{sorted(shapes)}.")  # fmt: skip
-            value = torch.stack([v.to(target.device) for v in values])
-        if value.shape != target.shape:
-            raise ValueError(
-                f"{api}: {name!r} has shape {list(value.shape)} (stacked), expected "
-                f"{list(target.shape)}."
-            )
-        updates.append((target, value))
-    with torch.no_grad():  # all shapes checked first: nothing is half loaded
-        for target, value in updates:
+                        f"{api}: state dict {position} does not load into member {position}: "
+                        f"{error}"
+                    ) from None
+            if strict and (result.missing_keys or result.unexpected_keys):
+                hint = _prefix_hint(sorted(result.unexpected_keys), set(shapes))
+                raise KeyError(
+                    f"{api}: state dict {position} does not match the members' keys: missing "
+                    f"{sorted(result.missing_keys)}, unexpected "
+                    f"{sorted(result.unexpected_keys)}.{hint}"
+                )
+            loaded.append(set(result.missing_keys))
+        updates = []
+        for (name, owner, key), value in zip(named, scratch):
+            if name in shared:
+                givers = [k for k in range(members) if name not in loaded[k]]
+                if not givers:
+                    continue
+                first = givers[0]
+                for position in givers[1:]:
+                    if not torch.equal(value[position], value[first]):
+                        raise ValueError(
+                            f"{api}: {name!r} is shared by the members, but state dict "
+                            f"{position} holds a different value than state dict {first}."
+                        )
+                value = value[first]
+            updates.append((owner[key], value))
+        for target, value in updates:  # everything loaded and checked: nothing half written
             target.copy_(value)
+
+
+def _check_values(api: str, position: int, state: Any, expected: dict) -> None:
+    """Types and shapes of one state dict, checked before any member loads."""
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"{api}: state dict {position} is a {type(state).__name__}, expected a mapping "
+            f"of names to tensors."
+        )
+    for name, shape in expected.items():
+        if name not in state:
+            continue
+        value = state[name]
+        if not torch.overrides.is_tensor_like(value):
+            raise TypeError(
+                f"{api}: state dict {position} holds a {type(value).__name__!r} at {name!r}, "
+                f"expected a tensor of shape {list(shape)} (one member's {name!r})."
+            )
+        # A 1-element vector loads into a 0-d tensor, as module.load_state_dict allows.
+        if value.shape != shape and not (len(shape) == 0 and tuple(value.shape) == (1,)):
+            raise ValueError(
+                f"{api}: state dict {position} holds {name!r} with shape {list(value.shape)}, "
+                f"expected {list(shape)} (one member's {name!r})."
+            )
 
 
 def _prefix_hint(unexpected: list, expected: set) -> str:
