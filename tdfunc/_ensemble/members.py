@@ -23,6 +23,8 @@ import torch
 from .layout import _rebuild
 from .member_inputs import DEFAULT
 
+_is_compiling = torch.compiler.is_compiling
+
 if TYPE_CHECKING:
     from .._assembly import TensorDict
     from .ensemble import Ensemble
@@ -51,7 +53,19 @@ def member_index(index: Any, num_members: int, api: str) -> tuple[Any, int, bool
     elif isinstance(index, Sequence) and all(
         isinstance(i, int) and not isinstance(i, bool) for i in index
     ):
-        tensor = torch.tensor(list(index), dtype=torch.long)
+        # Checked in Python, not on a tensor: a check of a tensor's values is a
+        # data-dependent guard that torch.export and fullgraph compiles refuse.
+        positions = list(index)
+        if not positions:
+            raise IndexError(f"{api}: the index selects no member.")
+        outside = [i for i in positions if not -num_members <= i < num_members]
+        if outside:
+            raise IndexError(
+                f"{api}: member indices {outside} out of range for an ensemble of "
+                f"{num_members} members."
+            )
+        tensor = torch.tensor([i % num_members for i in positions], dtype=torch.long)
+        return tensor, len(positions), False
     else:
         raise TypeError(
             f"{api}: expected an int, a slice, a sequence of ints or an integer/bool tensor, "
@@ -70,6 +84,16 @@ def member_index(index: Any, num_members: int, api: str) -> tuple[Any, int, bool
         )
     if tensor.numel() == 0:
         raise IndexError(f"{api}: the index selects no member.")
+    if _is_compiling():
+        # The values are data while tracing: a branch on them is a guard that
+        # torch.export and fullgraph compiles refuse, so the range is checked
+        # when the graph runs (a compiled gather would wrap -5 round silently).
+        tensor = tensor.long()
+        torch._assert_async(
+            ((tensor >= -num_members) & (tensor < num_members)).all(),
+            f"{api}: a member index is out of range for an ensemble of {num_members} members.",
+        )
+        return tensor % num_members, tensor.numel(), False
     low, high = (int(v) for v in torch.aminmax(tensor))  # one pass: a selection per step is common
     if low < -num_members or high >= num_members:
         raise IndexError(
@@ -139,6 +163,9 @@ class EnsembleMembers:
         leaves = ensemble._member_leaves(self._run_index, self._count)
         if isinstance(self._run_index, slice):  # views: in-place updates reach the ensemble
             out = ensemble._run(leaves, args, kwargs, in_dims, self._count)
+        elif _is_compiling():
+            out = ensemble._run(leaves, args, kwargs, in_dims, self._count)
+            self._write_back_traced(leaves)
         else:
             versions = [None if leaf.is_inference() else leaf._version for leaf in leaves]
             out = ensemble._run(leaves, args, kwargs, in_dims, self._count)
@@ -182,6 +209,38 @@ class EnsembleMembers:
                 target = owner[key]
                 target.index_copy_(0, index.to(target.device), leaves[i])
 
+    def _write_back_traced(self, leaves: tuple) -> None:
+        # _write_back's rules without a data-dependent branch, which torch.export
+        # and fullgraph compiles refuse: a buffer's selected rows are written back
+        # whether or not the forward changed them (unchanged rows rewrite their own
+        # values), and a repeated member whose rows changed fails at run time.
+        # Version counters are symbolic while tracing, so parameters (which a
+        # forward does not write) are not compared: that would read every
+        # selected parameter on every call.
+        ensemble, index = self._ensemble, self._run_index
+        buffers = []
+        for i, leaf in enumerate(leaves):
+            owner, key = ensemble._slots[i]
+            if i not in ensemble._shared and not isinstance(owner[key], torch.nn.Parameter):
+                buffers.append((i, leaf, owner[key]))
+        if not buffers:
+            return
+        ordered = torch.sort(index).values
+        repeats = (ordered[1:] == ordered[:-1]).any()
+        # Every check before the first write, and outside no_grad: a compiled
+        # graph that fails inside a no_grad region leaves grad mode off.
+        for i, leaf, own in buffers:
+            name = ensemble._named_slots()[i][0]
+            torch._assert_async(
+                ~repeats | _same_values(leaf.detach(), select(own.detach(), index)),
+                f"Ensemble.select_members: the forward updated {name!r} in place, but the "
+                f"selection repeats members, whose updates would follow one another. Select "
+                f"each member once, or call .eval() first.",
+            )
+        with torch.no_grad():
+            for _, leaf, own in buffers:
+                own.index_copy_(0, index.to(own.device), leaf)
+
     def __repr__(self) -> str:
         return f"EnsembleMembers(indices={self.indices}, of {self._ensemble.num_members})"
 
@@ -189,8 +248,15 @@ class EnsembleMembers:
 def _same(left: torch.Tensor, right: torch.Tensor) -> bool:
     """Equal values, NaN equal to NaN."""
     if left.is_floating_point() or left.is_complex():
-        return bool(((left == right) | (left.isnan() & right.isnan())).all())
+        return bool(_same_values(left, right))
     return torch.equal(left, right)
+
+
+def _same_values(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """Equal values, NaN equal to NaN, as a 0-d bool tensor (no sync)."""
+    if left.is_floating_point() or left.is_complex():
+        return ((left == right) | (left.isnan() & right.isnan())).all()
+    return (left == right).all()
 
 
 def select(leaf: torch.Tensor, index: Any) -> torch.Tensor:
