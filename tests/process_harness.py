@@ -158,3 +158,30 @@ def launch(fn: Callable[[int, int], Any], world_size: int, timeout: float = 150.
         for process in context.processes:
             if process.is_alive():
                 process.kill()
+
+
+# ---------------------------------------------------------------- one fresh interpreter
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_fresh(source: str, timeout: float = 120.0) -> Any:
+    """Run ``source`` in a new interpreter (nothing imported, no cache filled) and return
+    the JSON value it prints last: for behaviour that must not depend on what the
+    process did before. The repository root comes first on ``sys.path``."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": REPOSITORY + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-c", source],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPOSITORY,
+        env=env,
+    )
+    if done.returncode != 0:
+        raise AssertionError(
+            f"the fresh process failed ({done.returncode}):\n{done.stderr[-3000:]}"
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -82,11 +82,12 @@ class TensorDictCore(TensorOps):
         if type(source) is dict and device is None:
             # fast path: str keys, plain tensors and dicts (anything else takes the full path)
             info = None
-            if type(batch_size) is list:
-                try:
+            if type(batch_size) is list:  # size_key inlined (it says why only ints)
+                for item in batch_size:
+                    if type(item) is not int:
+                        break
+                else:
                     info = SIZE_CACHE.get(tuple(batch_size))
-                except TypeError:  # unhashable items: size_info gives the error
-                    info = None
             size, ndim, first, second = info or size_info(batch_size)
             data = build_fast(type(self), source, size, ndim, first, second)
             if data is not None:

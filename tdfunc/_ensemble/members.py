@@ -20,7 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .layout import _rebuild
 from .member_inputs import DEFAULT
+
+_is_compiling = torch.compiler.is_compiling
 
 if TYPE_CHECKING:
     from .._assembly import TensorDict
@@ -50,7 +53,19 @@ def member_index(index: Any, num_members: int, api: str) -> tuple[Any, int, bool
     elif isinstance(index, Sequence) and all(
         isinstance(i, int) and not isinstance(i, bool) for i in index
     ):
-        tensor = torch.tensor(list(index), dtype=torch.long)
+        # Checked in Python, not on a tensor: a check of a tensor's values is a
+        # data-dependent guard that torch.export and fullgraph compiles refuse.
+        positions = list(index)
+        if not positions:
+            raise IndexError(f"{api}: the index selects no member.")
+        outside = [i for i in positions if not -num_members <= i < num_members]
+        if outside:
+            raise IndexError(
+                f"{api}: member indices {outside} out of range for an ensemble of "
+                f"{num_members} members."
+            )
+        tensor = torch.tensor([i % num_members for i in positions], dtype=torch.long)
+        return tensor, len(positions), False
     else:
         raise TypeError(
             f"{api}: expected an int, a slice, a sequence of ints or an integer/bool tensor, "
@@ -69,6 +84,16 @@ def member_index(index: Any, num_members: int, api: str) -> tuple[Any, int, bool
         )
     if tensor.numel() == 0:
         raise IndexError(f"{api}: the index selects no member.")
+    if _is_compiling():
+        # The values are data while tracing: a branch on them is a guard that
+        # torch.export and fullgraph compiles refuse, so the range is checked
+        # when the graph runs (a compiled gather would wrap -5 round silently).
+        tensor = tensor.long()
+        torch._assert_async(
+            ((tensor >= -num_members) & (tensor < num_members)).all(),
+            f"{api}: a member index is out of range for an ensemble of {num_members} members.",
+        )
+        return tensor % num_members, tensor.numel(), False
     low, high = (int(v) for v in torch.aminmax(tensor))  # one pass: a selection per step is common
     if low < -num_members or high >= num_members:
         raise IndexError(
@@ -138,6 +163,9 @@ class EnsembleMembers:
         leaves = ensemble._member_leaves(self._run_index, self._count)
         if isinstance(self._run_index, slice):  # views: in-place updates reach the ensemble
             out = ensemble._run(leaves, args, kwargs, in_dims, self._count)
+        elif _is_compiling():
+            out = ensemble._run(leaves, args, kwargs, in_dims, self._count)
+            self._write_back_traced(leaves)
         else:
             versions = [None if leaf.is_inference() else leaf._version for leaf in leaves]
             out = ensemble._run(leaves, args, kwargs, in_dims, self._count)
@@ -181,6 +209,38 @@ class EnsembleMembers:
                 target = owner[key]
                 target.index_copy_(0, index.to(target.device), leaves[i])
 
+    def _write_back_traced(self, leaves: tuple) -> None:
+        # _write_back's rules without a data-dependent branch, which torch.export
+        # and fullgraph compiles refuse: a buffer's selected rows are written back
+        # whether or not the forward changed them (unchanged rows rewrite their own
+        # values), and a repeated member whose rows changed fails at run time.
+        # Version counters are symbolic while tracing, so parameters (which a
+        # forward does not write) are not compared: that would read every
+        # selected parameter on every call.
+        ensemble, index = self._ensemble, self._run_index
+        buffers = []
+        for i, leaf in enumerate(leaves):
+            owner, key = ensemble._slots[i]
+            if i not in ensemble._shared and not isinstance(owner[key], torch.nn.Parameter):
+                buffers.append((i, leaf, owner[key]))
+        if not buffers:
+            return
+        ordered = torch.sort(index).values
+        repeats = (ordered[1:] == ordered[:-1]).any()
+        # Every check before the first write, and outside no_grad: a compiled
+        # graph that fails inside a no_grad region leaves grad mode off.
+        for i, leaf, own in buffers:
+            name = ensemble._named_slots()[i][0]
+            torch._assert_async(
+                ~repeats | _same_values(leaf.detach(), select(own.detach(), index)),
+                f"Ensemble.select_members: the forward updated {name!r} in place, but the "
+                f"selection repeats members, whose updates would follow one another. Select "
+                f"each member once, or call .eval() first.",
+            )
+        with torch.no_grad():
+            for _, leaf, own in buffers:
+                own.index_copy_(0, index.to(own.device), leaf)
+
     def __repr__(self) -> str:
         return f"EnsembleMembers(indices={self.indices}, of {self._ensemble.num_members})"
 
@@ -188,8 +248,15 @@ class EnsembleMembers:
 def _same(left: torch.Tensor, right: torch.Tensor) -> bool:
     """Equal values, NaN equal to NaN."""
     if left.is_floating_point() or left.is_complex():
-        return bool(((left == right) | (left.isnan() & right.isnan())).all())
+        return bool(_same_values(left, right))
     return torch.equal(left, right)
+
+
+def _same_values(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """Equal values, NaN equal to NaN, as a 0-d bool tensor (no sync)."""
+    if left.is_floating_point() or left.is_complex():
+        return ((left == right) | (left.isnan() & right.isnan())).all()
+    return (left == right).all()
 
 
 def select(leaf: torch.Tensor, index: Any) -> torch.Tensor:
@@ -216,59 +283,93 @@ def member_state_dicts(ensemble: Ensemble, keep_vars: bool = False) -> list[dict
 def load_member_state_dicts(
     ensemble: Ensemble, state_dicts: Iterable[Mapping[str, Any]], strict: bool = True
 ) -> None:
-    """Copy N member state dicts into the stacked tensors in place (see ``Ensemble``)."""
+    """Copy N member state dicts into the stacked tensors in place (see ``Ensemble``).
+
+    Each state dict goes through the template's own ``load_state_dict``, as it
+    would in a loop over N modules (load hooks, dtype casts, tied weights and
+    ``strict=False`` act per member), but into a scratch copy of the stacked
+    tensors: the ensemble's tensors are written only once every member loaded.
+    """
     api = "Ensemble.load_member_state_dicts"
     state_dicts = list(state_dicts)
-    if len(state_dicts) != ensemble.num_members:
+    members = ensemble.num_members
+    if len(state_dicts) != members:
         raise ValueError(
-            f"{api}: expected {ensemble.num_members} state dicts (one per member), got "
-            f"{len(state_dicts)}."
+            f"{api}: expected {members} state dicts (one per member), got {len(state_dicts)}."
         )
-    expected = set(ensemble.template.state_dict().keys())
+    template = ensemble.template
+    shapes = {name: value.shape for name, value in template.state_dict(keep_vars=True).items()}
     for position, state in enumerate(state_dicts):
-        if not isinstance(state, Mapping):
-            raise TypeError(
-                f"{api}: state dict {position} is a {type(state).__name__}, expected a mapping "
-                f"of names to tensors."
-            )
-        missing = sorted(expected - set(state))
-        unexpected = sorted(set(state) - expected)
-        if strict and (missing or unexpected):
-            hint = _prefix_hint(unexpected, expected)
-            raise KeyError(
-                f"{api}: state dict {position} does not match the members' keys: missing "
-                f"{missing}, unexpected {unexpected}.{hint}"
-            )
+        _check_values(api, position, state, shapes)
+    named = ensemble._named_slots()
     shared = ensemble._shared_names
-    updates = []
-    for name, owner, key in ensemble._named_slots():
-        if name not in expected or name not in state_dicts[0]:
-            continue  # a non-persistent buffer, or a key skipped by strict=False
-        target = owner[key]
-        values = [torch.as_tensor(state[name]) for state in state_dicts]
-        if name in shared:
-            for position, value in enumerate(values[1:], start=1):
-                if not torch.equal(value, values[0]):
+    with torch.no_grad():
+        scratch = [
+            owner[key].detach().expand(members, *owner[key].shape).clone()
+            if name in shared
+            else owner[key].detach().clone()
+            for name, owner, key in named
+        ]
+        loaded = []  # per member: the names its state dict wrote
+        for position, state in enumerate(state_dicts):
+            rows = _rebuild(ensemble._layout, [leaf[position] for leaf in scratch], [0])
+            with rows.to_module(template):
+                try:
+                    result = template.load_state_dict(state, strict=False)
+                except RuntimeError as error:  # a load hook's refusal, say
                     raise ValueError(
-                        f"{api}: {name!r} is shared by the members, but state dict {position} "
-                        f"holds a different value than state dict 0."
-                    )
-            value = values[0]
-        else:
-            shapes = {tuple(v.shape) for v in values}
-            if len(shapes) != 1:
-                raise ValueError(f"{api}: {name!r} has different shapes across the state dicts: "
-                                 f"{sorted(shapes)}.")  # fmt: skip
-            value = torch.stack([v.to(target.device) for v in values])
-        if value.shape != target.shape:
-            raise ValueError(
-                f"{api}: {name!r} has shape {list(value.shape)} (stacked), expected "
-                f"{list(target.shape)}."
-            )
-        updates.append((target, value))
-    with torch.no_grad():  # all shapes checked first: nothing is half loaded
-        for target, value in updates:
+                        f"{api}: state dict {position} does not load into member {position}: "
+                        f"{error}"
+                    ) from None
+            if strict and (result.missing_keys or result.unexpected_keys):
+                hint = _prefix_hint(sorted(result.unexpected_keys), set(shapes))
+                raise KeyError(
+                    f"{api}: state dict {position} does not match the members' keys: missing "
+                    f"{sorted(result.missing_keys)}, unexpected "
+                    f"{sorted(result.unexpected_keys)}.{hint}"
+                )
+            loaded.append(set(result.missing_keys))
+        updates = []
+        for (name, owner, key), value in zip(named, scratch):
+            if name in shared:
+                givers = [k for k in range(members) if name not in loaded[k]]
+                if not givers:
+                    continue
+                first = givers[0]
+                for position in givers[1:]:
+                    if not torch.equal(value[position], value[first]):
+                        raise ValueError(
+                            f"{api}: {name!r} is shared by the members, but state dict "
+                            f"{position} holds a different value than state dict {first}."
+                        )
+                value = value[first]
+            updates.append((owner[key], value))
+        for target, value in updates:  # everything loaded and checked: nothing half written
             target.copy_(value)
+
+
+def _check_values(api: str, position: int, state: Any, expected: dict) -> None:
+    """Types and shapes of one state dict, checked before any member loads."""
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"{api}: state dict {position} is a {type(state).__name__}, expected a mapping "
+            f"of names to tensors."
+        )
+    for name, shape in expected.items():
+        if name not in state:
+            continue
+        value = state[name]
+        if not torch.overrides.is_tensor_like(value):
+            raise TypeError(
+                f"{api}: state dict {position} holds a {type(value).__name__!r} at {name!r}, "
+                f"expected a tensor of shape {list(shape)} (one member's {name!r})."
+            )
+        # A 1-element vector loads into a 0-d tensor, as module.load_state_dict allows.
+        if value.shape != shape and not (len(shape) == 0 and tuple(value.shape) == (1,)):
+            raise ValueError(
+                f"{api}: state dict {position} holds {name!r} with shape {list(value.shape)}, "
+                f"expected {list(shape)} (one member's {name!r})."
+            )
 
 
 def _prefix_hint(unexpected: list, expected: set) -> str:

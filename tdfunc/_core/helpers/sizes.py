@@ -18,15 +18,26 @@ _dynamo_compiling = torch.compiler.is_dynamo_compiling
 _SIZES: dict[tuple, torch.Size] = {}  # validated batch sizes given as lists / tuples
 
 
+def size_key(batch_size: list | tuple) -> tuple | None:
+    """The cache key of a list or tuple batch size: the tuple if every item is an
+    ``int`` (exactly), else ``None`` (not cached: the uncached path decides).
+
+    A key of the raw items would let a cached ``[3]`` accept ``[3.0]`` (and
+    ``Decimal(3)``, ``3+0j``, ``-0.0`` for ``0``): they compare and hash equal to
+    ints, so what is accepted would depend on what was built before.
+    """
+    for item in batch_size:
+        if type(item) is not int:
+            return None
+    return tuple(batch_size)
+
+
 def as_size(batch_size, api: str = "TensorDict") -> torch.Size:
     """Validate a user-given batch size and return it as a ``torch.Size``."""
     kind = type(batch_size)
     if kind is list or kind is tuple:
-        key = tuple(batch_size)
-        try:
-            size = _SIZES.get(key)
-        except TypeError:  # unhashable items: torch.Size gives the error below
-            size = None
+        key = size_key(batch_size)
+        size = None if key is None else _SIZES.get(key)
         if size is not None:
             return size
         try:
@@ -34,7 +45,7 @@ def as_size(batch_size, api: str = "TensorDict") -> torch.Size:
         except TypeError:
             raise _size_type_error(batch_size, api) from None
         _check_non_negative(size, api)
-        if len(_SIZES) < 4096 and all(type(s) is int for s in key):
+        if key is not None and len(_SIZES) < 4096:
             _SIZES[key] = size
         return size
     if kind is torch.Size:
@@ -60,17 +71,14 @@ def size_info(batch_size) -> tuple[torch.Size, int, int, int]:
     """``(size, ndim, size[0] or 0, size[1] or 0)`` for the constructor's fast path (cached)."""
     key = None
     if type(batch_size) is list or type(batch_size) is tuple:
-        key = tuple(batch_size)
-        try:
-            info = SIZE_CACHE.get(key)
-        except TypeError:  # unhashable items: as_size gives the error
-            key = info = None
+        key = size_key(batch_size)
+        info = None if key is None else SIZE_CACHE.get(key)
         if info is not None:
             return info
     size = as_size(batch_size)
     ndim = len(size)
     info = (size, ndim, size[0] if ndim else 0, size[1] if ndim > 1 else 0)
-    if key is not None and len(SIZE_CACHE) < 4096 and all(type(s) is int for s in key):
+    if key is not None and len(SIZE_CACHE) < 4096:
         SIZE_CACHE[key] = info
     return info
 

@@ -44,7 +44,36 @@ def _key_error(views: list, api: str) -> KeyError:
     return KeyError(f"{api}: the containers have different keys.")
 
 
-def _combined(views: list, dim: int, stacking: bool, api: str) -> dict:
+def _kind(value: Any) -> str:
+    """What a container holds at a key, in the words an error message uses."""
+    if isinstance(value, NonTensorData):
+        return "non-tensor value"
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    if getattr(type(value), "_is_tensordict", False):
+        return "TensorDict"
+    return type(value).__name__
+
+
+def _named(path: tuple, key: str) -> str | tuple:
+    """A key as users write it: the string at the top level, the tuple below."""
+    return (*path, key) if path else key
+
+
+def _same_kinds(values: list, path: tuple, api: str) -> None:
+    """Every container holds the same kind of value at ``path``, or a TypeError names it."""
+    first = _kind(values[0])
+    for position, value in enumerate(values[1:], start=1):
+        kind = _kind(value)
+        if kind != first:
+            raise TypeError(
+                f"{api}: cannot join the entry {_named(path[:-1], path[-1])!r}: the container at "
+                f"position 0 holds a {first} there and the one at position {position} a "
+                f"{kind}. Every container must hold the same kind of value at a key."
+            )
+
+
+def _combined(views: list, dim: int, stacking: bool, api: str, path: tuple = ()) -> dict:
     """Stack (or concatenate) every value across ``views`` (TensorDicts), key by key."""
     first = views[0]._data
     count = len(first)
@@ -57,26 +86,27 @@ def _combined(views: list, dim: int, stacking: bool, api: str) -> dict:
             values = [view._data[key] for view in views]
         except KeyError:
             raise _key_error(views, api) from None
+        # A tensor joined with a container (or two container kinds) would reach
+        # the other's torch function and fail there without naming the key. For
+        # tensors, the common case, the kinds are looked at only when torch fails.
         if isinstance(value, torch.Tensor):
             try:
                 data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)
-            except (RuntimeError, TypeError) as error:  # name the entry torch could not join
+            except (RuntimeError, TypeError, AttributeError) as error:
+                _same_kinds(values, (*path, key), api)
                 shapes = [
                     list(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
                     for v in values
                 ]
                 raise type(error)(
-                    f"{api}: cannot join the entry {key!r} (leaf shapes {shapes}): {error}"
+                    f"{api}: cannot join the entry {_named(path, key)!r} (leaf shapes {shapes}): "
+                    f"{error}"
                 ) from error
-        elif getattr(type(value), "_is_tensordict", False):
-            data[key] = _join(values, dim, stacking, api)
+            continue
+        _same_kinds(values, (*path, key), api)
+        if getattr(type(value), "_is_tensordict", False):
+            data[key] = _join(values, dim, stacking, api, (*path, key))
         elif isinstance(value, NonTensorData):
-            kinds = [type(v).__name__ for v in values if not isinstance(v, NonTensorData)]
-            if kinds:
-                raise TypeError(
-                    f"{api}: cannot join the entry {key!r}: the first container holds a "
-                    f"non-tensor value there, another holds a {kinds[0]}."
-                )
             data[key] = stack_non_tensor(values, dim) if stacking else cat_non_tensor(values, dim)
         else:  # another container kind (TensorClass): its own __torch_function__
             data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)
@@ -119,10 +149,10 @@ def _names_of(views: list, dim: int, stacking: bool):
     return names[:dim] + (None,) + names[dim:] if stacking else names
 
 
-def _join(views: list, dim: int, stacking: bool, api: str):
+def _join(views: list, dim: int, stacking: bool, api: str, path: tuple = ()):
     """Stack or concatenate TensorDicts (``dim`` already normalized)."""
     new_size = _check_sizes([view._batch_size for view in views], dim, stacking, api)
-    data = _combined(views, dim, stacking, api)
+    data = _combined(views, dim, stacking, api, path)
     return views[0]._like(data, new_size, _names_of(views, dim, stacking))
 
 
@@ -135,6 +165,12 @@ def _public_join(items, dim: int, out, stacking: bool):
     if all(getattr(type(item), "_is_tensordict", False) for item in items):
         views = items
     else:
+        for position, item in enumerate(items):
+            if not hasattr(item, "_to_tensordict_view"):
+                raise TypeError(
+                    f"{api}: expected TensorDicts or TensorClass instances to join, got a "
+                    f"{type(item).__name__} at position {position}."
+                )
         views = [item._to_tensordict_view() for item in items]
     ndim = len(views[0]._batch_size)
     if not stacking and not ndim:
