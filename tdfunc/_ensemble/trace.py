@@ -176,8 +176,9 @@ class _Rewriter:
     def on_call_module(self, node: fx.Node) -> None:
         path = f"{self.path}.{node.target}" if self.path else node.target
         step = self.planner.module_step(self.module.get_submodule(node.target), path)
-        args = self.lead_static(node.args)
-        new = self.replace(node, step, (self.leaves, *args), dict(node.kwargs))
+        # every tensor a step receives is member-leading, keyword ones included
+        args, kwargs = self.lead_static(node.args), self.lead_static(dict(node.kwargs))
+        new = self.replace(node, step, (self.leaves, *args), kwargs)
         self.batched[new] = True
 
     def on_call_method(self, node: fx.Node) -> None:
