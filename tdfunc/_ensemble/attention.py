@@ -321,3 +321,72 @@ def _multihead_attention(module: nn.Module, slots: dict, context: BatchContext):
 
 
 _multihead_attention.subtree = True  # type: ignore[attr-defined]  # out_proj's tensors too
+
+
+# ----------------------------------------------------- scaled_dot_product_attention
+_SDPA_NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+               "enable_gqa")  # fmt: skip
+
+
+def folded_attention(batched: dict, context: BatchContext):
+    """``F.scaled_dot_product_attention`` of a traced forward, on member-leading tensors.
+
+    ``batched`` names the arguments that carry the member dim; the others are the
+    same for every member. The members fold into the first batch dim of the query
+    (``[N, B, H, L, E]`` runs as ``[N * B, H, L, E]``): one fused attention call.
+    """
+
+    def call(*args, **kwargs):
+        values = dict(zip(_SDPA_NAMES, args))
+        values.update(kwargs)
+        query, key, value = values["query"], values["key"], values["value"]
+        members = next(values[name].shape[0] for name in _SDPA_NAMES[:4] if batched.get(name))
+        query, key, value = (
+            t if batched.get(name) else t.expand(members, *t.shape)
+            for name, t in (("query", query), ("key", key), ("value", value))
+        )
+        mask = values.get("attn_mask")
+        if mask is not None:
+            mask = _member_mask(mask, bool(batched.get("attn_mask")), query.dim() - 1)
+        options = {k: values[k] for k in ("is_causal", "scale", "enable_gqa") if k in values}
+        dropout = values.get("dropout_p", 0.0)
+        if dropout and context.randomness != "different":
+            if context.randomness == "error":
+                raise _random_error()
+            shared = mask is None or mask.shape[0] == 1
+            return torch.func.vmap(  # one dropout mask for every member
+                lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, m, dropout, **options),
+                in_dims=(0, 0, 0, None if shared else 0),
+                randomness="same",
+            )(query, key, value, mask if not shared else None if mask is None else mask[0])
+        if query.dim() < 4 or not query.dim() == key.dim() == value.dim():
+            if mask is not None and mask.shape[0] == 1:
+                mask = mask[0]  # the same mask for every member broadcasts as it is
+            return F.scaled_dot_product_attention(query, key, value, mask, dropout, **options)
+        n, batch = query.shape[0], query.shape[1]
+
+        def fold(t):
+            return t.reshape(n * t.shape[1], *t.shape[2:]) if t.shape[1] == batch else None
+
+        q, k, v = fold(query), fold(key), fold(value)
+        if k is None or v is None:  # batch dims broadcast between the operands
+            if mask is not None and mask.shape[0] == 1:
+                mask = mask[0]
+            return F.scaled_dot_product_attention(query, key, value, mask, dropout, **options)
+        out = F.scaled_dot_product_attention(q, k, v, _folded(mask, n, batch), dropout, **options)
+        return out.view(n, batch, *out.shape[1:])
+
+    call.__name__ = "folded_scaled_dot_product_attention"
+    return call
+
+
+def _member_mask(mask: torch.Tensor, batched: bool, rank: int) -> torch.Tensor:
+    """A mask as ``[N | 1, ...]`` with ``rank`` dims after the member dim (singletons
+    in front, as broadcasting would add them)."""
+    if not batched:
+        mask = mask.unsqueeze(0)
+    mask = _one_for_all(mask)
+    missing = rank - (mask.dim() - 1)
+    if missing > 0:
+        mask = mask.view(mask.shape[0], *(1,) * missing, *mask.shape[1:])
+    return mask
