@@ -56,6 +56,7 @@ from .layout import (
     _to_meta,
 )
 from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slice_members
+from .plan import vmap_call
 
 _RANDOMNESS = ("error", "different", "same")
 _is_compiling = torch.compiler.is_compiling
@@ -492,12 +493,10 @@ class Ensemble(nn.Module):
             dims = (0, *in_dims)
         else:
             dims = (0,) + (in_dims,) * len(args)
-        return torch.func.vmap(
-            self._call_leaves,
-            in_dims=dims,
-            randomness=self._randomness,
-            chunk_size=self._chunk_size,
-        )(leaves, *args, **kwargs)
+        # keyword inputs are shared: expanded, then mapped like the member-leading ones
+        kwargs = {key: lead_input(value, None, members, key) for key, value in kwargs.items()}
+        return vmap_call(self._call_leaves, leaves, args, kwargs, dims, self._randomness,
+                         self._chunk_size)  # fmt: skip
 
     def _call_leaves(self, leaves: tuple, *args, **kwargs):
         template = self._template

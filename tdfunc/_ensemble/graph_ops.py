@@ -112,6 +112,7 @@ for _name in [*DIM_OPS, *TWO_DIM_OPS, "reshape", "permute", "matmul", "bmm", "mm
         FUNCTION_NAMES[getattr(torch.Tensor, _name)] = _name
 FUNCTION_NAMES[operator.matmul] = "matmul"
 FUNCTION_NAMES[F.linear] = "linear"
+FUNCTION_NAMES[F.scaled_dot_product_attention] = "scaled_dot_product_attention"
 
 RANDOM_NAMES = frozenset(
     _words(

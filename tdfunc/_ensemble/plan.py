@@ -25,8 +25,10 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from .._modules.slots import iter_slots
+from . import attention as _attention  # noqa: F401  (attention)
 from . import layers as _layers  # noqa: F401  (registers the built-in layers)
-from . import recurrent as _recurrent  # noqa: F401  (and the recurrent ones)
+from . import recurrent as _recurrent  # noqa: F401  (the recurrent ones)
+from . import transformer as _transformer  # noqa: F401  (transformer layers and stacks)
 from .registry import BatchContext, is_plain_sequential, is_torch_layer, planner_for
 from .trace import WholeForward, traced_step
 
@@ -157,30 +159,85 @@ def _chain(steps: tuple) -> Callable:
 
 
 def vmapped_call(module: nn.Module, names: tuple, positions: tuple, context: BatchContext):
-    """A step running ``module`` once per member under ``torch.func.vmap``."""
+    """A step running ``module`` once per member under ``torch.func.vmap``.
+
+    Every tensor it receives, positional or keyword, is member-leading; outputs
+    that are not tensors (``None``, ints) pass through.
+    """
+
+    def call(tensors, *inputs, **kwargs):
+        return torch.func.functional_call(
+            module, dict(zip(names, tensors)), inputs, kwargs, tie_weights=False
+        )
 
     def step(leaves, *inputs, **kwargs):
-        structure = []
-
-        def member(tensors, *inputs, **kwargs):
-            out = torch.func.functional_call(
-                module, dict(zip(names, tensors)), inputs, kwargs, tie_weights=False
-            )
-            # vmap returns tensors only: other outputs (None, ints) are put back after
-            values, spec = pytree.tree_flatten(out)
-            structure[:] = [spec, [_TENSOR if _tensor(v) else v for v in values]]
-            return tuple(v for v in values if _tensor(v))
-
         tensors = tuple([leaves[i] for i in positions])
-        dims = (0, *[0 if isinstance(value, torch.Tensor) else None for value in inputs])
-        outs = torch.func.vmap(member, in_dims=dims, randomness=context.randomness)(
-            tensors, *inputs, **kwargs
-        )
-        spec, values = structure
-        batched = iter(outs)
-        return pytree.tree_unflatten([next(batched) if v is _TENSOR else v for v in values], spec)
+        return vmap_call(call, tensors, inputs, kwargs, (0, *map(_member_dims, inputs)),
+                         context.randomness, None)  # fmt: skip
 
     return step
+
+
+def vmap_call(function, tensors, inputs, kwargs, in_dims, randomness, chunk_size):
+    """``vmap(function)(tensors, *inputs, **kwargs)`` that maps the keyword tensors too
+    (dim 0), lets non-tensor outputs through, and keeps torch's fused inference path
+    of the transformer layers to the cases where a loop over the members takes it."""
+    keys = tuple(key for key, value in kwargs.items() if _has_tensor(value))
+    mapped = tuple(kwargs[key] for key in keys)
+    fixed = {key: value for key, value in kwargs.items() if key not in keys}
+    count = len(inputs)
+    structure: list = []
+
+    def member(tensors, *values):
+        out = function(tensors, *values[:count], **dict(zip(keys, values[count:])), **fixed)
+        # vmap returns tensors only: other outputs (None, ints) are put back after
+        flat, spec = pytree.tree_flatten(out)
+        structure[:] = [spec, [_TENSOR if _tensor(v) else v for v in flat]]
+        return tuple(v for v in flat if _tensor(v))
+
+    dims = (*in_dims, *map(_member_dims, mapped))
+    with _loop_fast_path(tensors, inputs, mapped):
+        outs = torch.func.vmap(member, in_dims=dims, randomness=randomness,
+                               chunk_size=chunk_size)(tensors, *inputs, *mapped)  # fmt: skip
+    spec, values = structure
+    batched = iter(outs)
+    return pytree.tree_unflatten([next(batched) if v is _TENSOR else v for v in values], spec)
+
+
+def _member_dims(value: Any) -> Any:
+    """vmap's ``in_dims`` for a member-leading input: 0 at each tensor, None elsewhere."""
+    if _tensor(value):
+        return 0
+    if isinstance(value, (tuple, list, dict)) and _has_tensor(value):
+        return pytree.tree_map(lambda v: 0 if _tensor(v) else None, value)
+    return None
+
+
+def _has_tensor(value: Any) -> bool:
+    return any(_tensor(v) for v in pytree.tree_leaves(value))
+
+
+class _loop_fast_path:
+    """torch's transformer layers take a fused inference kernel (no backward) when no
+    input or weight requires grad; under vmap they cannot see that a batched weight
+    requires grad, so the kernel is turned off where a loop would not take it."""
+
+    __slots__ = ("previous",)
+
+    def __init__(self, tensors: tuple, inputs: tuple, kwargs: tuple) -> None:
+        self.previous = None
+        if torch.is_grad_enabled() and any(
+            v.requires_grad for v in pytree.tree_leaves((tensors, inputs, kwargs)) if _tensor(v)
+        ):
+            self.previous = torch.backends.mha.get_fastpath_enabled()
+
+    def __enter__(self) -> None:
+        if self.previous:
+            torch.backends.mha.set_fastpath_enabled(False)
+
+    def __exit__(self, *exc) -> None:
+        if self.previous:
+            torch.backends.mha.set_fastpath_enabled(True)
 
 
 _TENSOR = object()  # marks where a vmapped step's outputs were tensors

@@ -19,6 +19,7 @@ import torch
 from torch import fx, nn
 
 from . import graph_ops as ops
+from .attention import folded_attention
 from .registry import is_plain_sequential, is_torch_layer, planner_for
 
 if TYPE_CHECKING:
@@ -176,8 +177,9 @@ class _Rewriter:
     def on_call_module(self, node: fx.Node) -> None:
         path = f"{self.path}.{node.target}" if self.path else node.target
         step = self.planner.module_step(self.module.get_submodule(node.target), path)
-        args = self.lead_static(node.args)
-        new = self.replace(node, step, (self.leaves, *args), dict(node.kwargs))
+        # every tensor a step receives is member-leading, keyword ones included
+        args, kwargs = self.lead_static(node.args), self.lead_static(dict(node.kwargs))
+        new = self.replace(node, step, (self.leaves, *args), kwargs)
         self.batched[new] = True
 
     def on_call_method(self, node: fx.Node) -> None:
@@ -370,4 +372,19 @@ class _Rewriter:
         if not all(self.is_batched(a) for a in args[1:]):
             return False
         self.replace_op(node, ops.linear, args, {}, True)
+        return True
+
+    def rewrite_scaled_dot_product_attention(self, node, function, args, kwargs) -> bool:
+        # every member's heads in the batch dims of one fused attention call
+        if (
+            node.op != "call_function"
+            or self.is_batched(args[4:])
+            or any(self.is_batched(kwargs.get(k)) for k in ("dropout_p", "is_causal", "scale"))
+        ):
+            return False
+        names = ("query", "key", "value", "attn_mask")
+        batched = {name: self.is_batched(a) for name, a in zip(names, args)}
+        batched.update({k: self.is_batched(v) for k, v in kwargs.items() if k in names})
+        target = folded_attention(batched, self.planner.context)
+        self.replace_op(node, target, args, kwargs, True)
         return True

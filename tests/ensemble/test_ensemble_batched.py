@@ -118,7 +118,7 @@ class Block(nn.Module):
 
 
 class WithAttention(nn.Module):
-    """An unregistered layer (``nn.MultiheadAttention``) inside batched code: vmapped alone."""
+    """``nn.MultiheadAttention`` inside custom code, batched with the layers around it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -128,6 +128,20 @@ class WithAttention(nn.Module):
 
     def forward(self, x):
         return self.head(self.blk(torch.tanh(self.fc(x)))[:, -1])
+
+
+class WithSimilarity(nn.Module):
+    """A ``torch.nn`` layer without a batched form inside batched code: vmapped alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+        self.sim = nn.CosineSimilarity(dim=-1)
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x):  # x: [B, 3, 6]
+        h = torch.tanh(self.fc(x))
+        return self.head(self.sim(h, h.flip(-1)))
 
 
 class ShapeOps(nn.Module):
@@ -227,7 +241,8 @@ CORPUS = {
         randn(6),
         "1/2 layers batched; `1` vmapped",
     ),
-    "unregistered_layer": (WithAttention, randn(3, 6), "3/4 layers batched; `blk.attn` vmapped"),
+    "attention_block": (WithAttention, randn(3, 6), "4/4 layers batched"),
+    "unregistered_layer": (WithSimilarity, randn(3, 6), "2/3 layers batched; `sim` vmapped"),
 }
 
 

@@ -1,0 +1,308 @@
+"""Ensembles of transformers: tdfunc beside a loop, torch.func and a hand-written batched form.
+
+Model (one member): ``nn.TransformerEncoder`` of 2 ``nn.TransformerEncoderLayer(D, 4,
+2 * D, dropout=0, batch_first=True)`` and a ``Linear(D, 1)`` head, in the sizes
+``(N, B, T, D)`` = (members, batch, tokens, width) of ``CONFIGS``. A batch of inputs
+``[B, T, D]`` is shared by all members; the parameters require grad. Contenders
+(one ``group`` per operation and size; read ratios of medians from one run):
+
+- ``tdfunc_ensemble``: ``tdfunc.Ensemble(*models)(x)``: batched projections
+  (``baddbmm`` over the stacked weights) and one fused attention call for all members;
+- ``torch_func``: ``stack_module_state`` + ``functional_call`` in ``vmap`` (the
+  training step: ``vmap(grad(loss))``);
+- ``loop``: ``torch.stack([m(x) for m in models])`` (the training step backpropagates
+  each member's loss);
+- ``batched_by_hand``: the same model written by hand over stacked, pre-transposed
+  weights: ``baddbmm`` projections and one ``scaled_dot_product_attention`` call.
+
+Targets (CPU, one thread, ratios of medians in one run): at ``N8-B8-T8-D32`` the
+ensemble at least 3x the loop and 2x torch.func, at the two larger sizes at least 1.0x
+the loop and 1.5x torch.func, forward and training step; the peak memory of a
+training step at most 1.1x the loop's.
+
+    OMP_NUM_THREADS=1 python -m pytest benchmarks/bench_ensemble_transformer.py \\
+        --benchmark-enable -q
+
+Run as a script, the file measures the same contenders interleaved in one process
+(CPU time of the thread, medians over rounds) and the peak memory of a training
+step (bytes of the tensors alive at once, counted at every op):
+
+    python benchmarks/bench_ensemble_transformer.py
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import statistics
+import time
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad, stack_module_state
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from tdfunc import Ensemble
+
+HEADS = 4
+# name -> (members N, batch B, tokens T, width D)
+CONFIGS = {
+    "N8-B8-T8-D32": (8, 8, 8, 32),
+    "N8-B16-T32-D64": (8, 16, 32, 64),
+    "N32-B16-T32-D64": (32, 16, 32, 64),
+}
+SMALL = "N8-B8-T8-D32"
+KINDS = ("tdfunc_ensemble", "torch_func", "loop", "batched_by_hand")
+
+
+def make_model(width: int) -> nn.Module:
+    layer = nn.TransformerEncoderLayer(width, HEADS, 2 * width, dropout=0.0, batch_first=True)
+    return nn.Sequential(nn.TransformerEncoder(layer, 2), nn.Linear(width, 1))
+
+
+@functools.lru_cache
+def setup(config: str):
+    """Members, shared input and the loop's reference output for one configuration."""
+    members, batch, tokens, width = CONFIGS[config]
+    torch.manual_seed(0)
+    models = [make_model(width) for _ in range(members)]
+    x = torch.randn(batch, tokens, width)
+    with torch.no_grad():
+        expected = torch.stack([m(x) for m in models])
+    return models, x, expected
+
+
+def _stacked(tensors) -> torch.Tensor:
+    return torch.stack([t.detach() for t in tensors]).contiguous().requires_grad_()
+
+
+def batched_by_hand(models: list):
+    """The model over stacked weights: ``baddbmm`` projections, one fused attention."""
+    layers = []
+    for index in range(len(models[0][0].layers)):
+        parts = [m[0].layers[index] for m in models]
+
+        def stack(read, parts=parts):
+            return _stacked(read(p) for p in parts)
+
+        layers.append(
+            {
+                "w_in": stack(lambda p: p.self_attn.in_proj_weight.mT),
+                "b_in": stack(lambda p: p.self_attn.in_proj_bias[None]),
+                "w_out": stack(lambda p: p.self_attn.out_proj.weight.mT),
+                "b_out": stack(lambda p: p.self_attn.out_proj.bias[None]),
+                "w_1": stack(lambda p: p.linear1.weight.mT),
+                "b_1": stack(lambda p: p.linear1.bias[None]),
+                "w_2": stack(lambda p: p.linear2.weight.mT),
+                "b_2": stack(lambda p: p.linear2.bias[None]),
+                "g_1": stack(lambda p: p.norm1.weight[None]),
+                "n_1": stack(lambda p: p.norm1.bias[None]),
+                "g_2": stack(lambda p: p.norm2.weight[None]),
+                "n_2": stack(lambda p: p.norm2.bias[None]),
+            }
+        )
+    head_w = _stacked(m[1].weight.mT for m in models)
+    head_b = _stacked(m[1].bias[None] for m in models)
+
+    def forward(x):
+        n, (batch, tokens, width) = head_w.shape[0], x.shape
+        h = x.expand(n, batch, tokens, width).reshape(n, batch * tokens, width)
+        for p in layers:
+            qkv = torch.baddbmm(p["b_in"], h, p["w_in"]).view(n * batch, tokens, 3, HEADS, -1)
+            q, k, v = qkv.transpose(1, 3).unbind(2)  # [N * B, H, T, D / H] each
+            a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2)
+            a = torch.baddbmm(p["b_out"], a.reshape(n, batch * tokens, width), p["w_out"])
+            h = torch.addcmul(p["n_1"], F.layer_norm(h + a, (width,)), p["g_1"])
+            f = torch.baddbmm(p["b_2"], torch.relu(torch.baddbmm(p["b_1"], h, p["w_1"])), p["w_2"])
+            h = torch.addcmul(p["n_2"], F.layer_norm(h + f, (width,)), p["g_2"])
+        return torch.baddbmm(head_b, h, head_w).view(n, batch, tokens, 1)
+
+    params = [t for p in layers for t in p.values()] + [head_w, head_b]
+    return forward, params
+
+
+def forward_of(kind: str, models: list, x: torch.Tensor):
+    """A zero-argument callable computing every member's output with ``kind``."""
+    if kind == "tdfunc_ensemble":
+        ensemble = Ensemble(*models)
+        return lambda: ensemble(x)
+    if kind == "torch_func":
+        params, buffers = stack_module_state(models)
+        base = copy.deepcopy(models[0]).to("meta")
+
+        def fmodel(params, buffers, x):
+            return functional_call(base, (params, buffers), (x,))
+
+        vmapped = torch.vmap(fmodel, in_dims=(0, 0, None))
+        return lambda: vmapped(params, buffers, x)
+    if kind == "loop":
+        return lambda: torch.stack([m(x) for m in models])
+    if kind == "batched_by_hand":
+        return functools.partial(batched_by_hand(models)[0], x)
+    raise ValueError(kind)
+
+
+def train_step_of(kind: str, models: list, x: torch.Tensor):
+    """A zero-argument callable: forward and backward of every member's loss."""
+    if kind == "tdfunc_ensemble":
+        ensemble = Ensemble(*models)
+        return lambda: ensemble(x).square().sum().backward()
+    if kind == "torch_func":
+        params, buffers = stack_module_state(models)
+        base = copy.deepcopy(models[0]).to("meta")
+
+        def loss(params, buffers, x):
+            return functional_call(base, (params, buffers), (x,)).square().sum()
+
+        vmapped = torch.vmap(grad(loss), in_dims=(0, 0, None))
+        return lambda: vmapped(params, buffers, x)
+    if kind == "loop":
+
+        def step():
+            for m in models:
+                m(x).square().sum().backward()
+
+        return step
+    if kind == "batched_by_hand":
+        forward, _ = batched_by_hand(models)
+        return lambda: forward(x).square().sum().backward()
+    raise ValueError(kind)
+
+
+def skip_large_unless_enabled(request, config: str) -> None:
+    # The suite runs every benchmark once with timing off (a smoke test): the small
+    # size checks the contenders; the large ones take minutes and run when timed.
+    options = request.config.getoption
+    if config != SMALL and options("benchmark_disable") and not options("benchmark_enable"):
+        pytest.skip("a large size: run with --benchmark-enable")
+
+
+# ---------------------------------------------------------------- forward
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_forward(benchmark, request, config, kind):
+    skip_large_unless_enabled(request, config)
+    benchmark.group = f"transformer_ensemble_forward[{config}]"
+    models, x, expected = setup(config)
+    out = benchmark(forward_of(kind, models, x))
+    torch.testing.assert_close(out.detach(), expected, rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- training step
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_train_step(benchmark, request, config, kind):
+    skip_large_unless_enabled(request, config)
+    benchmark.group = f"transformer_ensemble_train_step[{config}]"
+    models, x, _ = setup(config)
+    models = copy.deepcopy(models)  # the loop accumulates gradients in its models
+    benchmark(train_step_of(kind, models, x))
+
+
+# ---------------------------------------------------------------- peak memory
+class PeakMemory(TorchDispatchMode):
+    """The most bytes of tensor storage alive at once among those the ops create."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+        self.seen: set = set()
+
+    def _free(self, key: int, size: int) -> None:
+        self.seen.discard(key)
+        self.live -= size
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for value in tree_leaves(out):
+            if isinstance(value, torch.Tensor):
+                storage = value.untyped_storage()
+                key = storage._cdata
+                if key not in self.seen:
+                    self.seen.add(key)
+                    size = storage.nbytes()
+                    self.live += size
+                    self.peak = max(self.peak, self.live)
+                    weakref.finalize(storage, self._free, key, size)
+        return out
+
+
+def peak_memory(step, parameters) -> int:
+    """Peak bytes of one call of ``step`` (gradients reset first: they are allocated anew)."""
+    step()  # plans, derived views and caches are made once, before
+    for p in parameters:
+        p.grad = None
+    with PeakMemory() as meter:
+        step()
+    return meter.peak
+
+
+def memory_ratio(config: str) -> tuple[int, int]:
+    """Peak bytes of a training step: (loop, ensemble)."""
+    models, x, _ = setup(config)
+    models = copy.deepcopy(models)
+    ensemble = Ensemble(*copy.deepcopy(models))
+    loop_bytes = peak_memory(
+        train_step_of("loop", models, x), [p for m in models for p in m.parameters()]
+    )
+    ensemble_bytes = peak_memory(
+        lambda: ensemble(x).square().sum().backward(), list(ensemble.parameters())
+    )
+    return loop_bytes, ensemble_bytes
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_train_step_peak_memory(benchmark, request, config):
+    """Records the peak-memory ratio (ensemble / loop) in the benchmark's extra info."""
+    skip_large_unless_enabled(request, config)
+    benchmark.group = f"transformer_ensemble_memory[{config}]"
+    loop_bytes, ensemble_bytes = memory_ratio(config)
+    benchmark.extra_info["loop_bytes"] = loop_bytes
+    benchmark.extra_info["ensemble_bytes"] = ensemble_bytes
+    benchmark.extra_info["ratio"] = ensemble_bytes / loop_bytes
+    benchmark(lambda: None)
+
+
+# ---------------------------------------------------------------- as a script
+def _thread_times(function, repetitions: int) -> list[int]:
+    times = []
+    for _ in range(repetitions):
+        start = time.thread_time_ns()
+        function()
+        times.append(time.thread_time_ns() - start)
+    return times
+
+
+def main(rounds: int = 7) -> None:
+    torch.set_num_threads(1)
+    for config in CONFIGS:
+        models, x, _ = setup(config)
+        models = copy.deepcopy(models)
+        repetitions = 10 if config == SMALL else 3
+        medians = {}
+        for what, make in (("forward", forward_of), ("train step", train_step_of)):
+            calls = {kind: make(kind, models, x) for kind in KINDS}
+            times: dict = {kind: [] for kind in KINDS}
+            for _ in range(rounds):  # interleaved: each round runs every contender
+                for kind, call in calls.items():
+                    times[kind] += _thread_times(call, repetitions)
+            medians[what] = {kind: statistics.median(t) for kind, t in times.items()}
+        loop_bytes, ensemble_bytes = memory_ratio(config)
+        print(f"{config}: peak memory of a training step, ensemble / loop "
+              f"{ensemble_bytes / loop_bytes:.2f} ({ensemble_bytes / 2**20:.1f} MiB)")  # fmt: skip
+        for what, result in medians.items():
+            ours = result["tdfunc_ensemble"]
+            ratios = ", ".join(
+                f"{kind} / ensemble {result[kind] / ours:.2f}"
+                for kind in KINDS
+                if kind != "tdfunc_ensemble"
+            )
+            print(f"  {what}: ensemble {ours / 1e6:.2f} ms; {ratios}")
+
+
+if __name__ == "__main__":
+    main()
