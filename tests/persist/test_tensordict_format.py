@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
+import tensordict_peer
 import torch
 
 from tdfunc import MemoryMappedTensor, NonTensorStack, TensorClass, TensorDict
@@ -108,19 +107,6 @@ def test_short_data_file_is_an_error(tmp_path):
         TensorDict.load_memmap(tmp_path / "short")
 
 
-def _tensordict_python() -> str | None:
-    """An interpreter with tensordict installed, run in its own process (it patches vmap)."""
-    for python in (os.environ.get("TENSORDICT_PYTHON"), sys.executable):
-        if (
-            python
-            and subprocess.run([python, "-c", "import tensordict"], capture_output=True).returncode
-            == 0
-        ):
-            return python
-    return None
-
-
-@pytest.mark.skipif(_tensordict_python() is None, reason="tensordict is not installed")
 def test_tensordict_reads_what_tdfunc_wrote(tmp_path):
     TensorDict({"a": torch.arange(4.0), "n": {"b": torch.ones(4, 2)}, "s": "text"}, [4]).memmap(
         tmp_path / "ckpt", format="tensordict"
@@ -130,9 +116,7 @@ def test_tensordict_reads_what_tdfunc_wrote(tmp_path):
         "t = TensorDict.load_memmap(sys.argv[1]);"
         "print(json.dumps([t['a'].tolist(), t['n', 'b'].sum().item(), t['s']]))"
     )
-    out = subprocess.run(
-        [_tensordict_python(), "-c", code, str(tmp_path / "ckpt")], capture_output=True, text=True
-    )
+    out = tensordict_peer.run(code, str(tmp_path / "ckpt"))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [[0.0, 1.0, 2.0, 3.0], 8.0, "text"]
 
