@@ -69,6 +69,12 @@ def ensemble_contender(bench: dict) -> str:
     return ENSEMBLE_KINDS[bench["params"]["kind"]]
 
 
+def _config_order(config: str) -> tuple:
+    """``N8-w32`` before ``N16-w128`` (by members, then width); named models last."""
+    sizes = re.findall(r"\d+", config)
+    return (not sizes, [int(size) for size in sizes], config)
+
+
 def ratio(slow: dict, fast: dict) -> tuple[float, float, float]:
     """How many times ``fast`` is faster than ``slow``: median ratio and its range."""
     return (
@@ -107,7 +113,7 @@ def plot_ensemble(run: Run, out: Path) -> list[str]:
         groups = {
             g[len(prefix) + 1 : -1]: s for g, s in run.groups.items() if g.startswith(prefix + "[")
         }
-        configs = sorted(groups, key=lambda c: (c == "tutorial", c))
+        configs = sorted(groups, key=_config_order)
         kinds = [k for k in COLORS if any(k in groups[c] for c in configs)]
         width = 0.8 / max(len(kinds), 1)
         for i, kind in enumerate(kinds):
@@ -156,7 +162,8 @@ def _bars(run: Run, group: str, labels: dict[str, str], ylabel: str, title: str,
     figure, axes = plt.subplots(figsize=(6.5, 3.6))
     colors = ["tab:blue", "tab:gray", "tab:green", "tab:orange"][: len(names)]
     drawn = axes.bar([labels[n] for n in names], medians, yerr=errors, capsize=4, color=colors)
-    axes.bar_label(drawn, labels=[f"{m:.2f} ms" for m in medians], fontsize=8, padding=3)
+    labels_ = [f"{m:.2f} ms" for m in medians]
+    axes.bar_label(drawn, labels=labels_, label_type="center", color="white", fontsize=8)
     axes.set_yscale("log")
     axes.set_ylabel(ylabel)
     axes.set_title(f"{title}\n{run.caption()}", fontsize=10)
