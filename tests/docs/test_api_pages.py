@@ -70,3 +70,39 @@ def test_no_container_page_is_a_wall():
         sizes[pages[0]] += 1
     assert len(sizes) >= 6, sizes
     assert max(sizes.values()) <= 100, sizes
+
+
+def _roles():
+    import importlib.util
+
+    path = DOCS / "_ext" / "sphinx_roles.py"
+    spec = importlib.util.spec_from_file_location("sphinx_roles", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    extension = module.SphinxRoles()
+    extension.public = {"tdfunc.TensorDict.memmap", "tdfunc.Ensemble", "tdfunc.optim.adam"}
+    faces = ["tdfunc.TensorDict"]
+    return lambda text: module.ROLE.sub(lambda m: extension._render(m, faces), text)
+
+
+def test_sphinx_roles_become_links_or_plain_code():
+    render = _roles()
+    # a relative name, looked up on the public class that inherits the method
+    assert render(":meth:`memmap`") == (
+        '<autoref identifier="tdfunc.TensorDict.memmap" optional><code>memmap</code></autoref>'
+    )
+    # ~ shows the last component; a private module path names the public object
+    assert render(":class:`~tdfunc._ensemble.ensemble.Ensemble`") == (
+        '<autoref identifier="tdfunc.Ensemble" optional><code>Ensemble</code></autoref>'
+    )
+    assert render(":func:`adam`").startswith('<autoref identifier="tdfunc.optim.adam"')
+    # an explicit title, torch's documentation, and ! for no link
+    assert render(":func:`the stack <torch.stack>`") == (
+        '<a href="https://docs.pytorch.org/docs/stable/generated/torch.stack.html">'
+        "<code>the stack</code></a>"
+    )
+    assert render(":meth:`!memmap`") == "<code>memmap</code>"
+    # unknown and private names are plain code, never a broken link
+    assert render(":func:`tdfunc._core.apply._helper`") == "<code>tdfunc._core.apply._helper</code>"
+    assert render(":mod:`torch.func`") == "<code>torch.func</code>"
+    assert render("a :data:`x & y` value") == "a <code>x &amp; y</code> value"
