@@ -125,3 +125,29 @@ def test_demo_plot_draws_the_spread_above_the_out_of_range_shading(tmp_path, mon
     shading = [p for p in axes.patches if p.get_facecolor()[:3] == matplotlib.colors.to_rgb("0.92")]
     assert len(shading) == 2
     assert all(band.get_zorder() > patch.get_zorder() for patch in shading)
+
+
+def test_progress_without_tqdm_prints_a_line_per_quarter(monkeypatch, capsys):
+    import sys
+
+    from tdfunc.demo import run_steps
+
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)  # as if tqdm were not installed
+    calls = []
+    run_steps(lambda: calls.append(1), 8, "training (x)")
+    assert len(calls) == 8
+    assert capsys.readouterr().out.splitlines() == [
+        f"  training (x): {done}/8 steps" for done in (2, 4, 6, 8)
+    ]
+
+
+def test_compare_timings_with_several_threads_uses_wall_time():
+    import time
+
+    from tdfunc.demo import compare_timings
+
+    # A sleeping contender spends no CPU time: only a wall clock sees its 2 ms.
+    samples = compare_timings({"sleep": lambda: time.sleep(0.002)}, rounds=2, calls=1, threads=2)
+    assert all(t >= 0.002 for t in samples["sleep"])
+    samples = compare_timings({"sleep": lambda: time.sleep(0.002)}, rounds=2, calls=1, threads=1)
+    assert all(t < 0.002 for t in samples["sleep"])
