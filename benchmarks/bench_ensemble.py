@@ -243,8 +243,8 @@ def test_forward_compiled(benchmark, request, config, kind):
 
 # ---------------------------------------------------------------- tensordict (last)
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_forward_tensordict(benchmark, config):
-    tensordict = pytest.importorskip("tensordict")
+def test_forward_tensordict(benchmark, config, tensordict_lib):
+    tensordict = tensordict_lib
     benchmark.group = f"ensemble_forward[{config}]"
     models, x, expected = setup(config)
     params = tensordict.TensorDict.from_modules(*models)

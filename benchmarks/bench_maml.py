@@ -115,8 +115,8 @@ def test_maml_step_dict(benchmark, reference):
 
 
 @pytest.mark.benchmark(group="maml_step")
-def test_maml_step_tensordict(benchmark, reference):
-    tensordict = pytest.importorskip("tensordict")
+def test_maml_step_tensordict(benchmark, reference, tensordict_lib):
+    tensordict = tensordict_lib
     model = make_model()
     params = tensordict.TensorDict.from_module(model).detach()
     step, tasks = module_step(model), make_tasks()

@@ -91,8 +91,8 @@ def test_map_baseline(benchmark):
 
 
 @pytest.mark.benchmark(group="map-in-place")
-def test_map_tensordict(benchmark):
-    tensordict = pytest.importorskip("tensordict")
+def test_map_tensordict(benchmark, tensordict_lib):
+    tensordict = tensordict_lib
     images, labels = _data()
 
     def setup():

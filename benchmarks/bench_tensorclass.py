@@ -47,8 +47,7 @@ def _tensors() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     )
 
 
-def _anchor_class(frozen: bool = False):
-    tensordict = pytest.importorskip("tensordict")
+def _anchor_class(tensordict, frozen: bool = False):
     base = tensordict.TensorClass["frozen"] if frozen else tensordict.TensorClass
 
     class AnchorTransition(base):  # type: ignore[valid-type, misc]
@@ -82,8 +81,8 @@ def test_construct_dataclass(benchmark):
 
 
 @pytest.mark.benchmark(group="tensorclass-construct")
-def test_construct_tensordict(benchmark):
-    anchor = _anchor_class()
+def test_construct_tensordict(benchmark, tensordict_lib):
+    anchor = _anchor_class(tensordict_lib)
     obs, reward, done = _tensors()
     out = benchmark(anchor, obs, reward, done, batch_size=[BATCH])
     assert out.batch_size == torch.Size([BATCH])
@@ -109,8 +108,8 @@ def test_read_dataclass(benchmark):
 
 
 @pytest.mark.benchmark(group="tensorclass-read")
-def test_read_tensordict(benchmark):
-    anchor = _anchor_class()
+def test_read_tensordict(benchmark, tensordict_lib):
+    anchor = _anchor_class(tensordict_lib)
     obs, reward, done = _tensors()
     instance = anchor(obs, reward, done, batch_size=[BATCH])
     got = benchmark(_read, instance)
@@ -138,8 +137,8 @@ def test_construct_read_dataclass(benchmark):
 
 
 @pytest.mark.benchmark(group="tensorclass-construct-read")
-def test_construct_read_tensordict(benchmark):
-    anchor = _anchor_class(frozen=True)
+def test_construct_read_tensordict(benchmark, tensordict_lib):
+    anchor = _anchor_class(tensordict_lib, frozen=True)
     obs, reward, done = _tensors()
     got = benchmark(_construct_and_read, anchor, obs, reward, done, batch_size=[BATCH])
     assert got[0] is obs
@@ -165,8 +164,8 @@ def test_index_dataclass(benchmark):
 
 
 @pytest.mark.benchmark(group="tensorclass-index")
-def test_index_tensordict(benchmark):
-    anchor = _anchor_class()
+def test_index_tensordict(benchmark, tensordict_lib):
+    anchor = _anchor_class(tensordict_lib)
     instance = anchor(*_tensors(), batch_size=[BATCH])
     out = benchmark(instance.__getitem__, slice(1, 3))
     assert torch.equal(out.obs, instance.obs[1:3])

@@ -7,9 +7,12 @@ their medians can be read from one run::
 
     .venv-bench/bin/python -m pytest benchmarks/bench_container.py --benchmark-enable -q
 
-``tensordict`` is imported only inside the fixture that needs it (through
-``pytest.importorskip``): importing it patches ``torch._functorch.vmap`` for
-the whole process.
+``tensordict`` is imported only inside the fixture that needs it
+(:func:`import_tensordict`): importing it patches ``torch._functorch.vmap`` for
+the whole process. Its benchmarks time it in this process, so they run only where
+it is installed (``pip install -c constraints.txt -e ".[bench]"``); elsewhere they
+are deselected, and one line at the end of the run says how many and what to install
+(rather than one skip line per benchmark).
 
 Importing this file pins glibc's allocator (:func:`pin_allocator`).
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.util
 import platform
 
 import pytest
@@ -94,10 +98,44 @@ def nested_td():
     return TensorDict(nested_tensors(), batch_size=BATCH)
 
 
+TENSORDICT_REASON = (
+    "times tensordict beside tdfunc in this process; to run them, install it "
+    "(pip install -c constraints.txt -e '.[bench]') and pass --benchmark-enable"
+)
+
+
+def import_tensordict():
+    """The ``tensordict`` module, or skip the benchmark with :data:`TENSORDICT_REASON`."""
+    return pytest.importorskip("tensordict", reason=TENSORDICT_REASON)
+
+
+_DESELECTED: list[str] = []
+
+
+def pytest_collection_modifyitems(config, items):
+    if importlib.util.find_spec("tensordict") is not None:
+        return
+    kept, dropped = [], []
+    for item in items:
+        needs = "tensordict_lib" in getattr(item, "fixturenames", ())
+        (dropped if needs else kept).append(item)
+    if dropped:
+        items[:] = kept
+        config.hook.pytest_deselected(items=dropped)
+        _DESELECTED.extend(item.nodeid for item in dropped)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _DESELECTED:
+        terminalreporter.write_line(
+            f"{len(_DESELECTED)} benchmarks deselected, each {TENSORDICT_REASON}"
+        )
+
+
 @pytest.fixture
 def tensordict_lib():
     """The ``tensordict`` module, or skip when it is not installed."""
-    return pytest.importorskip("tensordict")
+    return import_tensordict()
 
 
 @pytest.fixture

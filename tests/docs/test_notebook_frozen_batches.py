@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -33,4 +34,10 @@ def test_frozen_batches_notebook_runs_and_plots(monkeypatch):
     text = "".join(out.get("text", "") for out in outputs if out.output_type == "stream")
     assert "compilations: 1 | graph breaks: 0" in text
     assert "FrozenInstanceError" in text
+    # timings with their spread, measured as the demo measures them (one thread, interleaved)
+    for name in ("eager", "compiled"):
+        median, q1, q3 = map(
+            float, re.search(rf"{name}: (\d+) us per step \[IQR (\d+)-(\d+)\]", text).groups()
+        )
+        assert q1 <= median <= q3
     assert any("image/png" in out.get("data", {}) for out in outputs)

@@ -32,3 +32,25 @@ def test_ci_runs_the_readme_test_command():
     first_block = re.search(r"```bash\n(.*?)```", README, re.S).group(1).strip().splitlines()
     assert extracted == first_block[1]
     assert "awk '/^```bash/{getline; getline; print; exit}' README.md" in script
+
+
+def _nav_pages(node) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [page for value in node.values() for page in _nav_pages(value)]
+    return [page for item in node for page in _nav_pages(item)]
+
+
+def test_readme_links_every_docs_page_and_the_hosted_site():
+    yaml = __import__("yaml")
+    # mkdocs.yml may hold python tags (!!python/name:...); only the nav is read here.
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    pages = _nav_pages(config["nav"])
+    assert len(pages) > 20, pages
+    missing = [page for page in pages if f"(docs/{page})" not in README]
+    assert not missing, f"docs pages the README does not link: {missing}"
+    assert config["site_url"] == "https://tdfunc.github.io/tdfunc/"
+    assert config["site_url"] in README
+    workflow = (ROOT / ".github" / "workflows" / "docs.yml").read_text()
+    assert "mkdocs build --strict" in workflow and "actions/deploy-pages" in workflow

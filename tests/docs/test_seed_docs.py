@@ -1,9 +1,10 @@
-"""Every worked example of the seed documents, with only the import changed to tdfunc.
+"""Every worked example of tensordict's documentation, with only the import changed to tdfunc.
 
-This file is the checklist of the mission statement: one test per example (each
-``>>>`` block and each plain code block that is a complete example) of
-``shared/seeds/000_*.txt`` to ``004_*.txt``, named ``test_<seed>_<section>_<what>``.
-The example code is copied as the seed writes it; only
+This file is the checklist of tdfunc's promise: one test per example (each ``>>>``
+block and each plain code block that is a complete example) of five pages of
+tensordict's documentation (numbered 000 to 004: overview, README, tensorclass,
+non-tensor data, saving), named ``test_<page>_<section>_<what>``.
+The example code is copied as the page writes it; only
 
 - ``from tensordict import X`` -> ``from tdfunc import X`` (and ``tensordict.prototype``,
   ``tensordict.utils`` likewise),
@@ -11,17 +12,17 @@ The example code is copied as the seed writes it; only
   into it),
 - sizes, only where the example would take minutes (each place says so),
 
-change. Where the seed shows an output (a print, a repr, a shape, an assert) the test
-checks it: reprs exactly where they are deterministic (seed 003 is the reference
-format; seed 001 prints an older format, which :func:`_modern` converts field by
+change. Where the page shows an output (a print, a repr, a shape, an assert) the test
+checks it: reprs exactly where they are deterministic (page 003 is the reference
+format; page 001 prints an older format, which :func:`_modern` converts field by
 field), shapes and values against references computed without tdfunc.
 
 Not run, each with an explicit reason:
 
 - examples that need CUDA (``device="cuda:0"``) run with ``"meta"`` instead, and a
   CUDA twin is skipped when no CUDA device is present;
-- the torchsnapshot examples of 004 are history (seeds/README.md); they are listed
-  as skipped tests so the checklist stays complete;
+- the torchsnapshot examples of 004 are history (torchsnapshot is discontinued); they
+  are listed as skipped tests so the checklist stays complete;
 - the per-element directories of a lazy stack in 004's tree are history: tdfunc stacks
   densely, so the expected tree has ``td_list/item.memmap`` in their place;
 - the ``pip``/``conda`` installation commands and the citation of 001 are not code.
@@ -49,7 +50,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.func import functional_call, stack_module_state
 
-# every import the seeds' examples make, with `tensordict` changed to `tdfunc` (the test
+# every import the examples make, with `tensordict` changed to `tdfunc` (the test
 # bodies below do not repeat them)
 from tdfunc import (
     MemoryMappedTensor,
@@ -62,8 +63,11 @@ from tdfunc import (
 from tdfunc.prototype import tensorclass as prototype_tensorclass
 from tdfunc.utils import print_directory_tree
 
-CUDA_REASON = "needs a CUDA device (the seed uses device='cuda:0'); the 'meta' twin ran instead"
-SNAPSHOT_REASON = "history: torchsnapshot is discontinued (shared/seeds/README.md)"
+CUDA_REASON = "needs a CUDA device (the example uses device='cuda:0'); the 'meta' twin ran instead"
+SNAPSHOT_REASON = (
+    "torchsnapshot is discontinued, so tensordict's saving page shows these examples as "
+    "history; listed so that every example of the page is accounted for"
+)
 
 
 # ---------------------------------------------------------------- helpers

@@ -12,6 +12,7 @@ import os
 import shutil
 
 import pytest
+import tensordict_peer
 import torch
 
 from tdfunc import MemoryMappedTensor, NonTensorStack, TensorClass, TensorDict

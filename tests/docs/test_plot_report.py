@@ -1,0 +1,59 @@
+"""benchmarks/plot_report.py draws the benchmark page's figures from pytest-benchmark JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from markdown_blocks import ROOT
+
+pytest.importorskip("matplotlib")
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location(
+        "plot_report", ROOT / "benchmarks" / "plot_report.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _stats(median: float) -> dict:
+    return {"median": median, "q1": 0.9 * median, "q3": 1.2 * median}
+
+
+def _run(tmp_path, name, benchmarks):
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({
+        "datetime": "2026-12-07T18:00:00+00:00",
+        "machine_info": {"cpu": {"brand_raw": "Test CPU", "count": 2}},
+        "benchmarks": benchmarks,
+    }))  # fmt: skip
+    return path
+
+
+def test_figures_and_ratios_from_benchmark_json(tmp_path, capsys):
+    report = _module()
+    ensemble = [
+        {"group": f"ensemble_forward[{config}]", "name": f"test_forward[{kind}-{config}]",
+         "params": {"kind": kind, "config": config}, "stats": _stats(median)}
+        for config in ("N8-w32", "tutorial")
+        for kind, median in (("tdfunc_ensemble", 1.0), ("torch_func", 4.0), ("loop", 8.0))
+    ]  # fmt: skip
+    container = [
+        {"group": "reshape", "name": f"test_reshape_{who}", "params": None, "stats": _stats(m)}
+        for who, m in (("tdfunc", 2.0), ("tensordict", 5.0), ("baseline", 1.0))
+    ]
+    report.main([
+        "--ensemble", str(_run(tmp_path, "ensemble", ensemble)),
+        "--container", str(_run(tmp_path, "container", container)),
+        "--out", str(tmp_path / "img"),
+    ])  # fmt: skip
+    for figure in ("bench-ensemble.png", "bench-container.png"):
+        assert (tmp_path / "img" / figure).read_bytes()[:4] == b"\x89PNG"
+    text = capsys.readouterr().out
+    # ratio of medians, and the conservative range q1(slow)/q3(fast) .. q3(slow)/q1(fast)
+    assert "| forward | N8-w32 | torch.func | 4.00x (3.00-5.33) |" in text
+    assert "| container ops (1) | tensordict | median 2.5x, from 2.5x to 2.5x |" in text
