@@ -100,11 +100,17 @@ class DerivedCache:
         """
         if not context.derivations and prepare is None:
             return leaves
-        if tracing(compiling) or not _PLAIN.issuperset(map(type, leaves)):
+        # tracing(), inlined: this runs on every call of a small ensemble
+        if (
+            (_is_compiling() if compiling is None else compiling)
+            or _is_exporting()
+            or _dispatch_modes()
+            or _interpreters() is not None
+        ):
             return context.extend(leaves if prepare is None else prepare(leaves))
-        mode = _grad_enabled() + 2 * _inference_mode()
-        entry = self.entries[mode]
-        # cheapest first: the objects, then one pass per property (no tuple kept)
+        entry = self.entries[_grad_enabled() + 2 * _inference_mode()]
+        # Cheapest first: the objects (the same objects as when the entry was made
+        # are of the plain classes it was made for), then one pass per property.
         if (
             entry is not None
             and all(map(_is, entry[0], leaves))
@@ -113,6 +119,9 @@ class DerivedCache:
             and (entry[3] is None or list(map(_version, entry[3][0](leaves))) == entry[3][1])
         ):
             return entry[4]
+        if not _PLAIN.issuperset(map(type, leaves)):
+            return context.extend(leaves if prepare is None else prepare(leaves))
+        mode = _grad_enabled() + 2 * _inference_mode()
         extended = context.extend(leaves if prepare is None else prepare(leaves))
         count = len(leaves)
         copied = sorted(

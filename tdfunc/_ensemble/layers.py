@@ -157,6 +157,7 @@ def _linear(module: nn.Module, slots: dict, context: BatchContext):
             out = torch.bmm(x.reshape(shape[0], math.prod(shape[1:-1]), shape[-1]), leaves[w])
             return out.view(*shape[:-1], out.shape[-1])
 
+        step.matmul_operands = (None, w)  # type: ignore[attr-defined]  # see plan._chain
         return step
 
     def step(leaves, x):
@@ -170,6 +171,9 @@ def _linear(module: nn.Module, slots: dict, context: BatchContext):
         out = torch.baddbmm(leaves[b], flat, leaves[w])
         return out.view(*shape[:-1], out.shape[-1])
 
+    # What a chain runs inline for a [N, B, in] input with its own rows per member
+    # (the step's own third branch): positions of the bias row and the transposed weight.
+    step.matmul_operands = (b, w)  # type: ignore[attr-defined]
     return step
 
 

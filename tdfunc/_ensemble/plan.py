@@ -142,16 +142,31 @@ def _chain(steps: tuple) -> Callable:
             return x
 
         return chain
-    # straight-line code: no loop, no test per step
-    constants: dict = {}
+    # straight-line code: no loop; a Linear's common case (a rank-3 input with rows of
+    # its own per member) runs inline, without the step's frame
+    constants: dict = {"baddbmm": torch.baddbmm, "bmm": torch.bmm}
     lines = ["def chain(leaves, x):"]
     for number, (step, after) in enumerate(pairs):
         constants[f"s{number}"] = step
         call = f"s{number}(leaves, x)"
+        operands = getattr(step, "matmul_operands", None)
+        if operands is not None:
+            bias, weight = operands
+            inline = (
+                f"bmm(x, leaves[{weight}])"
+                if bias is None
+                else f"baddbmm(leaves[{bias}], x, leaves[{weight}])"
+            )
+            lines += [
+                "    stride = x.stride()",
+                f"    x = {inline} if len(stride) == 3 and stride[0] else {call}",
+            ]
+            call = "x"
         if after is not None:
             constants[f"a{number}"] = after
             call = f"a{number}({call})"
-        lines.append(f"    x = {call}")
+        if call != "x":
+            lines.append(f"    x = {call}")
     lines.append("    return x")
     namespace: dict = {}
     exec(compile("\n".join(lines), "<tdfunc ensemble chain>", "exec"), constants, namespace)

@@ -227,3 +227,53 @@ def test_gather_out_and_inplace_are_exclusive():
     td = TensorDict({"a": torch.zeros(3, 4)}, [3, 4])
     with pytest.raises(ValueError, match="mutually exclusive"):
         td.gather(0, torch.zeros(3, 4, dtype=torch.long), out=td.clone(), inplace=True)
+
+
+def _plain_tree(batch: tuple) -> dict:
+    generator = torch.Generator().manual_seed(len(batch))
+    return {
+        "a": torch.randn(*batch, 3, generator=generator),
+        "b": {"c": torch.randn(*batch, 2, 2, generator=generator), "d": torch.randn(*batch)},
+    }
+
+
+@pytest.mark.parametrize("batch", [(4,), (2, 3), (2, 1, 3)])
+def test_unbind_every_dim_equals_the_tensors_unbind(batch):
+    tree = _plain_tree(batch)
+    td = TensorDict(tree, batch)
+    for dim in [*range(len(batch)), *range(-len(batch), 0)]:
+        pieces = td.unbind(dim)
+        assert len(pieces) == batch[dim]
+        at = dim % len(batch)  # a leaf's own dims follow: its dim counts from the front
+        expected_size = torch.Size(batch[:at] + batch[at + 1 :])
+        for i, piece in enumerate(pieces):
+            assert piece.batch_size == expected_size
+            assert piece["b"].batch_size == expected_size
+            assert piece["a"]._base is not None  # a view, as torch.unbind gives
+            assert torch.equal(piece["a"], tree["a"].unbind(at)[i])
+            assert torch.equal(piece["b", "c"], tree["b"]["c"].unbind(at)[i])
+            assert torch.equal(piece["b", "d"], tree["b"]["d"].unbind(at)[i])
+
+
+def test_unbind_refuses_bad_dims_with_the_api_named():
+    td = TensorDict({"a": torch.zeros(2, 3)}, [2])
+    with pytest.raises(IndexError, match="unbind"):
+        td.unbind(1)
+    with pytest.raises(IndexError, match="unbind"):
+        td.unbind(-2)
+    with pytest.raises(TypeError, match="unbind"):
+        td.unbind("x")
+    assert [p["a"].shape for p in td.unbind(False)] == [torch.Size([3])] * 2
+    assert [p.batch_size for p in TensorDict({}, [2, 3]).unbind(1)] == [torch.Size([2])] * 3
+
+
+def test_stack_refuses_different_key_counts_and_sizes():
+    one = TensorDict({"a": torch.zeros(2)}, [2])
+    two = TensorDict({"a": torch.zeros(2), "b": torch.zeros(2)}, [2])
+    with pytest.raises(KeyError, match="different keys"):
+        torch.stack([one, two])
+    with pytest.raises(ValueError, match="same batch size"):
+        torch.stack([one, TensorDict({"a": torch.zeros(3)}, [3])])
+    stacked = torch.stack([one, one.clone()], 1)
+    assert stacked.batch_size == torch.Size([2, 2])
+    assert torch.equal(stacked["a"], torch.stack([one["a"], one["a"]], 1))

@@ -8,6 +8,7 @@ call. Functions not in the table are not supported on containers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 from types import FunctionType
 from typing import Any
 
@@ -75,15 +76,16 @@ def _same_kinds(values: list, path: tuple, api: str) -> None:
 
 def _combined(views: list, dim: int, stacking: bool, api: str, path: tuple = ()) -> dict:
     """Stack (or concatenate) every value across ``views`` (TensorDicts), key by key."""
-    first = views[0]._data
+    datas = [view._data for view in views]
+    first = datas[0]
     count = len(first)
-    for view in views:
-        if len(view._data) != count:
-            raise _key_error(views, api)
+    if any(map(count.__ne__, map(len, datas))):
+        raise _key_error(views, api)
+    join = torch.stack if stacking else torch.cat
     data: dict[str, Any] = {}
     for key, value in first.items():
         try:
-            values = [view._data[key] for view in views]
+            values = list(map(itemgetter(key), datas))
         except KeyError:
             raise _key_error(views, api) from None
         # A tensor joined with a container (or two container kinds) would reach
@@ -91,7 +93,7 @@ def _combined(views: list, dim: int, stacking: bool, api: str, path: tuple = ())
         # tensors, the common case, the kinds are looked at only when torch fails.
         if isinstance(value, torch.Tensor):
             try:
-                data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)
+                data[key] = join(values, dim)
             except (RuntimeError, TypeError, AttributeError) as error:
                 _same_kinds(values, (*path, key), api)
                 shapes = [
@@ -117,6 +119,8 @@ def _check_sizes(sizes: list, dim: int, stacking: bool, api: str) -> torch.Size:
     """The batch size of the result; the inputs' batch sizes must agree (but in ``dim``)."""
     size = sizes[0]
     if stacking:
+        if sizes.count(size) == len(sizes):  # one C pass in the common case
+            return torch.Size((*size[:dim], len(sizes), *size[dim:]))
         for position, other in enumerate(sizes[1:], start=1):
             if other != size:
                 raise ValueError(
@@ -162,7 +166,7 @@ def _public_join(items, dim: int, out, stacking: bool):
     if not items:
         raise ValueError(f"{api}: expected a non-empty list of TensorDicts.")
     first = items[0]
-    if all(getattr(type(item), "_is_tensordict", False) for item in items):
+    if all(getattr(kind, "_is_tensordict", False) for kind in set(map(type, items))):
         views = items
     else:
         for position, item in enumerate(items):

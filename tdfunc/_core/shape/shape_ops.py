@@ -287,16 +287,31 @@ class ShapeOpsMixin(ContainerMixin):
 
     def unbind(self, dim: int = 0) -> tuple[Self, ...]:
         """The slices along batch dim ``dim``, sharing storage."""
-        ndim = len(self._batch_size)
-        dim = normalize_dim(dim, ndim, f"{type(self).__name__}.unbind")
-        refuse_ragged_dim(self._batch_size, dim, f"{type(self).__name__}.unbind")
         size = self._batch_size
+        ndim = len(size)
+        if dim.__class__ is not int or not -ndim <= dim < ndim:  # the checks with their errors
+            dim = normalize_dim(dim, ndim, f"{type(self).__name__}.unbind")
+        elif dim < 0:
+            dim += ndim
+        count = size[dim]
+        if count == -1:
+            refuse_ragged_dim(size, dim, f"{type(self).__name__}.unbind")
         new_size = size[:dim] + size[dim + 1 :]
-        pieces = map_values(self._data, lambda value: value.unbind(dim))
         names = self._names
         if names is not None:
             names = _clean(names[:dim] + names[dim + 1 :])
-        return self._pieces(pieces, [new_size] * size[dim], names)
+        data = self._data
+        try:  # every value has ``unbind`` (tensors, containers, non-tensor leaves)
+            columns = [value.unbind(dim) for value in data.values()]
+        except Exception:  # again, value by value: the error names its key
+            columns = list(map_values(data, lambda value: value.unbind(dim)).values())
+        if not columns:
+            return tuple(self._like({}, new_size, names) for _ in range(count))
+        if -1 in new_size:  # ragged: each piece's leaves tell its size
+            return self._pieces(dict(zip(data, columns)), [new_size] * count, names)
+        keys = tuple(data)
+        like = self._like
+        return tuple([like(dict(zip(keys, row)), new_size, names) for row in zip(*columns)])
 
     def split(self, split_size, dim: int = 0) -> tuple[Self, ...]:
         """Split along batch dim ``dim`` into pieces of ``split_size`` (int or list)."""
