@@ -95,8 +95,13 @@ def _unflatten(module: nn.Module, slots: dict, context: BatchContext):
 )  # fmt: skip
 def _per_sample(module: nn.Module, slots: dict, context: BatchContext):
     # Parameter-free and independent per sample: the members fold into the batch.
-    if getattr(module, "return_indices", False):
-        return None
+    if getattr(module, "return_indices", False):  # (values, indices), both per sample
+
+        def pair(leaves, x):
+            values, indices = module(x.flatten(0, 1))
+            return values.unflatten(0, x.shape[:2]), indices.unflatten(0, x.shape[:2])
+
+        return pair
 
     def step(leaves, x):
         return module(x.flatten(0, 1)).unflatten(0, x.shape[:2])

@@ -25,6 +25,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from .._modules.slots import iter_slots
+from . import embedding_bag, instance_norm, pairwise, sample_layers, transposed_conv  # noqa: F401
 from . import layers as _layers  # noqa: F401  (registers the built-in layers)
 from . import recurrent as _recurrent  # noqa: F401  (and the recurrent ones)
 from .registry import BatchContext, is_plain_sequential, is_torch_layer, planner_for
