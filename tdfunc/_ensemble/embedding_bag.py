@@ -20,7 +20,11 @@ from torch import nn
 from .registry import BatchContext, register_planner
 
 
-@register_planner(nn.EmbeddingBag)
+@register_planner(
+    nn.EmbeddingBag,
+    falls_back="`padding_idx`, `max_norm`, `sparse=True`, `scale_grad_by_freq=True`, "
+    "`include_last_offset=True`",
+)
 def _embedding_bag(module: nn.Module, slots: dict, context: BatchContext):
     if module.max_norm is not None or module.sparse or module.padding_idx is not None:
         # in-place renormalisation, sparse gradients, one padding row per member:

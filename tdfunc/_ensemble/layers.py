@@ -46,7 +46,7 @@ def _elementwise(module: nn.Module, slots: dict, context: BatchContext):
 
 @register_planner(
     nn.GELU, nn.LeakyReLU, nn.ELU, nn.CELU, nn.Softplus, nn.Hardtanh, nn.Threshold,
-    nn.Hardshrink, nn.Softshrink,
+    nn.Hardshrink, nn.Softshrink, falls_back="`inplace=True`",
 )  # fmt: skip
 def _configured_elementwise(module: nn.Module, slots: dict, context: BatchContext):
     # Pointwise with hyper-parameters: the module itself is pointwise, so it runs
@@ -62,7 +62,7 @@ def shift_dim(dim: int) -> int:
     return dim + 1 if dim >= 0 else dim
 
 
-@register_planner(nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.GLU)
+@register_planner(nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.GLU, falls_back="`dim=None`")
 def _softmax_like(module: nn.Module, slots: dict, context: BatchContext):
     if module.dim is None:
         return None  # the implicit dim depends on the rank: vmap decides it
@@ -382,7 +382,7 @@ def _dropout(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
-@register_planner(nn.Embedding)
+@register_planner(nn.Embedding, falls_back="`max_norm`, `sparse=True`")
 def _embedding(module: nn.Module, slots: dict, context: BatchContext):
     if module.max_norm is not None or module.sparse:
         return None  # in-place renormalisation, sparse gradients: left to vmap

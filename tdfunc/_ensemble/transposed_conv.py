@@ -20,7 +20,7 @@ _FUNCTIONS = {
 }
 
 
-@register_planner(*_FUNCTIONS)
+@register_planner(*_FUNCTIONS, falls_back="`padding_mode` other than zeros (torch refuses it)")
 def _conv_transpose(module: nn.Module, slots: dict, context: BatchContext):
     if module.padding_mode != "zeros":
         return None  # torch refuses it at call time: vmap gives the same error
