@@ -84,31 +84,6 @@ def _unflatten(module: nn.Module, slots: dict, context: BatchContext):
     return lambda leaves, x: x.unflatten(dim, sizes)
 
 
-@register_planner(
-    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
-    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d,
-    nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.LPPool1d, nn.LPPool2d, nn.Upsample,
-    nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d, nn.PixelShuffle, nn.PixelUnshuffle,
-    nn.ZeroPad1d, nn.ZeroPad2d, nn.ZeroPad3d, nn.ConstantPad1d, nn.ConstantPad2d,
-    nn.ConstantPad3d, nn.ReflectionPad1d, nn.ReflectionPad2d, nn.ReplicationPad1d,
-    nn.ReplicationPad2d,
-)  # fmt: skip
-def _per_sample(module: nn.Module, slots: dict, context: BatchContext):
-    # Parameter-free and independent per sample: the members fold into the batch.
-    if getattr(module, "return_indices", False):  # (values, indices), both per sample
-
-        def pair(leaves, x):
-            values, indices = module(x.flatten(0, 1))
-            return values.unflatten(0, x.shape[:2]), indices.unflatten(0, x.shape[:2])
-
-        return pair
-
-    def step(leaves, x):
-        return module(x.flatten(0, 1)).unflatten(0, x.shape[:2])
-
-    return step
-
-
 def transposed(weight: torch.Tensor) -> torch.Tensor:
     return weight.mT
 

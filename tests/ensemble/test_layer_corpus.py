@@ -76,6 +76,29 @@ CORPUS = {
         lambda: with_head(nn.AdaptiveMaxPool1d(3, return_indices=True), 2, 1),
         randn(2, 2, 7),
     ),
+    "autoencoder": (
+        lambda: nn.Sequential(
+            nn.Conv2d(1, 4, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.ConvTranspose2d(4, 3, 2, stride=2),
+            nn.Upsample(scale_factor=2),
+            nn.Conv2d(3, 1, 3, padding=1),
+        ),
+        randn(2, 1, 6, 6),
+    ),
+    "upsample_bilinear_after_conv": (
+        lambda: with_head(nn.Upsample(scale_factor=2, mode="bilinear"), 3, 2),
+        randn(2, 3, 3, 4),
+    ),
+    "max_pool2d_unbatched_after_conv": (lambda: with_head(nn.MaxPool2d(2), 3, 2), randn(3, 4, 4)),
+    "avg_pool1d_on_the_input": (
+        lambda: nn.Sequential(nn.AvgPool1d(2), nn.Conv1d(2, 2, 1)),
+        randn(3, 2, 6),
+    ),
+    "zero_pad1d_after_conv": (lambda: with_head(nn.ZeroPad1d((1, 2)), 2, 1), randn(2, 2, 5)),
+    "pixel_shuffle_after_conv": (lambda: with_head(nn.PixelShuffle(2), 4, 2), randn(2, 4, 3, 3)),
+    "pixel_unshuffle_unbatched": (lambda: with_head(nn.PixelUnshuffle(2), 1, 2), randn(1, 4, 4)),
     "local_response_norm": (
         lambda: with_head(nn.LocalResponseNorm(3), 5, 2),
         randn(2, 5, 3, 3),
