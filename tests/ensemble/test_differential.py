@@ -301,5 +301,5 @@ del _arch, _chunk, _machine, _case, _name
 def test_every_architecture_runs_batched():
     """The machines above check the batched path, not a vmap fallback."""
     for name, (make, _, _) in ARCHITECTURES.items():
-        summary = Ensemble(make(), num_members=MEMBERS).batched_summary
+        summary = Ensemble(*[make() for _ in range(MEMBERS)]).batched_summary
         assert "vmapped" not in summary, f"{name}: {summary}"
