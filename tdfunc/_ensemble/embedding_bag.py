@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .layers import merged_indices
 from .registry import BatchContext, register_planner
 
 
@@ -49,9 +50,7 @@ def _embedding_bag(module: nn.Module, slots: dict, context: BatchContext):
                 f"{indices.dim() - 1} for a member"
             )
         member = torch.arange(n, device=indices.device).view(n, *(1,) * (indices.dim() - 1))
-        # out-of-range indices move by whole tables, off either end (see nn.Embedding's step)
-        outside = torch.div(indices, rows, rounding_mode="floor")
-        shifted = indices + (member + outside * n) * rows
+        shifted = merged_indices(indices, n, rows)
         table = weight.flatten(0, 1)
         if per_sample_weights is not None and per_sample_weights.dim() < indices.dim():
             per_sample_weights = per_sample_weights.expand(indices.shape)  # shared by members

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import functional_ops
 from . import graph_ops as ops
 from . import plan as _plan  # noqa: F401  (imports every planner module, filling the registry)
 from .registry import _PLANNERS
@@ -88,6 +89,7 @@ def _op_rows() -> list[str]:
     rewritten = {
         name[len("rewrite_") :] for name in dir(_rewriter()) if name.startswith("rewrite_")
     }
+    ruled = {function.__name__ for function in functional_ops.RULES}
     return [
         "| In a traced `forward` | How it runs |",
         "|---|---|",
@@ -100,9 +102,13 @@ def _op_rows() -> list[str]:
         f"dim |",
         f"| per-sample functions: {_functional_names(ops.PER_SAMPLE_FUNCTIONS)} | batched: "
         f"the members fold into the batch dim |",
+        f"| functional layers: {_functional_names(functional_ops.RULES)} | batched: "
+        f"stacked weights as the matching layers do, a weight shared by the members as it "
+        f"is; dropout draws a mask per member; losses with any `reduction` for the "
+        f"elementwise ones, `none` or `sum` for `cross_entropy` and `nll_loss` |",
         f"| shape and matrix ops: {_tensor_names(rewritten)}, `@`, `x[...]`, `x.shape` | "
         f"batched (rewritten for the member-leading layout) |",
-        f"| random functions: {_tensor_names(ops.RANDOM_NAMES)} | `vmap`, each member "
+        f"| other random functions: {_tensor_names(ops.RANDOM_NAMES - ruled)} | `vmap`, each member "
         f"drawing its own numbers as `randomness` says |",
         "| anything else (a function of a member's tensor with no rule above) | `vmap`, for "
         "that op only |",

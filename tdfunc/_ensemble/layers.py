@@ -364,22 +364,31 @@ def _embedding(module: nn.Module, slots: dict, context: BatchContext):
     w = slots["weight"]
     padding_idx, by_freq = module.padding_idx, module.scale_grad_by_freq
 
-    def step(leaves, indices):
-        weight = leaves[w]
-        n, rows = weight.shape[0], weight.shape[1]
-        offsets = torch.arange(n, device=indices.device).view(n, *(1,) * (indices.dim() - 1))
-        # An index outside [0, rows) would read a neighbouring member's row of the
-        # merged table: its floor quotient by rows (0 inside) moves it by whole tables,
-        # off either end, so F.embedding fails as the member's own lookup would (an
-        # IndexError on the CPU, a device-side assert on a GPU), without a sync.
-        outside = torch.div(indices, rows, rounding_mode="floor")
-        shifted = indices + (offsets + outside * n) * rows
-        # The shifted indices of different members differ, so the counts behind
-        # scale_grad_by_freq stay per member.
-        out = F.embedding(shifted, weight.flatten(0, 1), scale_grad_by_freq=by_freq)
-        if padding_idx is not None:  # no gradient flows to the padding row
-            pad = (indices == padding_idx).unsqueeze(-1)
-            out = torch.where(pad, out.detach(), out)
-        return out
+    return lambda leaves, indices: member_embedding(indices, leaves[w], padding_idx, by_freq)
 
-    return step
+
+def merged_indices(indices: torch.Tensor, members: int, rows: int) -> torch.Tensor:
+    """Member-leading indices ``[N, ...]`` into the members' tables merged as one
+    ``[N * rows, ...]`` table."""
+    offsets = torch.arange(members, device=indices.device).view(
+        members, *(1,) * (indices.dim() - 1)
+    )
+    # An index outside [0, rows) would read a neighbouring member's row of the
+    # merged table: its floor quotient by rows (0 inside) moves it by whole tables,
+    # off either end, so the lookup fails as the member's own lookup would (an
+    # IndexError on the CPU, a device-side assert on a GPU), without a sync.
+    outside = torch.div(indices, rows, rounding_mode="floor")
+    return indices + (offsets + outside * members) * rows
+
+
+def member_embedding(indices, weight, padding_idx, by_freq: bool) -> torch.Tensor:
+    """``F.embedding`` of each member's indices in its table (``weight``: ``[N, rows, dim]``)."""
+    n, rows = weight.shape[0], weight.shape[1]
+    shifted = merged_indices(indices, n, rows)
+    # The shifted indices of different members differ, so the counts behind
+    # scale_grad_by_freq stay per member.
+    out = F.embedding(shifted, weight.flatten(0, 1), scale_grad_by_freq=by_freq)
+    if padding_idx is not None:  # no gradient flows to the padding row
+        pad = (indices == padding_idx).unsqueeze(-1)
+        out = torch.where(pad, out.detach(), out)
+    return out

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import fx, nn
 
+from . import functional_ops
 from . import graph_ops as ops
 from .explain import TRACED, VMAP, Route
 from .registry import is_plain_sequential, is_torch_layer, planner_for
@@ -233,6 +234,9 @@ class _Rewriter:
             if random:
                 raise _Unbatchable(f"draws random numbers ({name}) for all members at once")
             self.batched[node] = False
+            return
+        rule = None if is_method else functional_ops.RULES.get(function)
+        if rule is not None and rule(self, node, function, args, kwargs):
             return
         if random:
             return self.vmap_op(node, function)
