@@ -108,8 +108,8 @@ def _op_rows() -> list[str]:
         f"elementwise ones, `none` or `sum` for `cross_entropy` and `nll_loss` |",
         f"| shape and matrix ops: {_tensor_names(rewritten)}, `@`, `x[...]`, `x.shape` | "
         f"batched (rewritten for the member-leading layout) |",
-        f"| other random functions: {_tensor_names(ops.RANDOM_NAMES - ruled)} | `vmap`, each member "
-        f"drawing its own numbers as `randomness` says |",
+        f"| other random functions: {_tensor_names(ops.RANDOM_NAMES - ruled)} | `vmap`, each "
+        f"member drawing its own numbers as `randomness` says |",
         "| anything else (a function of a member's tensor with no rule above) | `vmap`, for "
         "that op only |",
     ]
