@@ -51,10 +51,13 @@ def grouped_convolution(function, spatial: int, transposed: bool):
             x = x.unsqueeze(1)
         batch = x.shape[1]
         h = x.transpose(0, 1).reshape(batch, n * x.shape[2], *x.shape[3:])
-        options["groups"] = options.get("groups", 1) * n
+        groups = options.get("groups", 1)
+        options["groups"] = groups * n
         flat_bias = None if bias is None else bias.reshape(-1)
         out = function(h, weight.flatten(0, 1), flat_bias, **options)
-        out = out.view(batch, n, -1, *out.shape[2:]).transpose(0, 1)
+        # the channels by the weight, not by -1: an empty batch leaves -1 ambiguous
+        channels = weight.shape[2] * groups if transposed else weight.shape[1]
+        out = out.view(batch, n, channels, *out.shape[2:]).transpose(0, 1)
         return out.squeeze(1) if unbatched else out
 
     call.__name__ = f"grouped_{function.__name__}"

@@ -49,7 +49,8 @@ def _bilinear(module: nn.Module, slots: dict, context: BatchContext):
         n, lead = x1.shape[0], x1.shape[1:-1]
         first = x1.reshape(n, -1, x1.shape[-1])
         second = x2.reshape(n, -1, x2.shape[-1])
-        mixed = torch.bmm(first, leaves[w]).view(n, first.shape[1], out_features, -1)
+        # the second input's features by its shape, not by -1: an empty batch leaves -1 ambiguous
+        mixed = torch.bmm(first, leaves[w]).view(n, first.shape[1], out_features, x2.shape[-1])
         out = torch.matmul(mixed, second.unsqueeze(-1)).squeeze(-1)
         if b is not None:
             out = out + leaves[b].unsqueeze(1)

@@ -55,7 +55,8 @@ def _conv_transpose(module: nn.Module, slots: dict, context: BatchContext):
         out = function(
             h, weight.flatten(0, 1), bias, stride, padding, output_padding, groups * n, dilation
         )
-        out = out.view(batch, n, -1, *out.shape[2:]).transpose(0, 1)
+        # the channels by the weight, not by -1: an empty batch leaves -1 ambiguous
+        out = out.view(batch, n, weight.shape[2] * groups, *out.shape[2:]).transpose(0, 1)
         return out.squeeze(1) if unbatched else out
 
     return step

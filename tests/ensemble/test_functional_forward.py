@@ -187,3 +187,10 @@ def test_unsupported_configurations_fall_back_to_vmap_exactly():
     expected = [torch.stack(parts) for parts in zip(*(m(tokens, x) for m in models))]
     for got, want in zip(ensemble(tokens, x), expected):
         torch.testing.assert_close(got, want)
+
+
+def test_convolutions_of_an_empty_batch():
+    models = members(Convolutions)
+    x = torch.randn(0, 2, 5, 5)
+    expected = torch.stack([m(x) for m in models])
+    torch.testing.assert_close(Ensemble(*copy.deepcopy(models))(x), expected)

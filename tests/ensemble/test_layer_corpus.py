@@ -320,3 +320,25 @@ def test_outputs_of_pooling_with_indices_are_a_pair():
     out = Ensemble(*copy.deepcopy(models))(torch.randn(2, 3, 4, 6))
     assert isinstance(out, tuple) and len(flat(out)) == 2
     assert out[1].dtype == torch.int64
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["conv_transpose1d", "conv_transpose2d", "autoencoder", "bilinear", "max_pool2d_indices"],
+)
+def test_empty_batch_matches_the_loop(name):
+    """A batch of 0 samples: the same (empty) output, or the same error, as the members."""
+    models = _models(name)
+    ensemble = Ensemble(*copy.deepcopy(models))
+    args = tuple(a[:0] for a in _inputs(name, shared=True)(None))
+    try:
+        outputs = [flat(m(*args)) for m in models]
+    except (RuntimeError, ValueError, IndexError) as error:
+        with pytest.raises(type(error)):
+            ensemble(*args)
+        return
+    expected = [torch.stack(parts) for parts in zip(*outputs)]
+    got = flat(ensemble(*args))
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
