@@ -43,6 +43,7 @@ from . import BatchContext, build_batched_plan
 from . import members as _members
 from .cache import DerivedCache
 from .checks import check_members
+from .explain import Explanation, warn_fallbacks
 from .layout import (
     _fresh_copies,
     _leaf_names,
@@ -383,6 +384,26 @@ class Ensemble(nn.Module):
         """
         return self._report.summary()
 
+    def explain(self) -> Explanation:
+        """Which path each part of the template takes: batched, traced or ``vmap`` (and why).
+
+        One row (:class:`~tdfunc.Route`) per submodule the plan meets and per op of
+        a traced ``forward`` that runs under ``vmap``, for the current train/eval
+        mode; printed, it is a table. ``explain().fallbacks`` holds the rows that
+        run under ``vmap``. An ensemble with such rows warns once
+        (:class:`~tdfunc.EnsembleFallbackWarning`).
+
+        Example:
+            >>> ensemble = Ensemble(nn.Sequential(nn.Linear(3, 4), nn.Tanh()), num_members=2)
+            >>> print(ensemble.explain())
+            path  module  route    why
+            0     Linear  batched
+            1     Tanh    batched
+            >>> ensemble.explain().fallbacks
+            ()
+        """
+        return Explanation(self._report.routes)
+
     def _plan_for_mode(self) -> None:
         # One plan per train/eval state: a traced forward reads `self.training` of
         # its modules when it is traced, and members may hold submodules in another
@@ -393,6 +414,10 @@ class Ensemble(nn.Module):
         if mode not in plans:
             index = _slot_index(self._layout, self._template)
             plans[mode] = build_batched_plan(self._template, index, self._context)
+            if "_fallback_warned" not in self.__dict__:  # once per ensemble, any mode
+                name = type(self._template).__name__
+                if warn_fallbacks(plans[mode][1].routes, name):
+                    self.__dict__["_fallback_warned"] = True
         self._batched, self._report = plans[mode]
 
     def _given_members(self, leaves: list) -> int:

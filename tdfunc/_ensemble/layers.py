@@ -46,7 +46,7 @@ def _elementwise(module: nn.Module, slots: dict, context: BatchContext):
 
 @register_planner(
     nn.GELU, nn.LeakyReLU, nn.ELU, nn.CELU, nn.Softplus, nn.Hardtanh, nn.Threshold,
-    nn.Hardshrink, nn.Softshrink,
+    nn.Hardshrink, nn.Softshrink, falls_back="`inplace=True`",
 )  # fmt: skip
 def _configured_elementwise(module: nn.Module, slots: dict, context: BatchContext):
     # Pointwise with hyper-parameters: the module itself is pointwise, so it runs
@@ -62,7 +62,7 @@ def shift_dim(dim: int) -> int:
     return dim + 1 if dim >= 0 else dim
 
 
-@register_planner(nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.GLU)
+@register_planner(nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.GLU, falls_back="`dim=None`")
 def _softmax_like(module: nn.Module, slots: dict, context: BatchContext):
     if module.dim is None:
         return None  # the implicit dim depends on the rank: vmap decides it
@@ -82,26 +82,6 @@ def _flatten(module: nn.Module, slots: dict, context: BatchContext):
 def _unflatten(module: nn.Module, slots: dict, context: BatchContext):
     dim, sizes = shift_dim(module.dim), tuple(module.unflattened_size)
     return lambda leaves, x: x.unflatten(dim, sizes)
-
-
-@register_planner(
-    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
-    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d,
-    nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.LPPool1d, nn.LPPool2d, nn.Upsample,
-    nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d, nn.PixelShuffle, nn.PixelUnshuffle,
-    nn.ZeroPad1d, nn.ZeroPad2d, nn.ZeroPad3d, nn.ConstantPad1d, nn.ConstantPad2d,
-    nn.ConstantPad3d, nn.ReflectionPad1d, nn.ReflectionPad2d, nn.ReplicationPad1d,
-    nn.ReplicationPad2d,
-)  # fmt: skip
-def _per_sample(module: nn.Module, slots: dict, context: BatchContext):
-    # Parameter-free and independent per sample: the members fold into the batch.
-    if getattr(module, "return_indices", False):
-        return None
-
-    def step(leaves, x):
-        return module(x.flatten(0, 1)).unflatten(0, x.shape[:2])
-
-    return step
 
 
 def transposed(weight: torch.Tensor) -> torch.Tensor:
@@ -381,29 +361,38 @@ def _dropout(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
-@register_planner(nn.Embedding)
+@register_planner(nn.Embedding, falls_back="`max_norm`, `sparse=True`")
 def _embedding(module: nn.Module, slots: dict, context: BatchContext):
     if module.max_norm is not None or module.sparse:
         return None  # in-place renormalisation, sparse gradients: left to vmap
     w = slots["weight"]
     padding_idx, by_freq = module.padding_idx, module.scale_grad_by_freq
 
-    def step(leaves, indices):
-        weight = leaves[w]
-        n, rows = weight.shape[0], weight.shape[1]
-        offsets = torch.arange(n, device=indices.device).view(n, *(1,) * (indices.dim() - 1))
-        # An index outside [0, rows) would read a neighbouring member's row of the
-        # merged table: its floor quotient by rows (0 inside) moves it by whole tables,
-        # off either end, so F.embedding fails as the member's own lookup would (an
-        # IndexError on the CPU, a device-side assert on a GPU), without a sync.
-        outside = torch.div(indices, rows, rounding_mode="floor")
-        shifted = indices + (offsets + outside * n) * rows
-        # The shifted indices of different members differ, so the counts behind
-        # scale_grad_by_freq stay per member.
-        out = F.embedding(shifted, weight.flatten(0, 1), scale_grad_by_freq=by_freq)
-        if padding_idx is not None:  # no gradient flows to the padding row
-            pad = (indices == padding_idx).unsqueeze(-1)
-            out = torch.where(pad, out.detach(), out)
-        return out
+    return lambda leaves, indices: member_embedding(indices, leaves[w], padding_idx, by_freq)
 
-    return step
+
+def merged_indices(indices: torch.Tensor, members: int, rows: int) -> torch.Tensor:
+    """Member-leading indices ``[N, ...]`` into the members' tables merged as one
+    ``[N * rows, ...]`` table."""
+    offsets = torch.arange(members, device=indices.device).view(
+        members, *(1,) * (indices.dim() - 1)
+    )
+    # An index outside [0, rows) would read a neighbouring member's row of the
+    # merged table: its floor quotient by rows (0 inside) moves it by whole tables,
+    # off either end, so the lookup fails as the member's own lookup would (an
+    # IndexError on the CPU, a device-side assert on a GPU), without a sync.
+    outside = torch.div(indices, rows, rounding_mode="floor")
+    return indices + (offsets + outside * members) * rows
+
+
+def member_embedding(indices, weight, padding_idx, by_freq: bool) -> torch.Tensor:
+    """``F.embedding`` of each member's indices in its table (``weight``: ``[N, rows, dim]``)."""
+    n, rows = weight.shape[0], weight.shape[1]
+    shifted = merged_indices(indices, n, rows)
+    # The shifted indices of different members differ, so the counts behind
+    # scale_grad_by_freq stay per member.
+    out = F.embedding(shifted, weight.flatten(0, 1), scale_grad_by_freq=by_freq)
+    if padding_idx is not None:  # no gradient flows to the padding row
+        pad = (indices == padding_idx).unsqueeze(-1)
+        out = torch.where(pad, out.detach(), out)
+    return out

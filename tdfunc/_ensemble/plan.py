@@ -26,9 +26,11 @@ from torch import nn
 
 from .._modules.slots import iter_slots
 from . import attention as _attention  # noqa: F401  (attention)
+from . import embedding_bag, instance_norm, pairwise, sample_layers, transposed_conv  # noqa: F401
 from . import layers as _layers  # noqa: F401  (registers the built-in layers)
 from . import recurrent as _recurrent  # noqa: F401  (the recurrent ones)
 from . import transformer as _transformer  # noqa: F401  (transformer layers and stacks)
+from .explain import BATCHED, VMAP, Route
 from .registry import BatchContext, is_plain_sequential, is_torch_layer, planner_for
 from .trace import WholeForward, traced_step
 
@@ -36,12 +38,13 @@ from .trace import WholeForward, traced_step
 class Report:
     """Which leaf modules (and ops) run batched and which run under vmap."""
 
-    __slots__ = ("batched", "vmapped", "whole")
+    __slots__ = ("batched", "routes", "vmapped", "whole")
 
     def __init__(self) -> None:
         self.batched: list[str] = []
         self.vmapped: list[tuple[str, str]] = []  # (name, why)
         self.whole: str | None = None  # the reason the whole forward runs under vmap
+        self.routes: list[Route] = []  # every submodule's and vmapped op's path (explain.py)
 
     def summary(self) -> str:
         if self.whole is not None:
@@ -89,6 +92,7 @@ class Planner:
             step = planner(module, slots, self.context)
             if step is not None:
                 self.report.batched.append(path or type(module).__name__)
+                self.report.routes.append(Route(path, type(module).__name__, BATCHED))
                 return step
             return self.vmapped_step(module, path, "this configuration has no batched form")
         if is_plain_sequential(module):
@@ -105,6 +109,7 @@ class Planner:
 
     def vmapped_step(self, module: nn.Module, path: str, why: str) -> Callable:
         self.report.vmapped.append((path or type(module).__name__, why))
+        self.report.routes.append(Route(path, type(module).__name__, VMAP, why))
         names, positions = [], []
         for slot in iter_slots(module):
             if slot.value is not None:
@@ -272,9 +277,14 @@ def build_batched_plan(
         run = planner.module_step(template, "")
     except WholeForward as error:
         planner.report.whole = str(error)
+        planner.report.routes[:] = [Route("", type(template).__name__, VMAP, str(error))]
         return None, planner.report
     if planner.report.vmapped and not planner.report.batched:
         names = ", ".join(f"`{name}`" for name, _ in planner.report.vmapped)
         planner.report.whole = f"nothing to batch: {names} without a batched form"
+        # the whole forward runs under vmap: one row for it, then the parts that had no form
+        parts = [route for route in planner.report.routes if route.path and route.route == VMAP]
+        whole = Route("", type(template).__name__, VMAP, planner.report.whole)
+        planner.report.routes[:] = [whole, *parts]
         return None, planner.report
     return run, planner.report

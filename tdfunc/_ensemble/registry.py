@@ -66,10 +66,18 @@ LayerPlanner = Callable[[nn.Module, dict, BatchContext], Any]
 _PLANNERS: dict[type, LayerPlanner] = {}
 
 
-def register_planner(*module_types: type) -> Callable[[LayerPlanner], LayerPlanner]:
-    """Decorator: the built-in layers' planners (see the module docstring)."""
+def register_planner(
+    *module_types: type, falls_back: str = ""
+) -> Callable[[LayerPlanner], LayerPlanner]:
+    """Decorator: the built-in layers' planners (see the module docstring).
+
+    ``falls_back`` names the configurations whose planner returns ``None`` (they
+    run under vmap), for the published table of layers (``layer_table``).
+    """
 
     def decorate(planner: LayerPlanner) -> LayerPlanner:
+        if falls_back:
+            planner.falls_back = falls_back  # type: ignore[attr-defined]
         for module_type in module_types:
             _PLANNERS[module_type] = planner
         return planner

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import fx, nn
 
+from . import functional_ops
 from . import graph_ops as ops
 from .attention import folded_attention
+from .explain import TRACED, VMAP, Route
 from .registry import is_plain_sequential, is_torch_layer, planner_for
 
 if TYPE_CHECKING:
@@ -79,15 +81,18 @@ def traced_step(planner: Planner, module: nn.Module, path: str) -> Callable:
     why = planner.untraceable.get(id(module))
     if why is None:
         report = planner.report
-        saved = (list(report.batched), list(report.vmapped))
+        saved = (list(report.batched), list(report.vmapped), list(report.routes))
         try:
             graph = _Tracer(planner.untraceable).trace(module)
-            return _Rewriter(planner, module, path, graph).run()
+            step = _Rewriter(planner, module, path, graph).run()
+            # before the rows of its submodules and ops
+            report.routes.insert(len(saved[2]), Route(path, type(module).__name__, TRACED))
+            return step
         except _Unbatchable as error:
             why = str(error)
         except Exception as error:  # a rewrite that fails falls back to vmap, which is exact
             why = f"cannot rewrite: {type(error).__name__}: {str(error)[:80]}"
-        report.batched[:], report.vmapped[:] = saved  # what this module's steps reported
+        report.batched[:], report.vmapped[:], report.routes[:] = saved  # this module's rows
     if not path:
         raise WholeForward(why)
     return planner.vmapped_step(module, path, why)
@@ -232,6 +237,9 @@ class _Rewriter:
                 raise _Unbatchable(f"draws random numbers ({name}) for all members at once")
             self.batched[node] = False
             return
+        rule = None if is_method else functional_ops.RULES.get(function)
+        if rule is not None and rule(self, node, function, args, kwargs):
+            return
         if random:
             return self.vmap_op(node, function)
         if (is_method and name in ops.POINTWISE_METHODS) or (
@@ -265,6 +273,10 @@ class _Rewriter:
     def vmap_op(self, node, function) -> None:
         label = getattr(function, "__name__", str(function))
         self.planner.report.vmapped.append((f"op {label}", "no batched rule"))
+        stack = node.meta.get("nn_module_stack")  # the inlined submodule whose forward holds it
+        inner = next(reversed(stack)) if stack else ""
+        where = ".".join(part for part in (self.path, inner) if part)
+        self.planner.report.routes.append(Route(where, f"op {label}", VMAP, "no batched rule"))
         arg_dims = tuple(self.in_dims(a) for a in node.args)
         kwarg_dims = {k: self.in_dims(v) for k, v in node.kwargs.items()}
         target = ops.vmapped_op(function, arg_dims, kwarg_dims, self.planner.context)

@@ -65,6 +65,29 @@ ARCHITECTURES = {
         False,
     ),
     "custom": (_Residual, (4,), False),
+    "conv_transpose": (  # pooling and a transposed convolution after a convolution
+        lambda: nn.Sequential(
+            nn.Conv1d(2, 3, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool1d(2),
+            nn.ConvTranspose1d(3, 2, 2, stride=2),
+            nn.Flatten(),
+            nn.Linear(12, 2),
+        ),
+        (2, 6),
+        False,
+    ),
+    "instance_norm": (  # running statistics per member; no bias before the norm (as above)
+        lambda: nn.Sequential(
+            nn.Conv1d(2, 4, 3, padding=1, bias=False),
+            nn.InstanceNorm1d(4, affine=True, track_running_stats=True),
+            nn.Tanh(),
+            nn.Flatten(),
+            nn.Linear(20, 2),
+        ),
+        (2, 5),
+        False,
+    ),
     # wide enough (batch x features >= 4096) for the shared-input matmul path
     "wide": (lambda: nn.Sequential(nn.Linear(1024, 8), nn.ReLU(), nn.Linear(8, 2)), (1024,), False),
 }
@@ -273,3 +296,10 @@ for _arch in ARCHITECTURES:
         _name = f"TestEnsembleVersusLoop_{_arch}_{'chunked' if _chunk else 'whole'}"
         globals()[_name] = type(_name, (_case,), {})
 del _arch, _chunk, _machine, _case, _name
+
+
+def test_every_architecture_runs_batched():
+    """The machines above check the batched path, not a vmap fallback."""
+    for name, (make, _, _) in ARCHITECTURES.items():
+        summary = Ensemble(*[make() for _ in range(MEMBERS)]).batched_summary
+        assert "vmapped" not in summary, f"{name}: {summary}"

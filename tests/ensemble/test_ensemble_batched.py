@@ -20,6 +20,9 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from tdfunc import Ensemble, register_batched
 
+# the corpus holds fallbacks on purpose; each entry's summary says which path it takes
+pytestmark = pytest.mark.filterwarnings("ignore::tdfunc.EnsembleFallbackWarning")
+
 
 # ----------------------------------------------------------------- the corpus
 class TutorialMLP(nn.Module):

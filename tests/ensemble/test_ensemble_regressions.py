@@ -66,6 +66,7 @@ def _buffers(ens, models):
         torch.testing.assert_close(value, expected, msg=lambda detail, key=key: f"{key}: {detail}")
 
 
+@pytest.mark.filterwarnings("ignore::tdfunc.EnsembleFallbackWarning")  # the fallback is the point
 @pytest.mark.parametrize("make", [_bn_model, _Untraceable])
 @pytest.mark.parametrize(
     "index",
@@ -220,6 +221,7 @@ class _ReadsObs(nn.Module):
         return self.fc(batch["obs"] if isinstance(batch, TensorDict) else batch.obs)
 
 
+@pytest.mark.filterwarnings("ignore::tdfunc.EnsembleFallbackWarning")  # the fallback is the point
 @pytest.mark.parametrize("kind", [TensorDict, _ObsClass])
 @pytest.mark.parametrize("rows", [3, 5])  # 3: as many rows as members
 @pytest.mark.parametrize("chunk_size", [None, 2])

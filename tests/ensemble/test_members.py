@@ -50,6 +50,7 @@ def test_selection_matches_a_loop_over_the_selected_members(index):
     )
 
 
+@pytest.mark.filterwarnings("ignore::tdfunc.EnsembleFallbackWarning")  # the fallback is the point
 def test_selection_sees_optimizer_steps_and_vmapped_templates():
     class Custom(nn.Module):  # an unregistered layer: the whole forward runs under vmap
         def __init__(self):

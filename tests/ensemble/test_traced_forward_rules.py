@@ -126,6 +126,7 @@ def test_dims_given_as_varargs():
     _compare(models, ens, (torch.randn(MEMBERS, 2, MEMBERS, 4),), (0,))
 
 
+@pytest.mark.filterwarnings("ignore::tdfunc.EnsembleFallbackWarning")  # the fallback is the point
 @pytest.mark.parametrize("make", [_ActionValue, _Columns])
 def test_an_index_mixing_static_and_per_member_values(make):
     torch.manual_seed(0)
