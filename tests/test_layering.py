@@ -42,6 +42,8 @@ TOP_FLOOR_HELPERS: dict[str, set[str]] = {
     # the ensemble swaps parameters through the module-swapping feature's own tools
     "_ensemble": {
         "tdfunc._modules.slots",
+        # whether a call is traced, compiled or transformed: one module answers for all
+        "tdfunc._core.helpers.tracing",
     },
     "optim": set(),
 }

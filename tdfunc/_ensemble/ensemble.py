@@ -39,6 +39,8 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from .._assembly import TensorDict
+from .._core.helpers.tracing import compiling as _is_compiling
+from .._core.helpers.tracing import jit_tracing as _tracing
 from . import BatchContext, build_batched_plan
 from . import members as _members
 from .cache import DerivedCache
@@ -58,8 +60,6 @@ from .layout import (
 from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slice_members
 
 _RANDOMNESS = ("error", "different", "same")
-_is_compiling = torch.compiler.is_compiling
-_tracing = torch._C._get_tracing_state
 # torch's global module hooks (dicts filled in place by register_module_*_hook).
 _GLOBAL_HOOKS = (
     _module._global_forward_hooks,

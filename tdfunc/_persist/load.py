@@ -24,6 +24,7 @@ import torch
 
 from .._core.helpers.class_names import lookup_class
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.tracing import fake_mode as _fake_mode_active
 from .directory import worker_pool
 from .files import check_file, nbytes_of
 from .format import DTYPES, META, decode_object, open_meta, same_meta
@@ -42,10 +43,6 @@ class _Gone(Exception):
     def __init__(self, error: FileNotFoundError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _fake_mode_active() -> bool:
-    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
 
 
 class _Planned:

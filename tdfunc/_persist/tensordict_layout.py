@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from .._core.helpers.class_names import lookup_class
+from .._core.helpers.hooks import HOOKS
 from .._core.helpers.mixin import is_tensor_collection
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .format import DTYPES, MAX_META_BYTES, META, TENSORDICT_DIR, parse_json, read_regular
@@ -192,7 +193,7 @@ def read_tensordict_layout(directory: str, api: str, device=None, depth: int = 0
             data[key] = read_tensordict_layout(path, api, device, depth + 1)
         else:
             raise ValueError(f"{api}: {where}: entry {key!r} is neither a tensor nor a node.")
-    tensordict_class = lookup_class("tdfunc.TensorDict")  # the core's class, not imported here
+    tensordict_class = HOOKS.tensordict
     out = tensordict_class._new_unsafe(data, batch_size, target or saved_device)
     names = node.get("_names")
     if names is not None and any(n is not None for n in names):
@@ -302,7 +303,7 @@ def write_leaf_layout(leaf: NonTensorData, directory: str, api: str) -> None:
     if type(leaf) is NonTensorStack:
         node["batch_size"] = list(leaf.batch_size)
     else:
-        empty = lookup_class("tdfunc.TensorDict")._new_unsafe({}, leaf.batch_size, None, None)
+        empty = HOOKS.tensordict._new_unsafe({}, leaf.batch_size, None, None)
         write_tensordict_layout(empty, os.path.join(directory, TENSORDICT_DIR), api)
     _write_json(directory, node)
     # tensordict's file for values JSON could not hold: stale once the values are JSON

@@ -33,17 +33,21 @@ from typing import Any
 import optree
 import torch
 import torch.utils._pytree as torch_pytree
-from torch._C import _functorch
 
 from .._core.helpers.class_names import ALIASES, class_name, lookup_class
 from .._core.helpers.mixin import is_tensor_collection as _collection
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.tracing import FAKE as _FAKE
+from .._core.helpers.tracing import (
+    dynamo_compiling as _dynamo_compiling,  # dynamo cannot run the level queries
+)
+from .._core.helpers.tracing import fake_tracing
+from .._core.helpers.tracing import functorch_level as _current_level
+from .._core.helpers.tracing import get_dispatch_mode as _get_mode
 from .rebuild import _FEW, _TENSOR_TYPES, _tensor_shape, unflatten
-from .symbolic import _FAKE, _get_mode, concrete, fake_tracing, symbolic
+from .symbolic import concrete, symbolic
 
 NAMESPACE = "tdfunc"
-_dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
-_current_level = _functorch.maybe_current_level
 _Tensor = torch.Tensor
 _NON_TENSOR_KINDS = {"data": NonTensorData, "stack": NonTensorStack}
 _new = object.__new__

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from .nested_keys import MISSING, key_parts
+from .tracing import dynamo_compiling as _dynamo_compiling
 
 _Tensor = torch.Tensor
 # A class first met while dynamo traces is classified without being cached: dynamo
@@ -29,7 +30,6 @@ _Tensor = torch.Tensor
 # For the same reason the classes every container meets are classified up front
 # (container classes as they are created, see ContainerMixin.__init_subclass__):
 # a first sighting in eager code between two compiled calls would grow the dict.
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 class _TensorKinds(dict):

@@ -26,10 +26,10 @@ from .frozen import is_frozen, refuse_frozen_inside
 from .leaf_errors import each_leaf, note_key
 from .nontensor import NonTensorData, from_array
 from .rewrap import rewrap
+from .tracing import dynamo_compiling as _dynamo_compiling
 
 _Tensor = torch.Tensor
 _SCALARS = frozenset((int, float, bool, complex))
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 def is_collection(value: Any) -> bool:

@@ -23,12 +23,12 @@ from .nested_keys import MISSING, key_parts, unravel_key
 from .nontensor import NonTensorData, NonTensorStack, stack_of_list
 from .parents import hand_out
 from .sizes import BatchSizeMismatchError, leaf_shape
+from .tracing import dynamo_compiling as _dynamo_compiling
 
 _NO_DEFAULT = MISSING
 _SCALARS = (bool, int, float, complex, np.generic)
 _Tensor = torch.Tensor
 # dynamo cannot trace the inference and internal-overlap queries (see _overlaps)
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 _new = object.__new__

@@ -8,8 +8,9 @@ import numpy as np
 import torch
 
 from .. import options
-from ..class_names import lookup_class
+from ..hooks import HOOKS
 from ..sizes import checked_names, index_batch_size, normalize_dim, pad_plan, resolve_shape
+from ..tracing import dynamo_compiling as _dynamo_compiling
 from .saving import _Saving
 from .values import (
     _check_nested,
@@ -27,8 +28,6 @@ from .values import (
     pick_nested,
     take,
 )
-
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 class NonTensorData(_Saving):
@@ -127,9 +126,7 @@ class NonTensorData(_Saving):
             >>> NonTensorData("a", batch_size=[2])._tensordict["data"]
             'a'
         """
-        view = lookup_class("tdfunc.TensorDict")._new_unsafe(
-            {"data": self}, self.batch_size, self.device, None
-        )
+        view = HOOKS.tensordict._new_unsafe({"data": self}, self.batch_size, self.device, None)
         return view.lock_() if self._is_locked else view
 
     def update(self, other: Any, *, inplace: bool = False, non_blocking: bool = False, **kw):
