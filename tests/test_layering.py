@@ -44,6 +44,8 @@ TOP_FLOOR_HELPERS: dict[str, set[str]] = {
         "tdfunc._modules.slots",
         # whether a call is traced, compiled or transformed: one module answers for all
         "tdfunc._core.helpers.tracing",
+        # the one code generator, shared with the swap plans and TensorClass
+        "tdfunc._core.helpers.codegen",
     },
     "optim": set(),
 }

@@ -24,6 +24,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
+from .._core.helpers.codegen import define
 from .._modules.slots import iter_slots
 from . import layers as _layers  # noqa: F401  (registers the built-in layers)
 from . import recurrent as _recurrent  # noqa: F401  (and the recurrent ones)
@@ -151,9 +152,7 @@ def _chain(steps: tuple) -> Callable:
             call = f"a{number}({call})"
         lines.append(f"    x = {call}")
     lines.append("    return x")
-    namespace: dict = {}
-    exec(compile("\n".join(lines), "<tdfunc ensemble chain>", "exec"), constants, namespace)
-    return namespace["chain"]
+    return define(lines, "ensemble chain", constants)["chain"]
 
 
 def vmapped_call(module: nn.Module, names: tuple, positions: tuple, context: BatchContext):

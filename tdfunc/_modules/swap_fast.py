@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from .._core.helpers.codegen import define
 from .._core.helpers.nontensor import NonTensorData
 
 if TYPE_CHECKING:
@@ -113,8 +114,7 @@ def _straight_line(
     unpack = "".join(f"a{slot}, " for slot in range(len(plan.names)))
     lines += ["def write(values):", f"    ({unpack}) = values"]
     lines += [f"    O{slot}[{name!r}] = a{slot}" for slot, name in enumerate(plan.names)]
-    namespace: dict[str, Any] = {}
-    exec(compile("\n".join(lines), "<tdfunc swap plan>", "exec"), constants, namespace)
+    namespace = define(lines, "swap plan", constants)
     plan.read = namespace["read"]
     plan.enter = namespace["enter"]
     plan.write = plan.restore = namespace["write"]
