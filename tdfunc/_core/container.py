@@ -143,7 +143,7 @@ class TensorDictCore(TensorOps):
         out._is_locked = False
         return out
 
-    # Rebuild after a pytree transform (``_pytree_rebuild.py``): trusted, like _new_unsafe.
+    # Rebuild after a pytree transform (``_pytree/rebuild.py``): trusted, like _new_unsafe.
     _from_pytree = _new_unsafe
 
     __hash__ = None  # type: ignore[assignment]

@@ -8,7 +8,7 @@ kept out of the module tree (its own tensors are moved to the ``meta`` device:
 they are never used, so they take no memory).
 
 The forward runs a *batched plan* built once per train/eval mode
-(``batched/``): every layer with a batched form runs once for all members on
+(``plan.py``, ``layers.py``): every layer with a batched form runs once for all members on
 member-leading activations ``[N, B, ...]`` (a ``Linear`` is one ``baddbmm``),
 custom ``forward`` code runs through its ``torch.fx`` rewrite, and what cannot
 be batched runs under ``vmap`` for that part only. When nothing can be

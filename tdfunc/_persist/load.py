@@ -2,7 +2,7 @@
 
 Loading never unpickles (non-tensor files are read with
 ``torch.load(weights_only=True)``) and only builds classes registered in
-:mod:`tdfunc._registry`. A data file is checked against the size its dtype and
+:mod:`tdfunc._core.helpers.class_names`. A data file is checked against the size its dtype and
 shape need before it is mapped, so a truncated file is a ``ValueError`` and
 never a ``SIGBUS``.
 

@@ -170,7 +170,7 @@ def check_in_place_write(self: Any, api: str) -> None:
     """Raise before an in-place write that would reach frozen data (here or nested).
 
     A frozen TensorClass raises its own ``FrozenInstanceError``; a frozen instance
-    anywhere below refuses through :func:`tdfunc._core.frozen.refuse_frozen_inside`.
+    anywhere below refuses through :func:`tdfunc._core.helpers.frozen.refuse_frozen_inside`.
     """
     self._check_mutable(api)
     refuse_frozen_inside(self, api)

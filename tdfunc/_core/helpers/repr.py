@@ -1,4 +1,4 @@
-"""Printing containers in the form the seed documents show, and reading it back
+"""Printing containers in the form tensordict's documentation shows, and reading it back
 (``parse_tensor_dict_string``)."""
 
 from __future__ import annotations
