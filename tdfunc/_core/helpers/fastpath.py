@@ -8,6 +8,19 @@ containers, conversions, errors with hints) is left to the validated paths of
 the container and the write engine. The fast and the full path give the same
 results; the full path only costs more.
 
+Each fast path and its general twin:
+
+- :func:`lookup_nested` (``[]``, ``get``, ``in``): the key normalised by
+  ``nested_keys.key_parts``, then :func:`get_path` (``AccessMixin._get_nested``);
+- :func:`set_fast` (``set``, ``[] =``): the write engine, ``writes.write`` through
+  ``self._write``;
+- :func:`pop_fast` (``pop``): the normalised key, the lock rules of ``locks.py``, then
+  the general removal in ``AccessMixin.pop``.
+
+``tests/core/test_fastpath_differential.py`` proves they agree: random sequences of
+these operations, run as shipped and with every fast path reporting "not handled",
+give the same results, errors and containers.
+
 A leaf is "a tensor" when its class is ``torch.Tensor`` or any subclass
 (``nn.Parameter``, a memory-mapped tensor, ...). The classification of each
 class is computed once and cached, so that the test costs one dict lookup

@@ -5,6 +5,10 @@ the public constructor all go through :func:`write`. A write is atomic: every
 structural change is recorded in an undo log and rolled back when a later entry
 fails; copies into existing tensors (in-place writes) are validated first and
 performed only once every entry has been checked.
+
+Its fast twin, ``fastpath.set_fast`` (a tensor under existing, unlocked levels),
+skips this engine; ``tests/core/test_fastpath_differential.py`` holds the two to the
+same results.
 """
 
 from __future__ import annotations
