@@ -7,6 +7,11 @@
 - a large plan keeps its C-level passes, its slots ordered by the key their
   value is read at, so that its values are read one key at a time over a run of
   levels.
+
+Their general twins are the passes of :class:`~tdfunc._modules.swap_plan.SwapPlan`
+(``read_passes``, ``enter_passes``, ``write_passes``) and, under dynamo, its
+interpreted loops (``swap_interpreted``): ``tests/modules/test_swap_paths_agree.py``
+holds the three to the same slots, old objects and refusals.
 """
 
 from __future__ import annotations
