@@ -17,8 +17,9 @@ Read from the ground up, tdfunc is built in floors (each imports only floors bel
 The core and the features reach the composed classes only through hooks on
 ``self``/``cls``: ``_plain_tensordict()`` (the public ``TensorDict``), ``_swap_handle``
 (what ``to_module`` returns) and ``TensorClass._tc_register`` (called for every new
-tensorclass). The composed classes say ``__module__ = "tdfunc"``: pickles and class
-names name them by their public path.
+tensorclass); helpers with no ``self`` read ``HOOKS`` (``_core/helpers/hooks.py``),
+which this module binds once its classes exist. The composed classes say
+``__module__ = "tdfunc"``: pickles and class names name them by their public path.
 
 Example:
     >>> from tdfunc import TensorClass, TensorDict
