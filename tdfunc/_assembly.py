@@ -40,6 +40,7 @@ from ._core.base import TensorDictBaseCore
 from ._core.container import TensorDictCore
 from ._core.helpers.class_names import register_class
 from ._core.helpers.hooks import bind as bind_core_hooks
+from ._core.helpers.legacy_paths import register as register_legacy_paths
 from ._core.helpers.mixin import is_tensor_collection_or_class as is_tensor_collection  # noqa: F401 - re-exported by tdfunc/__init__.py
 from ._core.helpers.nested_keys import NestedKey as NestedKey
 from ._core.helpers.nested_keys import unravel_key as unravel_key
@@ -238,6 +239,8 @@ class TensorDictBase(TensorDictBaseCore):
 for _cls in (TensorDict, ModuleSwap):
     register_pytree_node(_cls)
     register_class(_cls)
+# pickles written before the core's reorganisation name old module paths
+register_legacy_paths()
 # the classes that helpers below this module build without importing them
 bind_core_hooks(tensordict=TensorDict, tensor_attrs=TensorAttrs)
 # multiprocessing sends file-backed leaves by file, never by torch's shared-memory path

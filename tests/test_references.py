@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tdfunc._core.helpers.class_names import ALIASES
+from tdfunc._core.helpers.legacy_paths import OLD_PATHS
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = sorted(
@@ -65,7 +66,7 @@ def _where(path: Path, line: int) -> str:
 
 def _resolves(dotted: str) -> bool:
     # names older versions wrote, which still load as aliases, are history, not paths
-    if any(alias == dotted or alias.startswith(dotted + ".") for alias in ALIASES):
+    if any(old == dotted or old.startswith(dotted + ".") for old in (*ALIASES, *OLD_PATHS)):
         return True
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):

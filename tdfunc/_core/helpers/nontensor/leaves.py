@@ -46,6 +46,9 @@ class NonTensorData(_Saving):
         ('NonTensorStack', [['a string!', 'a string!', 'a string!']])
     """
 
+    # pickles (torch.save of a container holding one) name the public path, which no
+    # reorganisation of the private modules moves
+    __module__ = "tdfunc"
     # ``__dict__`` holds only what a leaf gains after construction (lock, shared and
     # memory-mapped marks, a write-back to its file): building one stays four stores.
     # ``_held``: the value, read through ``data`` (an element of a stack refreshes it).
@@ -498,6 +501,7 @@ class NonTensorStack(NonTensorData):
         ['c', 'a']
     """
 
+    __module__ = "tdfunc"  # the public path, as NonTensorData's
     __slots__ = ()
 
     def __init__(self, *values: Any, stack_dim: int = 0, batch_size=None, device=None) -> None:
@@ -788,3 +792,8 @@ def _joined(leaves: list[NonTensorData], dim: int, stacking: bool) -> NonTensorD
         size[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
     data = join_nested(nested, dim, stacking)
     return NonTensorStack._make(data, torch.Size(size), leaves[0].device)
+
+
+# The classes name the package face as their module, so doctest would not look for
+# their examples here: name them.
+__test__ = {"NonTensorData": NonTensorData, "NonTensorStack": NonTensorStack}
