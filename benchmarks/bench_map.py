@@ -1,6 +1,6 @@
 """``TensorDict.map`` beside a hand-written process pool and ``tensordict``'s ``map``.
 
-The seeds' preprocessing example: flip 512 uint8 images (3x32x32) and cluster
+The preprocessing example of tensordict's README: flip 512 uint8 images (3x32x32) and cluster
 their labels, in place, in chunks of 32, on 2 worker processes (fork). Every
 implementation starts its own pool per call, as ``map`` does. The baseline is
 what one writes with plain PyTorch: tensors in shared memory, a process pool

@@ -6,7 +6,7 @@ doing the same per-leaf work on the same data as plain nested dicts (the target 
 tdfunc within 1.3x of optree). Run single-threaded, side by side, and read the ratio
 of medians::
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m pytest benchmarks/bench_tensor_like.py \
+    OMP_NUM_THREADS=1 python -m pytest benchmarks/bench_tensor_like.py \
         --benchmark-enable -q --benchmark-columns=median
 """
 

@@ -17,8 +17,9 @@ Read from the ground up, tdfunc is built in floors (each imports only floors bel
 The core and the features reach the composed classes only through hooks on
 ``self``/``cls``: ``_plain_tensordict()`` (the public ``TensorDict``), ``_swap_handle``
 (what ``to_module`` returns) and ``TensorClass._tc_register`` (called for every new
-tensorclass). The composed classes say ``__module__ = "tdfunc"``: pickles and class
-names name them by their public path.
+tensorclass); helpers with no ``self`` read ``HOOKS`` (``_core/helpers/hooks.py``),
+which this module binds once its classes exist. The composed classes say
+``__module__ = "tdfunc"``: pickles and class names name them by their public path.
 
 Example:
     >>> from tdfunc import TensorClass, TensorDict
@@ -38,6 +39,8 @@ from typing_extensions import dataclass_transform
 from ._core.base import TensorDictBaseCore
 from ._core.container import TensorDictCore
 from ._core.helpers.class_names import register_class
+from ._core.helpers.hooks import bind as bind_core_hooks
+from ._core.helpers.legacy_paths import register as register_legacy_paths
 from ._core.helpers.mixin import is_tensor_collection_or_class as is_tensor_collection  # noqa: F401 - re-exported by tdfunc/__init__.py
 from ._core.helpers.nested_keys import NestedKey as NestedKey
 from ._core.helpers.nested_keys import unravel_key as unravel_key
@@ -236,6 +239,10 @@ class TensorDictBase(TensorDictBaseCore):
 for _cls in (TensorDict, ModuleSwap):
     register_pytree_node(_cls)
     register_class(_cls)
+# pickles written before the core's reorganisation name old module paths
+register_legacy_paths()
+# the classes that helpers below this module build without importing them
+bind_core_hooks(tensordict=TensorDict, tensor_attrs=TensorAttrs)
 # multiprocessing sends file-backed leaves by file, never by torch's shared-memory path
 ForkingPickler.register(TensorDict, reduce_collection_for_process)
 

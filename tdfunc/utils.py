@@ -1,4 +1,4 @@
-"""Public helpers importable as ``tdfunc.utils`` (the seeds' ``tensordict.utils``).
+"""Public helpers importable as ``tdfunc.utils`` (tensordict's ``tensordict.utils``).
 
 Example:
     >>> import tempfile, torch
@@ -83,7 +83,7 @@ def print_directory_tree(
         indent: prefix of the first line; each level adds four spaces.
         display_metadata: also report the total size of the files, as a
             ``"Directory size: ..."`` record on the ``"tdfunc"`` logger at INFO level
-            (the printed tree stays exactly the seed's; enable logging to see it).
+            (the printed tree stays exactly the documentation's; enable logging to see it).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.

@@ -42,6 +42,10 @@ TOP_FLOOR_HELPERS: dict[str, set[str]] = {
     # the ensemble swaps parameters through the module-swapping feature's own tools
     "_ensemble": {
         "tdfunc._modules.slots",
+        # whether a call is traced, compiled or transformed: one module answers for all
+        "tdfunc._core.helpers.tracing",
+        # the one code generator, shared with the swap plans and TensorClass
+        "tdfunc._core.helpers.codegen",
     },
     # an ensemble declares which of its parameters carry the member dim (optimizer groups)
     "optim": {"tdfunc._ensemble.members"},

@@ -619,7 +619,8 @@ def test_same_result_as_tensordict(name, tmp_path, request):
     tc, got = run_case(name, "tc", tmp_path)
     _kinds_match(got, want, type(tc))
     if isinstance(want, BaseException) or isinstance(got, BaseException):
-        # point-to-point methods need a second process (tests/test_tensorclass_distributed.py);
+        # point-to-point methods need a second process
+        # (tests/distributed/test_tensorclass_distributed.py);
         # here both paths must refuse the same way
         assert name in RAISES | _POINT_TO_POINT, (name, got, want)
         assert type(got) is type(want), (name, got, want)

@@ -2,7 +2,7 @@
 
 tdfunc has one concrete TensorDict class (there are no lazy stacks or sub-views
 to share an interface with), so ``TensorDictBase`` stays small: it exists for
-``isinstance`` checks, annotations and the class-level loader of the seeds
+``isinstance`` checks, annotations and the class-level loader of tensordict's documentation
 (``TensorDictBase.load_memmap(path)``), which rebuilds whatever class the saved
 ``meta.json`` records.
 

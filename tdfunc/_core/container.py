@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from .helpers.class_names import lookup_class
 from .helpers.device import as_device
+from .helpers.hooks import HOOKS
 from .helpers.mixin import is_tensor_collection
 from .helpers.nested_keys import MISSING
 from .helpers.sizes import SIZE_CACHE, as_size, size_info
@@ -144,7 +144,7 @@ class TensorDictCore(TensorOps):
         out._is_locked = False
         return out
 
-    # Rebuild after a pytree transform (``_pytree_rebuild.py``): trusted, like _new_unsafe.
+    # Rebuild after a pytree transform (``_pytree/rebuild.py``): trusted, like _new_unsafe.
     _from_pytree = _new_unsafe
 
     __hash__ = None  # type: ignore[assignment]
@@ -154,5 +154,5 @@ def __getattr__(name: str) -> Any:
     # Pickles written before the composition root name ``tdfunc._core.container.TensorDict``:
     # that path resolves to the public class (by its stable name, without an import).
     if name == "TensorDict":
-        return lookup_class("tdfunc.TensorDict")
+        return HOOKS.tensordict
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,7 @@ subclass) with one implementation; the parity test (``tests/test_parity.py``)
 checks that the two public APIs stay equal.
 
 A mixin reads the container only through the state declared in
-:class:`~tdfunc._core.mixin.ContainerMixin` (``_data``, ``_batch_size``,
+:class:`~tdfunc._core.helpers.mixin.ContainerMixin` (``_data``, ``_batch_size``,
 ``_device``, ``_names``, ``_is_locked``), builds results with ``self._like(...)``
 and checks writes with ``self._check_writable(api, key)`` /
 ``self._check_mutable(api)``. ``TensorDict`` stores that state in slots; a

@@ -29,16 +29,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
-from torch._C import _functorch
+
+from .._core.helpers.tracing import tracing as tracing
 
 if TYPE_CHECKING:
     from .registry import BatchContext
 
-_is_compiling = torch.compiler.is_compiling
-_is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
-# torch dispatch modes in effect, the fake and functional ones (infra modes) included
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_interpreters = _functorch.peek_interpreter_stack
 _PLAIN = frozenset((torch.Tensor, torch.nn.Parameter))
 # Read per leaf on every call: C-level getters mapped over the leaves keep the
 # check to a few hundred nanoseconds (it is a visible part of a small forward).
@@ -49,20 +45,6 @@ _version = operator.attrgetter("_version")
 _is = operator.is_
 _grad_enabled = torch.is_grad_enabled
 _inference_mode = torch.is_inference_mode_enabled
-
-
-def tracing(compiling: bool | None = None) -> bool:
-    """Whether the current call is traced or transformed (then nothing may be cached).
-
-    ``compiling``: ``torch.compiler.is_compiling()``, when the caller has read it.
-    """
-    if (_is_compiling() if compiling is None else compiling) or _is_exporting():
-        return True
-    # any dispatch mode: fake tensors (torch.export, AOT tracing), functionalization,
-    # or a mode of the user's that must see every op (one call reads them all)
-    if _dispatch_modes():
-        return True
-    return _interpreters() is not None
 
 
 def _aliases(derived: torch.Tensor, source: torch.Tensor) -> bool:

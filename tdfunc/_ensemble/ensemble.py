@@ -8,7 +8,7 @@ kept out of the module tree (its own tensors are moved to the ``meta`` device:
 they are never used, so they take no memory).
 
 The forward runs a *batched plan* built once per train/eval mode
-(``batched/``): every layer with a batched form runs once for all members on
+(``plan.py``, ``layers.py``): every layer with a batched form runs once for all members on
 member-leading activations ``[N, B, ...]`` (a ``Linear`` is one ``baddbmm``),
 custom ``forward`` code runs through its ``torch.fx`` rewrite, and what cannot
 be batched runs under ``vmap`` for that part only. When nothing can be
@@ -39,6 +39,8 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from .._assembly import TensorDict
+from .._core.helpers.tracing import compiling as _is_compiling
+from .._core.helpers.tracing import jit_tracing as _tracing
 from . import BatchContext, build_batched_plan
 from . import members as _members
 from .cache import DerivedCache
@@ -60,8 +62,6 @@ from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slic
 from .plan import vmap_call
 
 _RANDOMNESS = ("error", "different", "same")
-_is_compiling = torch.compiler.is_compiling
-_tracing = torch._C._get_tracing_state
 # torch's global module hooks (dicts filled in place by register_module_*_hook).
 _GLOBAL_HOOKS = (
     _module._global_forward_hooks,

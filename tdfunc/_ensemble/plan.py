@@ -24,6 +24,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
+from .._core.helpers.codegen import define
 from .._modules.slots import iter_slots
 from . import attention as _attention  # noqa: F401  (attention)
 from . import embedding_bag, instance_norm, pairwise, sample_layers, transposed_conv  # noqa: F401
@@ -173,9 +174,7 @@ def _chain(steps: tuple) -> Callable:
         if call != "x":
             lines.append(f"    x = {call}")
     lines.append("    return x")
-    namespace: dict = {}
-    exec(compile("\n".join(lines), "<tdfunc ensemble chain>", "exec"), constants, namespace)
-    return namespace["chain"]
+    return define(lines, "ensemble chain", constants)["chain"]
 
 
 def vmapped_call(module: nn.Module, names: tuple, positions: tuple, context: BatchContext):

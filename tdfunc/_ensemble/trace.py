@@ -2,7 +2,7 @@
 
 The template module is traced once (modules with a batched implementation,
 unregistered ``torch.nn`` layers and untraceable submodules are kept as calls),
-then every node is rewritten (``ops.py`` explains the rules): parameter reads
+then every node is rewritten (``graph_ops.py`` explains the rules): parameter reads
 become reads of the stacked leaves, module calls become their steps (batched
 or vmapped), ops are shifted to the member dim or run under vmap alone. The
 rewritten graph compiles to straight Python code, run on every call.

@@ -25,8 +25,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
-from torch._C import _functorch
 
+# only dynamo cannot run this code
+from .._core.helpers.tracing import dynamo_compiling as _is_compiling
+from .._core.helpers.tracing import is_wrapped as _is_wrapped
+from .._core.helpers.tracing import transformed as _transformed
 from .swap_plan import (
     REGISTRATIONS,
     Mismatch,
@@ -41,7 +44,6 @@ if TYPE_CHECKING:
 
     from .._assembly import ModuleSwap
 
-_is_compiling = torch.compiler.is_dynamo_compiling  # only dynamo cannot run this code
 _MAX_PLANS = 4  # a module rarely sees more than one or two key structures
 
 # Plans per module, weakly keyed: id(module) -> (weak reference, [plans, most
@@ -100,7 +102,7 @@ _MISMATCH = (Mismatch, KeyError, AttributeError, TypeError, IndexError)
 
 def load_through_state_dict(td, module: nn.Module):
     """``td.to_module(module, use_state_dict=True)``: ``load_state_dict``, old values back."""
-    if _functorch.peek_interpreter_stack() is not None or _is_compiling():
+    if _transformed() or _is_compiling():
         raise RuntimeError(
             "to_module(use_state_dict=True) cannot run inside vmap, grad or torch.compile: "
             "load_state_dict copies into the module's tensors for good. Use "
@@ -297,7 +299,7 @@ def commit_swap(plan: SwapPlan, olds) -> None:
         value = owner.get(name)
         if not isinstance(old, nn.Parameter) or isinstance(value, nn.Parameter):
             continue
-        if not isinstance(value, torch.Tensor) or _functorch.is_functorch_wrapped_tensor(value):
+        if not isinstance(value, torch.Tensor) or _is_wrapped(value):
             continue
         param = made.get(id(value))
         if param is None:

@@ -7,6 +7,11 @@
 - a large plan keeps its C-level passes, its slots ordered by the key their
   value is read at, so that its values are read one key at a time over a run of
   levels.
+
+Their general twins are the passes of :class:`~tdfunc._modules.swap_plan.SwapPlan`
+(``read_passes``, ``enter_passes``, ``write_passes``) and, under dynamo, its
+interpreted loops (``swap_interpreted``): ``tests/modules/test_swap_paths_agree.py``
+holds the three to the same slots, old objects and refusals.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from .._core.helpers.codegen import define
 from .._core.helpers.nontensor import NonTensorData
 
 if TYPE_CHECKING:
@@ -113,8 +119,7 @@ def _straight_line(
     unpack = "".join(f"a{slot}, " for slot in range(len(plan.names)))
     lines += ["def write(values):", f"    ({unpack}) = values"]
     lines += [f"    O{slot}[{name!r}] = a{slot}" for slot, name in enumerate(plan.names)]
-    namespace: dict[str, Any] = {}
-    exec(compile("\n".join(lines), "<tdfunc swap plan>", "exec"), constants, namespace)
+    namespace = define(lines, "swap plan", constants)
     plan.read = namespace["read"]
     plan.enter = namespace["enter"]
     plan.write = plan.restore = namespace["write"]

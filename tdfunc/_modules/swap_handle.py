@@ -28,14 +28,13 @@ from functools import partial
 from typing import Any
 
 import torch
-from torch._C import _functorch
 
 from .._core.container import TensorDictCore
+from .._core.helpers.tracing import is_wrapped as _wrapped
 from .module_swap import SwapState
 from .swap_plan import SwapPlan
 
 _DATA = TensorDictCore.__dict__["_data"]  # the slot descriptor the property below stands for
-_wrapped = _functorch.is_functorch_wrapped_tensor
 _EMPTY = torch.Size()
 
 

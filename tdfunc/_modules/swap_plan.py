@@ -165,6 +165,9 @@ class SwapPlan:
         self.write = self.restore = self.write_passes
 
     # -------------------------------------------------------------- hot path
+    # The general form of what small plans run as generated code (swap_fast.py) and of
+    # swap_interpreted below: tests/modules/test_swap_paths_agree.py holds all three to
+    # the same slots, old objects and refusals.
     def read_passes(self, data) -> tuple[Any, list]:
         """The new values and the old objects, per slot; raises :class:`Mismatch`
         (module untouched) when the mapping or the module no longer fits.

@@ -14,7 +14,7 @@
   ``sharing.py``, ``make.py``: in-place writes reaching files, file identity, ``make_memmap``.
 
 May import: ``tdfunc._core`` (classes are found by their stable names in
-``_core/class_names.py``, never imported).
+``_core/helpers/class_names.py``, never imported).
 """
 
 from .api import PersistMixin as PersistMixin

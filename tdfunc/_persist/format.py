@@ -5,7 +5,7 @@ TensorClass instances are sub-directories) holding one file per tensor leaf and
 a ``meta.json`` (format version 2)::
 
     {"format": "tdfunc.memmap", "version": 2,
-     "class": "tdfunc._container.TensorDict",
+     "class": "tdfunc.TensorDict",
      "batch_size": [10], "names": null, "device": "cpu",
      "entries": {
        "a": {"kind": "tensor", "file": "a.memmap", "dtype": "float32", "shape": [10]},
@@ -25,7 +25,7 @@ each, in :mod:`tdfunc._persist.save`) stores them in one data file, each at an
 records version 3 (version 2 readers refuse it). One file instead of one per leaf:
 a save creates, writes and maps one file, a load maps it once.
 
-A TensorClass instance is two levels, as in the seeds' layout
+A TensorClass instance is two levels, as in the documented layout
 (``tc/meta.json`` and ``tc/_tensordict/{data.memmap, meta.json}``): its own
 ``meta.json`` records the class, its non-tensor fields (``entries``, all of
 kind ``non_tensor``), the order of all its fields (``keys``) and, under
@@ -47,7 +47,7 @@ Version 1 (still read) saved a TensorClass flat, like a TensorDict: its tensors
 next to its ``meta.json``.
 
 Keys are the real keys; file and directory names come from
-:func:`tdfunc._persist_keys.encode_key`. A nested entry embeds the sub-directory's
+:func:`tdfunc._persist.filenames.encode_key`. A nested entry embeds the sub-directory's
 metadata, so loading from the top reads one ``meta.json`` and sees one
 consistent snapshot, while the sub-directory's own ``meta.json`` allows loading
 it alone. Non-tensor values that JSON holds exactly are stored inline; others
@@ -55,7 +55,7 @@ with ``torch.save`` in a ``.pt`` file, read back with ``weights_only=True``.
 
 ``meta.json`` is untrusted input: :func:`read_meta` validates every field
 before the loader uses it (names cannot leave the directory, dtypes come from a
-fixed table, classes are looked up in :mod:`tdfunc._registry` only).
+fixed table, classes are looked up in :mod:`tdfunc._core.helpers.class_names` only).
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from .._core.helpers.class_names import class_name, lookup_class
+from .._core.helpers.class_names import class_name
+from .._core.helpers.hooks import HOOKS
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .memmap_tensor import MemmapFileExistsError
 from .save import save
@@ -71,9 +72,7 @@ def memmap_leaf(
         save_tensordict_layout(leaf, directory, api, fsync=fsync)
         saved = read_tensordict_layout(directory, api)
     elif format == "tdfunc":
-        holder = lookup_class("tdfunc.TensorDict")._new_unsafe(  # the core's class
-            {"data": leaf}, leaf.batch_size, leaf.device, None
-        )
+        holder = HOOKS.tensordict._new_unsafe({"data": leaf}, leaf.batch_size, leaf.device, None)
         saved = save(
             holder,
             directory,
@@ -104,7 +103,7 @@ def memmap_leaf(
 
 def load_leaf(prefix, api: str, cls: type, *args: Any, **kwargs: Any) -> NonTensorData:
     """The leaf saved in ``prefix`` (``TypeError`` when it holds a container)."""
-    loaded = lookup_class("tdfunc.TensorDict").load_memmap(prefix, *args, **kwargs)
+    loaded = HOOKS.tensordict.load_memmap(prefix, *args, **kwargs)
     if not isinstance(loaded, cls):
         raise TypeError(
             f"{api}: {os.fspath(prefix)} holds a {type(loaded).__name__}, not a {cls.__name__}; "

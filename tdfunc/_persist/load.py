@@ -2,7 +2,7 @@
 
 Loading never unpickles (non-tensor files are read with
 ``torch.load(weights_only=True)``) and only builds classes registered in
-:mod:`tdfunc._registry`. A data file is checked against the size its dtype and
+:mod:`tdfunc._core.helpers.class_names`. A data file is checked against the size its dtype and
 shape need before it is mapped, so a truncated file is a ``ValueError`` and
 never a ``SIGBUS``.
 
@@ -23,6 +23,7 @@ import torch
 
 from .._core.helpers.class_names import lookup_class
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.tracing import fake_mode as _fake_mode_active
 from .confine import enter_directory
 from .directory import worker_pool
 from .files import check_file, nbytes_of
@@ -42,10 +43,6 @@ class _Gone(Exception):
     def __init__(self, error: FileNotFoundError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _fake_mode_active() -> bool:
-    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
 
 
 class _Planned:

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from .._core.helpers.class_names import lookup_class
+from .._core.helpers.hooks import HOOKS
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .confine import check_component, check_data_file, enter_directory
 from .filenames import tensordict_legacy_name, tensordict_name
@@ -204,7 +205,7 @@ class _Read:
                 data[key] = self.read(path, batch_size, depth + 1)
             else:
                 raise self.bad(directory, key, "the entry is neither a tensor nor a node")
-        out = lookup_class("tdfunc.TensorDict")._new_unsafe(data, batch_size, target or _CPU)
+        out = HOOKS.tensordict._new_unsafe(data, batch_size, target or _CPU)
         names = node.get("_names")
         if names is not None:
             if (

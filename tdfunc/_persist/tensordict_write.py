@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from .._core.helpers.class_names import lookup_class
+from .._core.helpers.hooks import HOOKS
 from .._core.helpers.mixin import is_tensor_collection
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .confine import check_data_file, create_new, lstat_or_none, root_directory, write_new
@@ -297,7 +297,7 @@ class TensordictSave:
                 node["batch_size"] = list(leaf.batch_size)
             else:
                 self._claim(level, TENSORDICT_DIR, ours, at, True)
-                empty = lookup_class("tdfunc.TensorDict")._new_unsafe(
+                empty = HOOKS.tensordict._new_unsafe(
                     {}, leaf.batch_size, None, None
                 )
                 level.subdirs.append(TENSORDICT_DIR)

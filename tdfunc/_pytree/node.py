@@ -33,17 +33,21 @@ from typing import Any
 import optree
 import torch
 import torch.utils._pytree as torch_pytree
-from torch._C import _functorch
 
 from .._core.helpers.class_names import ALIASES, class_name, lookup_class
 from .._core.helpers.mixin import is_tensor_collection as _collection
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
+from .._core.helpers.tracing import FAKE as _FAKE
+from .._core.helpers.tracing import (
+    dynamo_compiling as _dynamo_compiling,  # dynamo cannot run the level queries
+)
+from .._core.helpers.tracing import fake_tracing
+from .._core.helpers.tracing import functorch_level as _current_level
+from .._core.helpers.tracing import get_dispatch_mode as _get_mode
 from .rebuild import _FEW, _TENSOR_TYPES, _tensor_shape, unflatten
-from .symbolic import _FAKE, _get_mode, concrete, fake_tracing, symbolic
+from .symbolic import concrete, symbolic
 
 NAMESPACE = "tdfunc"
-_dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
-_current_level = _functorch.maybe_current_level
 _Tensor = torch.Tensor
 _NON_TENSOR_KINDS = {"data": NonTensorData, "stack": NonTensorStack}
 _new = object.__new__
@@ -180,6 +184,45 @@ def _remember(cache: dict, key: tuple, context: NodeContext) -> None:
     pair[context.nested is not None] = context
 
 
+def _built(
+    cls: type,
+    keys: tuple,
+    non_tensor: tuple,
+    batch_size: torch.Size,
+    shapes: tuple,
+    feature_shapes: tuple,
+    tensor_children: tuple,
+    device: torch.device | None,
+    names: tuple | None,
+    level: int | None,
+    nested: tuple | None,
+    width: int,
+    order: tuple | None,
+) -> NodeContext:
+    """A :class:`NodeContext` from fields the flatten walk computed already.
+
+    The one setup of a context on the flatten path (every field given, none derived:
+    ``NodeContext(...)`` derives ``width`` and ``shapes`` for the other callers). Its
+    callers (plain tensors, an ``in_dims`` level, the general walk) build the same
+    contexts: ``tests/pytree/test_node_setup_agrees.py`` compares them field by field.
+    """
+    context = _new(NodeContext)
+    context.cls = cls
+    context.keys = keys
+    context.non_tensor = non_tensor
+    context.batch_size = batch_size
+    context.shapes = shapes
+    context.feature_shapes = feature_shapes
+    context.tensor_children = tensor_children
+    context.device = device
+    context.names = names
+    context.level = level
+    context.nested = nested
+    context.width = width
+    context.order = order
+    return context
+
+
 def _inline(
     view: Any, cls: type, out: list, level: int | None, cache: dict | None, depth: int = 0
 ) -> NodeContext:
@@ -228,39 +271,42 @@ def _inline(
             kinds = (
                 _ALL_TENSORS.setdefault(width, (True,) * width) if width < 4096 else (True,) * width
             )
-        context = _new(NodeContext)
-        context.cls = cls
-        context.keys = tuple(data)
-        context.non_tensor = _NOTHING
-        context.batch_size = batch_size
-        context.shapes = shapes
-        context.feature_shapes = tuple([shape[ndim:] for shape in shapes]) if ndim else shapes
-        context.tensor_children = kinds
-        context.device = view._device
-        context.names = view._names
-        context.level = level
-        context.nested = None
-        context.width = width
-        context.order = None
+        context = _built(
+            cls,
+            tuple(data),
+            _NOTHING,
+            batch_size,
+            shapes,
+            tuple([shape[ndim:] for shape in shapes]) if ndim else shapes,
+            kinds,
+            view._device,
+            view._names,
+            level,
+            None,
+            width,
+            None,
+        )
         if cache is not None:
             _remember(cache, cache_key, context)
         return context
     if data and _UNSHAPED.issuperset(map(type, values)):  # a level of an in_dims tree
         out.extend(values)
-        context = _new(NodeContext)
-        context.cls = cls
-        context.keys = tuple(data)
-        context.non_tensor = _NOTHING
-        context.batch_size = view._batch_size
-        context.shapes = context.feature_shapes = (None,) * len(data)
-        context.tensor_children = (False,) * len(data)
-        context.device = view._device
-        context.names = view._names
-        context.level = level
-        context.nested = None
-        context.width = len(data)
-        context.order = None
-        return context
+        unshaped = (None,) * len(data)
+        return _built(
+            cls,
+            tuple(data),
+            _NOTHING,
+            view._batch_size,
+            unshaped,
+            unshaped,
+            (False,) * len(data),
+            view._device,
+            view._names,
+            level,
+            None,
+            len(data),
+            None,
+        )
     start = len(out)
     keys = []
     shapes: list[torch.Size | None] = []
@@ -322,20 +368,21 @@ def _inline(
             )
         ):
             return context
-    context = _new(NodeContext)
-    context.cls = cls
-    context.keys = tuple(keys)
-    context.non_tensor = _NOTHING if non_tensor is None else tuple(non_tensor)
-    context.batch_size = batch_size
-    context.shapes = tuple(shapes)
-    context.feature_shapes = tuple(features)
-    context.tensor_children = tuple(kinds)
-    context.device = view._device
-    context.names = view._names
-    context.level = level
-    context.nested = None if nested is None else tuple(nested)
-    context.width = width
-    context.order = None if non_tensor is None else _order(data, keys, non_tensor)
+    context = _built(
+        cls,
+        tuple(keys),
+        _NOTHING if non_tensor is None else tuple(non_tensor),
+        batch_size,
+        tuple(shapes),
+        tuple(features),
+        tuple(kinds),
+        view._device,
+        view._names,
+        level,
+        None if nested is None else tuple(nested),
+        width,
+        None if non_tensor is None else _order(data, keys, non_tensor),
+    )
     if cache is not None and non_tensor is None:
         _remember(cache, cache_key, context)
     return context

@@ -20,20 +20,24 @@ from operator import eq as _eq
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch._C import _functorch
 
 from .._core.helpers.mixin import is_tensor_collection as _collection
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack, StackInTransform
+from .._core.helpers.tracing import FAKE as _FAKE
+from .._core.helpers.tracing import batch_dim_of as _get_bdim
+from .._core.helpers.tracing import (
+    dynamo_compiling as _dynamo_compiling,  # dynamo cannot run the level queries
+)
+from .._core.helpers.tracing import functorch_level as _current_level
+from .._core.helpers.tracing import get_dispatch_mode as _get_mode
+from .._core.helpers.tracing import tensor_level as _tensor_level
 from .infer import _infer, _shaped, _tensorless
-from .symbolic import _FAKE, _get_mode, symbolic
 from .symbolic import rebuild as symbolic_rebuild
+from .symbolic import symbolic
 
 if TYPE_CHECKING:
     from .node import NodeContext
 
-_dynamo_compiling = torch.compiler.is_dynamo_compiling  # dynamo cannot run the level queries
-_current_level = _functorch.maybe_current_level
-_get_bdim = _functorch.maybe_get_bdim  # -1 for a tensor that is not batched
 _Tensor = torch.Tensor
 _tensor_shape = _Tensor.shape.__get__  # type: ignore[attr-defined]  # TypeError for non-tensors
 # Up to this many children a level's sizes are read into one tuple and compared at
@@ -64,7 +68,7 @@ def _check_vmap_input(children: list, context: NodeContext) -> None:
         bdim = _get_bdim(child)
         if bdim < ndim:  # not batched (-1), or mapped over a batch dim
             continue
-        if context.level is not None and _functorch.maybe_get_level(child) <= context.level:
+        if context.level is not None and _tensor_level(child) <= context.level:
             return
         if feature is None or child.dim() + 1 != ndim + len(feature):
             continue  # not the tensor that was flattened: it has the batch dim already
@@ -94,7 +98,7 @@ def _names_after(context: NodeContext, batch_size: torch.Size, children) -> tupl
         level = _current_level()
         if level is not None and (context.level is None or level > context.level):
             for child in children:
-                if isinstance(child, _Tensor) and _functorch.maybe_get_level(child) == level:
+                if isinstance(child, _Tensor) and _tensor_level(child) == level:
                     dim = _get_bdim(child)
                     left = recorded[:dim] + recorded[dim + 1 :]
                     if 0 <= dim < len(recorded) and left == batch_size:

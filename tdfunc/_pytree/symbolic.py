@@ -24,15 +24,7 @@ import torch
 if TYPE_CHECKING:
     from .node import NodeContext
 
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
-_get_mode = torch._C._get_dispatch_mode
-_FAKE = torch._C._TorchDispatchModeKey.FAKE
 _Tensor = torch.Tensor
-
-
-def fake_tracing() -> bool:
-    """Whether fake tensors are being traced outside dynamo (``torch.export``, AOT tracing)."""
-    return not _dynamo_compiling() and _get_mode(_FAKE) is not None
 
 
 def symbolic(values) -> bool:

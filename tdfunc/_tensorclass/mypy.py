@@ -15,7 +15,7 @@ every run (mypy's cache would lose the rewrite). Enable it in the mypy
 configuration::
 
     [tool.mypy]
-    plugins = ["tdfunc._tensorclass_mypy"]
+    plugins = ["tdfunc.mypy_plugin"]
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import torch
 from typing_extensions import dataclass_transform
 
 from .._core.helpers.class_names import register_class
+from .._core.helpers.codegen import define
 from .._core.helpers.frozen import FROZEN, freeze
 from .._core.helpers.nontensor import NonTensorData
 from .._core.helpers.sizes import as_size
@@ -199,7 +200,7 @@ class TensorClassCore(TensorClassConvert, metaclass=_Meta):
 def _reserved_names(cls: type) -> frozenset[str]:
     """Names a field may not take: every attribute of TensorClass and of TensorDict."""
     if not _RESERVED:
-        # "data" is free: the seeds' persistence example declares a field named data
+        # "data" is free: tensordict's saving tutorial declares a field named data
         # without the shadow flag ("sub" too: a common field name; the field wins).
         free = {"data", "sub"}
         # the features' methods are the plain TensorDict's too
@@ -354,7 +355,7 @@ def _field_property(name: str, tensor_only: bool) -> property:
     """A property reading the field straight from the inner TensorDict's dict."""
     namespace: dict[str, Any] = {"Tensor": torch.Tensor, "NonTensorData": NonTensorData}
     source = (_TENSOR_ONLY_SOURCE if tensor_only else _PROPERTY_SOURCE).format(name=name)
-    exec(compile(source, f"<tdfunc field {name}>", "exec"), namespace)
+    namespace.update(define(source, f"field {name}", namespace))
 
     def fset(self: TensorClassCore, value: Any) -> None:
         self._write_field(name, value)
@@ -513,7 +514,7 @@ def _own_setattr(cls: type) -> bool:
 def _compile_init(cls: type, fields: tuple[Field, ...], signature: str, body: list, namespace):
     api = cls.__name__
     source = f"def __init__({signature}):\n" + "\n".join("    " + line for line in body)
-    exec(compile(source, f"<tdfunc {api}.__init__>", "exec"), namespace)
+    namespace.update(define(source, f"{api}.__init__", namespace))
     init = namespace["__init__"]
     # the declared annotations (strings under ``from __future__ import annotations``), so
     # ``inspect.signature`` reads like a dataclass: ``(x: 'torch.Tensor', ..., *, batch_size=...)``

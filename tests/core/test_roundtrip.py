@@ -173,7 +173,7 @@ def test_pytree_round_trip(name):
     td = CORPUS[name]()
     leaves, spec = pytree.tree_flatten(td)
     assert all(isinstance(leaf, torch.Tensor) for leaf in leaves)
-    # unflatten puts non-tensor keys after the tensors (_pytree.py), hence ordered=False
+    # unflatten puts non-tensor keys after the tensors (tdfunc/_pytree/node.py), hence ordered=False
     assert_same(pytree.tree_unflatten(leaves, spec), td, share=True, ordered=False)
 
 

@@ -116,7 +116,7 @@ class _Point(TensorClass):
 
 
 def test_legacy_tensorclass_wrapper_format_loads():
-    # seed 003: "the legacy format (_tensordict/_non_tensordict wrapper keys)"
+    # the newer TensorClass page: "the legacy format (_tensordict/_non_tensordict wrapper keys)"
     legacy: OrderedDict = OrderedDict()
     legacy["_tensordict"] = OrderedDict(
         x=torch.tensor([1.0, 2.0, 3.0]),

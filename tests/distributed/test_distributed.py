@@ -105,7 +105,7 @@ def _check_received(td: TensorDict, seed: int) -> None:
 
 # ---------------------------------------------------------------- point to point
 def _p2p_worker(rank: int, world_size: int) -> None:
-    # the seed example: every worker holds the same structure; 1 sends, 0 receives
+    # the documented example: every worker holds the same structure; 1 sends, 0 receives
     data = TensorDict({"a": torch.zeros(()), ("b", "c"): torch.ones(())}, [])
     if rank == 1:
         data["a"] = torch.tensor(3.5)
@@ -118,7 +118,7 @@ def _p2p_worker(rank: int, world_size: int) -> None:
         assert work.is_completed() and work.source_rank() == 1
         assert data["a"].item() == 3.5 and data["b", "c"].item() == -2.0
 
-    # the seed's lines verbatim: isend and irecv wait for the data, as in tensordict
+    # the documentation's lines verbatim: isend and irecv wait for the data, as in tensordict
     data = TensorDict({"a": torch.zeros(()), ("b", "c"): torch.ones(())}, [])
     if rank == 1:
         data["a"] = torch.tensor(1.25)

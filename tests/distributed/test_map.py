@@ -21,7 +21,7 @@ from tdfunc._distributed.map import td_map
 
 # ---------------------------------------------------------------- worker functions
 def process_data(data):
-    """The seeds' example, verbatim."""
+    """The documented example, verbatim."""
     images = data.get("images").flip(-2).clone()
     labels = data.get("labels") // 10
     # we update the td inplace

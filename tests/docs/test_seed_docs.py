@@ -1,10 +1,11 @@
 """Every worked example of tensordict's documentation, with only the import changed to tdfunc.
 
-This file is the checklist of tdfunc's promise: one test per example (each ``>>>``
-block and each plain code block that is a complete example) of five pages of
-tensordict's documentation (numbered 000 to 004: overview, README, tensorclass,
-non-tensor data, saving), named ``test_<page>_<section>_<what>``.
-The example code is copied as the page writes it; only
+This file is the checklist: one test per example (each ``>>>`` block and each plain
+code block that is a complete example) of five pages, named ``test_<page>_<section>_<what>``
+where ``<page>`` is ``000`` for tensordict's TensorClass page, ``001`` for its README,
+``002`` for torchrl's RewardData page, ``003`` for the newer TensorClass page and ``004``
+for the saving tutorial.
+The example code is copied as the documentation writes it; only
 
 - ``from tensordict import X`` -> ``from tdfunc import X`` (and ``tensordict.prototype``,
   ``tensordict.utils`` likewise),
@@ -12,20 +13,20 @@ The example code is copied as the page writes it; only
   into it),
 - sizes, only where the example would take minutes (each place says so),
 
-change. Where the page shows an output (a print, a repr, a shape, an assert) the test
-checks it: reprs exactly where they are deterministic (page 003 is the reference
-format; page 001 prints an older format, which :func:`_modern` converts field by
+change. Where the documentation shows an output (a print, a repr, a shape, an assert) the test
+checks it: reprs exactly where they are deterministic (the newer TensorClass page is the reference
+format; tensordict's README prints an older format, which :func:`_modern` converts field by
 field), shapes and values against references computed without tdfunc.
 
 Not run, each with an explicit reason:
 
 - examples that need CUDA (``device="cuda:0"``) run with ``"meta"`` instead, and a
   CUDA twin is skipped when no CUDA device is present;
-- the torchsnapshot examples of 004 are history (torchsnapshot is discontinued); they
-  are listed as skipped tests so the checklist stays complete;
-- the per-element directories of a lazy stack in 004's tree are history: tdfunc stacks
-  densely, so the expected tree has ``td_list/item.memmap`` in their place;
-- the ``pip``/``conda`` installation commands and the citation of 001 are not code.
+- the torchsnapshot examples of the saving tutorial are history (torchsnapshot is
+  discontinued); they are listed as skipped tests so the checklist stays complete;
+- the per-element directories of a lazy stack in the saving tutorial's tree are history:
+  tdfunc stacks densely, so the expected tree has ``td_list/item.memmap`` in their place;
+- the ``pip``/``conda`` installation commands and the README's citation are not code.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.func import functional_call, stack_module_state
 
-# every import the examples make, with `tensordict` changed to `tdfunc` (the test
+# every import the documented examples make, with `tensordict` changed to `tdfunc` (the test
 # bodies below do not repeat them)
 from tdfunc import (
     MemoryMappedTensor,
@@ -72,7 +73,7 @@ SNAPSHOT_REASON = (
 
 # ---------------------------------------------------------------- helpers
 def _flat(text: str) -> str:
-    """Whitespace-insensitive form (000 and 002 print their outputs on one line)."""
+    """Whitespace-insensitive form (the TensorClass and RewardData pages print on one line)."""
     return " ".join(text.split())
 
 
@@ -80,10 +81,11 @@ _OLD_TENSOR = re.compile(r"Tensor\(torch\.Size\((\[[^\]]*\])\), dtype=([\w.]+)\)
 
 
 def _modern(old: str) -> str:
-    """Seed 001's repr (``Tensor(torch.Size([10, 3]), dtype=torch.float32)``) in 003's form.
+    """The README's repr (``Tensor(torch.Size([10, 3]), dtype=torch.float32)``) in the form of
+    the newer TensorClass page.
 
     Only the leaf lines change; field names, order, nesting, batch sizes, devices and
-    ``is_shared`` lines are compared as the seed prints them.
+    ``is_shared`` lines are compared as the documentation prints them.
     """
     return _OLD_TENSOR.sub(
         r"Tensor(shape=torch.Size(\1), device=cpu, dtype=\2, is_shared=False)",
@@ -107,7 +109,7 @@ def _tree(lines: list[str]) -> dict:
     return root
 
 
-# ================================================================ seed 000 (TensorClass)
+# ============================================================== 000: tensordict's TensorClass page
 SEED_000_FOO = (
     "Foo( non_tensor=NonTensorData(data=a string!, batch_size=torch.Size([3]), device=None), "
     "tensor=Tensor(shape=torch.Size([3]), device=cpu, dtype=torch.float32, is_shared=False), "
@@ -159,7 +161,7 @@ def test_000_tensorclass_flags_brackets_or_keywords():
     class Foo(TensorClass):
         integer: int
 
-    value = Foo(integer=1).integer  # the seed shows tensor(1)
+    value = Foo(integer=1).integer  # the documentation shows tensor(1)
     assert isinstance(value, torch.Tensor) and repr(value) == "tensor(1)"
 
 
@@ -172,7 +174,7 @@ def _example_load_memmap_fromkeys():
 
 
 def _example_load_memmap_nested():
-    _example_load_memmap_fromkeys()  # the seed continues from the previous example
+    _example_load_memmap_fromkeys()  # the documentation continues from the previous example
     nested = TensorDict.load_memmap("./saved_td/nested")
     assert nested["e"] == 0
     assert list(nested.keys()) == ["e"]
@@ -215,9 +217,9 @@ fake: TensorDict(
     batch_size=torch.Size([]),
     device=cpu,
     is_shared=False)
-""".replace("<SHARED>\n", "is_shared=False)},\n")  # keeps the seed's 103-character line
+""".replace("<SHARED>\n", "is_shared=False)},\n")  # keeps the documentation's 103-character line
 
-# 000 and 002 print the same output on one line
+# tensordict's TensorClass page and torchrl's RewardData page print the same output on one line
 SEED_000_META_FAKE = (
     "meta: TensorDict( fields={ a: Tensor(shape=torch.Size([]), device=meta, "
     "dtype=torch.float32, is_shared=False), b: TensorDict( fields={ c: Tensor(shape="
@@ -275,9 +277,9 @@ def test_000_memmap_like(tmp_path):
     assert os.path.getsize(buffer["a"].filename) == 1_000_000 * 3 * 64 * 64
 
 
-# ================================================================ seed 001 (README)
+# ================================================================ 001: tensordict's README
 def test_001_readme_training_loop_reads_and_writes_tensordicts():
-    # The seed's loop leaves dataset, model, loss_module and optimizer undefined;
+    # The documentation's loop leaves dataset, model, loss_module and optimizer undefined;
     # minimal ones are supplied so that the loop itself runs as written.
     torch.manual_seed(0)
     net = nn.Linear(4, 1)
@@ -295,7 +297,7 @@ def test_001_readme_training_loop_reads_and_writes_tensordicts():
     expected_net.load_state_dict(net.state_dict())
     expected_opt = torch.optim.SGD(expected_net.parameters(), lr=0.1)
 
-    for i, data in enumerate(dataset):  # noqa: B007 (the seed's loop)
+    for i, data in enumerate(dataset):  # noqa: B007 (the documentation's loop)
         # the model reads and writes tensordicts
         data = model(data)
         loss = loss_module(data)
@@ -335,16 +337,16 @@ def _example_device(device):
         device=device,
     )
     data["key 3"] = torch.randn(3, 4, device="cpu")
-    # The seed writes `is torch.device("cuda:0")`: torch.device objects are not
+    # The documentation writes `is torch.device("cuda:0")`: torch.device objects are not
     # interned (torch.device("cpu") is torch.device("cpu") is False in torch itself),
-    # so identity cannot hold for any library; equality is what the seed means.
+    # so identity cannot hold for any library; equality is what the documentation means.
     assert data["key 3"].device == torch.device(device)
     assert all(v.device == torch.device(device) for v in data.values())
     return data
 
 
 def test_001_general_device_meta():
-    # the seed uses device="cuda:0"; "meta" takes the same path on this machine
+    # the documentation uses device="cuda:0"; "meta" takes the same path on this machine
     data = _example_device("meta")
     assert data.device == torch.device("meta")
 
@@ -355,7 +357,7 @@ def test_001_general_device_cuda():
 
 
 def _general_data():
-    # the seed continues from the device="cuda:0" tensordict; a CPU-bound one here
+    # the documentation continues from the device="cuda:0" tensordict; a CPU-bound one here
     return TensorDict(
         {"key 1": torch.ones(3, 4, 5), "key 2": torch.zeros(3, 4, 5, dtype=torch.bool)},
         batch_size=[3, 4],
@@ -432,7 +434,7 @@ def test_001_tensor_like_view_reshape_unsqueeze(capsys):
     print(data.view(-1))
     print(data.reshape(-1))
     print(data.unsqueeze(-1))
-    # the seed abbreviates each print to the batch size it shows
+    # the documentation abbreviates each print to the batch size it shows
     out = capsys.readouterr().out
     shown = re.findall(r"^    batch_size=(torch\.Size\(\[[^\]]*\]\))", out, flags=re.M)
     assert shown == ["torch.Size([12])", "torch.Size([12])", "torch.Size([3, 4, 1])"]
@@ -442,7 +444,7 @@ def test_001_tensor_like_view_reshape_unsqueeze(capsys):
 
 def test_001_apply_calls_a_missing_functionality():
     data = _seed_data()
-    # On the seed's data (it has a bool entry) torch itself refuses uniform_ on bool,
+    # On the documentation's data (it has a bool entry) torch itself refuses uniform_ on bool,
     # with the same error as on the plain tensor.
     with pytest.raises(NotImplementedError, match="Bool"):
         tensordict_uniform = data.apply(lambda tensor: tensor.uniform_())
@@ -466,7 +468,7 @@ def test_001_apply_filters():
     assert list(data_float.keys()) == ["a"]
 
 
-# ---------------------------------------------------------------- 001 distributed
+# ---------------------------------------------------------------- README: distributed
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -500,7 +502,7 @@ def _seed_001_isend_irecv(rank: int) -> None:
         data.irecv(src=1)
     # as written: irecv waits for the data (as in tensordict), so data is readable now
     assert data["a"] == 0 and data["b", "c"] == 1
-    # Beyond the seed: values that differ per rank show that rank 1's data arrived.
+    # Beyond the documentation: values that differ per rank show that rank 1's data arrived.
     data = TensorDict({"a": torch.full((), 10.0 + rank), ("b", "c"): torch.arange(3.0) * rank}, [])
     if rank == 1:
         data.isend(dst=0)
@@ -529,7 +531,7 @@ def test_001_distributed_isend_irecv_on_two_processes():
                 process.kill()
 
 
-# ---------------------------------------------------------------- 001 functional
+# ---------------------------------------------------------------- README: functional
 def test_001_functional_ensembling_with_vmap(capsys):
     from torch import vmap
 
@@ -563,7 +565,7 @@ def test_001_functional_ensembling_with_vmap(capsys):
     torch.testing.assert_close(out, layer2(layer1(x)))
 
 
-# ---------------------------------------------------------------- 001 serialization
+# ---------------------------------------------------------------- README: serialization
 def test_001_parameter_serialization(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 3))
@@ -578,7 +580,7 @@ def test_001_parameter_serialization(tmp_path):
     params = TensorDict.load_memmap(folder + "/", num_threads=16)
     params.to_module(model)  # load onto model
     assert all(torch.equal(model.state_dict()[k], v) for k, v in reference.items())
-    # DESIGN 3: loading without `with` leaves a normal module (Parameters stay Parameters)
+    # loading without `with` leaves a normal module (Parameters stay Parameters)
     assert all(type(p) is nn.Parameter for p in model.parameters())
     params["0"].to_module(model[0])  # load on a slice of the model
     # in the latter case we could also have loaded only the slice we needed
@@ -617,7 +619,7 @@ def test_001_dataset_on_disk_with_memmap_like(tmp_path):
 
 
 def process_data(data):
-    """001's map worker, verbatim (module level, so that worker processes find it)."""
+    """The README's map worker, verbatim (module level, so that worker processes find it)."""
     images = data.get("images").flip(-2).clone()
     labels = data.get("labels") // 10
     # we update the td inplace
@@ -626,7 +628,7 @@ def process_data(data):
 
 
 def test_001_preprocessing_with_map(tmp_path, capsys):
-    # The seed maps over the 1,000,000-item dataset above, one item at a time: that
+    # The documentation maps over the 1,000,000-item dataset above, one item at a time: that
     # takes hours, so the same dataset layout is built with 16 items.
     data = TensorDict(
         {
@@ -641,7 +643,7 @@ def test_001_preprocessing_with_map(tmp_path, capsys):
     labels = torch.randint(0, 100, (16,), dtype=torch.int, generator=g)
     data["images"].copy_(images)
     data["labels"].copy_(labels)
-    # `if __name__ == "__main__":` guards the seed's script; a test is already guarded
+    # `if __name__ == "__main__":` guards the documentation's script; a test is already guarded
     # create data_preproc here
     data_preproc = data.map(process_data, num_workers=4, chunksize=0, pbar=True)
     assert torch.equal(data_preproc["images"], images.flip(-2))
@@ -650,7 +652,7 @@ def test_001_preprocessing_with_map(tmp_path, capsys):
     assert "16/16" in capsys.readouterr().err  # pbar=True
 
 
-# ---------------------------------------------------------------- 001 lazy preallocation
+# ---------------------------------------------------------------- README: lazy preallocation
 def foo():
     data = TensorDict({}, batch_size=[])
     data["a"] = torch.randn(3)
@@ -690,14 +692,14 @@ def test_001_lazy_preallocation_by_indexed_writes(order):
     expected = [foo() for _ in range(N)]
     indices = list(range(N)) if order == "ordered" else torch.randperm(N).tolist()
     data = TensorDict({}, batch_size=[N])
-    for i in indices:  # the seed writes `for i in range(N): data[i] = foo()`
+    for i in indices:  # the documentation writes `for i in range(N): data[i] = foo()`
         data[i] = expected[i]
     assert repr(data) == _modern(SEED_001_PREALLOCATED)
     assert torch.equal(data["a"], torch.stack([td["a"] for td in expected]))
     assert torch.equal(data["b", "c"], torch.zeros(N, 2))
 
 
-# ---------------------------------------------------------------- 001 nesting
+# ---------------------------------------------------------------- README: nesting
 def _nested_data():
     return TensorDict(
         {
@@ -722,7 +724,7 @@ def test_001_nesting_single_index_access():
     assert sub_value.shape == torch.Size([3, 4, 5, 6])
 
 
-# ---------------------------------------------------------------- 001 tensorclass
+# ---------------------------------------------------------------- README: tensorclass
 SEED_001_SELECT_LABEL = """
 MyData(
     image=Tensor(torch.Size([{n}, 3, 64, 64]), dtype=torch.float32),
@@ -770,7 +772,7 @@ def test_001_tensorclass_decorator(capsys):
     print(data.mask_image().shape)
     print(data.reshape(10, 10))
     out = capsys.readouterr().out
-    # the seed's 11 and 6117 come from its random draw: here from this one
+    # the documentation's 11 and 6117 come from its random draw: here from this one
     n = int((label == 1).sum())
     width = 3 * int(mask[0].sum())
     expected = "\n".join(
@@ -787,17 +789,17 @@ def test_001_tensorclass_decorator(capsys):
     assert torch.equal(data.mask_image()[5], images[5][mask[5].expand(3, 64, 64)])
 
 
-# ================================================================ seed 002 (RewardData)
+# ================================================================ 002: torchrl's RewardData page
 def test_002_reward_data_constructor_signature_and_unbind():
     @tensorclass
     class RewardData:
         input_ids: torch.Tensor
         attention_mask: torch.Tensor
-        rewards: Optional[torch.Tensor] = None  # noqa: UP045 (the seed's signature)
+        rewards: Optional[torch.Tensor] = None  # noqa: UP045 (the documentation's signature)
         end_scores: Optional[torch.Tensor] = None  # noqa: UP045
 
-    # The seed's signature (torchrl, an older tensordict) has a required batch_size;
-    # the newer seeds (000, 003) construct without one, so it is optional in tdfunc.
+    # The documentation's signature (torchrl, an older tensordict) has a required batch_size;
+    # the newer TensorClass pages construct without one, so it is optional in tdfunc.
     seed = (
         "(input_ids: 'torch.Tensor', attention_mask: 'torch.Tensor', "
         "rewards: 'Optional[torch.Tensor]' = None, end_scores: 'Optional[torch.Tensor]' = None, "
@@ -823,7 +825,7 @@ def test_002_reward_data_constructor_signature_and_unbind():
     data.set("rewards", torch.zeros(2, 5))
     td = data.to_tensordict()
     assert isinstance(td, TensorDict) and td.batch_size == torch.Size([2, 5])
-    # retain_none defaults to True (000/003): the None field is written too
+    # retain_none defaults to True (both TensorClass pages): the None field is written too
     assert set(td.keys()) == {"input_ids", "attention_mask", "rewards", "end_scores"}
     assert "end_scores" not in data.to_tensordict(retain_none=False)
     assert td["input_ids"].data_ptr() != ids.data_ptr()  # a copy
@@ -856,7 +858,7 @@ def test_002_memmap_like(tmp_path):
     assert buffer["a"].shape == (1_000_000, 3, 64, 64) and buffer["b"].shape == (1_000_000, 1)
 
 
-# ================================================================ seed 003 (TensorClass)
+# ================================================================ 003: the newer TensorClass page
 SEED_003_FOO = """\
 Foo(
     non_tensor=NonTensorData(data=a string!, batch_size=torch.Size([3]), device=None),
@@ -939,7 +941,7 @@ def test_003_tensor_only():
     class Foo(TensorClass["tensor_only"]):
         x: torch.Tensor
 
-    # beyond the class statement (the seed shows no use): values are, or become, tensors
+    # beyond the class statement (the documentation shows no use): values are, or become, tensors
     assert torch.equal(Foo(x=torch.arange(3)).x, torch.arange(3))
     assert torch.equal(Foo(x=2.0).x, torch.tensor(2.0))
 
@@ -972,7 +974,7 @@ def test_003_shadow():
 
     assert torch.equal(Foo(data=torch.ones(2), batch_size=[2]).data, torch.ones(2))
     # Without shadow, a reserved name is an AttributeError at class construction. The
-    # page lists `data` among them, but seed 004's worked example declares a `data`
+    # page lists `data` among them, but the saving tutorial's worked example declares a `data`
     # field without shadow (and tdfunc's TensorDict has no `data` attribute), so the
     # reserved names are the attributes tdfunc's containers do have.
     with pytest.raises(AttributeError, match="batch_size"):
@@ -1042,7 +1044,7 @@ def test_003_memmap_like(tmp_path):
     assert buffer["a"].shape == (1_000_000, 3, 64, 64) and buffer["b"].shape == (1_000_000, 1)
 
 
-# ================================================================ seed 004 (saving)
+# ================================================================ 004: tensordict's saving tutorial
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor is True")
 def test_004_memmap_model_weights(tmp_path):
     torch.manual_seed(0)
@@ -1105,7 +1107,7 @@ tmpzy1jcaoq/
         item.memmap
         meta.json
     meta.json
-"""  # td_list/0/ ... td_list/3/ of the seed are a lazy stack's directories (history)
+"""  # td_list/0/ ... td_list/3/ of the documentation are a lazy stack's directories (history)
 
 
 def test_004_nested_types_and_print_directory_tree(capsys):
@@ -1138,7 +1140,7 @@ def test_004_existing_memmap_without_prefix_twice():
     td = TensorDict({"a": 1}, [])
     td0 = td.memmap()
     td1 = td0.memmap()
-    assert (td0["a"] is td1["a"]) is True  # the seed shows True
+    assert (td0["a"] is td1["a"]) is True  # the documentation shows True
 
 
 def test_004_existing_memmap_with_prefixes():
@@ -1147,7 +1149,7 @@ def test_004_existing_memmap_with_prefixes():
         td0 = td.memmap(tmpdir_0)
         td0 = td.memmap(tmpdir_0)  # works, results are just overwritten
         with tempfile.TemporaryDirectory() as tmpdir_1:
-            # The seed's next line carries no copy_existing, but its own text (and the
+            # The documentation's next line carries no copy_existing, but its own text (and the
             # tensordict library) say another prefix raises unless copy_existing=True.
             with pytest.raises(RuntimeError, match="copy_existing=True"):
                 td1 = td0.memmap(tmpdir_1)

@@ -1,7 +1,8 @@
-"""The TensorDict examples of seed 001 (the project README), with only the import changed.
+"""The TensorDict examples of tensordict's README, with only the import changed.
 
-Where the seed prints something, the test asserts what it shows; the repr uses
-the newer form of seed 003 (``Tensor(shape=..., device=..., dtype=..., is_shared=...)``).
+Where the documentation prints something, the test asserts what it shows; the repr uses
+the newer form of the newer TensorClass page
+(``Tensor(shape=..., device=..., dtype=..., is_shared=...)``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _device_example(device: str):
 
 
 def test_general_device_moves_written_values_meta():
-    # the seed uses "cuda:0"; the meta device exercises the same path on any machine
+    # the documentation uses "cuda:0"; the meta device exercises the same path on any machine
     _device_example("meta")
 
 
@@ -95,7 +96,7 @@ def test_tensor_like_stack_and_cat():
 
 def test_tensor_like_view_reshape_unsqueeze():
     data = _seed_data()
-    # the seed prints the resulting batch sizes
+    # the documentation prints the resulting batch sizes
     assert data.view(-1).shape == torch.Size([12])
     assert data.reshape(-1).shape == torch.Size([12])
     assert data.unsqueeze(-1).shape == torch.Size([3, 4, 1])

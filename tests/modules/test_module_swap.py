@@ -1,4 +1,4 @@
-"""``from_module``, ``from_modules`` and ``to_module`` (tdfunc/_module_swap.py).
+"""``from_module``, ``from_modules`` and ``to_module`` (tdfunc/_modules/module_swap.py).
 
 References come from the modules themselves (``named_parameters``,
 ``state_dict``, identity of the ``Parameter`` objects) and from

@@ -1,4 +1,4 @@
-"""The persistence examples of the seed documents, with the import changed to tdfunc."""
+"""The persistence examples of tensordict's documentation, with the import changed to tdfunc."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tdfunc import MemoryMappedTensor, TensorDict, tensorclass
 
 
 def test_readme_parameter_serialization(tmp_path):
-    """001: save a model's parameters, load them all or one sub-module's, load them back."""
+    """README: save a model's parameters, load them all or one sub-module's, load them back."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 3))
     reference = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -40,7 +40,7 @@ def test_readme_parameter_serialization(tmp_path):
 
 
 def test_004_transformer_weights_round_trip(tmp_path):
-    """004: ``weights.memmap(path, num_threads=32)`` then ``load_memmap``; equal weights."""
+    """Saving tutorial: ``weights.memmap(path, num_threads=32)``, ``load_memmap``; equal weights."""
     model = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32)
     weights = TensorDict.from_module(model)
     weights_disk = weights.memmap(tmp_path, num_threads=32)
@@ -51,7 +51,7 @@ def test_004_transformer_weights_round_trip(tmp_path):
 
 
 def test_004_nested_types_directory_example():
-    """004: a stack of TensorDicts and a tensorclass inside a TensorDict round-trip."""
+    """Saving tutorial: a stack of TensorDicts and a tensorclass inside a TensorDict round-trip."""
     td_list = [TensorDict({"item": i}, batch_size=[]) for i in range(4)]
 
     @tensorclass
@@ -71,7 +71,7 @@ def test_004_nested_types_directory_example():
 
 
 def test_004_existing_memmap_tensors():
-    """004: memmap twice without a prefix shares tensors; another prefix needs copy_existing."""
+    """Saving tutorial: memmap twice, no prefix, shares tensors; another needs copy_existing."""
     td = TensorDict({"a": 1}, [])
     td0 = td.memmap()
     td1 = td0.memmap()
@@ -80,7 +80,7 @@ def test_004_existing_memmap_tensors():
         td0 = td.memmap(tmpdir_0)
         td0 = td.memmap(tmpdir_0)  # works, results are just overwritten
         with tempfile.TemporaryDirectory() as tmpdir_1:
-            # The seed runs this line without copy_existing, but its text (and the
+            # The documentation runs this line without copy_existing, but its text (and the
             # tensordict library) make it an error: the data would be duplicated.
             with pytest.raises(RuntimeError, match="copy_existing=True"):
                 td0.memmap(tmpdir_1)
@@ -93,7 +93,7 @@ def test_004_existing_memmap_tensors():
 
 
 def test_004_memmap_like_dataset(tmp_path):
-    """004 / 000: preallocate from an expanded datum, fill some items, read them back."""
+    """Saving tutorial, TensorClass page: preallocate from an expanded datum, fill, read back."""
 
     def make_datum():
         return TensorDict({"image": torch.randint(255, (3, 64, 64)), "label": 0}, batch_size=[])
@@ -156,7 +156,7 @@ fake: TensorDict(
     batch_size=torch.Size([]),
     device=cpu,
     is_shared=False)
-""".replace("<SHARED>\n", "is_shared=False)},\n")  # keeps the seed's 103-character line
+""".replace("<SHARED>\n", "is_shared=False)},\n")  # keeps the documentation's 103-character line
 
 
 def test_003_meta_and_fake_loading_prints_as_documented(capsys):

@@ -1,6 +1,6 @@
 """The on-disk layout of TensorClass instances (format 2) and reading the flat format 1.
 
-A TensorClass is saved as the seeds show (004, "nested types")::
+A TensorClass is saved as tensordict's documentation shows (004, "nested types")::
 
     tc/
         _tensordict/        <- a plain TensorDict: the tensor and collection fields

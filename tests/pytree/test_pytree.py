@@ -1,4 +1,4 @@
-"""TensorDict as a pytree node of ``torch.utils._pytree`` and optree (tdfunc/_pytree.py).
+"""TensorDict as a pytree node of ``torch.utils._pytree`` and optree (``tdfunc/_pytree/``).
 
 References are computed without tdfunc: the plain nested dicts the corpus is
 built from (``corpus.plain_leaves``), torch's own pytree on those dicts, and

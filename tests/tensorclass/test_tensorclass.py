@@ -31,7 +31,7 @@ class Params(TensorClass["frozen"]):
     bias: torch.Tensor
 
 
-# ---------------------------------------------------------------------- the seed examples
+# ---------------------------------------------------------------------- the documented examples
 def test_seed_repr_example():
     foo = Foo(tensor=torch.randn(3), non_tensor="a string!", nested=None, batch_size=[3])
     assert repr(foo) == (
@@ -518,7 +518,7 @@ def test_field_assignment_casts_and_validates():
     assert pair.a is None
 
 
-# ---------------------------------------------------------------------- seeds and docs
+# ---------------------------------------------------------------------- tensordict's documentation
 def test_seed_reward_data_style_class():
     class RewardData(TensorClass):
         input_ids: torch.Tensor
@@ -528,7 +528,7 @@ def test_seed_reward_data_style_class():
 
     ids = torch.arange(12).reshape(4, 3)
     data = RewardData(ids, ids > 2, batch_size=[4], names=["batch"])
-    # seed 002's form (batch_size optional: the newer seeds construct without one)
+    # torchrl's RewardData page's form (batch_size optional: the newer pages construct without one)
     assert str(inspect.signature(RewardData)) == (
         "(input_ids: 'torch.Tensor', attention_mask: 'torch.Tensor', "
         "rewards: 'Optional[torch.Tensor]' = None, end_scores: 'Optional[torch.Tensor]' = None, "

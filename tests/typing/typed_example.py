@@ -1,4 +1,6 @@
-"""A typed use of TensorClass, checked by mypy (and pyright) in tests/test_tensorclass_typing.py.
+"""A typed use of TensorClass, checked by mypy and pyright.
+
+The check runs in ``tests/tensorclass/test_tensorclass_typing.py``.
 
 mypy needs the plugin ``tdfunc.mypy_plugin`` for the bracket form
 ``TensorClass["frozen"]``; pyright understands it through ``__class_getitem__``.

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..helpers.class_names import class_name, lookup_class
+from ..helpers.hooks import HOOKS
 from ..helpers.leafwise import leaf_items, map_leaves, tensor_leaves
 from ..helpers.mixin import ContainerMixin
 from ..helpers.mixin import is_tensor_collection as _collection
@@ -208,7 +209,7 @@ def read_consolidated(path: str, cls: Any) -> Any:
     if total + length + _TRAILER.size != size:
         raise ValueError(f"{api}: {path} is corrupt (its sizes do not add up).")
     storage = torch.from_file(path, shared=True, size=total, dtype=torch.uint8)
-    tensordict_class = lookup_class("tdfunc.TensorDict")
+    tensordict_class = HOOKS.tensordict
 
     def dense(entry: dict, key: str) -> torch.Tensor:
         dtype = getattr(torch, entry["dtype"], None)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .class_names import lookup_class
+from .hooks import HOOKS
 from .mixin import is_tensor_collection as _collection
-
-if TYPE_CHECKING:
-    pass
 
 
 def _attrs_class() -> type:
-    return lookup_class("tdfunc.TensorAttrs")
+    return HOOKS.tensor_attrs
 
 
 def holds_attrs(obj: Any) -> bool:

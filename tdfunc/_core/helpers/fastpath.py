@@ -8,6 +8,19 @@ containers, conversions, errors with hints) is left to the validated paths of
 the container and the write engine. The fast and the full path give the same
 results; the full path only costs more.
 
+Each fast path and its general twin:
+
+- :func:`lookup_nested` (``[]``, ``get``, ``in``): the key normalised by
+  ``nested_keys.key_parts``, then :func:`get_path` (``AccessMixin._get_nested``);
+- :func:`set_fast` (``set``, ``[] =``): the write engine, ``writes.write`` through
+  ``self._write``;
+- :func:`pop_fast` (``pop``): the normalised key, the lock rules of ``locks.py``, then
+  the general removal in ``AccessMixin.pop``.
+
+``tests/core/test_fastpath_differential.py`` proves they agree: random sequences of
+these operations, run as shipped and with every fast path reporting "not handled",
+give the same results, errors and containers.
+
 A leaf is "a tensor" when its class is ``torch.Tensor`` or any subclass
 (``nn.Parameter``, a memory-mapped tensor, ...). The classification of each
 class is computed once and cached, so that the test costs one dict lookup
@@ -21,6 +34,7 @@ from typing import Any
 import torch
 
 from .nested_keys import MISSING, key_parts
+from .tracing import dynamo_compiling as _dynamo_compiling
 
 _Tensor = torch.Tensor
 # A class first met while dynamo traces is classified without being cached: dynamo
@@ -29,7 +43,6 @@ _Tensor = torch.Tensor
 # For the same reason the classes every container meets are classified up front
 # (container classes as they are created, see ContainerMixin.__init_subclass__):
 # a first sighting in eager code between two compiled calls would grow the dict.
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 class _TensorKinds(dict):

@@ -26,10 +26,10 @@ from .frozen import is_frozen, refuse_frozen_inside
 from .leaf_errors import each_leaf, note_key
 from .nontensor import NonTensorData, from_array
 from .rewrap import rewrap
+from .tracing import dynamo_compiling as _dynamo_compiling
 
 _Tensor = torch.Tensor
 _SCALARS = frozenset((int, float, bool, complex))
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 def is_collection(value: Any) -> bool:
@@ -170,7 +170,7 @@ def check_in_place_write(self: Any, api: str) -> None:
     """Raise before an in-place write that would reach frozen data (here or nested).
 
     A frozen TensorClass raises its own ``FrozenInstanceError``; a frozen instance
-    anywhere below refuses through :func:`tdfunc._core.frozen.refuse_frozen_inside`.
+    anywhere below refuses through :func:`tdfunc._core.helpers.frozen.refuse_frozen_inside`.
     """
     self._check_mutable(api)
     refuse_frozen_inside(self, api)

@@ -1,4 +1,4 @@
-"""Printing containers in the form the seed documents show, and reading it back
+"""Printing containers in the form tensordict's documentation shows, and reading it back
 (``parse_tensor_dict_string``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .class_names import lookup_class
+from .hooks import HOOKS
 from .nontensor import is_non_tensor
 from .options import PRINT
 from .sizes import leaf_shape
@@ -170,7 +170,7 @@ def _parse(text: str, path: tuple) -> Any:
         data[name.strip()] = _parse(value, (*path, name.strip()))
     batch_size = _size(attributes.get("batch_size", "torch.Size([])"), where)
     names = ast.literal_eval(attributes["names"]) if "names" in attributes else None
-    plain = lookup_class("tdfunc.TensorDict")
+    plain = HOOKS.tensordict
     device = _device(attributes.get("device", "None"))
     return plain(data, batch_size=batch_size, device=device, names=names)
 

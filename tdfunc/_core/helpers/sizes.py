@@ -13,7 +13,7 @@ import operator
 import numpy as np
 import torch
 
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
+from .tracing import dynamo_compiling as _dynamo_compiling
 
 _SIZES: dict[tuple, torch.Size] = {}  # validated batch sizes given as lists / tuples
 

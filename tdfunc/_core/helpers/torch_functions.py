@@ -20,6 +20,7 @@ from .leafwise import map_leaves, map_pairs
 from .nontensor import NonTensorData, cat_non_tensor, stack_non_tensor
 from .pointwise_names import PREDICATES, UNARY
 from .sizes import normalize_dim
+from .tracing import dynamo_compiling as _dynamo_compiling
 
 HANDLED: dict[Callable, Callable] = {}
 
@@ -541,7 +542,6 @@ _OPERATORS: dict[Any, tuple[str, str, bool]] = {
     _Base.gt: ("__gt__", "__lt__", False),
     _Base.ge: ("__ge__", "__le__", False),
 }
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 def _operator(first: str, second: str, ambiguous: bool) -> Callable:

@@ -5,6 +5,10 @@ the public constructor all go through :func:`write`. A write is atomic: every
 structural change is recorded in an undo log and rolled back when a later entry
 fails; copies into existing tensors (in-place writes) are validated first and
 performed only once every entry has been checked.
+
+Its fast twin, ``fastpath.set_fast`` (a tensor under existing, unlocked levels),
+skips this engine; ``tests/core/test_fastpath_differential.py`` holds the two to the
+same results.
 """
 
 from __future__ import annotations
@@ -23,12 +27,12 @@ from .nested_keys import MISSING, key_parts, unravel_key
 from .nontensor import NonTensorData, NonTensorStack, stack_of_list
 from .parents import hand_out
 from .sizes import BatchSizeMismatchError, leaf_shape
+from .tracing import dynamo_compiling as _dynamo_compiling
 
 _NO_DEFAULT = MISSING
 _SCALARS = (bool, int, float, complex, np.generic)
 _Tensor = torch.Tensor
 # dynamo cannot trace the inference and internal-overlap queries (see _overlaps)
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 _new = object.__new__

@@ -2,7 +2,7 @@
 
 A mixin of :class:`~tdfunc._core.ops.TensorOps`, so ``TensorDict`` and every
 ``TensorClass`` share it. Writes go through ``self._write`` (the atomic engine of
-:mod:`tdfunc._core.keys.writes`); a ``TensorClass`` adds its casting rules there.
+:mod:`tdfunc._core.helpers.writes`); a ``TensorClass`` adds its casting rules there.
 
 The fast paths test ``type(node) is TensorDict`` (nested levels are plain
 TensorDicts); ``TensorDict`` derives from this mixin, so ``container.py`` binds

@@ -1,7 +1,7 @@
 """Batch dims of a container: ``batch_size``, ``shape``, ``names``, ``len``, iteration.
 
 A mixin of :class:`~tdfunc._core.ops.TensorOps`, so ``TensorDict`` and every
-``TensorClass`` share it (see :mod:`tdfunc._core.mixin` for the state it reads).
+``TensorClass`` share it (see :mod:`tdfunc._core.helpers.mixin` for the state it reads).
 
 Example:
     >>> import torch

@@ -8,8 +8,9 @@ import numpy as np
 import torch
 
 from .. import options
-from ..class_names import lookup_class
+from ..hooks import HOOKS
 from ..sizes import checked_names, index_batch_size, normalize_dim, pad_plan, resolve_shape
+from ..tracing import dynamo_compiling as _dynamo_compiling
 from .saving import _Saving
 from .values import (
     _check_nested,
@@ -28,8 +29,6 @@ from .values import (
     take,
 )
 
-_dynamo_compiling = torch.compiler.is_dynamo_compiling
-
 
 class NonTensorData(_Saving):
     """One Python value shared by every element of a batch.
@@ -47,6 +46,9 @@ class NonTensorData(_Saving):
         ('NonTensorStack', [['a string!', 'a string!', 'a string!']])
     """
 
+    # pickles (torch.save of a container holding one) name the public path, which no
+    # reorganisation of the private modules moves
+    __module__ = "tdfunc"
     # ``__dict__`` holds only what a leaf gains after construction (lock, shared and
     # memory-mapped marks, a write-back to its file): building one stays four stores.
     # ``_held``: the value, read through ``data`` (an element of a stack refreshes it).
@@ -127,9 +129,7 @@ class NonTensorData(_Saving):
             >>> NonTensorData("a", batch_size=[2])._tensordict["data"]
             'a'
         """
-        view = lookup_class("tdfunc.TensorDict")._new_unsafe(
-            {"data": self}, self.batch_size, self.device, None
-        )
+        view = HOOKS.tensordict._new_unsafe({"data": self}, self.batch_size, self.device, None)
         return view.lock_() if self._is_locked else view
 
     def update(self, other: Any, *, inplace: bool = False, non_blocking: bool = False, **kw):
@@ -501,6 +501,7 @@ class NonTensorStack(NonTensorData):
         ['c', 'a']
     """
 
+    __module__ = "tdfunc"  # the public path, as NonTensorData's
     __slots__ = ()
 
     def __init__(self, *values: Any, stack_dim: int = 0, batch_size=None, device=None) -> None:
@@ -791,3 +792,8 @@ def _joined(leaves: list[NonTensorData], dim: int, stacking: bool) -> NonTensorD
         size[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
     data = join_nested(nested, dim, stacking)
     return NonTensorStack._make(data, torch.Size(size), leaves[0].device)
+
+
+# The classes name the package face as their module, so doctest would not look for
+# their examples here: name them.
+__test__ = {"NonTensorData": NonTensorData, "NonTensorStack": NonTensorStack}

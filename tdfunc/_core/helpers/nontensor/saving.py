@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..class_names import lookup_class
+from ..hooks import HOOKS
 
 if TYPE_CHECKING:
     from .leaves import NonTensorData
@@ -88,7 +88,7 @@ class _Saving:
 
     def _save(self, prefix, inplace: bool, existsok: bool, fsync: bool, format: str):
         # the persistence layer sits above the core: reach it through the registered class
-        return lookup_class("tdfunc.TensorDict")._memmap_leaf(
+        return HOOKS.tensordict._memmap_leaf(
             self,
             prefix,
             api=f"{type(self).__name__}.{'memmap_' if inplace else 'memmap'}",
@@ -103,7 +103,7 @@ class _Saving:
         """The leaf saved in ``prefix`` by :meth:`memmap` (arguments of
         ``TensorDict.load_memmap``); ``TypeError`` if ``prefix`` holds a container."""
         api = f"{cls.__name__}.load_memmap"
-        return lookup_class("tdfunc.TensorDict")._load_leaf(prefix, api, cls, *args, **kwargs)
+        return HOOKS.tensordict._load_leaf(prefix, api, cls, *args, **kwargs)
 
     def is_memmap(self) -> bool:
         """True once the leaf was saved by ``memmap``/``memmap_`` or loaded from a save."""
