@@ -24,7 +24,10 @@ HERE = Path(__file__).resolve().parent
 def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
-        notebook, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(HERE)}}
+        notebook,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(HERE)}},
     )
     client.execute()
     return notebook

@@ -1,8 +1,8 @@
 """Train an ensemble of small MLPs on noisy ``sin(x)``: batched, against a loop and torch.func.
 
 Run ``python -m tdfunc.demo`` (options: ``--members``, ``--steps``, ``--seed``,
-``--width``, ``--rounds``, ``--threads``, ``--out``). It trains the members of an :class:`~tdfunc.Ensemble`
-together (its forward runs every layer once for all members as a batched
+``--width``, ``--rounds``, ``--threads``, ``--out``). It trains the members of an
+:class:`~tdfunc.Ensemble` together (its forward runs every layer once for all members as a batched
 kernel; one backward, one Adam step over the stacked parameters), each member
 on its own bootstrap resample of the data. Then it trains the same members
 again the two other ways: one by one in a Python loop, and with ``torch.func``

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -17,6 +18,11 @@ NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "frozen_batches.i
 def test_frozen_batches_notebook_runs_and_plots(monkeypatch):
     # Same tracing and guards as inductor, without kernel code generation (seconds, not tens).
     monkeypatch.setenv("TDFUNC_NOTEBOOK_BACKEND", "aot_eager")
+    # the kernel imports this checkout's tdfunc, installed or not
+    root = str(NOTEBOOK.parents[1])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    )
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     for cell in notebook.cells:
         if cell.cell_type == "code":

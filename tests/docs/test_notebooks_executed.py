@@ -9,6 +9,7 @@ must hold their outputs, so that a reader on the repository page sees the plots.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -89,6 +90,11 @@ CHECKS = {
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_notebook_executes_and_shows_its_key_numbers(name, monkeypatch, tmp_path):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    # the kernel imports this checkout's tdfunc, installed or not
+    monkeypatch.setenv(
+        "PYTHONPATH",
+        os.pathsep.join(filter(None, [str(NOTEBOOKS.parent), os.environ.get("PYTHONPATH")])),
+    )
     monkeypatch.chdir(NOTEBOOKS)
     CHECKS[name](_execute(name, NOTEBOOKS if name != "datasets_on_disk.ipynb" else tmp_path))
 
