@@ -16,6 +16,7 @@ FIFOs and devices are refused wherever a file or directory is expected.
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
@@ -158,7 +159,14 @@ class _Load:
     def map_packs(self) -> None:
         """Map each shared file once; its tensors are views of that mapping."""
         for path, views in self.packs.items():
-            end = max(offset + nbytes_of(shape, dtype) for _, _, dtype, shape, offset in views)
+            spans = sorted((v[4], v[4] + nbytes_of(v[3], v[2]), v[1]) for v in views)
+            for (_, stop, key), (start, _, other) in itertools.pairwise(spans):
+                if start < stop:  # two entries would be one tensor: writes to one change both
+                    raise ValueError(
+                        f"{self.api}: {self.meta_path} is corrupt: the bytes of keys {key!r} "
+                        f"and {other!r} overlap in {path}."
+                    )
+            end = max(stop for _, stop, _ in spans)
             try:
                 st = check_file(path, end, self.api, exact=False)
             except FileNotFoundError as error:

@@ -164,8 +164,10 @@ class _Read:
         if kind is None:
             raise self.bad(directory, "_type", f"{node.get('_type')!r} is not a class name")
         name = kind.group(1)
-        if name.rpartition(".")[2] in _LEAF_TYPES:  # a non-tensor leaf saved on its own
-            return self.standalone_leaf(directory, node, depth)
+        if name.rpartition(".")[2] in _LEAF_TYPES:
+            if parent is not None:  # inside a container: the container's batch size
+                return self.leaf(directory, parent, self.device or _CPU)
+            return self.standalone_leaf(directory, node, depth)  # saved on its own
         if "shape" not in node:  # a tensorclass: its fields are in _tensordict/
             inner = enter_directory(directory, TENSORDICT_DIR, self.api)
             fields = self.read(inner, parent, depth + 1)

@@ -83,17 +83,18 @@ def referenced_names(node: Any) -> set[str]:
     return names
 
 
+_MAX_DEPTH = 100
 _TEMPORARY = re.compile(r"\.(?:meta\.json\.)?[0-9a-f]{16}\.tmp")
 
 
-def _interrupted(path: str) -> bool:
+def _interrupted(path: str, depth: int = 0) -> bool:
     """A temporary file of this writer, or a real directory holding only such things."""
     if _TEMPORARY.fullmatch(os.path.basename(path)):
         return True
     st = lstat_or_none(path)
-    if st is None or not stat.S_ISDIR(st.st_mode):
+    if st is None or not stat.S_ISDIR(st.st_mode) or depth > _MAX_DEPTH:
         return False
-    return all(_interrupted(os.path.join(path, n)) for n in os.listdir(path))
+    return all(_interrupted(os.path.join(path, n), depth + 1) for n in os.listdir(path))
 
 
 def _old_meta(directory: str, api: str) -> dict | None:

@@ -122,3 +122,13 @@ def test_an_offset_past_the_end_of_the_file_is_refused(tmp_path):
     path.write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=r"holds \d+ bytes, but its metadata needs 640004"):
         TensorDict.load_memmap(tmp_path / "ck")
+
+
+def test_overlapping_tensors_in_a_shared_file_are_refused(tmp_path):
+    TensorDict(_leaves(), []).memmap(tmp_path / "ck")
+    path = tmp_path / "ck" / "meta.json"
+    meta = json.loads(path.read_text())
+    meta["entries"]["w5"]["offset"] = meta["entries"]["w4"]["offset"]
+    path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"the bytes of keys '(w4|w5)' and '(w4|w5)' overlap"):
+        TensorDict.load_memmap(tmp_path / "ck")

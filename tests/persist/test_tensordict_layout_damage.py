@@ -96,3 +96,11 @@ def test_two_keys_never_share_one_file(tmp_path):
     (ck / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=r"at key 'a%20b': it names the file 'a%20b.memmap'"):
         TensorDict.load_memmap(ck)
+
+
+def test_a_leaf_where_a_level_is_recorded_takes_the_containers_batch(tmp_path):
+    ck = _edit(tmp_path, "meta.json", lambda m: m.update(note={"type": "TensorDict"}))
+    loaded = TensorDict.load_memmap(ck)
+    assert loaded["note"] == "written by tensordict"
+    assert loaded.get("note").batch_size == loaded.batch_size == torch.Size([2])
+    assert loaded[1]["note"] == "written by tensordict"

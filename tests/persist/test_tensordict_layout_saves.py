@@ -217,3 +217,15 @@ def test_make_memmap_keeps_the_directorys_layout(tmp_path, layout):
     assert torch.equal(again["a"], torch.ones(2))
     meta = (tmp_path / "ck" / "meta.json").read_text()
     assert ('"_type"' in meta) == (layout == "tensordict")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_tensorclass_at_the_top_in_both_layouts(tmp_path, layout):
+    pair = Pair(x=torch.arange(4.0).view(2, 2), label="top", batch_size=[2])
+    saved = pair.memmap(tmp_path / "ck", format=layout)
+    for loaded in (saved, Pair.load_memmap(tmp_path / "ck")):
+        assert isinstance(loaded, Pair) and loaded.label == "top"
+        assert torch.equal(loaded.x, torch.arange(4.0).view(2, 2))
+    assert pair.memmap_(tmp_path / "in-place", format=layout) is pair
+    pair.x[0, 0] = 9.0
+    assert Pair.load_memmap(tmp_path / "in-place").x[0, 0].item() == 9.0
