@@ -30,6 +30,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .._core.helpers.tracing import compiling as _is_compiling
+from .._core.helpers.tracing import dispatch_modes as _dispatch_modes
+from .._core.helpers.tracing import exporting as _is_exporting
+from .._core.helpers.tracing import interpreter_stack as _interpreters
 from .._core.helpers.tracing import tracing as tracing
 
 if TYPE_CHECKING:

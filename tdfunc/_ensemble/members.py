@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .._core.helpers.tracing import compiling as _is_compiling
 from .layout import _rebuild
 from .member_inputs import DEFAULT
-
-_is_compiling = torch.compiler.is_compiling
 
 if TYPE_CHECKING:
     from .._assembly import TensorDict

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from .._core.helpers.tracing import compiling
 from . import graph_ops as ops
 from .attention import attention_step, canonical_mask
 from .layers import _dropout, _layer_norm, _linear
@@ -235,7 +236,7 @@ def _dropped_padding(module, leaves, first, src, padding, mask):
     ):
         return None
     check = getattr(module, "mask_check", True)
-    if check and torch.compiler.is_compiling():
+    if check and compiling():
         return None
     padded = padding != 0  # torch keeps exactly the zeros of a float mask
     if not check:
