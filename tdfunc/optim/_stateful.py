@@ -13,6 +13,7 @@ step counts) stay as they are, whatever their gradients hold.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from itertools import chain
 from typing import Any
@@ -86,6 +87,34 @@ class _Stacked(torch.optim.Optimizer):
         groups = optimizer_groups(params)
         self._checked: list = []
         super().__init__(params if groups is None else groups, defaults)
+
+    @property
+    def param_groups(self) -> list:  # type: ignore[override]
+        """The groups; a plain per-member tensor written into one is checked and kept here.
+
+        ``torch.optim.lr_scheduler`` reads the groups through this attribute and
+        writes a tensor hyperparameter with ``fill_``, which only a kept
+        :class:`PerMember` accepts per member: a value written between steps is
+        checked and kept before anyone reads it.
+        """
+        attributes = self.__dict__
+        if "param_groups" in attributes:  # restored by torch.optim's __setstate__
+            attributes["_groups"] = attributes.pop("param_groups")
+        groups = attributes["_groups"]
+        if not _is_compiling():
+            for group in groups:
+                for name in self._hypers:
+                    value = group.get(name)
+                    if isinstance(value, torch.Tensor) and not isinstance(value, PerMember):
+                        # a bad value is refused by the next step; the groups stay readable
+                        with contextlib.suppress(TypeError, ValueError):
+                            check_group(type(self).__name__, group, self._hypers, self._numbers)
+                        break
+        return groups
+
+    @param_groups.setter
+    def param_groups(self, groups: list) -> None:
+        self.__dict__["_groups"] = groups
 
     @staticmethod
     def profile_hook_step(func):  # type: ignore[override]
