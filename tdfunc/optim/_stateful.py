@@ -625,3 +625,80 @@ class SGD(_Stacked):
             if state and param.grad is not None and state.get("momentum_buffer") is None:
                 state["momentum_buffer"] = torch.zeros_like(param)
                 state["_started"] = False
+
+
+class RMSprop(_Stacked):
+    """RMSprop for stacked parameters; ``lr``, ``alpha``, ``weight_decay``, ``momentum`` per member.
+
+    With float hyperparameters every member follows ``torch.optim.RMSprop``
+    exactly (the rule of :func:`tdfunc.optim.rmsprop`).
+
+    Example:
+        >>> import torch
+        >>> p = torch.nn.Parameter(torch.zeros(2, 3))
+        >>> opt = RMSprop([p], lr=torch.tensor([0.01, 0.1]))
+        >>> p.grad = torch.ones(2, 3)
+        >>> opt.step()
+        >>> p[:, 0]
+        tensor([-0.1000, -1.0000], grad_fn=<SelectBackward0>)
+    """
+
+    _hypers = {"lr": "lr", "alpha": "alpha", "weight_decay": "weight_decay", "momentum": "momentum"}
+    _numbers = ("eps",)
+
+    def __init__(
+        self,
+        params,
+        lr: Any = 1e-2,
+        alpha: Any = 0.99,
+        eps: float = 1e-8,
+        weight_decay: Any = 0.0,
+        momentum: Any = 0.0,
+        centered: bool = False,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "alpha": alpha,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "momentum": momentum,
+            "centered": bool(centered),
+        }
+        super().__init__(params, defaults)
+
+    def _fresh(self, group: dict, param: torch.Tensor) -> dict:
+        state = {"step": torch.zeros(()), "square_avg": torch.zeros_like(param)}
+        if not H.is_zero(group["momentum"]):
+            state["momentum_buffer"] = torch.zeros_like(param)
+        if group["centered"]:
+            state["grad_avg"] = torch.zeros_like(param)
+        return state
+
+    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
+        _advance([state["step"] for state in states])
+        with_momentum = not H.is_zero(group["momentum"])
+        if with_momentum:
+            for state, param in zip(states, params):
+                # momentum switched on after the first steps: its buffer starts at zero
+                if state.get("momentum_buffer") is None:
+                    state["momentum_buffer"] = torch.zeros_like(param)
+        square_avg = [state["square_avg"] for state in states]
+        grad_avg = [state["grad_avg"] for state in states] if group["centered"] else None
+        buffers = [state["momentum_buffer"] for state in states] if with_momentum else None
+        if _complex.any_complex(params):
+            params, grads, square_avg, grad_avg, buffers = map(
+                _complex.as_real, (params, grads, square_avg, grad_avg, buffers)
+            )
+        _rules.rmsprop(
+            _kernels.INPLACE,
+            params,
+            grads,
+            square_avg,
+            grad_avg,
+            buffers,
+            lr=group["lr"],
+            alpha=group["alpha"],
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            momentum=group["momentum"],
+        )

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from tdfunc import optim
 
 SHAPES = [(3,), (2, 2)]
-KINDS = {"SGD": optim.SGD, "Adam": optim.Adam, "AdamW": optim.AdamW}
+KINDS = {"SGD": optim.SGD, "Adam": optim.Adam, "AdamW": optim.AdamW, "RMSprop": optim.RMSprop}
 MOMENTS = {"SGD": ("momentum_buffer",), "Adam": ("exp_avg", "exp_avg_sq")}
 MOMENTS["AdamW"] = MOMENTS["Adam"]
+MOMENTS["RMSprop"] = ("square_avg", "momentum_buffer", "grad_avg")
 TOLERANCE = {
     torch.float64: {"rtol": 1e-9, "atol": 1e-10},
     torch.float32: {"rtol": 1e-5, "atol": 1e-6},
@@ -38,6 +39,9 @@ def scenarios(draw):
     if kind == "SGD":
         kwargs.update(momentum=draw(st.sampled_from([0.0, 0.9])))
         kwargs.update(weight_decay=draw(st.sampled_from([0.0, 0.1])))
+    elif kind == "RMSprop":
+        kwargs.update(momentum=draw(st.sampled_from([0.0, 0.5])), centered=draw(st.booleans()))
+        kwargs.update(alpha=draw(st.sampled_from([0.99, 0.5])))
     else:
         kwargs.update(weight_decay=draw(st.sampled_from([0.0, 0.1])))
     ops = []
