@@ -403,16 +403,11 @@ def _brief(value: Any) -> str:
     return type(value).__name__
 
 
-def _hyper(
-    api: str,
-    name: str,
-    value: Any,
-    low: float = 0.0,
-    high: float | None = None,
-    high_open: bool = False,
-    tree: bool = False,
-) -> Any:
-    """Check a hyperparameter; ints become floats; a pytree is allowed where ``tree``."""
+def _hyper(api: str, name: str, value: Any, kind: str | None = None, tree: bool = False) -> Any:
+    """Check a hyperparameter by the ranges the stateful optimizers use (``_hyper.RANGES``).
+
+    Ints become floats; a pytree is allowed where ``tree``.
+    """
     if tree and not isinstance(value, (int, float, torch.Tensor)):
         leaves, _ = _flatten(value)
         if len(leaves) == 1 and leaves[0] is value:  # not a container
@@ -423,10 +418,9 @@ def _hyper(
         if not leaves:
             raise ValueError(f"{api}: {name} is an empty pytree.")
         for leaf in leaves:
-            H.check_number(api, f"every leaf of {name}", leaf, low, high, high_open)
+            H.check(api, f"every leaf of {name}", leaf, kind or name)
         return value
-    H.check_number(api, name, value, low, high, high_open)
-    return value if isinstance(value, torch.Tensor) else float(value)
+    return H.check(api, name, value, kind)
 
 
 def _momentum_fixed(api: str, with_momentum: bool, momentum: Any) -> None:
@@ -499,8 +493,8 @@ def _adam(name, lr, betas, eps, weight_decay, eps_root, decoupled) -> GradientTr
         raise TypeError(f"{api}: betas must be a pair (beta1, beta2), got {betas!r}.")
     hypers = {
         "lr": _hyper(api, "lr", lr, tree=True),
-        "beta1": _hyper(api, "betas[0]", betas[0], 0.0, 1.0, high_open=True),
-        "beta2": _hyper(api, "betas[1]", betas[1], 0.0, 1.0, high_open=True),
+        "beta1": _hyper(api, "betas[0]", betas[0], "beta1"),
+        "beta2": _hyper(api, "betas[1]", betas[1], "beta2"),
         "eps": _hyper(api, "eps", eps),
         "weight_decay": _hyper(api, "weight_decay", weight_decay),
         "eps_root": _hyper(api, "eps_root", eps_root),
@@ -600,7 +594,7 @@ def rmsprop(
     api = "tdfunc.optim.rmsprop"
     hypers = {
         "lr": _hyper(api, "lr", lr, tree=True),
-        "alpha": _hyper(api, "alpha", alpha, 0.0, 1.0),
+        "alpha": _hyper(api, "alpha", alpha),
         "eps": _hyper(api, "eps", eps),
         "weight_decay": _hyper(api, "weight_decay", weight_decay),
         "momentum": _hyper(api, "momentum", momentum),
