@@ -322,10 +322,20 @@ def _same_values(seen: dict, group: dict) -> bool:
     Keys added since are not read by the rules (``torch.compile`` adds
     ``capturable`` to the groups of an optimizer whose step it traces).
     """
+    if _is_compiling():  # traced once per guard set: the plain comparison, which dynamo follows
+        for key, value in seen.items():
+            if key not in group or not _same(value, group[key]):
+                return False
+        return True
     for key, value in seen.items():
-        if key not in group or not _same(value, group[key]):
+        current = group.get(key, _MISSING)
+        # identity first: the common case, and all a step costs when nothing changed
+        if current is not value and (current is _MISSING or not _same(value, current)):
             return False
     return True
+
+
+_MISSING = object()
 
 
 def _same(left: Any, right: Any) -> bool:
