@@ -351,7 +351,11 @@ class GradientTransformation:
         tensors = []
         paths = None
         for name, value in resolved.items():
-            if type(value) is float or value is None or isinstance(value, (int, float)):
+            if value is None:
+                continue
+            if isinstance(value, (int, float)):
+                # ``hyperparameters`` is a door too: numbers are range-checked on every step
+                resolved[name] = H.check(api, name, value)
                 continue
             if not isinstance(value, torch.Tensor):
                 value = resolved[name] = H.Leaves(_matched_by_path(api, name, value, grads))
