@@ -386,11 +386,13 @@ class Ensemble(nn.Module):
     def explain(self) -> Explanation:
         """Which path each part of the template takes: batched, traced or ``vmap`` (and why).
 
-        One row (:class:`~tdfunc.Route`) per submodule the plan meets and per op of
-        a traced ``forward`` that runs under ``vmap``, for the current train/eval
-        mode; printed, it is a table. ``explain().fallbacks`` holds the rows that
-        run under ``vmap``. An ensemble with such rows warns once
-        (:class:`~tdfunc.EnsembleFallbackWarning`).
+        One row per submodule the plan meets and per op of a traced ``forward``
+        that runs under ``vmap``, for the current train/eval mode: a named tuple
+        ``(path, module, route, reason)``, where ``route`` is ``"batched"``,
+        ``"traced"`` (a custom ``forward`` rewritten to run batched; its parts have
+        rows of their own) or ``"vmap"``, and ``reason`` says why. Printed, it is a
+        table. ``explain().fallbacks`` holds the rows that run under ``vmap``. An
+        ensemble with such rows warns once (:class:`~tdfunc.EnsembleFallbackWarning`).
 
         Example:
             >>> ensemble = Ensemble(nn.Sequential(nn.Linear(3, 4), nn.Tanh()), num_members=2)

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from tdfunc import Ensemble, EnsembleFallbackWarning, Route
+from tdfunc import Ensemble, EnsembleFallbackWarning
+from tdfunc._ensemble.explain import Route
 
 
 class Inner(nn.Module):

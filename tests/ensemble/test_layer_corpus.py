@@ -342,3 +342,39 @@ def test_empty_batch_matches_the_loop(name):
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e)
+
+
+def _random_conv_transpose(seed: int):
+    """A transposed convolution with a random configuration (valid for torch)."""
+    rng = torch.Generator().manual_seed(seed)
+
+    def pick(low: int, high: int) -> int:
+        return int(torch.randint(low, high + 1, (), generator=rng))
+
+    dims = pick(1, 3)
+    groups = pick(1, 2)
+    stride, dilation = pick(1, 3), pick(1, 2)
+    layer = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)[dims - 1](
+        groups * pick(1, 2),
+        groups * pick(1, 2),
+        pick(1, 3),
+        stride=stride,
+        padding=pick(0, 1),
+        output_padding=pick(0, max(stride, dilation) - 1),
+        groups=groups,
+        dilation=dilation,
+        bias=bool(pick(0, 1)),
+    )
+    size = 3 if dims == 3 else 4
+    batch = () if pick(0, 3) == 0 else (2,)  # sometimes one unbatched sample per member
+    return layer, (*batch, layer.in_channels, *(size,) * dims)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_conv_transpose_configurations_match_loop(seed):
+    models = members(lambda: _random_conv_transpose(seed)[0])
+    shape = _random_conv_transpose(seed)[1]
+    torch.manual_seed(seed)
+    x = torch.randn(MEMBERS, *shape)
+    check_against_loop(models, lambda i: (x[0].clone().requires_grad_(),) if i is None else (x[i],))
+    check_against_loop(models, lambda i: (x[0],) if i is None else (x[i],), in_dims=0)
