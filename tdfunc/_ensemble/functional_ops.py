@@ -159,6 +159,8 @@ def _dropout(rewriter, node, function, args, kwargs) -> bool:
         return False
     if any(rewriter.is_batched(v) for v in (*args[1:], *kwargs.values())):
         return False
+    if _argument(args, kwargs, 3, "inplace", False) is not False:
+        return False  # the caller may read its input afterwards: only vmap writes it in place
     target = member_dropout(rewriter.planner.context)
     rewriter.replace_op(node, target, args, kwargs, True)
     return True

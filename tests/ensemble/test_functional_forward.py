@@ -194,3 +194,22 @@ def test_convolutions_of_an_empty_batch():
     x = torch.randn(0, 2, 5, 5)
     expected = torch.stack([m(x) for m in models])
     torch.testing.assert_close(Ensemble(*copy.deepcopy(models))(x), expected)
+
+
+class InPlaceNoise(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 64)
+
+    def forward(self, x):
+        h = self.fc(x)
+        F.dropout(h, 0.5, self.training, inplace=True)
+        return h  # the caller reads the input that dropout wrote
+
+
+def test_in_place_dropout_writes_its_input():
+    ensemble = Ensemble(*members(InPlaceNoise))
+    assert "dropout" in {row.module.removeprefix("op ") for row in ensemble.explain().fallbacks}
+    with torch.no_grad():
+        out = ensemble(torch.randn(50, 4))
+    assert 0.3 < (out == 0).float().mean() < 0.7
