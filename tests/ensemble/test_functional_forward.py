@@ -213,3 +213,27 @@ def test_in_place_dropout_writes_its_input():
     with torch.no_grad():
         out = ensemble(torch.randn(50, 4))
     assert 0.3 < (out == 0).float().mean() < 0.7
+
+
+class ByKeyword(nn.Module):
+    """Every functional call with its tensors by keyword, and convolutions with
+    string padding and dilation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 2, 3, 3))
+        self.bias = nn.Parameter(torch.randn(4))
+        self.gain = nn.Parameter(torch.rand(4) + 0.5)
+
+    def forward(self, x, target):
+        same = F.conv2d(x, self.weight, self.bias, padding="same", dilation=2)
+        strided = F.conv2d(input=x, weight=self.weight, bias=None, stride=2)
+        pooled = same.mean((-1, -2)) + strided.amax((-1, -2))
+        normed = F.layer_norm(input=pooled, normalized_shape=(4,), weight=self.gain)
+        dropped = F.dropout(input=normed, p=0.3, training=False)
+        return F.mse_loss(input=dropped, target=target, reduction="none")
+
+
+def test_functional_calls_by_keyword_are_batched():
+    args = (torch.randn(3, 2, 6, 6), torch.randn(3, 4))
+    check_against_loop(members(ByKeyword), lambda i: args)
