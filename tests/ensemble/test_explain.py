@@ -140,3 +140,10 @@ def test_fallback_results_still_equal_the_loop():
     ensemble = _quiet(lambda: Ensemble(*copy.deepcopy(models)))
     x = torch.randn(2, 5, 3)
     torch.testing.assert_close(ensemble(x), torch.stack([m(x) for m in models]))
+
+
+def test_a_configuration_without_batched_form_names_the_limits():
+    ensemble = _quiet(lambda: Ensemble(nn.Sequential(nn.Linear(3, 4), nn.Softmax()), num_members=2))
+    (row,) = ensemble.explain().fallbacks
+    assert (row.path, row.module, row.route) == ("1", "Softmax", "vmap")
+    assert row.reason == "this configuration has no batched form (`dim=None`)"
