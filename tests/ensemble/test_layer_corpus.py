@@ -378,3 +378,25 @@ def test_random_conv_transpose_configurations_match_loop(seed):
     x = torch.randn(MEMBERS, *shape)
     check_against_loop(models, lambda i: (x[0].clone().requires_grad_(),) if i is None else (x[i],))
     check_against_loop(models, lambda i: (x[0],) if i is None else (x[i],), in_dims=0)
+
+
+@pytest.mark.parametrize("index", [slice(0, 3, 2), [2, 0], 1])
+def test_selected_members_update_their_own_running_statistics(index):
+    """A selection (strided views, a gather, one member) in train mode moves the
+    selected members' instance-norm statistics only, as those members alone would."""
+    models = _models("instance_norm2d_tracked")
+    ensemble = Ensemble(*copy.deepcopy(models))
+    x = torch.randn(2, 3, 4, 5)
+    if isinstance(index, int):
+        picked = [index]
+    elif isinstance(index, list):
+        picked = index
+    else:
+        picked = list(range(MEMBERS))[index]
+    out = ensemble[index](x)
+    expected = torch.stack([models[k](x) for k in picked])
+    torch.testing.assert_close(out.reshape(expected.shape), expected)
+    state = ensemble.state_dict()
+    for key in ("running_mean", "running_var"):
+        reference = torch.stack([m.state_dict()[key] for m in models])
+        torch.testing.assert_close(state[f"stacked.{key}"], reference, msg=key)
