@@ -96,6 +96,14 @@ CORPUS = {
         lambda: nn.Sequential(nn.AvgPool1d(2), nn.Conv1d(2, 2, 1)),
         randn(3, 2, 6),
     ),
+    "zero_pad2d_of_a_matrix": (  # a member's input [H, W]: padding reads no batch dim
+        lambda: nn.Sequential(nn.Linear(4, 4), nn.ZeroPad2d((1, 0, 2, 1))),
+        randn(3, 4),
+    ),
+    "constant_pad3d_after_conv": (
+        lambda: with_head(nn.ConstantPad3d((1, 0, 0, 1, 1, 1), 0.5), 2, 3),
+        randn(2, 2, 2, 2, 2),
+    ),
     "zero_pad1d_after_conv": (lambda: with_head(nn.ZeroPad1d((1, 2)), 2, 1), randn(2, 2, 5)),
     "pixel_shuffle_after_conv": (lambda: with_head(nn.PixelShuffle(2), 4, 2), randn(2, 4, 3, 3)),
     "pixel_unshuffle_unbatched": (lambda: with_head(nn.PixelUnshuffle(2), 1, 2), randn(1, 4, 4)),
