@@ -63,6 +63,5 @@ from . import optim as optim  # isort: skip
 from ._ensemble import register_batched as register_batched  # isort: skip
 from ._ensemble.ensemble import Ensemble as Ensemble  # isort: skip
 from ._ensemble.explain import EnsembleFallbackWarning as EnsembleFallbackWarning  # isort: skip
-from ._ensemble.explain import Route as Route  # isort: skip
 
 from ._version import __version__ as __version__  # isort: skip

@@ -5,10 +5,16 @@
   ``in_dims`` and the member dim of the inputs;
 - ``registry.py``: ``register_batched``, the per-type registry and ``BatchContext``;
 - ``layers.py``: the built-in layers (Linear, convolutions, norms, dropout...);
-  ``recurrent.py``: RNN, GRU, LSTM and their cells;
+  ``recurrent.py``: RNN, GRU, LSTM and their cells; ``transposed_conv.py``,
+  ``instance_norm.py``, ``pairwise.py`` (Bilinear, CosineSimilarity,
+  PairwiseDistance), ``embedding_bag.py``, ``sample_layers.py`` (pooling, padding,
+  upsampling and other per-sample layers);
 - ``plan.py``: walks a template module and builds its batched forward
   (``build_batched_plan``);
 - ``trace.py`` and ``graph_ops.py``: custom ``forward`` code through ``torch.fx``;
+  ``functional_ops.py``: its ``torch.nn.functional`` calls;
+- ``explain.py``: ``Ensemble.explain()`` and the fallback warning; ``layer_table.py``:
+  the published table of batched layers, generated from the registry;
 - ``checks.py``: members must be structurally equal; ``verify.py``: registered
   functions are checked on first use; ``cache.py``: derived leaves kept between calls.
 

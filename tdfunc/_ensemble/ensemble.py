@@ -45,7 +45,7 @@ from . import BatchContext, build_batched_plan
 from . import members as _members
 from .cache import DerivedCache
 from .checks import check_members
-from .explain import Explanation, warn_fallbacks
+from .explain import Explanation, has_fallbacks, warn_fallbacks
 from .layout import (
     _fresh_copies,
     _leaf_names,
@@ -387,11 +387,13 @@ class Ensemble(nn.Module):
     def explain(self) -> Explanation:
         """Which path each part of the template takes: batched, traced or ``vmap`` (and why).
 
-        One row (:class:`~tdfunc.Route`) per submodule the plan meets and per op of
-        a traced ``forward`` that runs under ``vmap``, for the current train/eval
-        mode; printed, it is a table. ``explain().fallbacks`` holds the rows that
-        run under ``vmap``. An ensemble with such rows warns once
-        (:class:`~tdfunc.EnsembleFallbackWarning`).
+        One row per submodule the plan meets and per op of a traced ``forward``
+        that runs under ``vmap``, for the current train/eval mode: a named tuple
+        ``(path, module, route, reason)``, where ``route`` is ``"batched"``,
+        ``"traced"`` (a custom ``forward`` rewritten to run batched; its parts have
+        rows of their own) or ``"vmap"``, and ``reason`` says why. Printed, it is a
+        table. ``explain().fallbacks`` holds the rows that run under ``vmap``. An
+        ensemble with such rows warns once (:class:`~tdfunc.EnsembleFallbackWarning`).
 
         Example:
             >>> ensemble = Ensemble(nn.Sequential(nn.Linear(3, 4), nn.Tanh()), num_members=2)
@@ -411,14 +413,16 @@ class Ensemble(nn.Module):
         # every module's flag, not the top one's.
         mode = tuple(module.training for module in self._template.modules())
         plans = self.__dict__.setdefault("_plans", {})
-        if mode not in plans:
+        fresh = mode not in plans
+        if fresh:
             index = _slot_index(self._layout, self._template)
             plans[mode] = build_batched_plan(self._template, index, self._context)
-            if "_fallback_warned" not in self.__dict__:  # once per ensemble, any mode
-                name = type(self._template).__name__
-                if warn_fallbacks(plans[mode][1].routes, name):
-                    self.__dict__["_fallback_warned"] = True
         self._batched, self._report = plans[mode]
+        # once per ensemble, any mode; the plan is in place first, so a warning turned
+        # into an error (-W error) leaves the ensemble consistent
+        if fresh and "_fallback_warned" not in self.__dict__ and has_fallbacks(self._report):
+            self.__dict__["_fallback_warned"] = True
+            warn_fallbacks(self._report.routes, type(self._template).__name__)
 
     def _given_members(self, leaves: list) -> int:
         """K, the leading size every given leaf shares (shared ones may come unstacked)."""

@@ -15,7 +15,7 @@ import sys
 import warnings
 from typing import NamedTuple
 
-__all__ = ["EnsembleFallbackWarning", "Explanation", "Route", "warn_fallbacks"]
+__all__ = ["EnsembleFallbackWarning", "Explanation", "Route", "has_fallbacks", "warn_fallbacks"]
 
 BATCHED, TRACED, VMAP = "batched", "traced", "vmap"
 
@@ -85,6 +85,11 @@ def _describe(row: Route) -> str:
     if row.module.startswith("op "):
         return f"{row.module} in `{where}` ({row.reason})"
     return f"`{where}` ({row.module}: {row.reason})"
+
+
+def has_fallbacks(report) -> bool:
+    """Whether a plan's report has a part that runs under ``vmap``."""
+    return any(row.route == VMAP for row in report.routes)
 
 
 def warn_fallbacks(routes, template_name: str) -> bool:

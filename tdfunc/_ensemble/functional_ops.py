@@ -33,6 +33,17 @@ _CONV_OPTIONS = ("stride", "padding", "dilation", "groups")
 _TRANSPOSED_OPTIONS = ("stride", "padding", "output_padding", "groups", "dilation")
 
 
+def _leading(args, kwargs, names) -> tuple:
+    """``args`` and ``kwargs`` with the leading ``names`` given by keyword moved into ``args``
+    (``F.conv2d(input=x, weight=w)``), so a rule reads them by position."""
+    args, kwargs = list(args), dict(kwargs)
+    for name in names[len(args) :]:
+        if name not in kwargs:
+            break
+        args.append(kwargs.pop(name))
+    return tuple(args), kwargs
+
+
 def _argument(args, kwargs, position: int, name: str, default=None):
     if position < len(args):
         return args[position]
@@ -77,11 +88,14 @@ def shared_convolution(function, spatial: int):
 
 
 def _convolution(rewriter, node, function, args, kwargs) -> bool:
+    args, kwargs = _leading(args, kwargs, ("input", "weight", "bias"))
+    if len(args) < 2:
+        return False
     spatial, transposed = _CONVOLUTIONS[function]
     weight = _argument(args, kwargs, 1, "weight")
     bias = _argument(args, kwargs, 2, "bias")
     options = [*args[3:], *(v for k, v in kwargs.items() if k not in ("input", "weight", "bias"))]
-    if "input" in kwargs or any(rewriter.is_batched(v) for v in options):
+    if any(rewriter.is_batched(v) for v in options):
         return False
     x_batched, weight_batched = rewriter.is_batched(args[0]), rewriter.is_batched(weight)
     bias_batched = rewriter.is_batched(bias)
@@ -121,6 +135,7 @@ def _member_view(tensor, lead: int):
 
 
 def _norm(rewriter, node, function, args, kwargs) -> bool:
+    args, kwargs = _leading(args, kwargs, ("input", "normalized_shape"))
     if kwargs.keys() - {"weight", "bias", "eps"} or len(args) < 2:
         return False
     if rewriter.is_batched(args[1]) or any(rewriter.is_batched(a) for a in args[4:]):
@@ -155,10 +170,15 @@ def member_dropout(context):
 
 
 def _dropout(rewriter, node, function, args, kwargs) -> bool:
+    args, kwargs = _leading(args, kwargs, ("input",))
+    if not args:
+        return False
     if kwargs.keys() - {"p", "training", "inplace"} or not rewriter.is_batched(args[0]):
         return False
     if any(rewriter.is_batched(v) for v in (*args[1:], *kwargs.values())):
         return False
+    if _argument(args, kwargs, 3, "inplace", False) is not False:
+        return False  # the caller may read its input afterwards: only vmap writes it in place
     target = member_dropout(rewriter.planner.context)
     rewriter.replace_op(node, target, args, kwargs, True)
     return True
@@ -171,6 +191,9 @@ def stacked_embedding(indices, weight, padding_idx=None, scale_grad_by_freq=Fals
 
 
 def _embedding(rewriter, node, function, args, kwargs) -> bool:
+    args, kwargs = _leading(args, kwargs, ("input", "weight"))
+    if len(args) < 2:
+        return False
     weight = _argument(args, kwargs, 1, "weight")
     if not rewriter.is_batched(weight) or len(args) > 3:
         return False
@@ -226,6 +249,7 @@ def class_loss(function):
 
 
 def _loss(rewriter, node, function, args, kwargs) -> bool:
+    args, kwargs = _leading(args, kwargs, ("input", "target"))
     # the deprecated size_average / reduce arguments come as None in a traced call
     if len(args) != 2 or kwargs.get("size_average") is not None or kwargs.get("reduce") is not None:
         return False
@@ -246,6 +270,8 @@ def _loss(rewriter, node, function, args, kwargs) -> bool:
 
 
 def _shared_linear(rewriter, node, function, args, kwargs) -> bool:
+    if not args:
+        return False  # by keyword: left to the general rules
     # a weight (and bias) shared by the members: F.linear acts on the last dim, the
     # member dim is one more leading dim (stacked weights go to the linear rewrite)
     operands = (*args[1:], *kwargs.values())

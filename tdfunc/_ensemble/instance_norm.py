@@ -1,10 +1,9 @@
 """Batched instance normalisation (planners, see ``registry``).
 
-Each (sample, channel) plane is normalised on its own, so without running
-statistics the members simply fold into the batch dim. With running statistics
-the update averages over the batch, per channel: there the members fold into
-the channel dim instead (as batch norm does in ``layers``), so that each member's
-statistics move with its own batch only.
+Each (sample, channel) plane is normalised on its own, and running statistics
+are averaged over the batch per channel: the members fold into the channel dim
+(as batch norm does in ``layers``), so that each member's statistics move with
+its own batch only. After a convolution step the folded input is a view.
 """
 
 from __future__ import annotations
@@ -37,39 +36,27 @@ def _instance_norm(module: nn.Module, slots: dict, context: BatchContext):
             )
         momentum = module.momentum if module.momentum is not None else 0.0
         use_input_stats = module.training or not module.track_running_stats
-        if mean is None and var is None:
-            out = F.instance_norm(x.flatten(0, 1), None, None, None, None, True, momentum, eps)
-            out = out.view(x.shape)
-            if w is not None:
-                out = out * _per_channel(leaves[w], x.dim())
-            if b is not None:
-                out = out + _per_channel(leaves[b], x.dim())
-        else:
-            h = x.transpose(0, 1).reshape(batch, n * channels, *x.shape[3:])
-            running = [None if p is None else leaves[p] for p in (mean, var)]
-            flat = [None if r is None else _flat(r) for r in running]
-            out = F.instance_norm(
-                h,
-                flat[0],
-                flat[1],
-                None if w is None else leaves[w].reshape(-1),
-                None if b is None else leaves[b].reshape(-1),
-                use_input_stats,
-                momentum,
-                eps,
-            )
-            for stacked, row in zip(running, flat):
-                if stacked is not None and not stacked.is_contiguous():
-                    stacked.copy_(row.view(stacked.shape))  # the update went to a copy
-            out = out.view(batch, n, *x.shape[2:]).transpose(0, 1)
+        # members into channels: a view when a convolution step left [B, N, C, ...] in memory
+        h = x.transpose(0, 1).reshape(batch, n * channels, *x.shape[3:])
+        running = [None if p is None else leaves[p] for p in (mean, var)]
+        flat = [None if r is None else _flat(r) for r in running]
+        out = F.instance_norm(
+            h,
+            flat[0],
+            flat[1],
+            None if w is None else leaves[w].reshape(-1),
+            None if b is None else leaves[b].reshape(-1),
+            use_input_stats,
+            momentum,
+            eps,
+        )
+        for stacked, row in zip(running, flat):
+            if stacked is not None and not stacked.is_contiguous():
+                stacked.copy_(row.view(stacked.shape))  # the update went to a copy
+        out = out.view(batch, n, *x.shape[2:]).transpose(0, 1)
         return out.squeeze(1) if unbatched else out
 
     return step
-
-
-def _per_channel(tensor: torch.Tensor, rank: int) -> torch.Tensor:
-    """``[N, C]`` as ``[N, 1, C, 1, ...]`` against ``[N, B, C, *spatial]`` activations."""
-    return tensor.view(tensor.shape[0], 1, tensor.shape[1], *(1,) * (rank - 3))
 
 
 def _flat(buffer: torch.Tensor) -> torch.Tensor:

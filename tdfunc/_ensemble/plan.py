@@ -95,7 +95,9 @@ class Planner:
                 self.report.batched.append(path or type(module).__name__)
                 self.report.routes.append(Route(path, type(module).__name__, BATCHED))
                 return step
-            return self.vmapped_step(module, path, "this configuration has no batched form")
+            limits = getattr(planner, "falls_back", "")
+            why = "this configuration has no batched form" + (f" ({limits})" if limits else "")
+            return self.vmapped_step(module, path, why)
         if is_plain_sequential(module):
             steps = tuple(
                 self.module_step(child, f"{path}.{name}" if path else name)

@@ -2,8 +2,8 @@
 
 Pooling, padding, upsampling, channel shuffles, ``LocalResponseNorm``,
 ``Fold``/``Unfold``: these layers read dim 0 of their input as the batch, so the
-members fold into it (``[N, B, ...]`` runs as ``[N * B, ...]``). Pixel shuffles take
-any number of leading dims: the member dim is one more.
+members fold into it (``[N, B, ...]`` runs as ``[N * B, ...]``). Pixel shuffles and
+constant padding take any number of leading dims: the member dim is one more.
 
 Two layouts are cheaper or needed:
 
@@ -30,20 +30,17 @@ from .registry import BatchContext, register_planner
 _CHANNELWISE = {
     **dict.fromkeys(
         [nn.MaxPool1d, nn.AvgPool1d, nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d, nn.LPPool1d,
-         nn.ZeroPad1d, nn.ConstantPad1d, nn.ReflectionPad1d, nn.ReplicationPad1d,
-         nn.CircularPad1d],
+         nn.ReflectionPad1d, nn.ReplicationPad1d, nn.CircularPad1d],
         3,
     ),
     **dict.fromkeys(
         [nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.LPPool2d,
-         nn.ZeroPad2d, nn.ConstantPad2d, nn.ReflectionPad2d, nn.ReplicationPad2d,
-         nn.CircularPad2d],
+         nn.ReflectionPad2d, nn.ReplicationPad2d, nn.CircularPad2d],
         4,
     ),
     **dict.fromkeys(
         [nn.MaxPool3d, nn.AvgPool3d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool3d, nn.LPPool3d,
-         nn.ZeroPad3d, nn.ConstantPad3d, nn.ReflectionPad3d, nn.ReplicationPad3d,
-         nn.CircularPad3d],
+         nn.ReflectionPad3d, nn.ReplicationPad3d, nn.CircularPad3d],
         5,
     ),
     **dict.fromkeys([nn.Upsample, nn.UpsamplingNearest2d, nn.UpsamplingBilinear2d], None),
@@ -92,9 +89,13 @@ def _per_sample(module: nn.Module, slots: dict, context: BatchContext):
     return lambda leaves, x: _folded_into_batch(module, x, rank)
 
 
-@register_planner(nn.PixelShuffle, nn.PixelUnshuffle)
+@register_planner(
+    nn.PixelShuffle, nn.PixelUnshuffle, nn.ZeroPad1d, nn.ZeroPad2d, nn.ZeroPad3d,
+    nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d,
+)  # fmt: skip
 def _leading_dims(module: nn.Module, slots: dict, context: BatchContext):
-    # [*, C, H, W] with any leading dims: the member dim is one more of them
+    # [*, C, H, W] (pixel shuffles) or trailing dims padded with a constant, any
+    # leading dims: the member dim is one more of them
     return lambda leaves, x: module(x)
 
 

@@ -8,7 +8,7 @@ Functional (optax's contract; pure, differentiable, vmappable, compilable)::
     params = tdfunc.optim.apply_updates(params, updates)
 
 Stateful (``torch.optim.Optimizer`` subclasses): :class:`SGD`, :class:`Adam`,
-:class:`AdamW` for stacked parameters, with per-member hyperparameters.
+:class:`AdamW`, :class:`RMSprop` for stacked parameters, with per-member hyperparameters.
 
 Example:
     >>> import torch
@@ -27,6 +27,7 @@ from ._schedulers import ReduceLROnPlateau as ReduceLROnPlateau
 from ._stateful import SGD as SGD
 from ._stateful import Adam as Adam
 from ._stateful import AdamW as AdamW
+from ._stateful import RMSprop as RMSprop
 from ._transform import GradientTransformation as GradientTransformation
 from ._transform import adam as adam
 from ._transform import adamw as adamw
@@ -40,6 +41,7 @@ __all__ = [
     "AdamW",
     "GradientTransformation",
     "PerMember",
+    "RMSprop",
     "ReduceLROnPlateau",
     "adam",
     "adamw",

@@ -215,7 +215,7 @@ RANGES: dict[str, tuple[float, float | None, bool]] = {
 
 def check(api: str, name: str, value: Any, kind: str | None = None) -> Any:
     """``value`` checked as the hyperparameter ``kind`` (default ``name``); ints become floats."""
-    low, high, high_open = RANGES[kind or name]
+    low, high, high_open = RANGES.get(kind or name, (-math.inf, None, False))
     check_number(api, name, value, low, high, high_open)
     return value if isinstance(value, torch.Tensor) else float(value)
 

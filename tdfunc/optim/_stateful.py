@@ -13,6 +13,7 @@ step counts) stay as they are, whatever their gradients hold.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from itertools import chain
 from typing import Any
@@ -86,6 +87,34 @@ class _Stacked(torch.optim.Optimizer):
         groups = optimizer_groups(params)
         self._checked: list = []
         super().__init__(params if groups is None else groups, defaults)
+
+    @property
+    def param_groups(self) -> list:  # type: ignore[override]
+        """The groups; a plain per-member tensor written into one is checked and kept here.
+
+        ``torch.optim.lr_scheduler`` reads the groups through this attribute and
+        writes a tensor hyperparameter with ``fill_``, which only a kept
+        :class:`PerMember` accepts per member: a value written between steps is
+        checked and kept before anyone reads it.
+        """
+        attributes = self.__dict__
+        if "param_groups" in attributes:  # restored by torch.optim's __setstate__
+            attributes["_groups"] = attributes.pop("param_groups")
+        groups = attributes["_groups"]
+        if not _is_compiling():
+            for group in groups:
+                for name in self._hypers:
+                    value = group.get(name)
+                    if isinstance(value, torch.Tensor) and not isinstance(value, PerMember):
+                        # a bad value is refused by the next step; the groups stay readable
+                        with contextlib.suppress(TypeError, ValueError):
+                            check_group(type(self).__name__, group, self._hypers, self._numbers)
+                        break
+        return groups
+
+    @param_groups.setter
+    def param_groups(self, groups: list) -> None:
+        self.__dict__["_groups"] = groups
 
     @staticmethod
     def profile_hook_step(func):  # type: ignore[override]
@@ -293,10 +322,20 @@ def _same_values(seen: dict, group: dict) -> bool:
     Keys added since are not read by the rules (``torch.compile`` adds
     ``capturable`` to the groups of an optimizer whose step it traces).
     """
+    if _is_compiling():  # traced once per guard set: the plain comparison, which dynamo follows
+        for key, value in seen.items():
+            if key not in group or not _same(value, group[key]):
+                return False
+        return True
     for key, value in seen.items():
-        if key not in group or not _same(value, group[key]):
+        current = group.get(key, _MISSING)
+        # identity first: the common case, and all a step costs when nothing changed
+        if current is not value and (current is _MISSING or not _same(value, current)):
             return False
     return True
+
+
+_MISSING = object()
 
 
 def _same(left: Any, right: Any) -> bool:
@@ -596,3 +635,80 @@ class SGD(_Stacked):
             if state and param.grad is not None and state.get("momentum_buffer") is None:
                 state["momentum_buffer"] = torch.zeros_like(param)
                 state["_started"] = False
+
+
+class RMSprop(_Stacked):
+    """RMSprop for stacked parameters; ``lr``, ``alpha``, ``weight_decay``, ``momentum`` per member.
+
+    With float hyperparameters every member follows ``torch.optim.RMSprop``
+    exactly (the rule of :func:`tdfunc.optim.rmsprop`).
+
+    Example:
+        >>> import torch
+        >>> p = torch.nn.Parameter(torch.zeros(2, 3))
+        >>> opt = RMSprop([p], lr=torch.tensor([0.01, 0.1]))
+        >>> p.grad = torch.ones(2, 3)
+        >>> opt.step()
+        >>> p[:, 0]
+        tensor([-0.1000, -1.0000], grad_fn=<SelectBackward0>)
+    """
+
+    _hypers = {"lr": "lr", "alpha": "alpha", "weight_decay": "weight_decay", "momentum": "momentum"}
+    _numbers = ("eps",)
+
+    def __init__(
+        self,
+        params,
+        lr: Any = 1e-2,
+        alpha: Any = 0.99,
+        eps: float = 1e-8,
+        weight_decay: Any = 0.0,
+        momentum: Any = 0.0,
+        centered: bool = False,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "alpha": alpha,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "momentum": momentum,
+            "centered": bool(centered),
+        }
+        super().__init__(params, defaults)
+
+    def _fresh(self, group: dict, param: torch.Tensor) -> dict:
+        state = {"step": torch.zeros(()), "square_avg": torch.zeros_like(param)}
+        if not H.is_zero(group["momentum"]):
+            state["momentum_buffer"] = torch.zeros_like(param)
+        if group["centered"]:
+            state["grad_avg"] = torch.zeros_like(param)
+        return state
+
+    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
+        _advance([state["step"] for state in states])
+        with_momentum = not H.is_zero(group["momentum"])
+        if with_momentum:
+            for state, param in zip(states, params):
+                # momentum switched on after the first steps: its buffer starts at zero
+                if state.get("momentum_buffer") is None:
+                    state["momentum_buffer"] = torch.zeros_like(param)
+        square_avg = [state["square_avg"] for state in states]
+        grad_avg = [state["grad_avg"] for state in states] if group["centered"] else None
+        buffers = [state["momentum_buffer"] for state in states] if with_momentum else None
+        if _complex.any_complex(params):
+            params, grads, square_avg, grad_avg, buffers = map(
+                _complex.as_real, (params, grads, square_avg, grad_avg, buffers)
+            )
+        _rules.rmsprop(
+            _kernels.INPLACE,
+            params,
+            grads,
+            square_avg,
+            grad_avg,
+            buffers,
+            lr=group["lr"],
+            alpha=group["alpha"],
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            momentum=group["momentum"],
+        )

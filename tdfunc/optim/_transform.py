@@ -23,6 +23,7 @@ from torch._C import _functorch
 from .._assembly import TensorDict, is_tensor_collection
 from . import _complex, _kernels, _leaves, _rules
 from . import _hyper as H
+from ._groups import member_rows
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -201,8 +202,14 @@ class GradientTransformation:
             return TensorDict({"step": step, **moments}, batch_size=batch_size)
         return {"step": step, **moments}
 
-    def update(self, grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+    def update(
+        self, grads: Any, state: Any, params: Any = None, *, members: Any = None
+    ) -> tuple[Any, Any]:
         """The updates for ``grads`` and the new state; ``params`` is needed for weight decay.
+
+        ``members`` (a bool mask shaped like ``state["step"]``, or member indices)
+        steps only those members of stacked parameters, as a loop that steps only
+        their optimizers: the others get zero updates and keep their state.
 
         Example:
             >>> from tdfunc import TensorDict
@@ -215,7 +222,7 @@ class GradientTransformation:
         """
         api = f"tdfunc.optim.{self._name}(...).update"
         if not _is_compiling():
-            done = self._update_tensordicts(api, grads, state, params)
+            done = self._update_tensordicts(api, grads, state, params, members)
             if done is not None:
                 return done
         grad_leaves, grad_spec = _flatten(grads)
@@ -240,7 +247,7 @@ class GradientTransformation:
         for name, moment in zip(self._moments, moments):
             _same_shapes(api, f"state[{name!r}]", moment, "grads", grad_leaves, grads)
         updates, step, new_moments = self._compute(
-            api, grads, grad_leaves, param_leaves, step, moments
+            api, grads, grad_leaves, param_leaves, step, moments, members
         )
         new_state = {"step": step}
         for name, moment in zip(self._moments, new_moments):
@@ -249,7 +256,9 @@ class GradientTransformation:
             new_state = TensorDict(new_state, batch_size=state.batch_size)
         return pytree.tree_unflatten(updates, grad_spec), new_state
 
-    def _update_tensordicts(self, api: str, grads: Any, state: Any, params: Any) -> Any:
+    def _update_tensordicts(
+        self, api: str, grads: Any, state: Any, params: Any, members: Any = None
+    ) -> Any:
         """``update`` for plain TensorDicts of one structure, or ``None`` (the generic path).
 
         Every tree is read once, in the gradients' key order, and the results are
@@ -275,7 +284,7 @@ class GradientTransformation:
         grad_leaves, other_leaves = read
         param_leaves = grad_leaves if params is None else other_leaves.pop()
         updates, step, new_moments = self._compute(
-            api, grads, grad_leaves, param_leaves, step, other_leaves
+            api, grads, grad_leaves, param_leaves, step, other_leaves, members
         )
         new_state = {"step": step}
         for name, moment in zip(self._moments, new_moments):
@@ -283,7 +292,7 @@ class GradientTransformation:
         new_state = kind._new_unsafe(new_state, batch_size, None, state._names)
         return _leaves.build(grads, updates), new_state
 
-    def _compute(self, api, grads, grad_leaves, param_leaves, step, moments) -> tuple:
+    def _compute(self, api, grads, grad_leaves, param_leaves, step, moments, members=None):
         """The rule on flat lists: update leaves, the new step count, the new moments."""
         hypers, tensor_hypers = self._resolve(api, grad_leaves, grads)
         backend = _backend(grad_leaves, param_leaves, [step], *moments, tensor_hypers)
@@ -300,6 +309,16 @@ class GradientTransformation:
         if complex_leaves:
             updates = _complex.as_complex(updates, like)
             new_moments = [_complex.as_complex(moment, like) for moment in new_moments]
+            moments = [_complex.as_complex(moment, like) for moment in moments]
+        if members is not None:
+            mask = _member_mask(api, members, step)
+            # every member computed (no count of 0 divides), the unselected ones discarded
+            step = torch.where(mask, step, step - 1)
+            updates = [_where(mask, u, torch.zeros_like(u)) for u in updates]
+            new_moments = [
+                [_where(mask, new, old) for new, old in zip(news, olds)]
+                for news, olds in zip(new_moments, moments)
+            ]
         return updates, step, new_moments
 
     def _read_state(self, api: str, state: Any, count: int, grad_spec: Any) -> tuple:
@@ -351,7 +370,11 @@ class GradientTransformation:
         tensors = []
         paths = None
         for name, value in resolved.items():
-            if type(value) is float or value is None or isinstance(value, (int, float)):
+            if value is None:
+                continue
+            if isinstance(value, (int, float)):
+                # ``hyperparameters`` is a door too: numbers are range-checked on every step
+                resolved[name] = H.check(api, name, value)
                 continue
             if not isinstance(value, torch.Tensor):
                 value = resolved[name] = H.Leaves(_matched_by_path(api, name, value, grads))
@@ -364,6 +387,31 @@ class GradientTransformation:
             if isinstance(value, H.Leaves):
                 resolved[name] = H.full_rank(value, leaves)
         return resolved, tensors
+
+
+def _member_mask(api: str, members: Any, step: torch.Tensor) -> torch.Tensor:
+    """``members`` as a bool mask shaped like the step count (one count per member)."""
+    if step.dim() != 1:
+        raise ValueError(
+            f"{api}: members= needs a state of stacked parameters (one step count per member, "
+            f"from opt.init of a TensorDict with batch size [N]); the step count has shape "
+            f"{list(step.shape)}."
+        )
+    if isinstance(members, torch.Tensor) and members.dtype == torch.bool:
+        if members.shape != step.shape:
+            raise ValueError(
+                f"{api}: a member mask must have shape {list(step.shape)}, got "
+                f"{list(members.shape)}."
+            )
+        return members.to(step.device)
+    rows = member_rows(api, members, step.shape[0])
+    mask = torch.zeros(step.shape, dtype=torch.bool, device=step.device)
+    mask[rows.to(step.device)] = True
+    return mask
+
+
+def _where(mask: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    return torch.where(H.lead(mask, new.dim()), new, old)
 
 
 def _matched_by_path(api: str, name: str, tree: Any, grads: Any) -> list:
@@ -403,16 +451,11 @@ def _brief(value: Any) -> str:
     return type(value).__name__
 
 
-def _hyper(
-    api: str,
-    name: str,
-    value: Any,
-    low: float = 0.0,
-    high: float | None = None,
-    high_open: bool = False,
-    tree: bool = False,
-) -> Any:
-    """Check a hyperparameter; ints become floats; a pytree is allowed where ``tree``."""
+def _hyper(api: str, name: str, value: Any, kind: str | None = None, tree: bool = False) -> Any:
+    """Check a hyperparameter by the ranges the stateful optimizers use (``_hyper.RANGES``).
+
+    Ints become floats; a pytree is allowed where ``tree``.
+    """
     if tree and not isinstance(value, (int, float, torch.Tensor)):
         leaves, _ = _flatten(value)
         if len(leaves) == 1 and leaves[0] is value:  # not a container
@@ -423,10 +466,9 @@ def _hyper(
         if not leaves:
             raise ValueError(f"{api}: {name} is an empty pytree.")
         for leaf in leaves:
-            H.check_number(api, f"every leaf of {name}", leaf, low, high, high_open)
+            H.check(api, f"every leaf of {name}", leaf, kind or name)
         return value
-    H.check_number(api, name, value, low, high, high_open)
-    return value if isinstance(value, torch.Tensor) else float(value)
+    return H.check(api, name, value, kind)
 
 
 def _momentum_fixed(api: str, with_momentum: bool, momentum: Any) -> None:
@@ -499,8 +541,8 @@ def _adam(name, lr, betas, eps, weight_decay, eps_root, decoupled) -> GradientTr
         raise TypeError(f"{api}: betas must be a pair (beta1, beta2), got {betas!r}.")
     hypers = {
         "lr": _hyper(api, "lr", lr, tree=True),
-        "beta1": _hyper(api, "betas[0]", betas[0], 0.0, 1.0, high_open=True),
-        "beta2": _hyper(api, "betas[1]", betas[1], 0.0, 1.0, high_open=True),
+        "beta1": _hyper(api, "betas[0]", betas[0], "beta1"),
+        "beta2": _hyper(api, "betas[1]", betas[1], "beta2"),
         "eps": _hyper(api, "eps", eps),
         "weight_decay": _hyper(api, "weight_decay", weight_decay),
         "eps_root": _hyper(api, "eps_root", eps_root),
@@ -600,7 +642,7 @@ def rmsprop(
     api = "tdfunc.optim.rmsprop"
     hypers = {
         "lr": _hyper(api, "lr", lr, tree=True),
-        "alpha": _hyper(api, "alpha", alpha, 0.0, 1.0),
+        "alpha": _hyper(api, "alpha", alpha),
         "eps": _hyper(api, "eps", eps),
         "weight_decay": _hyper(api, "weight_decay", weight_decay),
         "momentum": _hyper(api, "momentum", momentum),

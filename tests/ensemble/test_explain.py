@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from tdfunc import Ensemble, EnsembleFallbackWarning, Route
+from tdfunc import Ensemble, EnsembleFallbackWarning
+from tdfunc._ensemble.explain import Route
 
 
 class Inner(nn.Module):
@@ -139,3 +140,39 @@ def test_fallback_results_still_equal_the_loop():
     ensemble = _quiet(lambda: Ensemble(*copy.deepcopy(models)))
     x = torch.randn(2, 5, 3)
     torch.testing.assert_close(ensemble(x), torch.stack([m(x) for m in models]))
+
+
+def test_a_configuration_without_batched_form_names_the_limits():
+    ensemble = _quiet(lambda: Ensemble(nn.Sequential(nn.Linear(3, 4), nn.Softmax()), num_members=2))
+    (row,) = ensemble.explain().fallbacks
+    assert (row.path, row.module, row.route) == ("1", "Softmax", "vmap")
+    assert row.reason == "this configuration has no batched form (`dim=None`)"
+
+
+class EvalOnlyFallback(nn.Module):
+    """Batched in train mode; in eval mode its forward cannot be traced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        if self.training:
+            return self.fc(x)
+        return self.fc(x) / len(x)
+
+
+def test_a_warning_raised_as_an_error_leaves_the_ensemble_consistent():
+    torch.manual_seed(0)
+    models = [EvalOnlyFallback() for _ in range(2)]
+    x = torch.randn(4, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", EnsembleFallbackWarning)
+        ensemble = Ensemble(*copy.deepcopy(models))  # train mode: batched, no warning
+        with pytest.raises(EnsembleFallbackWarning, match="EvalOnlyFallback"):
+            ensemble.eval()
+        assert ensemble.explain().fallbacks  # the eval plan is in place
+        expected = torch.stack([m.eval()(x) for m in models])
+        torch.testing.assert_close(ensemble(x), expected)
+        ensemble.train()
+        ensemble.eval()  # said once: no second warning

@@ -194,3 +194,46 @@ def test_convolutions_of_an_empty_batch():
     x = torch.randn(0, 2, 5, 5)
     expected = torch.stack([m(x) for m in models])
     torch.testing.assert_close(Ensemble(*copy.deepcopy(models))(x), expected)
+
+
+class InPlaceNoise(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 64)
+
+    def forward(self, x):
+        h = self.fc(x)
+        F.dropout(h, 0.5, self.training, inplace=True)
+        return h  # the caller reads the input that dropout wrote
+
+
+def test_in_place_dropout_writes_its_input():
+    ensemble = Ensemble(*members(InPlaceNoise))
+    assert "dropout" in {row.module.removeprefix("op ") for row in ensemble.explain().fallbacks}
+    with torch.no_grad():
+        out = ensemble(torch.randn(50, 4))
+    assert 0.3 < (out == 0).float().mean() < 0.7
+
+
+class ByKeyword(nn.Module):
+    """Every functional call with its tensors by keyword, and convolutions with
+    string padding and dilation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 2, 3, 3))
+        self.bias = nn.Parameter(torch.randn(4))
+        self.gain = nn.Parameter(torch.rand(4) + 0.5)
+
+    def forward(self, x, target):
+        same = F.conv2d(x, self.weight, self.bias, padding="same", dilation=2)
+        strided = F.conv2d(input=x, weight=self.weight, bias=None, stride=2)
+        pooled = same.mean((-1, -2)) + strided.amax((-1, -2))
+        normed = F.layer_norm(input=pooled, normalized_shape=(4,), weight=self.gain)
+        dropped = F.dropout(input=normed, p=0.3, training=False)
+        return F.mse_loss(input=dropped, target=target, reduction="none")
+
+
+def test_functional_calls_by_keyword_are_batched():
+    args = (torch.randn(3, 2, 6, 6), torch.randn(3, 4))
+    check_against_loop(members(ByKeyword), lambda i: args)

@@ -96,6 +96,14 @@ CORPUS = {
         lambda: nn.Sequential(nn.AvgPool1d(2), nn.Conv1d(2, 2, 1)),
         randn(3, 2, 6),
     ),
+    "zero_pad2d_of_a_matrix": (  # a member's input [H, W]: padding reads no batch dim
+        lambda: nn.Sequential(nn.Linear(4, 4), nn.ZeroPad2d((1, 0, 2, 1))),
+        randn(3, 4),
+    ),
+    "constant_pad3d_after_conv": (
+        lambda: with_head(nn.ConstantPad3d((1, 0, 0, 1, 1, 1), 0.5), 2, 3),
+        randn(2, 2, 2, 2, 2),
+    ),
     "zero_pad1d_after_conv": (lambda: with_head(nn.ZeroPad1d((1, 2)), 2, 1), randn(2, 2, 5)),
     "pixel_shuffle_after_conv": (lambda: with_head(nn.PixelShuffle(2), 4, 2), randn(2, 4, 3, 3)),
     "pixel_unshuffle_unbatched": (lambda: with_head(nn.PixelUnshuffle(2), 1, 2), randn(1, 4, 4)),
@@ -342,3 +350,61 @@ def test_empty_batch_matches_the_loop(name):
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e)
+
+
+def _random_conv_transpose(seed: int):
+    """A transposed convolution with a random configuration (valid for torch)."""
+    rng = torch.Generator().manual_seed(seed)
+
+    def pick(low: int, high: int) -> int:
+        return int(torch.randint(low, high + 1, (), generator=rng))
+
+    dims = pick(1, 3)
+    groups = pick(1, 2)
+    stride, dilation = pick(1, 3), pick(1, 2)
+    layer = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)[dims - 1](
+        groups * pick(1, 2),
+        groups * pick(1, 2),
+        pick(1, 3),
+        stride=stride,
+        padding=pick(0, 1),
+        output_padding=pick(0, max(stride, dilation) - 1),
+        groups=groups,
+        dilation=dilation,
+        bias=bool(pick(0, 1)),
+    )
+    size = 3 if dims == 3 else 4
+    batch = () if pick(0, 3) == 0 else (2,)  # sometimes one unbatched sample per member
+    return layer, (*batch, layer.in_channels, *(size,) * dims)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_conv_transpose_configurations_match_loop(seed):
+    models = members(lambda: _random_conv_transpose(seed)[0])
+    shape = _random_conv_transpose(seed)[1]
+    torch.manual_seed(seed)
+    x = torch.randn(MEMBERS, *shape)
+    check_against_loop(models, lambda i: (x[0].clone().requires_grad_(),) if i is None else (x[i],))
+    check_against_loop(models, lambda i: (x[0],) if i is None else (x[i],), in_dims=0)
+
+
+@pytest.mark.parametrize("index", [slice(0, 3, 2), [2, 0], 1])
+def test_selected_members_update_their_own_running_statistics(index):
+    """A selection (strided views, a gather, one member) in train mode moves the
+    selected members' instance-norm statistics only, as those members alone would."""
+    models = _models("instance_norm2d_tracked")
+    ensemble = Ensemble(*copy.deepcopy(models))
+    x = torch.randn(2, 3, 4, 5)
+    if isinstance(index, int):
+        picked = [index]
+    elif isinstance(index, list):
+        picked = index
+    else:
+        picked = list(range(MEMBERS))[index]
+    out = ensemble[index](x)
+    expected = torch.stack([models[k](x) for k in picked])
+    torch.testing.assert_close(out.reshape(expected.shape), expected)
+    state = ensemble.state_dict()
+    for key in ("running_mean", "running_var"):
+        reference = torch.stack([m.state_dict()[key] for m in models])
+        torch.testing.assert_close(state[f"stacked.{key}"], reference, msg=key)

@@ -37,11 +37,9 @@ def eager_steps(opt, params, steps: int) -> None:
 
 
 CASES = [
-    (optim.SGD, {"lr": 0.1, "momentum": 0.9}),
     (optim.SGD, {"lr": LRS, "momentum": 0.9, "weight_decay": 0.1}),
     (optim.Adam, {"lr": 0.1}),
-    (optim.Adam, {"lr": LRS, "betas": (0.9, torch.tensor([0.99, 0.9, 0.5]))}),
-    (optim.AdamW, {"lr": LRS, "weight_decay": 0.1}),
+    (optim.AdamW, {"lr": LRS, "betas": (0.9, torch.tensor([0.99, 0.9, 0.5])), "weight_decay": 0.1}),
 ]
 
 

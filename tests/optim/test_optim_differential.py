@@ -22,7 +22,7 @@ TORCH = {
     "adamw": torch.optim.AdamW,
     "rmsprop": torch.optim.RMSprop,
 }
-STATEFUL = {"sgd": optim.SGD, "adam": optim.Adam, "adamw": optim.AdamW}
+STATEFUL = {"sgd": optim.SGD, "adam": optim.Adam, "adamw": optim.AdamW, "rmsprop": optim.RMSprop}
 SHAPES = {"a": (4,), "b": (2, 3), "c": ()}
 
 
@@ -135,7 +135,7 @@ def test_functional_and_stateful_match_torch_optim_per_member(case):
 
     if kind not in STATEFUL:
         return
-    stateful_kwargs = {k: v for k, v in kwargs.items() if k != "centered"}
+    stateful_kwargs = kwargs
     tensors = [torch.nn.Parameter(params[key].clone()) for key in KEYS]
     opt = STATEFUL[kind](tensors, **stateful_kwargs)
     for step, grad in enumerate(grads):

@@ -272,3 +272,38 @@ def test_init_puts_the_step_counter_beside_the_leaves(make):
         assert state["step"].device.type == "meta"
         updates, state = opt.update(params, state, params)
         assert updates["w"].device.type == "meta"
+
+
+SUBSETS = ([0, 2], [1], [0, 1, 2], [2])
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("adam", {"lr": 0.1, "weight_decay": 0.1}),
+        ("sgd", {"lr": 0.1, "momentum": 0.9}),
+        ("rmsprop", {"lr": 0.01, "centered": True, "momentum": 0.5}),
+    ],
+)
+@pytest.mark.parametrize("as_mask", [False, True])
+def test_update_of_some_members_matches_a_loop_stepping_those(name, kwargs, as_mask):
+    generator = torch.Generator().manual_seed(0)
+    start = torch.randn(3, 4, generator=generator)
+    opt = getattr(optim, name)(**kwargs)
+    params = TensorDict({"w": start.clone()}, batch_size=[3])
+    state = opt.init(params)
+    references = [torch.nn.Parameter(start[i].clone()) for i in range(3)]
+    torch_cls = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
+    loops = [torch_cls[name]([p], foreach=False, **kwargs) for p in references]
+    for subset in SUBSETS:
+        grad = torch.randn(3, 4, generator=generator)
+        members = torch.tensor([i in subset for i in range(3)]) if as_mask else subset
+        grads = TensorDict({"w": grad}, batch_size=[3])
+        updates, state = opt.update(grads, state, params, members=members)
+        params = optim.apply_updates(params, updates)
+        for i in subset:
+            references[i].grad = grad[i].clone()
+            loops[i].step()
+    for i in range(3):
+        torch.testing.assert_close(params["w"][i], references[i].detach())
+        assert float(state["step"][i]) == sum(i in subset for subset in SUBSETS)

@@ -292,3 +292,27 @@ def test_copied_optimizer_steps_and_schedules_its_own_per_member_lr(copier):
         for s in schedulers:
             s.step()
     torch.testing.assert_close(ensemble.params.detach(), TensorDict.from_modules(*models).detach())
+
+
+def test_a_plain_per_member_lr_written_before_a_scheduler_is_made_is_schedulable():
+    param = nn.Parameter(torch.zeros(N, 2))
+    opt = optim.SGD([param], lr=0.1)
+    opt.param_groups[0]["lr"] = LRS.clone()
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    param.grad = torch.ones(N, 2)
+    opt.step()
+    scheduler.step()
+    torch.testing.assert_close(opt.param_groups[0]["lr"].as_subclass(torch.Tensor), LRS / 2)
+    torch.testing.assert_close(param.detach()[:, 0], -LRS)
+
+
+def test_a_bad_value_leaves_the_groups_readable_to_fix_it():
+    param = nn.Parameter(torch.zeros(N, 2))
+    opt = optim.SGD([param], lr=0.1)
+    opt.param_groups[0]["lr"] = torch.ones(N + 1)
+    param.grad = torch.ones(N, 2)
+    with pytest.raises(ValueError, match="lr has 5 values"):
+        opt.step()
+    opt.param_groups[0]["lr"] = 0.5
+    opt.step()
+    torch.testing.assert_close(param.detach(), torch.full((N, 2), -0.5))

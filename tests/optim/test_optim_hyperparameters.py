@@ -92,3 +92,20 @@ def test_a_huge_bad_pytree_leaf_gives_a_short_message():
     with pytest.raises(TypeError) as error:
         optim.sgd(lr={"w": torch.arange(30_000)})
     assert len(str(error.value)) < 300
+
+
+@pytest.mark.parametrize(
+    ("build", "name", "value"),
+    [
+        (lambda: optim.sgd(lr=0.1), "lr", -1.0),
+        (lambda: optim.adam(lr=0.1), "beta1", 1.0),
+        (lambda: optim.rmsprop(lr=0.1), "alpha", 2.0),
+    ],
+)
+def test_numbers_written_into_hyperparameters_are_checked_at_the_next_update(build, name, value):
+    opt = build()
+    params = {"w": torch.ones(2)}
+    state = opt.init(params)
+    opt.hyperparameters[name] = value
+    with pytest.raises(ValueError, match=rf"update: {name} must be >= 0.0"):
+        opt.update({"w": torch.ones(2)}, state, params)
