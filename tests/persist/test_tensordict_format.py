@@ -16,7 +16,6 @@ import tensordict_peer
 import torch
 
 from tdfunc import MemoryMappedTensor, NonTensorStack, TensorClass, TensorDict
-from tests import tensordict_peer
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "tensordict_0_15_3")
 
