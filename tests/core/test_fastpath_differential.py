@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import random
+from typing import Any
 
 import pytest
 import torch
 
-from tdfunc import TensorDict
+from tdfunc import TensorClass, TensorDict
 from tdfunc._core.helpers.fastpath import get_path
 from tdfunc._core.helpers.nested_keys import MISSING, key_parts
 from tdfunc._core.keys import access
@@ -41,14 +42,17 @@ def _contains_general(td, key) -> bool:
     return get_path(td, key_parts(key)) is not MISSING
 
 
-def _start(batch: tuple, locked: bool) -> TensorDict:
-    td = TensorDict(
-        {
-            "a": torch.zeros(*batch, 2),
-            "b": {"c": torch.ones(batch), "d": {"e": torch.ones(*batch, 3)}},
-        },
-        batch,
-    )
+class _Pair(TensorClass):
+    c: torch.Tensor
+    d: Any = None
+
+
+def _start(batch: tuple, locked: bool, tensorclass: bool = False) -> TensorDict:
+    nested: Any = {"c": torch.ones(batch), "d": {"e": torch.ones(*batch, 3)}}
+    if tensorclass:  # a TensorClass level on the way: the fast paths hand it over
+        inner = TensorDict({"e": torch.ones(*batch, 3)}, batch)
+        nested = _Pair(c=torch.ones(batch), d=inner, batch_size=batch)
+    td = TensorDict({"a": torch.zeros(*batch, 2), "b": nested}, batch)
     return td.lock_() if locked else td
 
 
@@ -111,8 +115,8 @@ def _same(left, right) -> bool:
 def test_random_sequences_agree_with_the_general_path(seed, monkeypatch):
     rng = random.Random(seed)
     batch = rng.choice([(), (4,), (2, 3)])
-    locked = seed % 5 == 0
-    fast, general = _start(batch, locked), _start(batch, locked)
+    locked, tensorclass = seed % 5 == 0, seed % 3 == 1
+    fast, general = _start(batch, locked, tensorclass), _start(batch, locked, tensorclass)
     for step in range(60):
         op = rng.choice(["getitem", "get", "contains", "set", "setitem", "pop"])
         key = rng.choice(KEYS)

@@ -15,7 +15,11 @@
 - ``nontensor/``: the non-tensor leaves (``NonTensorData``, ``NonTensorStack``);
 - ``class_names.py``, ``device.py``, ``options.py``, ``repr.py``, ``attrs.py``,
   ``build.py``: stable class names, devices, process-wide switches, printing, ``attrs``
-  values, containers built from Python structures.
+  values, containers built from Python structures;
+- ``hooks.py``: the public classes helpers build without importing them (bound by
+  ``tdfunc/_assembly.py``); ``tracing.py``: whether a call is compiled, traced or
+  transformed, for all of tdfunc; ``codegen.py``: the one code generator;
+  ``legacy_paths.py``: module paths old pickles name.
 
 May import: ``tdfunc._core.helpers`` only.
 """
