@@ -8,7 +8,6 @@ call. Functions not in the table are not supported on containers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import itemgetter
 from types import FunctionType
 from typing import Any
 
@@ -47,21 +46,20 @@ def _key_error(views: list, api: str) -> KeyError:
 
 def _combined(views: list, dim: int, stacking: bool, api: str) -> dict:
     """Stack (or concatenate) every value across ``views`` (TensorDicts), key by key."""
-    datas = [view._data for view in views]
-    first = datas[0]
+    first = views[0]._data
     count = len(first)
-    if any(map(count.__ne__, map(len, datas))):
-        raise _key_error(views, api)
-    join = torch.stack if stacking else torch.cat
+    for view in views:
+        if len(view._data) != count:
+            raise _key_error(views, api)
     data: dict[str, Any] = {}
     for key, value in first.items():
         try:
-            values = list(map(itemgetter(key), datas))
+            values = [view._data[key] for view in views]
         except KeyError:
             raise _key_error(views, api) from None
         if isinstance(value, torch.Tensor):
             try:
-                data[key] = join(values, dim)
+                data[key] = torch.stack(values, dim) if stacking else torch.cat(values, dim)
             except (RuntimeError, TypeError) as error:  # name the entry torch could not join
                 shapes = [
                     list(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
@@ -89,8 +87,6 @@ def _check_sizes(sizes: list, dim: int, stacking: bool, api: str) -> torch.Size:
     """The batch size of the result; the inputs' batch sizes must agree (but in ``dim``)."""
     size = sizes[0]
     if stacking:
-        if sizes.count(size) == len(sizes):  # one C pass in the common case
-            return torch.Size((*size[:dim], len(sizes), *size[dim:]))
         for position, other in enumerate(sizes[1:], start=1):
             if other != size:
                 raise ValueError(
@@ -136,7 +132,7 @@ def _public_join(items, dim: int, out, stacking: bool):
     if not items:
         raise ValueError(f"{api}: expected a non-empty list of TensorDicts.")
     first = items[0]
-    if all(getattr(kind, "_is_tensordict", False) for kind in set(map(type, items))):
+    if all(getattr(type(item), "_is_tensordict", False) for item in items):
         views = items
     else:
         views = [item._to_tensordict_view() for item in items]
