@@ -96,3 +96,69 @@ def test_a_dispatch_mode_sees_the_derivations_and_nothing_is_cached_under_it():
     assert len(seen) >= 2 * len(context.derivations)  # every derivation ran under the mode
     _same(inside, leaves, context)
     assert cache.extend(context, leaves) is outside  # the entry made outside is kept
+
+
+# ---------------------------------------------------------------- through an Ensemble
+# Every route by which a stacked parameter can change between two calls, each
+# followed by a call compared with the same members run one by one.
+
+
+def _members_and_ensemble():
+    from torch import nn
+
+    from tdfunc import Ensemble
+
+    torch.manual_seed(0)
+    members = [
+        nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+        for _ in range(3)
+    ]
+    return Ensemble(*members), torch.randn(5, 4)
+
+
+def _loop_reference(ensemble, x: torch.Tensor) -> torch.Tensor:
+    return torch.stack([ensemble.member(k)(x) for k in range(ensemble._num_members)])
+
+
+def _check(ensemble, x: torch.Tensor) -> None:
+    torch.testing.assert_close(ensemble(x), _loop_reference(ensemble, x))
+    # a per-member input of rank 4 takes the Linear steps' reshaping branch
+    xs = torch.randn(3, 2, 5, 4, dtype=x.dtype)
+    expected = torch.stack([ensemble.member(k)(xs[k]) for k in range(3)])
+    torch.testing.assert_close(ensemble(xs, in_dims=0), expected)
+
+
+def test_every_mutation_route_is_seen_by_the_next_call():
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+    ensemble, x = _members_and_ensemble()
+    _check(ensemble, x)
+    weight = ensemble.stacked["2"].weight  # square: a transposed layout keeps its shape
+    with torch.no_grad():
+        weight.mul_(0.5)  # an in-place edit bumps the version
+    _check(ensemble, x)
+    weight.data.mul_(-1)  # through .data: no version bump, the cached views still see it
+    _check(ensemble, x)
+    weight.data = weight.data.mT.contiguous().mT  # same values, new storage and layout
+    _check(ensemble, x)
+    weight.data = weight.data.mT  # same storage, transposed layout (new values)
+    _check(ensemble, x)
+    vector_to_parameters(parameters_to_vector(ensemble.parameters()) * 2, ensemble.parameters())
+    _check(ensemble, x)
+    ensemble.requires_grad_(False)
+    out = ensemble(x)
+    assert not out.requires_grad
+    ensemble.requires_grad_(True)
+    ensemble(x).sum().backward()  # views made while frozen would leave .grad at None
+    assert all(p.grad is not None for p in ensemble.parameters())
+    ensemble.double()
+    _check(ensemble, x.double())
+    ensemble.float()
+    _check(ensemble, x)
+    state = {k: v * 3 for k, v in ensemble.state_dict().items()}
+    ensemble.load_state_dict(state)
+    _check(ensemble, x)
+    ensemble.load_state_dict({k: v + 1 for k, v in state.items()}, assign=True)
+    _check(ensemble, x)
+    ensemble.stacked["0"].bias = torch.nn.Parameter(torch.zeros(3, 4))  # a new object
+    _check(ensemble, x)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from member_loop import check_against_loop, members
+from member_loop import MEMBERS, check_against_loop, members
 from torch import nn
 
 from tdfunc import Ensemble
@@ -51,3 +51,17 @@ def test_prelu_one_dim_input_and_channel_mismatch():
         ensemble(torch.randn(2, 3))
     with pytest.raises(RuntimeError, match="channel size = 1"):
         ensemble(torch.randn(4))
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (2, 5, 4)])
+@pytest.mark.parametrize("in_dims", [None, 0])
+def test_linear_chains_with_and_without_bias(shape, in_dims):
+    # a chain runs a Linear's member-leading rank-3 case inline, the rest through the step
+    def make():
+        return nn.Sequential(
+            nn.Linear(4, 6, bias=False), nn.Tanh(), nn.Linear(6, 6), nn.Linear(6, 3, bias=False)
+        )
+
+    generator = torch.Generator().manual_seed(1)
+    inputs = [torch.randn(*shape, generator=generator) for _ in range(MEMBERS)]
+    check_against_loop(members(make), lambda i: (inputs[0 if i is None else i],), in_dims=in_dims)

@@ -14,7 +14,13 @@ from ..helpers.frozen import FROZEN
 from ..helpers.locks import end_consolidation
 from ..helpers.mixin import ContainerMixin, is_tensor_collection
 from ..helpers.nontensor import NonTensorData
-from ..helpers.parents import LockState, locking_parent, record_parent, remember
+from ..helpers.parents import (
+    PLAIN_TENSORS,
+    LockState,
+    locking_parent,
+    record_parent,
+    remember,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -57,7 +63,7 @@ class LockingMixin(ContainerMixin):
             return self
         _refuse_locked_by_parent(self)
         before = LockState(self)
-        _unlock_tree(self)
+        _unlock_tree(self, True)
         return remember(self, before.restore)
 
 
@@ -66,6 +72,8 @@ def _lock_tree(node) -> None:
         node._is_locked = True
     ref = None
     for value in node._data.values():
+        if type(value) in PLAIN_TENSORS:
+            continue
         if isinstance(value, NonTensorData):
             value._is_locked = True  # its update() refuses, as a locked entry's set does
         elif is_tensor_collection(value):
@@ -75,13 +83,16 @@ def _lock_tree(node) -> None:
             record_parent(ref, value._to_tensordict_view())  # a TensorClass: its inner one
 
 
-def _unlock_tree(node) -> None:
+def _unlock_tree(node, checked: bool = False) -> None:
     if node._frozen or node._is_locked == FROZEN:
         return
-    _refuse_locked_by_parent(node)
+    if not checked:  # (unlock_ has checked the container it was called on)
+        _refuse_locked_by_parent(node)
     node._is_locked = False
     end_consolidation(node)
     for value in node._data.values():
+        if type(value) in PLAIN_TENSORS:
+            continue
         if isinstance(value, NonTensorData):
             value.__dict__.pop("_is_locked", None)
         elif is_tensor_collection(value):
