@@ -126,7 +126,16 @@ def clip_by_global_norm(max_norm: Any, *, per_member: bool = False) -> GradientT
         if not grads:
             return [], ()
         if per_member:
-            squares = [g.abs().pow(2).reshape(g.shape[0], -1).sum(1) for g in grads]
+            # the members are the state's: the step count has one entry per member only for a
+            # TensorDict of stacked parameters; a leaf's dim 0 alone could be anything
+            if step.dim() != 1:
+                raise ValueError(
+                    f"{api}(per_member=True).update: needs stacked parameters in a TensorDict "
+                    f"with batch size [N] (one step count per member); the step count has "
+                    f"shape {list(step.shape)}. Under vmap each call sees one member: use "
+                    f"per_member=False there."
+                )
+            squares = [g.abs().pow(2).reshape(step.shape[0], -1).sum(1) for g in grads]
         else:
             squares = [g.abs().pow(2).sum() for g in grads]
         norm = torch.stack(squares).sum(0).sqrt()
