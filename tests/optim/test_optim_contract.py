@@ -285,3 +285,35 @@ def test_clip_per_member_refuses_unstacked_parameters():
     params = {"w": torch.ones(3, 2)}
     with pytest.raises(ValueError, match=r"per_member=True.*batch size \[N\]"):
         clip.update(params, clip.init(params), params)
+
+
+def test_chain_compiles_once_without_graph_breaks():
+    from torch._dynamo.testing import CompileCounter
+
+    opt = optim.chain(
+        optim.clip_by_global_norm(1.0, per_member=True),
+        optim.scale_by_adam(),
+        optim.add_decayed_weights(0.01),
+        optim.scale_by_learning_rate(torch.tensor([0.1, 0.2])),
+    )
+    params = TensorDict({"w": torch.randn(2, 3)}, batch_size=[2])
+    state = eager_state = opt.init(params)
+    counter = CompileCounter()
+    step = torch.compile(opt.update, backend=counter, fullgraph=True)
+    for seed in range(3):
+        grads = TensorDict(
+            {"w": torch.randn(2, 3, generator=torch.Generator().manual_seed(seed))}, [2]
+        )
+        updates, state = step(grads, state, params)
+        expected, eager_state = opt.update(grads, eager_state, params)
+        torch.testing.assert_close(updates["w"], expected["w"])
+    assert counter.frame_count == 1
+
+
+def test_replaced_hyperparameters_are_range_checked():
+    t = optim.scale_by_learning_rate(0.1)
+    params = {"w": torch.ones(2)}
+    state = t.init(params)
+    t.hyperparameters["lr"] = -1.0
+    with pytest.raises(ValueError, match=r"scale_by_learning_rate.*lr must be >= 0\.0"):
+        t.update(params, state, params)
