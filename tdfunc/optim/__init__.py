@@ -22,6 +22,14 @@ Example:
     tensor([-0.1000, -0.2000, -0.3000, -0.4000])
 """
 
+from ._chain import Chain as Chain
+from ._chain import add_decayed_weights as add_decayed_weights
+from ._chain import chain as chain
+from ._chain import clip_by_global_norm as clip_by_global_norm
+from ._chain import scale_by_adam as scale_by_adam
+from ._chain import scale_by_learning_rate as scale_by_learning_rate
+from ._chain import scale_by_momentum as scale_by_momentum
+from ._chain import scale_by_rms as scale_by_rms
 from ._groups import PerMember as PerMember
 from ._schedulers import ReduceLROnPlateau as ReduceLROnPlateau
 from ._stateful import SGD as SGD
@@ -39,13 +47,21 @@ __all__ = [
     "SGD",
     "Adam",
     "AdamW",
+    "Chain",
     "GradientTransformation",
     "PerMember",
     "RMSprop",
     "ReduceLROnPlateau",
     "adam",
     "adamw",
+    "add_decayed_weights",
     "apply_updates",
+    "chain",
+    "clip_by_global_norm",
     "rmsprop",
+    "scale_by_adam",
+    "scale_by_learning_rate",
+    "scale_by_momentum",
+    "scale_by_rms",
     "sgd",
 ]
