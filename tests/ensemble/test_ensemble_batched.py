@@ -133,18 +133,18 @@ class WithAttention(nn.Module):
         return self.head(self.blk(torch.tanh(self.fc(x)))[:, -1])
 
 
-class WithSimilarity(nn.Module):
+class WithUnbatchedLayer(nn.Module):
     """A ``torch.nn`` layer without a batched form inside batched code: vmapped alone."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(6, 4)
-        self.sim = nn.CosineSimilarity(dim=-1)
+        self.drop = nn.AlphaDropout(0.0)
         self.head = nn.Linear(3, 2)
 
     def forward(self, x):  # x: [B, 3, 6]
         h = torch.tanh(self.fc(x))
-        return self.head(self.sim(h, h.flip(-1)))
+        return self.head(self.drop(h).mean(-1))
 
 
 class ShapeOps(nn.Module):
@@ -245,7 +245,7 @@ CORPUS = {
         "1/2 layers batched; `1` vmapped",
     ),
     "attention_block": (WithAttention, randn(3, 6), "4/4 layers batched"),
-    "unregistered_layer": (WithSimilarity, randn(3, 6), "2/3 layers batched; `sim` vmapped"),
+    "unregistered_layer": (WithUnbatchedLayer, randn(3, 6), "2/3 layers batched; `drop` vmapped"),
 }
 
 

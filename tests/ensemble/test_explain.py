@@ -30,13 +30,13 @@ class Mixed(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.inp = nn.Linear(3, 4)
-        self.attn = nn.MultiheadAttention(4, 2, batch_first=True)
+        self.drop = nn.AlphaDropout(0.0)  # a torch layer without a batched form
         self.inner = Inner()
         self.head = nn.Sequential(nn.Linear(4, 2), nn.Tanh())
 
     def forward(self, x):
         h = self.inp(x)
-        mixed, _ = self.attn(h, h, h)
+        mixed = self.drop(h)
         return self.head(mixed * self.inner(h))
 
 
@@ -65,10 +65,10 @@ def test_explain_lists_every_part_and_its_route():
     assert routes[("inner.fc", "Linear")] == ("batched", "")
     assert routes[("head.0", "Linear")] == ("batched", "")
     assert routes[("head.1", "Tanh")] == ("batched", "")
-    assert routes[("attn", "MultiheadAttention")][0] == "vmap"
+    assert routes[("drop", "AlphaDropout")][0] == "vmap"
     assert routes[("inner", "op linalg_vector_norm")] == ("vmap", "no batched rule")
     assert {(row.path, row.module) for row in rows.fallbacks} == {
-        ("attn", "MultiheadAttention"),
+        ("drop", "AlphaDropout"),
         ("inner", "op linalg_vector_norm"),
     }
     text = str(rows)
@@ -82,7 +82,7 @@ def test_explain_of_a_whole_vmapped_forward_names_the_reason():
     (row,) = ensemble.explain()
     assert (row.path, row.module, row.route) == ("", "Untraceable", "vmap")
     assert "untraceable by torch.fx" in row.reason
-    ensemble = _quiet(lambda: Ensemble(nn.MultiheadAttention(4, 2), num_members=2))
+    ensemble = _quiet(lambda: Ensemble(nn.Transformer(8, 2, 1, 1, 16), num_members=2))
     rows = ensemble.explain()
     assert rows[0].path == "" and rows[0].route == "vmap" and len(rows) == 1
     assert "nothing to batch" in rows[0].reason
@@ -110,7 +110,7 @@ def test_fallback_warns_once_per_ensemble_and_points_at_the_caller():
         ensemble = Ensemble(Mixed(), num_members=2)
     assert len(record) == 1
     message = str(record[0].message)
-    assert "`attn` (MultiheadAttention" in message and "linalg_vector_norm" in message
+    assert "`drop` (AlphaDropout" in message and "linalg_vector_norm" in message
     assert "explain()" in message and "EnsembleFallbackWarning" in message
     assert record[0].filename == __file__
     with warnings.catch_warnings():
