@@ -72,6 +72,7 @@ class _Saving:
         existsok: bool = True,
         robust_key: bool | None = True,
         fsync: bool = False,
+        format: str = "tdfunc",
     ) -> NonTensorData:
         """:meth:`memmap` in place: this leaf becomes the saved one (locked); its
         in-place updates (``update_``, ``update(..., inplace=True)``) reach the file.
@@ -84,7 +85,7 @@ class _Saving:
             >>> NonTensorStack.load_memmap(path).tolist()
             ['c', 'd']
         """
-        return self._save(prefix, True, existsok, fsync, "tdfunc")
+        return self._save(prefix, True, existsok, fsync, format)
 
     def _save(self, prefix, inplace: bool, existsok: bool, fsync: bool, format: str):
         # the persistence layer sits above the core: reach it through the registered class
