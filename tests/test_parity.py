@@ -288,7 +288,7 @@ CASES: dict[str, tuple[Callable, str]] = {
         "sample",
     ),
     "from_pandas": (lambda o: _cls(o).from_pandas(_table(o).to_pandas())["reward"], "sample"),
-    "to_pandas": (lambda o: torch.as_tensor(_table(o).to_pandas()["reward"].to_numpy()), "sample"),
+    "to_pandas": (lambda o: torch.tensor(_table(o).to_pandas()["reward"].to_numpy()), "sample"),
     "to_csv": (_written("to_csv"), "sample"),
     "from_csv": (_written("to_csv"), "sample"),
     "to_json": (_written("to_json"), "sample"),

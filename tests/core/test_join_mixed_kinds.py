@@ -48,7 +48,7 @@ JOINS = {
     "TensorDict.cat": (TensorDict.cat, "torch.cat"),
     "default_collate": (lambda items: default_collate([i[0] for i in items]), "torch.stack"),
 }
-KINDS = {nested: "TensorDict", flat: "tensor", labelled: "non-tensor value", classed: "Pair"}
+KINDS = {nested: "TensorDict", flat: "Tensor", labelled: "non-tensor value", classed: "Pair"}
 
 
 @pytest.mark.parametrize("join", list(JOINS))
@@ -74,14 +74,14 @@ def test_a_deeper_key_is_named_by_its_path():
     two = TensorDict({"n": flat()}, [3])
     with pytest.raises(TypeError, match=re.escape("entry ('n', 'x'): the container at position 0 "
                                                   "holds a TensorDict there and the one at "
-                                                  "position 1 a tensor")):  # fmt: skip
+                                                  "position 1 a Tensor")):  # fmt: skip
         torch.stack([one, two])
 
 
 def test_a_dataloader_batch_of_mixed_samples_is_refused_by_name():
     samples = [nested()[0], flat()[0]]
     with pytest.raises(TypeError, match=r"entry 'x': the container at position 0 holds a Tensor"
-                       r"Dict there and the one at position 1 a tensor"):  # fmt: skip
+                       r"Dict there and the one at position 1 a Tensor"):  # fmt: skip
         next(iter(DataLoader(samples, batch_size=2)))
 
 
@@ -104,3 +104,11 @@ def test_same_kinds_still_join_like_plain_tensors():
     assert torch.equal(out["obs"], torch.stack([i["obs"] for i in items]))
     labels = torch.cat([labelled(), labelled()])
     assert labels["x"] == "a label" and labels.batch_size == (6,)
+
+
+def test_a_parameter_and_a_tensor_that_torch_refuses_get_torch_s_reason():
+    # Both are tensors: a failed join is about shapes, not about kinds.
+    one = TensorDict({"w": torch.nn.Parameter(torch.zeros(3, 2))}, [3])
+    two = TensorDict({"w": torch.zeros(3, 4)}, [3])
+    with pytest.raises(RuntimeError, match=re.escape("entry 'w' (leaf shapes [[3, 2], [3, 4]])")):
+        torch.stack([one, two])

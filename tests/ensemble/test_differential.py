@@ -4,15 +4,20 @@ A hypothesis state machine drives both through random sequences of what users
 do (forwards with shared and per-member inputs, backward and optimizer steps,
 freezing and unfreezing, train/eval, in-place edits of ``ens.params`` under
 ``no_grad``, ``load_state_dict``, dtype changes, ``deepcopy``) and compares
-outputs, gradients, parameters and buffers after every step. The reference is
-plain ``torch.nn`` and ``torch.optim``, member by member.
+outputs, gradients, parameters and buffers after every step. Member-level moves
+join them: subsets ``ens[index]`` (forward and gradients), ``ens.member(k)``
+copies, ``load_member_state_dicts`` with missing keys and other dtypes, and
+refused loads. The reference is plain ``torch.nn`` and ``torch.optim``, member by
+member.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import re
 
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, settings
@@ -91,6 +96,32 @@ ARCHITECTURES = {
     # wide enough (batch x features >= 4096) for the shared-input matmul path
     "wide": (lambda: nn.Sequential(nn.Linear(1024, 8), nn.ReLU(), nn.Linear(8, 2)), (1024,), False),
 }
+
+
+def _chosen(index) -> list[int]:
+    """The member positions an index of ``ens[index]`` selects, as a list does."""
+    members = list(range(MEMBERS))
+    if isinstance(index, int):
+        return [members[index]]
+    if isinstance(index, slice):
+        return members[index]
+    if isinstance(index, torch.Tensor) and index.dtype == torch.bool:
+        return index.nonzero().flatten().tolist()
+    return [members[int(i)] for i in index]
+
+
+MEMBER_INDICES = st.one_of(
+    st.integers(-MEMBERS, MEMBERS - 1),
+    st.builds(
+        slice,
+        st.one_of(st.none(), st.integers(-MEMBERS, MEMBERS - 1)),
+        st.one_of(st.none(), st.integers(-MEMBERS, MEMBERS)),
+        st.one_of(st.none(), st.sampled_from([1, 2, -1])),
+    ).filter(lambda s: len(range(MEMBERS)[s]) > 0),
+    st.lists(st.integers(-MEMBERS, MEMBERS - 1), min_size=1, max_size=4),
+    st.lists(st.booleans(), min_size=MEMBERS, max_size=MEMBERS).filter(any).map(torch.tensor),
+    st.lists(st.integers(-MEMBERS, MEMBERS - 1), min_size=1, max_size=4).map(torch.tensor),
+)
 
 
 def _close(actual, expected, what: str) -> None:
@@ -248,6 +279,104 @@ class EnsembleVersusLoop(RuleBasedStateMachine):
         pairs = copy.deepcopy(list(zip(self.models, self.loop_opts)))
         self.models = [m for m, _ in pairs]
         self.loop_opts = [o for _, o in pairs]
+
+    @precondition(lambda self: not (self.has_dropout and self.ens.training))
+    @rule(index=MEMBER_INDICES, shared=st.booleans(), batch=st.integers(2, 4))
+    def subset_forward(self, index, shared, batch):
+        """``ens[index]`` against the selected modules; gradients reach only their rows."""
+        chosen = _chosen(index)
+        x = self._input(batch) if shared else self._input(len(chosen), batch)
+        run = self.ens[index]
+        repeats = not isinstance(index, (int, slice)) and len(set(chosen)) != len(chosen)
+        if repeats and self.arch == "batchnorm" and self.ens.training:
+            before = self.ens.state_dict()
+            before = {key: value.clone() for key, value in before.items()}
+            with pytest.raises(ValueError, match="repeats members"):
+                run(x, in_dims=None if shared else 0)
+            for key, value in self.ens.state_dict().items():
+                assert torch.equal(value, before[key]), f"{key} changed by a refused call"
+            return
+        out = run(x, in_dims=None if shared else 0)
+        expected = torch.stack(
+            [self.models[k](x if shared else x[i]) for i, k in enumerate(chosen)]
+        )
+        if isinstance(index, int):
+            expected = expected[0]
+        _close(out, expected, f"output of ens[{index!r}]")
+        if not expected.requires_grad:
+            return
+        weights = self._randn(*expected.shape)
+        (out * weights).square().sum().backward()
+        (expected * weights).square().sum().backward()
+        for name, _ in self.models[0].named_parameters():
+            grad = self.ens.get_parameter(f"stacked.{name}").grad
+            params = [m.get_parameter(name) for m in self.models]
+            if all(p.grad is None for p in params):
+                assert grad is None or not grad.any(), f"grad of {name}"
+                continue
+            rows = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+            _close(grad, torch.stack(rows), f"grad of {name} through ens[{index!r}]")
+        # No step: an optimizer over the stacked tensors moves the unselected rows
+        # too (momentum on zero gradients), which a loop of N optimizers does not.
+        self.ens_opt.zero_grad()
+        for opt in self.loop_opts:
+            opt.zero_grad()
+
+    @precondition(lambda self: not (self.has_dropout and self.ens.training))
+    @rule(k=st.integers(-MEMBERS, MEMBERS - 1), batch=st.integers(2, 4))
+    def member_copy(self, k, batch):
+        """``ens.member(k)`` is models[k] as a standalone copy: training it leaves the ensemble."""
+        member = self.ens.member(k)
+        reference = self.models[k]
+        assert member.training == reference.training
+        state, expected_state = member.state_dict(), reference.state_dict()
+        assert list(state) == list(expected_state)
+        for key, value in expected_state.items():
+            _close(state[key], value, f"member({k}).{key}")
+        x = self._input(batch)
+        # on a copy: a forward in training mode updates the reference's statistics
+        _close(member(x), copy.deepcopy(reference)(x), f"member({k}) output")
+        with torch.no_grad():
+            for param in member.parameters():
+                param.add_(1.0)  # the invariant checks that the ensemble did not move
+
+    @rule(
+        holes=st.lists(st.tuples(st.integers(0, MEMBERS - 1), st.integers(0, 15)), max_size=4),
+        double=st.booleans(),
+    )
+    def load_member_states(self, holes, double):
+        """Per-member state dicts with keys missing here and there, maybe in another dtype,
+        loaded with strict=False: each member as its own module.load_state_dict."""
+        states = []
+        for model in self.models:
+            state = {}
+            for key, value in model.state_dict().items():
+                if value.is_floating_point():
+                    new = self._randn(*value.shape)
+                    new = new.abs() + 0.5 if key.endswith("running_var") else new
+                    state[key] = new.to(torch.float64 if double else value.dtype)
+                else:
+                    state[key] = value + 1
+            states.append(state)
+        keys = list(states[0])
+        for member, which in holes:
+            states[member].pop(keys[which % len(keys)], None)
+        self.ens.load_member_state_dicts(states, strict=False)
+        for model, state in zip(self.models, states):
+            model.load_state_dict(state, strict=False)
+
+    @rule(member=st.integers(0, MEMBERS - 1), which=st.integers(0, 15), kind=st.integers(0, 3))
+    def load_member_states_refused(self, member, which, kind):
+        """A bad value in one state dict: a clear error, and no member changed (module
+        loads would have half loaded; the ensemble checks everything first)."""
+        states = [{k: v.clone() + 1 for k, v in m.state_dict().items()} for m in self.models]
+        key = list(states[member])[which % len(states[member])]
+        shape = states[member][key].shape
+        bad = ["a string", None, [1.0, 2.0], torch.zeros(*shape, 2)][kind]
+        states[member][key] = bad
+        error = ValueError if kind == 3 else TypeError
+        with pytest.raises(error, match=rf"state dict {member} holds .*'{re.escape(key)}'"):
+            self.ens.load_member_state_dicts(states)
 
     # ------------------------------------------------------------- invariants
     def _compare_grads(self) -> None:

@@ -43,6 +43,7 @@ _DEFAULT_PRINT = {
     "show_is_contiguous": False,
     "show_is_view": False,
     "show_storage_size": False,
+    "plain": False,
     "sort_keys": "alphabetical",
 }
 PRINT = dict(_DEFAULT_PRINT)
@@ -108,7 +109,10 @@ class set_printoptions(_Switch):
     """Choose what a container's ``repr`` shows (see :func:`get_printoptions` for the names).
 
     ``verbose=False`` hides devices, dtypes and sharing unless named explicitly.
-    ``sort_keys`` is ``"alphabetical"`` (the default) or ``"insertion"``.
+    ``plain=True`` adds a short summary of each tensor's values (mean and std for
+    floating and complex dtypes, min and max for the others, ``[]`` when empty).
+    ``sort_keys`` is ``"alphabetical"`` (the default), ``"insertion"``, or a
+    callable given each key, passed as ``key`` to :func:`sorted`.
 
     Example:
         >>> import torch
@@ -125,10 +129,11 @@ class set_printoptions(_Switch):
                 f"set_printoptions: unknown option(s) {unknown}; the options are "
                 f"{sorted(_DEFAULT_PRINT)}."
             )
-        if options.get("sort_keys", "alphabetical") not in ("alphabetical", "insertion"):
+        order = options.get("sort_keys", "alphabetical")
+        if not callable(order) and order not in ("alphabetical", "insertion"):
             raise ValueError(
-                "set_printoptions: sort_keys must be 'alphabetical' or 'insertion', got "
-                f"{options['sort_keys']!r}."
+                "set_printoptions: sort_keys must be 'alphabetical', 'insertion' or a callable "
+                f"(a key for sorted()), got {order!r}."
             )
         if not verbose:
             options = {**dict.fromkeys(_QUIET, False), **options}

@@ -27,8 +27,32 @@ def leaf_repr(value: Any) -> str:
         if kind == "Buffer":
             kind = "Tensor"
         parts = [f"{label}={read(value)}" for option, label, read in _FIELDS if PRINT[option]]
+        if PRINT["plain"]:
+            summary = _summary(value)
+            if summary is not None:
+                parts.append(summary)
         return f"{kind}({', '.join(parts)})"
     return repr(value)
+
+
+def _summary(tensor: torch.Tensor) -> str | None:
+    """``mean=..., std=...`` (floating, complex), ``min=..., max=...`` (integers, bools),
+    ``[]`` when empty: the ``plain`` print option. ``None`` where the values cannot be
+    read without changing anything (meta, fake or batched tensors, other layouts)."""
+    if tensor.numel() == 0:
+        return "[]"
+    try:
+        if tensor.is_meta or tensor.is_nested or tensor.layout != torch.strided:
+            return None
+        with torch.no_grad():
+            if tensor.is_floating_point() or tensor.is_complex():
+                # in double precision: a half or bfloat16 sum would round the summary
+                wide = tensor.to(torch.complex128 if tensor.is_complex() else torch.float64)
+                std = wide.std().item() if wide.numel() > 1 else float("nan")
+                return f"mean={wide.mean().item():.4g}, std={std:.4g}"
+            return f"min={tensor.min().item()}, max={tensor.max().item()}"
+    except Exception:  # a tensor whose values are not there to read (fake, batched)
+        return None
 
 
 def _storage_size(tensor: torch.Tensor) -> int | None:
@@ -61,7 +85,10 @@ def fields_block(items: list[tuple[str, str]], separator: str = ": ") -> str:
 
 def td_repr(td) -> str:
     items = [(k, leaf_repr(v)) for k, v in td._data.items()]
-    if PRINT["sort_keys"] == "alphabetical":
+    order = PRINT["sort_keys"]
+    if callable(order):
+        items.sort(key=lambda item: order(item[0]))
+    elif order == "alphabetical":
         items.sort(key=lambda item: item[0])
     fields = "fields={\n" + fields_block(items) + "}"
     if not items:

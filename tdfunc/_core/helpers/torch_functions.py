@@ -51,7 +51,7 @@ def _kind(value: Any) -> str:
     if isinstance(value, NonTensorData):
         return "non-tensor value"
     if isinstance(value, torch.Tensor):
-        return "tensor"
+        return "Tensor"  # any subclass: a Parameter joins a Tensor
     if getattr(type(value), "_is_tensordict", False):
         return "TensorDict"
     return type(value).__name__

@@ -10,6 +10,7 @@ import numbers
 import operator
 import warnings
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -101,25 +102,40 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
     data: dict[str, Any] = {}
     key = None
     try:
-        for key, value, rhs in pairs:
-            if isinstance(value, NonTensorData):
-                if not compare:
-                    data[key] = _bitwise_values(value, rhs, op)
-                elif keyed and api in ("__eq__", "__ne__"):
-                    mask = eq_mask(value, rhs)
-                    data[key] = mask if api == "__eq__" else ~mask
-                # a comparison with a number or a tensor leaves non-tensor leaves out
-                continue
-            if compare and isinstance(rhs, Mapping) and not hasattr(value, "_to_tensordict_view"):
-                raise TypeError(
-                    f"TensorDict.{api}: key {key!r} holds a tensor in one operand and a "
-                    f"{type(rhs).__name__} in the other."
-                )
-            data[key] = op(value, rhs)
+        with _numpy_operand() if isinstance(other, np.ndarray) else nullcontext():
+            for key, value, rhs in pairs:
+                if isinstance(value, NonTensorData):
+                    if not compare:
+                        data[key] = _bitwise_values(value, rhs, op)
+                    elif keyed and api in ("__eq__", "__ne__"):
+                        mask = eq_mask(value, rhs)
+                        data[key] = mask if api == "__eq__" else ~mask
+                    # a comparison with a number or a tensor leaves non-tensor leaves out
+                    continue
+                if (
+                    compare
+                    and isinstance(rhs, Mapping)
+                    and not hasattr(value, "_to_tensordict_view")
+                ):
+                    raise TypeError(
+                        f"TensorDict.{api}: key {key!r} holds a tensor in one operand and a "
+                        f"{type(rhs).__name__} in the other."
+                    )
+                data[key] = op(value, rhs)
     except Exception as error:
         note_key(error, key)
         raise
     return like_pair(self, other, data, api)
+
+
+@contextmanager
+def _numpy_operand():
+    # A leaf with a NumPy array goes through NumPy, which calls torch's
+    # Tensor.__array_wrap__ and warns (NumPy 2) that its signature is old: torch's to
+    # change, and plain torch warns the same. The results stay plain torch's.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "__array_wrap__ must accept", DeprecationWarning)
+        yield
 
 
 def _inplace(self, other: Any, method: str, *args: Any):

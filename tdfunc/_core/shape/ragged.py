@@ -8,7 +8,7 @@ leaves and a dense batch size; an operation along a ragged dim is a clear error.
 ``to_padded_tensor`` gives the dense batch.
 
 Example:
-    >>> nt = torch.nested.nested_tensor([torch.ones(4, 5), torch.ones(6, 5)])
+    >>> nt = torch.nested.nested_tensor([torch.ones(4, 5), torch.ones(6, 5)], layout=torch.jagged)
     >>> td = TensorDict({"x": nt}, batch_size=[2, -1])
     >>> td.batch_size, td[1].batch_size, td.to_padded_tensor().batch_size
     (torch.Size([2, -1]), torch.Size([6]), torch.Size([2, 6]))
@@ -107,7 +107,8 @@ class RaggedMixin(ContainerMixin):
                 It needs a ragged batch dim (else there is no padding in the batch).
 
         Example:
-            >>> nt = torch.nested.nested_tensor([torch.ones(1, 2), torch.ones(3, 2)])
+            >>> parts = [torch.ones(1, 2), torch.ones(3, 2)]
+            >>> nt = torch.nested.nested_tensor(parts, layout=torch.jagged)
             >>> td = TensorDict({"x": nt}, batch_size=[2, -1])
             >>> out = td.to_padded_tensor(padding=0.0, mask_key="mask")
             >>> out.batch_size, out["mask"].tolist()

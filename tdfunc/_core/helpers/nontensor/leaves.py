@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,8 @@ from .values import (
     pick_nested,
     take,
 )
+
+_VALUES_SHOWN = 50  # characters of a NonTensorStack's values in its repr
 
 
 class NonTensorData(_Saving):
@@ -660,8 +663,14 @@ class NonTensorStack(NonTensorData):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        # tensordict's printed form cuts the values' text after 50 characters: a
+        # stack of many (or long) values stays one line in a container's repr.
+        values = repr(self.data)
+        if len(values) > _VALUES_SHOWN:
+            values = values[:_VALUES_SHOWN] + "..."
+        values = textwrap.indent(values, "    ")
         return (
-            f"{type(self).__name__}(\n    {self.data!r},\n    batch_size={self.batch_size},\n"
+            f"{type(self).__name__}(\n{values},\n    batch_size={self.batch_size},\n"
             f"    device={self.device})"
         )
 
