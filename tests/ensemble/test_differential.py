@@ -41,6 +41,30 @@ class _Residual(nn.Module):
         return self.out(h)
 
 
+class _CrossAttention(nn.Module):
+    """A custom forward around attention: cross attention on a learned memory, the
+    attention weights used downstream, and a position table sliced by the length."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(6, 4) * 0.1)
+        self.memory = nn.Parameter(torch.randn(3, 4))
+        self.attn = nn.MultiheadAttention(4, 2, kdim=4, vdim=4, batch_first=True)
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x):  # x: [B, T, 4]
+        h = x + self.pos[: x.size(1)]
+        memory = self.memory.expand(x.size(0), -1, -1)
+        mixed, weights = self.attn(h, memory, memory)
+        return self.out(mixed + h) * weights.sum(-1, keepdim=True)
+
+
+def _encoder(dropout: float):
+    layer = nn.TransformerEncoderLayer(4, 2, 8, dropout=dropout, batch_first=True)
+    return nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                         nn.Linear(4, 2))  # fmt: skip
+
+
 # name -> (constructor, input shape per sample, has dropout)
 ARCHITECTURES = {
     "mlp": (lambda: nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)), (4,), False),
@@ -65,6 +89,9 @@ ARCHITECTURES = {
         False,
     ),
     "custom": (_Residual, (4,), False),
+    "transformer": (lambda: _encoder(0.0), (3, 4), False),
+    "transformer_dropout": (lambda: _encoder(0.2), (3, 4), True),
+    "attention": (_CrossAttention, (3, 4), False),
     # wide enough (batch x features >= 4096) for the shared-input matmul path
     "wide": (lambda: nn.Sequential(nn.Linear(1024, 8), nn.ReLU(), nn.Linear(8, 2)), (1024,), False),
 }
