@@ -16,6 +16,7 @@ one its own module gives. Attention dropout draws its masks with the ensemble's
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -71,9 +72,12 @@ def _project(x: torch.Tensor, weight_t: torch.Tensor, bias_row) -> torch.Tensor:
     return out.view(*shape[:-1], out.shape[-1])
 
 
+@functools.cache
 def _slice_rows(start: int, stop: int):
     """Derivations of rows ``start:stop`` of a packed projection (weight transposed, bias
-    as a row)."""
+    as a row). The same functions for the same rows: a derivation is known by its
+    function, so the plans of the train and eval modes share the ensemble's derived
+    leaves instead of each adding its own."""
 
     def weight(w):
         return w[:, start:stop].mT

@@ -53,10 +53,11 @@ class _CrossAttention(nn.Module):
         self.out = nn.Linear(4, 2)
 
     def forward(self, x):  # x: [B, T, 4]
-        h = x + self.pos[: x.size(1)]
-        memory = self.memory.expand(x.size(0), -1, -1)
+        # bounded activations: SGD with momentum on reloaded random weights stays finite
+        h = torch.tanh(x + self.pos[: x.size(1)])
+        memory = torch.tanh(self.memory).expand(x.size(0), -1, -1)
         mixed, weights = self.attn(h, memory, memory)
-        return self.out(mixed + h) * weights.sum(-1, keepdim=True)
+        return torch.tanh(self.out(torch.tanh(mixed) + h)) * weights.amax(-1, keepdim=True)
 
 
 def _encoder(dropout: float):
