@@ -69,7 +69,12 @@ class _AffineLayerNorm(torch.autograd.Function):
 def affine_layer_norm(x, shape, weight, bias, eps):
     """``F.layer_norm(x, shape, None, None, eps) * weight + bias`` (``weight`` and ``bias``
     broadcast against ``x``: one row per member)."""
-    if tracing() or x.dtype != weight.dtype or x.dtype != bias.dtype:
+    if (
+        not torch.is_grad_enabled()  # nothing is kept for a backward
+        or tracing()
+        or x.dtype != weight.dtype
+        or x.dtype != bias.dtype
+    ):
         return torch.addcmul(bias, F.layer_norm(x, shape, None, None, eps), weight)
     return _AffineLayerNorm.apply(x, weight, bias, shape, eps)[0]
 
