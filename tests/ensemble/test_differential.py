@@ -60,15 +60,6 @@ class _CrossAttention(nn.Module):
         return torch.tanh(self.out(torch.tanh(mixed) + h)) * weights.amax(-1, keepdim=True)
 
 
-def _encoder(dropout: float):
-    # pre-norm and 8 features: the post-norm layer over 4 features amplifies float32
-    # rounding beyond the tolerance after a few SGD steps with momentum
-    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=dropout, batch_first=True,
-                                       norm_first=True)  # fmt: skip
-    return nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
-                         nn.Linear(8, 2))  # fmt: skip
-
-
 # name -> (constructor, input shape per sample, has dropout)
 ARCHITECTURES = {
     "mlp": (lambda: nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)), (4,), False),
@@ -93,8 +84,6 @@ ARCHITECTURES = {
         False,
     ),
     "custom": (_Residual, (4,), False),
-    "transformer": (lambda: _encoder(0.0), (3, 8), False),
-    "transformer_dropout": (lambda: _encoder(0.2), (3, 8), True),
     "attention": (_CrossAttention, (3, 4), False),
     # wide enough (batch x features >= 4096) for the shared-input matmul path
     "wide": (lambda: nn.Sequential(nn.Linear(1024, 8), nn.ReLU(), nn.Linear(8, 2)), (1024,), False),
