@@ -25,7 +25,7 @@ training step at most 1.1x the loop's.
 
 Run as a script, the file measures the same contenders interleaved in one process
 (CPU time of the thread, medians over rounds) and the peak memory of a training
-step (bytes of the tensors alive at once, counted at every op):
+step (the most bytes allocated at once, from the profiler's allocation records):
 
     python benchmarks/bench_ensemble_transformer.py
 """
@@ -36,15 +36,12 @@ import copy
 import functools
 import statistics
 import time
-import weakref
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, stack_module_state
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from tdfunc import Ensemble
 
@@ -204,50 +201,33 @@ def test_train_step(benchmark, request, config, kind):
 
 
 # ---------------------------------------------------------------- peak memory
-class PeakMemory(TorchDispatchMode):
-    """The most bytes of tensor storage alive at once among those the ops create."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live = self.peak = 0
-        self.seen: set = set()
-
-    def _free(self, key: int, size: int) -> None:
-        self.seen.discard(key)
-        self.live -= size
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for value in tree_leaves(out):
-            if isinstance(value, torch.Tensor):
-                storage = value.untyped_storage()
-                key = storage._cdata
-                if key not in self.seen:
-                    self.seen.add(key)
-                    size = storage.nbytes()
-                    self.live += size
-                    self.peak = max(self.peak, self.live)
-                    weakref.finalize(storage, self._free, key, size)
-        return out
-
-
 def peak_memory(step, parameters) -> int:
-    """Peak bytes of one call of ``step`` (gradients reset first: they are allocated anew)."""
+    """Peak bytes allocated during one call of ``step`` (the profiler's allocation
+    records, summed in time order; gradients are reset first: allocated anew)."""
     step()  # plans, derived views and caches are made once, before
     for p in parameters:
         p.grad = None
-    with PeakMemory() as meter:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, profile_memory=True) as profiler:
         step()
-    return meter.peak
+    records = [e for e in profiler.profiler.kineto_results.events() if e.name() == "[memory]"]
+    live = peak = 0
+    for record in sorted(records, key=lambda e: e.start_ns()):
+        live += record.nbytes()
+        peak = max(peak, live)
+    return peak
 
 
 def memory_ratio(config: str) -> tuple[int, int]:
-    """Peak bytes of a training step: (loop, ensemble)."""
+    """Peak bytes of a training step, one backward for all members: (loop, ensemble)."""
     models, x, _ = setup(config)
     models = copy.deepcopy(models)
     ensemble = Ensemble(*copy.deepcopy(models))
+    # All the members' graphs alive at once, as in one backward of the summed losses (a
+    # loop that backpropagates member by member holds one member's graph at a time).
     loop_bytes = peak_memory(
-        train_step_of("loop", models, x), [p for m in models for p in m.parameters()]
+        lambda: sum(m(x).square().sum() for m in models).backward(),
+        [p for m in models for p in m.parameters()],
     )
     ensemble_bytes = peak_memory(
         lambda: ensemble(x).square().sum().backward(), list(ensemble.parameters())

@@ -16,6 +16,7 @@ one its own module gives. Attention dropout draws its masks with the ensemble's
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -53,6 +54,8 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     shared by the members, expanded once per argument)."""
     if a is b:
         return True
+    if torch.compiler.is_compiling():  # reading the views' base would break the graph
+        return False
     base = a._base
     return (
         base is not None
@@ -71,9 +74,12 @@ def _project(x: torch.Tensor, weight_t: torch.Tensor, bias_row) -> torch.Tensor:
     return out.view(*shape[:-1], out.shape[-1])
 
 
+@functools.cache
 def _slice_rows(start: int, stop: int):
     """Derivations of rows ``start:stop`` of a packed projection (weight transposed, bias
-    as a row)."""
+    as a row). The same functions for the same rows: a derivation is known by its
+    function, so the plans of the train and eval modes share the ensemble's derived
+    leaves instead of each adding its own."""
 
     def weight(w):
         return w[:, start:stop].mT
@@ -171,22 +177,31 @@ class _Attention:
             attn_mask = canonical_mask(attn_mask, dtype, "attn_mask")
             if key_padding_mask is not None:
                 is_causal = False
-        q, k, v = self.project(leaves, query, key, value, self_attention, key_is_value)
-        n, batch, length, _ = q.shape
-        source = k.shape[2]
+        n, batch, length, _ = query.shape
+        heads, head_dim = self.heads, self.head_dim
         mask = None
         if attn_mask is not None:
-            mask = self.attn_mask(attn_mask, batch, length, source)
-        if self.bias_k is not None and self.bias_v is not None:
-            k = torch.cat([k, leaves[self.bias_k].expand(n, batch, 1, -1)], 2)
-            v = torch.cat([v, leaves[self.bias_v].expand(n, batch, 1, -1)], 2)
-            mask = None if mask is None else F.pad(mask, (0, 1))
-            key_padding_mask = None if key_padding_mask is None else F.pad(key_padding_mask, (0, 1))
-        heads, head_dim = self.heads, self.head_dim
-        # [N * B, H, L, E / H]: every member's heads in the batch dims of one attention
-        q = q.reshape(n * batch, length, heads, head_dim).transpose(1, 2)
-        k = k.reshape(n * batch, k.shape[2], heads, head_dim).transpose(1, 2)
-        v = v.reshape(n * batch, v.shape[2], heads, head_dim).transpose(1, 2)
+            mask = self.attn_mask(attn_mask, batch, length, key.shape[2])
+        if self.packed and self_attention and self.bias_k is None:
+            # the common case in few ops: [N * B, L, 3, H, E / H] viewed as q, k, v
+            flat = query.reshape(n, batch * length, query.shape[-1])
+            if self.b_qkv is None:
+                qkv = torch.bmm(flat, leaves[self.w_qkv])
+            else:
+                qkv = torch.baddbmm(leaves[self.b_qkv], flat, leaves[self.w_qkv])
+            q, k, v = qkv.view(n * batch, length, 3, heads, head_dim).transpose(1, 3).unbind(2)
+        else:
+            q, k, v = self.project(leaves, query, key, value, self_attention, key_is_value)
+            if self.bias_k is not None and self.bias_v is not None:
+                k = torch.cat([k, leaves[self.bias_k].expand(n, batch, 1, -1)], 2)
+                v = torch.cat([v, leaves[self.bias_v].expand(n, batch, 1, -1)], 2)
+                mask = None if mask is None else F.pad(mask, (0, 1))
+                if key_padding_mask is not None:
+                    key_padding_mask = F.pad(key_padding_mask, (0, 1))
+            # [N * B, H, L, E / H]: every member's heads in the batch dims of one attention
+            q = q.reshape(n * batch, length, heads, head_dim).transpose(1, 2)
+            k = k.reshape(n * batch, k.shape[2], heads, head_dim).transpose(1, 2)
+            v = v.reshape(n * batch, v.shape[2], heads, head_dim).transpose(1, 2)
         if module.add_zero_attn:
             zeros = k.new_zeros(n * batch, heads, 1, head_dim)
             k, v = torch.cat([k, zeros], 2), torch.cat([v, zeros], 2)
@@ -210,10 +225,13 @@ class _Attention:
                 q, k, v, _folded(mask, n, batch), 0.0, bool(is_causal)
             )
             weights = None
-        # [N, B, L, E] for the output projection
-        out = out.view(n, batch, heads, length, head_dim).transpose(2, 3)
-        out = _project(out.reshape(n, batch, length, self.embed), leaves[self.w_out],
-                       None if self.b_out is None else leaves[self.b_out])  # fmt: skip
+        # [N, B * L, E] for the output projection
+        out = out.transpose(1, 2).reshape(n, batch * length, self.embed)
+        if self.b_out is None:
+            out = torch.bmm(out, leaves[self.w_out])
+        else:
+            out = torch.baddbmm(leaves[self.b_out], out, leaves[self.w_out])
+        out = out.view(n, batch, length, self.embed)
         if weights is not None:
             weights = weights.view(n, batch, heads, length, weights.shape[-1])
             if average_attn_weights:

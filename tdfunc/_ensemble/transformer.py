@@ -24,6 +24,7 @@ from torch import nn
 
 from .._core.helpers.tracing import compiling
 from . import graph_ops as ops
+from .affine_norm import layer_norm_step
 from .attention import attention_step, canonical_mask
 from .layers import _dropout, _layer_norm, _linear
 from .registry import BatchContext, planner_for, register_planner
@@ -41,7 +42,8 @@ def _part(module: nn.Module, name: str, slots: dict, context: BatchContext, pref
     if isinstance(child, nn.Linear) and type(child).forward is nn.Linear.forward:
         return _linear(child, _under(slots, f"{prefix}{name}."), context)
     if type(child) is nn.LayerNorm:
-        return _layer_norm(child, _under(slots, f"{prefix}{name}."), context)
+        own = _under(slots, f"{prefix}{name}.")
+        return layer_norm_step(child, own, context) or _layer_norm(child, own, context)
     if type(child) is nn.Dropout:
         return _dropout(child, {}, context)
     planner = planner_for(child)

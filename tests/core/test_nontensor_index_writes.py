@@ -56,5 +56,5 @@ def test_write_into_a_column_of_a_2d_stack_reaches_it():
 def test_joining_a_non_tensor_value_with_a_tensor_names_the_entry(join):
     with_text = TensorDict({"s": "a"}, [1])
     with_tensor = TensorDict({"s": torch.zeros(1)}, [1])
-    with pytest.raises(TypeError, match=r"entry 's'.*non-tensor value.*tensor"):
+    with pytest.raises(TypeError, match=r"entry 's'.*non-tensor value.*Tensor"):
         join([with_text, with_tensor], 0)

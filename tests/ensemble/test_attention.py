@@ -198,3 +198,29 @@ def test_all_option_pairs_in_eval_without_grad():
         models = attention(**options)
         check(models, inputs(options["batch_first"]), {"need_weights": False}, train=False,
               grad=False)  # fmt: skip
+
+
+def test_switching_between_train_and_eval_keeps_the_derived_weights_right():
+    """Each mode has its plan; both read the ensemble's views of the stacked weights."""
+    models = attention(batch_first=True)
+    ensemble = Ensemble(*models)
+    query, memory = torch.randn(B, L, E), torch.randn(B, S, E)
+    for mode in (True, False, True, False):
+        ensemble.train(mode)
+        out, _ = ensemble(query, memory, memory)
+        expected = torch.stack([m.train(mode)(query, memory, memory)[0] for m in models])
+        torch.testing.assert_close(out, expected, atol=2e-5, rtol=1e-4)
+
+
+def test_compiles_without_graph_breaks_and_exports():
+    models = attention()
+    ensemble = Ensemble(*models)
+    q = torch.randn(L, B, E)
+    expected = torch.stack([m(q, q, q, need_weights=False)[0] for m in models])
+    torch._dynamo.reset()
+    compiled = torch.compile(ensemble, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(q, q, q, need_weights=False)[0], expected)
+    layers = members(lambda: nn.TransformerEncoderLayer(E, H, 16, 0.0, batch_first=True), N)
+    x = torch.randn(B, L, E)
+    exported = torch.export.export(Ensemble(*layers), (x,)).module()
+    torch.testing.assert_close(exported(x), torch.stack([m(x) for m in layers]))

@@ -147,6 +147,17 @@ class WithUnbatchedLayer(nn.Module):
         return self.head(self.drop(h).mean(-1))
 
 
+class DecoderOnItself(nn.Module):
+    """A decoder layer attending to its own input as memory (sequence-first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(6, 3, 8, dropout=0.0, norm_first=True)
+
+    def forward(self, x):
+        return self.layer(x, x)
+
+
 class ShapeOps(nn.Module):
     """Dim-taking and shape ops of custom code, all rewritten to the member-leading layout."""
 
@@ -245,6 +256,17 @@ CORPUS = {
         "1/2 layers batched; `1` vmapped",
     ),
     "attention_block": (WithAttention, randn(3, 6), "4/4 layers batched"),
+    "transformer_encoder": (
+        lambda: nn.Sequential(
+            nn.TransformerEncoder(
+                nn.TransformerEncoderLayer(6, 2, 12, dropout=0.0, batch_first=True), 2
+            ),
+            nn.Linear(6, 2),
+        ),
+        randn(4, 6),
+        "2/2 layers batched",
+    ),
+    "transformer_decoder_layer": (DecoderOnItself, randn(4, 6), "1/1 layers batched"),
     "unregistered_layer": (WithUnbatchedLayer, randn(3, 6), "2/3 layers batched; `drop` vmapped"),
 }
 

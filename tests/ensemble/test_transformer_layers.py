@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -174,3 +176,42 @@ def test_dropout_layers_follow_randomness():
     with pytest.raises(RuntimeError, match="randomness='error'"):
         Ensemble(*[layer] * N, randomness="error")(x)
     torch.testing.assert_close(Ensemble(*[layer] * N).eval()(x)[1], layer.eval()(x))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_optimizer_steps_in_train_and_eval_match_the_loop(optimizer):
+    """Steps of torch.optim on the ensemble against one optimizer per member."""
+
+    def make():
+        layer = nn.TransformerEncoderLayer(D, H, 16, dropout=0.0, batch_first=True)
+        return nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                             nn.Linear(D, 2))  # fmt: skip
+
+    def optimize(params):
+        if optimizer == "sgd":
+            return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+        # eps above rounding noise: the key bias's gradient is zero up to rounding (a
+        # constant added to every key leaves the softmax unchanged), which Adam would
+        # scale up to full steps of either sign
+        return torch.optim.Adam(params, lr=0.01, eps=1e-4)
+
+    models = members(make, N)
+    ensemble = Ensemble(*[copy.deepcopy(m) for m in models])
+    ensemble_optimizer = optimize(ensemble.parameters())
+    loop_optimizers = [optimize(m.parameters()) for m in models]
+    generator = torch.Generator().manual_seed(0)
+    for step in range(6):
+        train = step % 3 != 2
+        ensemble.train(train)
+        x = torch.randn(N, B, T, D, generator=generator)
+        target = torch.randn(N, B, T, 2, generator=generator)
+        ((ensemble(x, in_dims=0) - target) ** 2).mean((1, 2, 3)).sum().backward()
+        for model, xi, ti in zip(models, x, target):
+            model.train(train)
+            ((model(xi) - ti) ** 2).mean().backward()
+        for opt in (ensemble_optimizer, *loop_optimizers):
+            opt.step()
+            opt.zero_grad()
+        for name, stacked in ensemble.named_parameters():
+            expected = torch.stack([m.get_parameter(name[len("stacked.") :]) for m in models])
+            torch.testing.assert_close(stacked, expected, atol=1e-5, rtol=1e-4, msg=name)
