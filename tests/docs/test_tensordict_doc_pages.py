@@ -3,18 +3,17 @@
 Each example runs with only the import changed to tdfunc and prints what the page
 shows. The rules behind them (a stack's values cut after 50 characters, the
 ``plain`` value summary, a callable ``sort_keys``) are also checked on their own,
-and against tensordict itself where an interpreter with it installed is named by
-``TENSORDICT_PYTHON`` (it runs in its own process: tensordict patches torch).
+and against tensordict itself, run in its own process by ``tensordict_peer`` (tensordict
+patches torch).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import textwrap
 
 import pytest
+import tensordict_peer
 import torch
 
 from tdfunc import (
@@ -227,7 +226,6 @@ def test_sort_keys_takes_a_callable_and_refuses_other_values(capsys):
 
 
 # ---------------------------------------------------------------- against tensordict
-TENSORDICT_PYTHON = os.environ.get("TENSORDICT_PYTHON")
 PROBE = """
 import json, torch
 from {lib} import NonTensorStack, TensorDict, set_printoptions
@@ -244,19 +242,9 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(
-    TENSORDICT_PYTHON is None,
-    reason="set TENSORDICT_PYTHON to a Python with tensordict 0.15.3 installed "
-    "(pip install tensordict==0.15.3) to compare the printed forms with tensordict's",
-)
 def test_printed_forms_match_tensordict():
-    def run(python: str, lib: str) -> list:
-        done = subprocess.run(
-            [python, "-c", PROBE.format(lib=lib)], capture_output=True, text=True, timeout=300
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
+    done = tensordict_peer.run(PROBE.format(lib="tensordict"))
+    assert done.returncode == 0, done.stderr[-2000:]
     namespace: dict = {}
     exec(PROBE.format(lib="tdfunc").replace("print(json.dumps(out))", ""), namespace)
-    assert namespace["out"] == run(TENSORDICT_PYTHON, "tensordict")
+    assert namespace["out"] == json.loads(done.stdout.strip().splitlines()[-1])
