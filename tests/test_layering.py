@@ -48,7 +48,8 @@ TOP_FLOOR_HELPERS: dict[str, set[str]] = {
         "tdfunc._core.helpers.codegen",
     },
     # an ensemble declares which of its parameters carry the member dim (optimizer groups)
-    "optim": {"tdfunc._ensemble.members"},
+    # and which tensors it keeps shared (no member dim, whatever their size)
+    "optim": {"tdfunc._ensemble.members", "tdfunc._ensemble.shared"},
 }
 
 

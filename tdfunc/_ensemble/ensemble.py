@@ -60,6 +60,7 @@ from .layout import (
 )
 from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slice_members
 from .plan import vmap_call
+from .shared import declare_shared
 
 _RANDOMNESS = ("error", "different", "same")
 # torch's global module hooks (dicts filled in place by register_module_*_hook).
@@ -188,6 +189,8 @@ class Ensemble(nn.Module):
             for position, (name, _, _) in enumerate(_leaf_names(self._layout))
             if name in shared_names
         )
+        # optimizers given ensemble.parameters() learn here which tensors have no member dim
+        declare_shared(self._slots[i][0][self._slots[i][1]] for i in self._shared)
         # Outside the module tree: the ensemble must not register (or move) these tensors.
         object.__setattr__(self, "_template", _to_meta(template))
         self._prepare_swap()

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .._ensemble.shared import is_shared
 from . import _hyper as H
 
 
@@ -130,6 +131,14 @@ def _checked(api: str, name: str, kind: str, value: Any, group: dict) -> Any:
                 f"tensors an ensemble keeps shared); give that group a float {name}."
             )
         for param in group["params"]:
+            if is_shared(param):
+                raise ValueError(
+                    f"{api}: {name} holds one value per member (shape {list(value.shape)}), but "
+                    f"the group holds a tensor an Ensemble keeps shared (shape "
+                    f"{list(param.shape)}: it has no member dim, whatever its size). Put the "
+                    f"shared tensors in a group of their own with member_dim=False and a float "
+                    f"{name} (passing the Ensemble itself makes that split)."
+                )
             if param.dim() == 0 or param.shape[0] != value.shape[0]:
                 raise ValueError(
                     f"{api}: {name} has {value.shape[0]} values, but a parameter of the group "

@@ -25,6 +25,8 @@ from typing import Any, Union
 
 import torch
 
+from .._ensemble.shared import is_shared
+
 _is_compiling = torch.compiler.is_compiling
 
 
@@ -257,6 +259,13 @@ def check_leading(api: str, name: str, hyper: Hyper, leaves: list, paths: Callab
         prefix = hyper.shape
         width = len(prefix)
         for index, leaf in enumerate(leaves):
+            if width and is_shared(leaf):
+                raise ValueError(
+                    f"{api}: {name} has shape {list(prefix)} (one value per member), but the "
+                    f"leaf {paths(index)} is a tensor an Ensemble keeps shared: it has no member "
+                    f"dim, whatever its size. Give shared tensors a hyperparameter without a "
+                    f"member dim (a per-leaf tree of {name}, or a float)."
+                )
             if leaf.shape[:width] != prefix:
                 raise ValueError(
                     f"{api}: {name} has shape {list(prefix)}, but the leaf {paths(index)} has "

@@ -304,3 +304,19 @@ def test_state_dict_loads_into_torch_optim_adam():
     torch.testing.assert_close(twin.params.detach(), ensemble.params.detach(), rtol=0, atol=0)
     for ours, other in zip(ensemble.parameters(), twin.parameters()):
         assert float(opt.state[ours]["step"]) == float(theirs.state[other]["step"]) == 5.0
+
+
+def test_a_per_member_value_is_refused_for_a_shared_tensor_whose_size_equals_n():
+    # the shared weight is [3, 3] with 3 members: its size alone would pass for stacked
+    ensemble = Ensemble(
+        nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2)), num_members=3, shared=["0.weight"]
+    )
+    per_member = torch.tensor([0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="keeps shared .*no member dim"):
+        optim.Adam(list(ensemble.parameters()), lr=per_member)
+    with pytest.raises(ValueError, match="keeps shared"):
+        optim.SGD([{"params": list(ensemble.parameters()), "lr": per_member}], lr=0.1)
+    # a float is fine for every tensor, and a per-member value for the stacked ones
+    optim.Adam(list(ensemble.parameters()), lr=0.1)
+    stacked = [p for name, p in ensemble.named_parameters() if name != "stacked.0.weight"]
+    optim.Adam(stacked, lr=per_member)

@@ -1,0 +1,44 @@
+"""The tensors that ensembles keep shared (no member dim), known by identity.
+
+An optimizer given a plain list of an ensemble's parameters (``ensemble.parameters()``)
+cannot tell a shared tensor from a stacked one by its size: a shared weight whose first
+dim happens to equal the number of members looks stacked. A per-member hyperparameter
+would then be applied along that dim, silently. Every ``Ensemble`` declares its shared
+tensors here, so the optimizers can refuse that case instead of guessing.
+
+Example:
+    >>> import torch
+    >>> from tdfunc._ensemble.shared import declare_shared, is_shared
+    >>> weight = torch.nn.Parameter(torch.zeros(3, 2))
+    >>> declare_shared([weight])
+    >>> is_shared(weight), is_shared(torch.zeros(3, 2))
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+
+import torch
+
+# id -> weak reference; a tensor's == is elementwise, so no container compares them
+_SHARED: dict[int, weakref.ref] = {}
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
+    if _SHARED.get(key) is ref:
+        del _SHARED[key]
+
+
+def declare_shared(tensors: Iterable[torch.Tensor]) -> None:
+    """Record ``tensors`` as held once for all members of an ensemble."""
+    for tensor in tensors:
+        key = id(tensor)
+        _SHARED[key] = weakref.ref(tensor, lambda ref, key=key: _forget(key, ref))
+
+
+def is_shared(tensor: torch.Tensor) -> bool:
+    """Whether an ensemble declared ``tensor`` shared (it has no member dim)."""
+    ref = _SHARED.get(id(tensor))
+    return ref is not None and ref() is tensor
