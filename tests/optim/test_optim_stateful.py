@@ -312,7 +312,7 @@ def test_a_per_member_value_is_refused_for_a_shared_tensor_whose_size_equals_n()
         nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 2)), num_members=3, shared=["0.weight"]
     )
     per_member = torch.tensor([0.1, 0.2, 0.3])
-    with pytest.raises(ValueError, match="keeps shared .*no member dim"):
+    with pytest.raises(ValueError, match=r"keeps shared .*no member dim"):
         optim.Adam(list(ensemble.parameters()), lr=per_member)
     with pytest.raises(ValueError, match="keeps shared"):
         optim.SGD([{"params": list(ensemble.parameters()), "lr": per_member}], lr=0.1)
