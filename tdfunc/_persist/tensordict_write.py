@@ -298,9 +298,7 @@ class TensordictSave:
                 node["batch_size"] = list(leaf.batch_size)
             else:
                 self._claim(level, TENSORDICT_DIR, ours, at, True)
-                empty = HOOKS.tensordict._new_unsafe(
-                    {}, leaf.batch_size, None, None
-                )
+                empty = HOOKS.tensordict._new_unsafe({}, leaf.batch_size, None, None)
                 level.subdirs.append(TENSORDICT_DIR)
                 self.plan(
                     empty, os.path.join(directory, TENSORDICT_DIR), at, TENSORDICT_DIR in ours
