@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._core.helpers.tracing import compiling
 from .layers import _random_error, row, transposed
 from .registry import BatchContext, register_planner
 
@@ -54,7 +55,7 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     shared by the members, expanded once per argument)."""
     if a is b:
         return True
-    if torch.compiler.is_compiling():  # reading the views' base would break the graph
+    if compiling():  # reading the views' base would break the graph
         return False
     base = a._base
     return (
