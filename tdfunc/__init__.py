@@ -63,5 +63,7 @@ from . import optim as optim  # isort: skip
 from ._ensemble import register_batched as register_batched  # isort: skip
 from ._ensemble.ensemble import Ensemble as Ensemble  # isort: skip
 from ._ensemble.explain import EnsembleFallbackWarning as EnsembleFallbackWarning  # isort: skip
+from ._capture import CapturedStep as CapturedStep  # isort: skip
+from ._capture import capture_step as capture_step  # isort: skip
 
 from ._version import __version__ as __version__  # isort: skip

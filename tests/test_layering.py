@@ -14,7 +14,7 @@ ground up:
    ``ALLOWED_FEATURE_EDGES`` says.
 3. ``tdfunc._assembly``: composes ``TensorDict`` and ``TensorClass``; the only
    module importing every feature.
-4. On top: ``_ensemble``, ``optim``, ``demo`` and the public facade.
+4. On top: ``_ensemble``, ``optim``, ``_capture``, ``demo`` and the public facade.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "tdfunc"
 FEATURES = ("_persist", "_distributed", "_modules", "_pytree", "_tensorclass")
-TOP = ("_assembly", "_ensemble", "optim", "demo")
+TOP = ("_assembly", "_ensemble", "optim", "demo", "_capture")
 
 # feature -> the other features it may import, and why
 ALLOWED_FEATURE_EDGES: dict[str, set[str]] = {
@@ -50,6 +50,8 @@ TOP_FLOOR_HELPERS: dict[str, set[str]] = {
     # an ensemble declares which of its parameters carry the member dim (optimizer groups)
     # and which tensors it keeps shared (no member dim, whatever their size)
     "optim": {"tdfunc._ensemble.members", "tdfunc._ensemble.shared"},
+    # a captured step runs the user's function; it needs nothing of tdfunc
+    "_capture": set(),
 }
 
 

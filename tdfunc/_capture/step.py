@@ -1,0 +1,381 @@
+"""``capture_step``: a training step captured once as a CUDA graph and replayed.
+
+At small sizes a training step on a GPU is bound by the host: every kernel is a
+Python call and a launch, and the GPU waits. A CUDA graph records the kernels of
+one step once and replays them with one launch. What replay needs is fixed
+memory: the step's inputs are copied into *static buffers* before each replay,
+the carried state (parameters, optimizer state) is updated in place, and the
+outputs are read from the buffers the capture left them in.
+
+The same code runs on every device: the step runs on the static buffers, writes
+its new carry into the carry's tensors and its outputs into fresh tensors. On a
+CUDA device that body is recorded once (after warm-up steps on a side stream,
+whose effects are undone) and replayed; elsewhere it runs as it is on every
+call. So the CPU gives the numbers that eager code gives, and every check (inputs
+as captured, nothing replaced or changed since the capture) runs on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from .watch import reachable, watchers
+
+_API = "capture_step"
+
+
+class CapturedStep:
+    """A training step captured once (a CUDA graph on a CUDA device) and replayed per call.
+
+    Made by :func:`capture_step`. Calling it with new inputs runs one step: the
+    inputs are copied into the step's static buffers, the carry (parameters and
+    optimizer state) is updated in place, and the outputs are returned as new
+    tensors. :attr:`carry` holds the current carry.
+    """
+
+    def __init__(
+        self,
+        step_fn: Callable,
+        carry: Any,
+        inputs: tuple,
+        watch: tuple,
+        warmup: int,
+    ) -> None:
+        if not callable(step_fn):
+            raise TypeError(f"{_API}: step_fn must be callable, got {type(step_fn).__name__}.")
+        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 1:
+            raise ValueError(f"{_API}: warmup must be a positive int, got {warmup!r}.")
+        self._fn = step_fn
+        self._carry = carry
+        self._carry_leaves, self._carry_spec = pytree.tree_flatten(carry)
+        self._check_carry()
+        self._device = self._carry_leaves[0].device
+        self._pointers = tuple(leaf.data_ptr() for leaf in self._carry_leaves)
+        input_leaves, self._input_spec = pytree.tree_flatten(inputs)
+        self._input_kinds = tuple(_kind(_API, "input", path, leaf) for path, leaf in
+                                  _with_paths(inputs, input_leaves))  # fmt: skip
+        # the step reads these buffers; each call copies its inputs into them
+        self._input_leaves = [leaf.detach().clone() for leaf in input_leaves]
+        self._inputs = pytree.tree_unflatten(self._input_leaves, self._input_spec)
+        self._watched = watchers([*reachable(step_fn), *_named(watch)])
+        # an output that is one of these buffers (or a view of one) is copied: the next
+        # call overwrites the buffers
+        self._static = {_storage(leaf) for leaf in (*self._carry_leaves, *self._input_leaves)}
+        self._output_spec = None
+        self._graph = None
+        self._warm_up(warmup)
+        if self._device.type == "cuda":
+            self._capture()
+
+    # ------------------------------------------------------------------ public
+    @property
+    def carry(self) -> Any:
+        """The carried state, as given to :func:`capture_step`; its tensors are updated in
+        place by every call (the next call overwrites them: clone to keep a snapshot)."""
+        return self._carry
+
+    @property
+    def captured(self) -> bool:
+        """Whether the step runs as a recorded CUDA graph (``False``: it runs as it is)."""
+        return self._graph is not None
+
+    def __call__(self, *inputs: Any) -> Any:
+        self._check_watched()
+        leaves, spec = pytree.tree_flatten(inputs)
+        if spec != self._input_spec:
+            raise ValueError(
+                f"{_API}: the step was captured for inputs structured as {self._input_spec}, "
+                f"and this call gave {spec}. Call it with inputs like the example inputs."
+            )
+        kinds = self._input_kinds
+        for index, (leaf, buffer) in enumerate(zip(leaves, self._input_leaves)):
+            if _kind_fast(leaf) != kinds[index]:
+                path = pytree.keystr(pytree.tree_flatten_with_path(inputs)[0][index][0])
+                _refuse_input(path, leaf, kinds[index])
+            buffer.copy_(leaf)
+        if self._graph is not None:
+            self._graph.replay()
+            return pytree.tree_map(torch.clone, self._outputs)
+        return self._body()
+
+    # ------------------------------------------------------------------ the step
+    def _body(self) -> Any:
+        """One step on the static buffers: the new carry written in place, the outputs new."""
+        with torch.no_grad():
+            result = self._fn(self._carry, *self._inputs)
+            new_carry, outputs = self._split(result)
+            new_leaves, spec = pytree.tree_flatten(new_carry)
+            if spec != self._carry_spec:
+                raise ValueError(
+                    f"{_API}: step_fn must return (new_carry, outputs) with new_carry structured "
+                    f"like the carry; the carry is {self._carry_spec} and the step returned "
+                    f"{spec}."
+                )
+            out_leaves, out_spec = pytree.tree_flatten(outputs)
+            # outputs first: one of them may be a carry tensor the copies below overwrite
+            out_leaves = [
+                _output(index, leaf, outputs, self._static) for index, leaf in enumerate(out_leaves)
+            ]
+            fresh = self._detached(new_leaves)
+            for buffer, new in zip(self._carry_leaves, fresh):
+                if new is not buffer:
+                    buffer.copy_(new)
+        if self._output_spec is None:
+            self._output_spec = out_spec
+        return pytree.tree_unflatten(out_leaves, out_spec)
+
+    def _detached(self, new_leaves: list) -> list:
+        """The new carry, checked against the carry and safe to copy in any order."""
+        buffers = self._carry_leaves
+        storages = {_storage(buffer): index for index, buffer in enumerate(buffers)}
+        fresh = []
+        for index, (new, buffer) in enumerate(zip(new_leaves, buffers)):
+            if not isinstance(new, torch.Tensor):
+                raise TypeError(
+                    f"{_API}: the new carry leaf at {self._carry_path(index)} is a "
+                    f"{type(new).__name__}; step_fn must return tensors shaped like the carry."
+                )
+            if (
+                new.shape != buffer.shape
+                or new.dtype != buffer.dtype
+                or new.device != buffer.device
+            ):
+                raise ValueError(
+                    f"{_API}: the new carry leaf at {self._carry_path(index)} has shape "
+                    f"{list(new.shape)}, {new.dtype} on {new.device}; the carry leaf has shape "
+                    f"{list(buffer.shape)}, {buffer.dtype} on {buffer.device}. A step must keep "
+                    f"its carry's shapes, dtypes and devices."
+                )
+            owner = storages.get(_storage(new))
+            if new is not buffer and owner is not None:
+                # it reads a carry tensor that an earlier copy may overwrite first
+                new = new.clone()
+            fresh.append(new)
+        return fresh
+
+    def _split(self, result: Any) -> tuple[Any, Any]:
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise TypeError(
+                f"{_API}: step_fn(carry, *inputs) must return a pair (new_carry, outputs); "
+                f"it returned {type(result).__name__}"
+                f"{f' of length {len(result)}' if isinstance(result, tuple) else ''}."
+            )
+        return result
+
+    # ------------------------------------------------------------------ capture
+    def _warm_up(self, steps: int) -> None:
+        """Run ``steps`` steps (compiling, tuning, filling caches) and undo their effects.
+
+        The carry and the random number generators are restored, so that the first
+        call is the first step, as in eager code.
+        """
+        saved = [leaf.detach().clone() for leaf in self._carry_leaves]
+        cuda = self._device.type == "cuda"
+        rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state(self._device) if cuda else None
+        stream = None
+        if cuda:
+            stream = torch.cuda.Stream(self._device)
+            stream.wait_stream(torch.cuda.current_stream(self._device))
+        with torch.cuda.stream(stream) if cuda else _nothing():
+            for _ in range(steps):
+                outputs = self._body()
+        if cuda:
+            torch.cuda.current_stream(self._device).wait_stream(stream)
+        with torch.no_grad():
+            for leaf, value in zip(self._carry_leaves, saved):
+                leaf.copy_(value)
+        torch.set_rng_state(rng)
+        if cuda:
+            torch.cuda.set_rng_state(cuda_rng, self._device)
+        self._outputs = outputs
+
+    def _capture(self) -> None:
+        # Recording runs no kernel: the carry is untouched until the first replay.
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._outputs = self._body()
+        self._graph = graph
+
+    # ------------------------------------------------------------------ checks
+    def _check_carry(self) -> None:
+        leaves = self._carry_leaves
+        if not leaves:
+            raise ValueError(f"{_API}: the carry holds no tensor; pass (params, opt_state).")
+        storages: dict = {}
+        device = None
+        for index, leaf in enumerate(leaves):
+            if not isinstance(leaf, torch.Tensor):
+                raise TypeError(
+                    f"{_API}: every leaf of the carry must be a tensor; the leaf at "
+                    f"{self._carry_path(index)} is a {type(leaf).__name__}."
+                )
+            if device is None:
+                device = leaf.device
+            elif leaf.device != device:
+                raise ValueError(
+                    f"{_API}: the carry must be on one device; {self._carry_path(index)} is on "
+                    f"{leaf.device}, the first leaf on {device}."
+                )
+            if any(stride == 0 and size > 1 for size, stride in zip(leaf.shape, leaf.stride())):
+                raise ValueError(
+                    f"{_API}: the carry leaf at {self._carry_path(index)} is an expanded view "
+                    f"(several elements share memory), so it cannot be updated in place; a "
+                    f"tensor an Ensemble keeps shared appears so in ensemble.params. Carry "
+                    f"stacked tensors only."
+                )
+            key = _storage(leaf)
+            if key in storages and leaf.numel():
+                raise ValueError(
+                    f"{_API}: the carry leaves at {self._carry_path(storages[key])} and "
+                    f"{self._carry_path(index)} share memory; each carried tensor must have its "
+                    f"own, or the in-place updates would overwrite each other."
+                )
+            storages[key] = index
+
+    def _check_watched(self) -> None:
+        for index, (leaf, pointer) in enumerate(zip(self._carry_leaves, self._pointers)):
+            if leaf.data_ptr() != pointer:
+                raise RuntimeError(
+                    f"{_API}: the carry tensor at {self._carry_path(index)} was moved to other "
+                    f"memory after the step was captured (.data, set_ or resize_); the captured "
+                    f"step would keep reading the old memory. Capture the step again."
+                )
+        for watcher in self._watched:
+            watcher.check(_API)
+
+    def _carry_path(self, index: int) -> str:
+        entries, _ = pytree.tree_flatten_with_path(self._carry)
+        return repr(pytree.keystr(entries[index][0]))
+
+
+def capture_step(
+    step_fn: Callable, carry: Any, *example_inputs: Any, watch: Any = (), warmup: int = 3
+) -> CapturedStep:
+    """Capture a training step once and replay it: a CUDA graph on a CUDA device.
+
+    ``step_fn(carry, *inputs) -> (new_carry, outputs)`` is one functional
+    training step: ``carry`` is a pytree of tensors carried from step to step
+    (``(params, opt_state)``), ``inputs`` the batch. It must compute gradients
+    functionally (``torch.func.grad``/``grad_and_value``: the step runs under
+    ``torch.no_grad()``) and have no host synchronisation (``.item()``,
+    printing a tensor) and no data-dependent Python control flow.
+
+    On a CUDA device the step is run ``warmup`` times on a side stream (its
+    effects on the carry and the random generators undone), recorded once as a
+    CUDA graph, and each call replays it; elsewhere each call runs it. Either way
+    the carry's own tensors are updated in place (carry ``ensemble.params`` and
+    the ensemble trains) and the call returns new output tensors.
+
+    A call refuses inputs of another structure, shape, dtype or device than the
+    example inputs, and refuses to run once something the capture baked in has
+    changed: a module's parameter or buffer replaced or moved (``.to()``,
+    ``load_state_dict(assign=True)``), its train/eval mode, an optimizer's
+    hyperparameter. Modules and optimizers that ``step_fn`` reads through its
+    closures and globals are watched; pass others in ``watch``.
+
+    Args:
+        step_fn: ``(carry, *inputs) -> (new_carry, outputs)``; may be a
+            ``torch.compile``-d function.
+        carry: pytree of tensors on one device, updated in place by every call.
+        *example_inputs: inputs shaped like the real ones (their values are only
+            used by the warm-up steps, whose effects are undone).
+        watch: more modules or optimizers whose change makes the capture stale.
+        warmup: steps run before recording (on the CPU, checks only).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from torch.func import grad_and_value
+        >>> from tdfunc import Ensemble, capture_step, optim
+        >>> ensemble = Ensemble(nn.Linear(3, 1), num_members=4)
+        >>> opt = optim.sgd(lr=0.1)
+        >>> def train_step(carry, x, y):
+        ...     params, state = carry
+        ...     def loss(p):
+        ...         return ((ensemble.functional_call(p, x) - y) ** 2).mean(dim=(1, 2)).sum()
+        ...     grads, value = grad_and_value(loss)(params)
+        ...     updates, state = opt.update(grads, state, params)
+        ...     return (optim.apply_updates(params, updates), state), value
+        >>> params = ensemble.params
+        >>> step = capture_step(train_step, (params, opt.init(params)), torch.randn(8, 3),
+        ...                     torch.randn(8, 1))
+        >>> step(torch.randn(8, 3), torch.randn(8, 1)).shape
+        torch.Size([])
+        >>> step.carry[0]["weight"] is ensemble.stacked.weight  # trained in place
+        True
+    """
+    return CapturedStep(step_fn, carry, example_inputs, _as_tuple(watch), warmup)
+
+
+# ---------------------------------------------------------------------- helpers
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _as_tuple(watch: Any) -> tuple:
+    if isinstance(watch, (list, tuple)):
+        return tuple(watch)
+    return (watch,)
+
+
+def _named(objects: tuple) -> list[tuple[str, Any]]:
+    return [(f"watch[{index}]", value) for index, value in enumerate(objects)]
+
+
+def _with_paths(tree: Any, leaves: list) -> list[tuple[str, Any]]:
+    entries, _ = pytree.tree_flatten_with_path(tree)
+    return [(pytree.keystr(path), leaf) for (path, _), leaf in zip(entries, leaves)]
+
+
+def _kind(api: str, what: str, path: str, leaf: Any) -> tuple:
+    if not isinstance(leaf, torch.Tensor):
+        raise TypeError(
+            f"{api}: every {what} must be a tensor (a Python value would be baked into the "
+            f"captured step); the {what} at {path or 'the top'} is a {type(leaf).__name__}. "
+            f"Close over constants in step_fn, or pass them as tensors."
+        )
+    return _kind_fast(leaf)
+
+
+def _kind_fast(leaf: Any) -> tuple:
+    if not isinstance(leaf, torch.Tensor):
+        return (type(leaf),)
+    return (leaf.shape, leaf.dtype, leaf.device)
+
+
+def _refuse_input(path: str, leaf: Any, expected: tuple) -> None:
+    if not isinstance(leaf, torch.Tensor):
+        got = type(leaf).__name__
+    else:
+        got = f"shape {list(leaf.shape)}, {leaf.dtype} on {leaf.device}"
+    shape, dtype, device = expected
+    raise ValueError(
+        f"{_API}: the input at {path or 'the top'} has {got}; the step was captured for "
+        f"shape {list(shape)}, {dtype} on {device}. A captured step replays on fixed "
+        f"buffers: capture one step per input shape (pad or drop a last short batch)."
+    )
+
+
+def _output(index: int, leaf: Any, outputs: Any, static: set) -> torch.Tensor:
+    if not isinstance(leaf, torch.Tensor):
+        path = pytree.keystr(pytree.tree_flatten_with_path(outputs)[0][index][0])
+        raise TypeError(
+            f"{_API}: every output of step_fn must be a tensor (a Python value would be the "
+            f"captured step's forever); the output at {path or 'the top'} is a "
+            f"{type(leaf).__name__}."
+        )
+    leaf = leaf.detach()
+    return leaf.clone() if _storage(leaf) in static else leaf
+
+
+def _storage(tensor: torch.Tensor) -> tuple:
+    return (tensor.device, tensor.untyped_storage().data_ptr())

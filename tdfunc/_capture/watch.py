@@ -1,0 +1,306 @@
+"""What a captured step read when it was captured, and whether it still holds.
+
+A CUDA graph replays the kernels it recorded on the memory it recorded: a Python
+number (a learning rate) is baked into a kernel's arguments, and a tensor is read
+at the address it had. A step that closes over a module or an optimizer is
+therefore stale once a parameter is replaced (``load_state_dict(assign=True)``,
+``module.to(...)``, assigning a new ``nn.Parameter``), once train/eval changes
+which kernels run, or once a hyperparameter is changed: the replay would keep
+training with the old values and say nothing. Each watched object keeps a
+snapshot of what the capture saw and checks it before every call, so the step
+refuses instead.
+
+Tensors that a step reads are compared by identity and address, never by value:
+an in-place edit (``lr.fill_(0.01)``, ``load_state_dict`` copying into the same
+parameters) is seen by a replay, so it is allowed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+# Objects found in the step's closures and globals are followed this deep (a loss
+# function at module level that reads a global ensemble is two levels down).
+_DEPTH = 4
+_LIBRARIES = ("torch", "tdfunc", "functools", "builtins")
+
+
+def _describe(value: Any) -> Any:
+    """What a captured kernel depends on: identity and address for a tensor, else the value."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", id(value), value.data_ptr(), value.shape, value.dtype, value.device)
+    return ("value", type(value), value)
+
+
+def _same(old: Any, new: Any) -> bool:
+    if old[0] != new[0]:
+        return False
+    if old[0] == "tensor":
+        return old == new
+    if old[1] is not new[1]:
+        return False
+    try:
+        return bool(old[2] == new[2]) or (old[2] != old[2] and new[2] != new[2])  # NaN is NaN
+    except Exception:  # a value without a plain comparison: compare identity
+        return old[2] is new[2]
+
+
+def _shown(described: Any) -> str:
+    if described[0] == "tensor":
+        return f"a tensor of shape {list(described[3])} at address {described[2]:#x}"
+    return repr(described[2])
+
+
+class _Hyperparameters:
+    """The ``hyperparameters`` dict of a functional transformation (``tdfunc.optim``)."""
+
+    def __init__(self, owner: Any, name: str) -> None:
+        self.owner, self.name = owner, name
+        self.values = owner.hyperparameters
+        self.snapshot = {key: _describe(value) for key, value in self.values.items()}
+
+    def check(self, api: str) -> None:
+        values = self.owner.hyperparameters
+        if values is not self.values or values.keys() != self.snapshot.keys():
+            raise RuntimeError(
+                f"{api}: the hyperparameters of {self.name} were replaced after the step was "
+                f"captured (keys {sorted(self.snapshot)} -> {sorted(values)}). Capture the "
+                f"step again with capture_step."
+            )
+        for key, old in self.snapshot.items():
+            new = _describe(values[key])
+            if not _same(old, new):
+                _refuse_hyper(api, self.name, key, old, new)
+
+
+class _ParamGroups:
+    """The ``param_groups`` of a ``torch.optim``-style optimizer (everything but the tensors)."""
+
+    def __init__(self, owner: Any, name: str) -> None:
+        self.owner, self.name = owner, name
+        self.snapshot = self._read()
+
+    def _read(self) -> list:
+        groups = self.owner.param_groups
+        return [
+            {key: _describe(value) for key, value in group.items() if key != "params"}
+            | {"params": tuple(map(id, group["params"]))}
+            for group in groups
+        ]
+
+    def check(self, api: str) -> None:
+        now = self._read()
+        if len(now) != len(self.snapshot):
+            raise RuntimeError(
+                f"{api}: {self.name} had {len(self.snapshot)} parameter groups when the step was "
+                f"captured and has {len(now)} now. Capture the step again with capture_step."
+            )
+        for index, (old_group, new_group) in enumerate(zip(self.snapshot, now)):
+            if old_group.keys() != new_group.keys() or old_group["params"] != new_group["params"]:
+                raise RuntimeError(
+                    f"{api}: the parameters or options of {self.name}.param_groups[{index}] "
+                    f"changed after the step was captured. Capture the step again."
+                )
+            for key, old in old_group.items():
+                if key != "params" and not _same(old, new_group[key]):
+                    _refuse_hyper(
+                        api, f"{self.name}.param_groups[{index}]", key, old, new_group[key]
+                    )
+
+
+def _refuse_hyper(api: str, owner: str, key: str, old: Any, new: Any) -> None:
+    raise RuntimeError(
+        f"{api}: hyperparameter {key!r} of {owner} changed after the step was captured "
+        f"(captured {_shown(old)}, now {_shown(new)}). A captured step bakes Python numbers "
+        f"and tensor addresses into its kernels, so the change would be ignored. Give the "
+        f"hyperparameter as a tensor and change it in place (lr.fill_(0.01)), or capture the "
+        f"step again with capture_step."
+    )
+
+
+class _Module:
+    """Every parameter and buffer slot of a module tree, and every train/eval flag."""
+
+    def __init__(self, module: nn.Module, name: str) -> None:
+        self.name = name
+        slots, modes = [], []
+        for prefix, sub in module.named_modules(remove_duplicate=False):
+            modes.append((sub, sub.training, prefix))
+            for owner in (sub._parameters, sub._buffers):
+                for key, tensor in owner.items():
+                    path = f"{prefix}.{key}" if prefix else key
+                    pointer = tensor.data_ptr() if tensor is not None else None
+                    slots.append((owner, key, tensor, pointer, path))
+        self.slots, self.modes = slots, modes
+        self.count = {id(owner): len(owner) for owner, *_ in slots}
+
+    def check(self, api: str) -> None:
+        for owner, key, tensor, pointer, path in self.slots:
+            now = owner.get(key)
+            if now is not tensor or (tensor is not None and tensor.data_ptr() != pointer):
+                moved = now is tensor
+                raise RuntimeError(
+                    f"{api}: {self.name}'s tensor {path!r} was "
+                    f"{'moved to other memory' if moved else 'replaced'} after the step was "
+                    f"captured; the captured step would keep reading and training the old one. "
+                    f"Copy new values in place (module.load_state_dict(state) without "
+                    f"assign=True, or tensor.copy_(new)), or capture the step again."
+                )
+        for module, training, prefix in self.modes:
+            if module.training != training:
+                where = f"{self.name}.{prefix}" if prefix else self.name
+                raise RuntimeError(
+                    f"{api}: {where} was in {'train' if training else 'eval'} mode when the step "
+                    f"was captured and is in {'train' if module.training else 'eval'} mode now; "
+                    f"the captured step keeps the kernels of the old mode. Capture one step per "
+                    f"mode."
+                )
+        for owner, *_ in self.slots:
+            if len(owner) != self.count[id(owner)]:
+                raise RuntimeError(
+                    f"{api}: a parameter or buffer was added to or removed from {self.name} after "
+                    f"the step was captured. Capture the step again."
+                )
+
+
+def watchers(objects: Iterable[tuple[str, Any]]) -> list:
+    """One watcher per module and optimizer among ``objects`` (name, object), each once."""
+    found: list = []
+    seen: set[int] = set()
+
+    def add(name: str, value: Any) -> None:
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, nn.Module):
+            found.append(_Module(value, name))
+        elif isinstance(getattr(value, "hyperparameters", None), dict):
+            found.append(_Hyperparameters(value, name))
+        elif isinstance(getattr(value, "param_groups", None), list):
+            found.append(_ParamGroups(value, name))
+        transforms = getattr(value, "transforms", None)
+        if isinstance(transforms, tuple) and not isinstance(value, nn.Module):
+            for index, inner in enumerate(transforms):  # a chain of transformations
+                add(f"{name}.transforms[{index}]", inner)
+
+    for name, value in objects:
+        add(name, value)
+    return found
+
+
+def reachable(fn: Any) -> list[tuple[str, Any]]:
+    """Modules and optimizers ``fn`` can read: its closures, defaults and globals, followed
+    into the functions and objects they hold (not into torch's or tdfunc's own code)."""
+    found: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+
+    def visit(name: str, value: Any, depth: int) -> None:
+        if id(value) in seen or depth > _DEPTH:
+            return
+        seen.add(id(value))
+        if isinstance(value, nn.Module) or _is_optimizer(value):
+            found.append((name, value))
+            return
+        if isinstance(value, (list, tuple)) and len(value) <= 64:
+            for index, item in enumerate(value):
+                visit(f"{name}[{index}]", item, depth + 1)
+            return
+        if isinstance(value, dict) and len(value) <= 64:
+            for key, item in value.items():
+                visit(f"{name}[{key!r}]", item, depth + 1)
+            return
+        function = _function_of(value)
+        if function is not None:
+            _visit_function(name, function, depth, visit)
+            bound = getattr(value, "__self__", None)
+            if bound is not None and not isinstance(bound, types.ModuleType):
+                visit(f"{name}.__self__", bound, depth + 1)
+            for index, arg in enumerate(getattr(value, "args", ())):  # functools.partial
+                visit(f"{name}.args[{index}]", arg, depth + 1)
+            return
+        if _is_user_object(value):
+            for key, item in vars(value).items():
+                visit(f"{name}.{key}", item, depth + 1)
+
+    visit(getattr(fn, "__name__", "step"), fn, 0)
+    return found
+
+
+def _is_optimizer(value: Any) -> bool:
+    return (
+        isinstance(getattr(value, "hyperparameters", None), dict)
+        or isinstance(getattr(value, "param_groups", None), list)
+        or (isinstance(getattr(value, "transforms", None), tuple) and hasattr(value, "update"))
+    )
+
+
+def _function_of(value: Any) -> types.FunctionType | None:
+    """The Python function behind ``value`` (compiled, wrapped, bound, partial), if any."""
+    for _ in range(8):
+        original = getattr(value, "_torchdynamo_orig_callable", None)
+        if original is not None:
+            value = original
+            continue
+        if isinstance(value, types.MethodType):
+            value = value.__func__
+            continue
+        inner = getattr(value, "func", None)  # functools.partial
+        if callable(inner) and hasattr(value, "args"):
+            value = inner
+            continue
+        wrapped = getattr(value, "__wrapped__", None)
+        if wrapped is not None:
+            value = wrapped
+            continue
+        break
+    if isinstance(value, types.FunctionType) and not _from_library(value):
+        return value
+    return None
+
+
+def _from_library(fn: types.FunctionType) -> bool:
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".")[0] in _LIBRARIES
+
+
+def _visit_function(name: str, fn: types.FunctionType, depth: int, visit) -> None:
+    code = fn.__code__
+    for var, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            content = cell.cell_contents
+        except ValueError:  # an empty cell (a name bound later)
+            continue
+        visit(var, content, depth + 1)
+    for index, default in enumerate(fn.__defaults__ or ()):
+        visit(f"{name}.__defaults__[{index}]", default, depth + 1)
+    for key, default in (fn.__kwdefaults__ or {}).items():
+        visit(f"{name}.{key}", default, depth + 1)
+    namespace = fn.__globals__
+    for global_name in _global_names(code):
+        if global_name in namespace:
+            visit(global_name, namespace[global_name], depth + 1)
+
+
+def _global_names(code: types.CodeType) -> list[str]:
+    """Names ``code`` and the functions defined inside it may read as globals."""
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names += _global_names(const)
+    return list(dict.fromkeys(names))
+
+
+def _is_user_object(value: Any) -> bool:
+    kind = type(value)
+    module = getattr(kind, "__module__", "") or ""
+    return (
+        hasattr(value, "__dict__")
+        and not isinstance(value, (type, types.ModuleType, torch.Tensor))
+        and module.split(".")[0] not in _LIBRARIES
+    )

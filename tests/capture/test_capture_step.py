@@ -1,0 +1,324 @@
+"""``capture_step`` on the CPU: the path a CUDA device records, run on every call.
+
+Every case is compared with a reference computed without tdfunc (one ``torch.optim``
+optimizer per member module) or with the same step function called eagerly. The
+numbers of the eager step and the captured one are the same computation on the same
+tensors, so they are compared exactly; against the loop of modules the batched
+kernels sum in another order, so float32 rounding (about 1e-7 relative per op,
+amplified by Adam's division by sqrt(v) in the first steps) is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+
+import pytest
+import torch
+from capture_loop import MEMBERS, OptimLoop, batches, members, mlp
+from torch.func import grad_and_value
+
+from tdfunc import Ensemble, TensorDict, capture_step, optim
+
+LOOP_TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}
+KEYS = ("0.weight", "0.bias", "2.weight", "2.bias")
+
+
+def make_step(ensemble, opt):
+    def train_step(carry, x, y):
+        params, state = carry
+
+        def loss(p):
+            return ((ensemble.functional_call(p, x) - y) ** 2).mean(dim=(1, 2)).sum()
+
+        grads, _ = grad_and_value(loss)(params)
+        losses = ((ensemble.functional_call(params, x) - y) ** 2).mean(dim=(1, 2))
+        updates, state = opt.update(grads, state, params)
+        return (optim.apply_updates(params, updates), state), losses
+
+    return train_step
+
+
+def leaf(params: TensorDict, key: str) -> torch.Tensor:
+    return params[tuple(key.split("."))]
+
+
+OPTIMIZERS = {
+    "adam": (lambda: optim.adam(lr=0.01), lambda p: torch.optim.Adam(p, lr=0.01)),
+    "sgd_momentum": (
+        lambda: optim.sgd(lr=0.05, momentum=0.9, weight_decay=0.01),
+        lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01),
+    ),
+    "adamw": (
+        lambda: optim.adamw(lr=0.01, weight_decay=0.1),
+        lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_steps_equal_one_torch_optim_per_member(name):
+    ours, theirs = OPTIMIZERS[name]
+    models = members()
+    loop = OptimLoop(models, theirs)
+    ensemble = Ensemble(*copy.deepcopy(models), in_dims=0)
+    opt = ours()
+    params = ensemble.params
+    data = batches(5)
+    step = capture_step(make_step(ensemble, opt), (params, opt.init(params)), *data[0])
+    assert not step.captured  # no CUDA here: the same body runs on every call
+    for x, y in data:
+        losses = step(x, y)
+        torch.testing.assert_close(losses, loop.step(x, y), **LOOP_TOLERANCE)
+        for key in KEYS:
+            torch.testing.assert_close(leaf(params, key), loop.stacked(key), **LOOP_TOLERANCE)
+    # the ensemble's own parameters were trained: its forward gives the loop's outputs
+    x = torch.randn(5, 3)
+    with torch.no_grad():
+        expected = torch.stack([model(x) for model in loop.models])
+        torch.testing.assert_close(ensemble(x, in_dims=None), expected, **LOOP_TOLERANCE)
+
+
+def test_steps_equal_the_eager_step_exactly():
+    models = members()
+    ensemble = Ensemble(*copy.deepcopy(models), in_dims=0)
+    eager_ensemble = Ensemble(*copy.deepcopy(models), in_dims=0)
+    opt = optim.adam(lr=torch.tensor([0.01, 0.02, 0.03, 0.04]))
+    data = batches(4)
+    step = capture_step(
+        make_step(ensemble, opt), (ensemble.params, opt.init(ensemble.params)), *data[0]
+    )
+    eager = make_step(eager_ensemble, opt)
+    carry = (eager_ensemble.params.detach(), opt.init(eager_ensemble.params))
+    for x, y in data:
+        losses = step(x, y)
+        with torch.no_grad():
+            carry, expected = eager(carry, x, y)
+        assert torch.equal(losses, expected)
+    for mine, reference in zip(
+        torch.utils._pytree.tree_leaves(step.carry), torch.utils._pytree.tree_leaves(carry)
+    ):
+        assert torch.equal(mine, reference)
+
+
+def test_warm_up_leaves_the_carry_and_the_random_numbers_as_they_were():
+    # dropout draws random masks: the first call draws what an eager first step draws
+    models = members(dropout=0.5)
+    ensemble = Ensemble(*copy.deepcopy(models), in_dims=0)
+    reference = Ensemble(*copy.deepcopy(models), in_dims=0)
+    opt = optim.sgd(lr=0.1)
+    data = batches(2)
+    before = ensemble.params.detach().clone()
+    torch.manual_seed(7)
+    step = capture_step(
+        make_step(ensemble, opt), (ensemble.params, opt.init(ensemble.params)), *data[0],
+        warmup=3,
+    )  # fmt: skip
+    assert (ensemble.params == before).all()
+    got = [step(*batch) for batch in data]
+    torch.manual_seed(7)
+    eager = make_step(reference, opt)
+    carry = (reference.params.detach(), opt.init(reference.params))
+    for batch, losses in zip(data, got):
+        with torch.no_grad():
+            carry, expected = eager(carry, *batch)
+        assert torch.equal(losses, expected)
+
+
+def test_outputs_are_not_overwritten_by_the_next_call():
+    ensemble = Ensemble(mlp(), num_members=MEMBERS, in_dims=0)
+    opt = optim.sgd(lr=0.1)
+    data = batches(2)
+
+    def train_step(carry, x, y):
+        params, state = carry
+        grads = torch.func.grad(lambda p: ((ensemble.functional_call(p, x) - y) ** 2).sum())(params)
+        updates, state = opt.update(grads, state, params)
+        # outputs that are the step's own buffers: the carry before the update, and x
+        return (optim.apply_updates(params, updates), state), (params["0", "weight"], x)
+
+    step = capture_step(train_step, (ensemble.params, opt.init(ensemble.params)), *data[0])
+    weight_before = ensemble.stacked[0].weight.detach().clone()
+    first_weight, first_x = step(*data[0])
+    assert torch.equal(first_weight, weight_before)  # the value the step read, as eagerly
+    assert not torch.equal(ensemble.stacked[0].weight, weight_before)  # trained
+    step(*data[1])
+    assert torch.equal(first_weight, weight_before)
+    assert torch.equal(first_x, data[0][0])
+
+
+def test_a_new_carry_that_swaps_leaves_is_written_as_returned():
+    a, b = torch.ones(3), torch.full((3,), 2.0)
+
+    def swap(carry, scale):
+        first, second = carry
+        return (second * scale, first), first.sum()
+
+    step = capture_step(swap, (a, b), torch.tensor(1.0))
+    step(torch.tensor(3.0))
+    assert torch.equal(a, torch.full((3,), 6.0)) and torch.equal(b, torch.ones(3))
+    step(torch.tensor(1.0))
+    assert torch.equal(a, torch.ones(3)) and torch.equal(b, torch.full((3,), 6.0))
+
+
+# ----------------------------------------------------------------- refusals
+@pytest.fixture
+def captured():
+    ensemble = Ensemble(mlp(), num_members=MEMBERS, in_dims=0)
+    opt = optim.adam(lr=0.01)
+    x, y = batches(1)[0]
+    step = capture_step(make_step(ensemble, opt), (ensemble.params, opt.init(ensemble.params)),
+                        x, y)  # fmt: skip
+    return step, ensemble, opt, x, y
+
+
+def test_inputs_of_another_shape_dtype_or_structure_are_refused(captured):
+    step, _, _, x, y = captured
+    with pytest.raises(ValueError, match=r"capture_step: the input at \[0\] has shape \[4, 7, 3\]"):
+        step(x[:, :7], y[:, :7])
+    with pytest.raises(ValueError, match=r"input at \[1\] has shape \[4, 8, 1\], torch.float64"):
+        step(x, y.double())
+    with pytest.raises(ValueError, match=r"captured for inputs structured as"):
+        step(x)
+    with pytest.raises(ValueError, match=r"input at \[1\] has float"):
+        step(x, 1.0)
+    step(x, y)  # the right inputs still run
+
+
+def test_a_python_number_input_is_refused_at_capture():
+    with pytest.raises(TypeError, match=r"capture_step: every input must be a tensor.*\[1\]"):
+        capture_step(lambda carry, x, s: ((carry * s,), x), (torch.ones(2),), torch.ones(2), 0.5)
+
+
+def test_replaced_or_moved_parameters_are_refused(captured):
+    step, ensemble, _, x, y = captured
+    state = {k: v.clone() for k, v in ensemble.state_dict().items()}
+    ensemble.load_state_dict(state)  # copied in place: the capture reads the new values
+    step(x, y)
+    ensemble.load_state_dict(state, assign=True)  # new tensors: the capture would be stale
+    with pytest.raises(RuntimeError, match=r"tensor 'stacked\.0\.weight' was replaced"):
+        step(x, y)
+
+
+def test_a_module_moved_to_another_dtype_is_refused(captured):
+    step, ensemble, _, x, y = captured
+    ensemble.double()  # param.data = ... : the same Parameter, other memory
+    with pytest.raises(RuntimeError, match=r"moved to other memory|was replaced"):
+        step(x, y)
+
+
+def test_train_eval_switch_is_refused(captured):
+    step, ensemble, _, x, y = captured
+    ensemble.eval()
+    with pytest.raises(RuntimeError, match=r"was in train mode .* eval mode now"):
+        step(x, y)
+    ensemble.train()
+    step(x, y)
+
+
+def test_a_changed_float_hyperparameter_is_refused(captured):
+    step, _, opt, x, y = captured
+    opt.hyperparameters["lr"] = 0.5
+    with pytest.raises(RuntimeError, match=r"hyperparameter 'lr' of .* changed .* 0\.01.* 0\.5"):
+        step(x, y)
+    opt.hyperparameters["lr"] = 0.01
+    step(x, y)
+
+
+def test_a_tensor_hyperparameter_changed_in_place_is_honoured():
+    models = members()
+    loop = OptimLoop(models, lambda p: torch.optim.SGD(p, lr=0.1))
+    ensemble = Ensemble(*copy.deepcopy(models), in_dims=0)
+    lr = torch.tensor(0.1)
+    opt = optim.sgd(lr=lr)
+    data = batches(4)
+    step = capture_step(make_step(ensemble, opt), (ensemble.params, opt.init(ensemble.params)),
+                        *data[0])  # fmt: skip
+    for index, (x, y) in enumerate(data):
+        if index == 2:
+            lr.fill_(0.02)  # read by the next call, as a replay reads it
+            for optimizer in loop.optimizers:
+                optimizer.param_groups[0]["lr"] = 0.02
+        step(x, y)
+        loop.step(x, y)
+    for key in KEYS:
+        torch.testing.assert_close(leaf(ensemble.params, key), loop.stacked(key), **LOOP_TOLERANCE)
+    opt.hyperparameters["lr"] = torch.tensor(0.02)  # another tensor: its address is not read
+    with pytest.raises(RuntimeError, match=r"hyperparameter 'lr'.*a tensor of shape \[\]"):
+        step(*data[0])
+
+
+def test_a_hyperparameter_inside_a_chain_is_watched():
+    ensemble = Ensemble(mlp(), num_members=MEMBERS, in_dims=0)
+    opt = optim.chain(optim.clip_by_global_norm(1.0), optim.scale_by_learning_rate(0.1))
+    step = capture_step(
+        make_step(ensemble, opt), (ensemble.params, opt.init(ensemble.params)), *batches(1)[0]
+    )
+    opt.transforms[1].hyperparameters["lr"] = 0.2
+    with pytest.raises(RuntimeError, match=r"'lr' of opt\.transforms\[1\] changed"):
+        step(*batches(1)[0])
+
+
+def test_objects_the_step_cannot_be_seen_to_read_are_watched_when_named():
+    ensemble = Ensemble(mlp(), num_members=MEMBERS, in_dims=0)
+    opt = optim.sgd(lr=0.1)
+    hidden = weakref.ref(opt)  # the step reaches it through a call: not found by looking
+
+    def train_step(carry, x, y):
+        return make_step(ensemble, hidden())(carry, x, y)
+
+    carry = (ensemble.params, opt.init(ensemble.params))
+    data = batches(1)[0]
+    unwatched = capture_step(train_step, carry, *data)
+    watched = capture_step(train_step, carry, *data, watch=[opt])
+    opt.hyperparameters["lr"] = 0.3
+    unwatched(*data)  # nothing tells it (the documented limit of finding objects)
+    with pytest.raises(RuntimeError, match=r"hyperparameter 'lr' of watch\[0\] changed"):
+        watched(*data)
+
+
+def test_a_torch_optim_param_group_change_is_refused():
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+
+    def step_fn(carry, x):
+        return (carry[0] - optimizer.param_groups[0]["lr"] * x,), carry[0].sum()
+
+    step = capture_step(step_fn, (torch.zeros(3),), torch.ones(3))
+    optimizer.param_groups[0]["lr"] = 0.2
+    with pytest.raises(RuntimeError, match=r"'lr' of optimizer\.param_groups\[0\] changed"):
+        step(torch.ones(3))
+
+
+def test_a_carry_moved_to_other_memory_is_refused(captured):
+    step, _, _, x, y = captured
+    state = step.carry[1]
+    state["exp_avg", "0", "weight"].data = torch.zeros_like(state["exp_avg", "0", "weight"])
+    with pytest.raises(RuntimeError, match=r"carry tensor at .*exp_avg.*moved to other memory"):
+        step(x, y)
+
+
+def test_carries_that_cannot_be_updated_in_place_are_refused():
+    with pytest.raises(ValueError, match=r"carry leaf at .* is an expanded view"):
+        capture_step(lambda c, x: (c, x), (torch.ones(3).expand(4, 3),), torch.ones(1))
+    base = torch.ones(6)
+    with pytest.raises(ValueError, match=r"share memory"):
+        capture_step(lambda c, x: (c, x), (base[:3], base[3:]), torch.ones(1))
+    with pytest.raises(TypeError, match=r"every leaf of the carry must be a tensor.*\[1\]"):
+        capture_step(lambda c, x: (c, x), (torch.ones(3), 2.0), torch.ones(1))
+    with pytest.raises(ValueError, match=r"carry must be on one device"):
+        capture_step(lambda c, x: (c, x), (torch.ones(3), torch.ones(3, device="meta")),
+                     torch.ones(1))  # fmt: skip
+
+
+def test_a_step_that_changes_its_carry_or_returns_numbers_is_refused():
+    carry = (torch.ones(3),)
+    with pytest.raises(ValueError, match=r"new carry leaf at .* has shape \[1, 3\]"):
+        capture_step(lambda c, x: ((c[0][None],), x), carry, torch.ones(1))
+    with pytest.raises(ValueError, match=r"new_carry structured like the carry"):
+        capture_step(lambda c, x: ((c[0], c[0] * 2), x), carry, torch.ones(1))
+    with pytest.raises(TypeError, match=r"must return a pair \(new_carry, outputs\)"):
+        capture_step(lambda c, x: c, carry, torch.ones(1))
+    with pytest.raises(TypeError, match=r"every output of step_fn must be a tensor.*\[1\]"):
+        capture_step(lambda c, x: (c, (x, 1.5)), carry, torch.ones(1))
+    assert torch.equal(carry[0], torch.ones(3))  # a refused capture leaves the carry as it was
