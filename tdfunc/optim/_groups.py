@@ -156,6 +156,7 @@ def member_rows(api: str, members: Any, count: int) -> torch.Tensor:
         members = members.indices
     if isinstance(members, int) and not isinstance(members, bool):
         members = [members]
+    given_as_tensor = isinstance(members, torch.Tensor)
     try:
         rows = torch.as_tensor(members)
     except (TypeError, RuntimeError, ValueError):
@@ -169,12 +170,29 @@ def member_rows(api: str, members: Any, count: int) -> torch.Tensor:
     if rows.dim() != 1 or rows.is_floating_point() or rows.is_complex():
         raise TypeError(f"{api}: members must be member indices or a bool mask, got {members!r}.")
     rows = rows.long()
-    if rows.numel() and (int(rows.min()) < -count or int(rows.max()) >= count):
-        raise IndexError(f"{api}: members {rows.tolist()} out of range for {count} members.")
-    rows = rows % count
-    if torch.unique(rows).numel() != rows.numel():
+    if given_as_tensor and _values_unreadable():
+        raise TypeError(
+            f"{api}: members given as a tensor of indices cannot be checked (range, repeats) "
+            f"inside torch.compile or a CUDA graph capture: reading them is a device sync and "
+            f"a graph break. Give a bool mask (functional update) or Python ints."
+        )
+    # checked as Python numbers: Python indices are never read back from a tensor
+    python = isinstance(members, (list, tuple)) and all(
+        isinstance(value, int) and not isinstance(value, bool) for value in members
+    )
+    values = list(members) if python else rows.tolist()
+    if any(not -count <= value < count for value in values):
+        raise IndexError(f"{api}: members {values} out of range for {count} members.")
+    values = [value % count for value in values]
+    if len(set(values)) != len(values):
         raise ValueError(
-            f"{api}: members {rows.tolist()} repeat a member, which would step twice; "
+            f"{api}: members {values} repeat a member, which would step twice; "
             f"give each member once."
         )
-    return rows
+    return rows % count
+
+
+def _values_unreadable() -> bool:
+    if torch.compiler.is_compiling():
+        return True
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
