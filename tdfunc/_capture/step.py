@@ -64,7 +64,8 @@ class CapturedStep:
         self._watched = watchers([*reachable(step_fn), *_named(watch)])
         # an output that is one of these buffers (or a view of one) is copied: the next
         # call overwrites the buffers
-        self._static = {_storage(leaf) for leaf in (*self._carry_leaves, *self._input_leaves)}
+        self._carry_storages = {_storage(leaf) for leaf in self._carry_leaves}
+        self._static = self._carry_storages | {_storage(leaf) for leaf in self._input_leaves}
         self._output_spec = None
         self._graph = None
         self._warm_up(warmup)
@@ -131,7 +132,7 @@ class CapturedStep:
     def _detached(self, new_leaves: list) -> list:
         """The new carry, checked against the carry and safe to copy in any order."""
         buffers = self._carry_leaves
-        storages = {_storage(buffer): index for index, buffer in enumerate(buffers)}
+        storages = self._carry_storages
         fresh = []
         for index, (new, buffer) in enumerate(zip(new_leaves, buffers)):
             if not isinstance(new, torch.Tensor):
@@ -150,8 +151,7 @@ class CapturedStep:
                     f"{list(buffer.shape)}, {buffer.dtype} on {buffer.device}. A step must keep "
                     f"its carry's shapes, dtypes and devices."
                 )
-            owner = storages.get(_storage(new))
-            if new is not buffer and owner is not None:
+            if new is not buffer and _storage(new) in storages:
                 # it reads a carry tensor that an earlier copy may overwrite first
                 new = new.clone()
             fresh.append(new)
