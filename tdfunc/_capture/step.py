@@ -113,8 +113,9 @@ class CapturedStep:
             if spec != self._carry_spec:
                 raise ValueError(
                     f"{_API}: step_fn must return (new_carry, outputs) with new_carry structured "
-                    f"like the carry; the carry is {self._carry_spec} and the step returned "
-                    f"{spec}."
+                    f"like the carry, the same keys in the same order (its tensors are written "
+                    f"into the carry's by position); the carry is {self._carry_spec} and the "
+                    f"step returned {spec}."
                 )
             out_leaves, out_spec = pytree.tree_flatten(outputs)
             # outputs first: one of them may be a carry tensor the copies below overwrite
@@ -181,17 +182,19 @@ class CapturedStep:
         if cuda:
             stream = torch.cuda.Stream(self._device)
             stream.wait_stream(torch.cuda.current_stream(self._device))
-        with torch.cuda.stream(stream) if cuda else _nothing():
-            for _ in range(steps):
-                outputs = self._body()
-        if cuda:
-            torch.cuda.current_stream(self._device).wait_stream(stream)
-        with torch.no_grad():
-            for leaf, value in zip(self._carry_leaves, saved):
-                leaf.copy_(value)
-        torch.set_rng_state(rng)
-        if cuda:
-            torch.cuda.set_rng_state(cuda_rng, self._device)
+        try:
+            with torch.cuda.stream(stream) if cuda else _nothing():
+                for _ in range(steps):
+                    outputs = self._body()
+        finally:  # also when a step fails: a refused capture leaves the carry as it was
+            if cuda:
+                torch.cuda.current_stream(self._device).wait_stream(stream)
+            with torch.no_grad():
+                for leaf, value in zip(self._carry_leaves, saved):
+                    leaf.copy_(value)
+            torch.set_rng_state(rng)
+            if cuda:
+                torch.cuda.set_rng_state(cuda_rng, self._device)
         self._outputs = outputs
 
     def _capture(self) -> None:

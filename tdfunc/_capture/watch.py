@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
 
 # Objects found in the step's closures and globals are followed this deep (a loss
@@ -32,10 +33,17 @@ _LIBRARIES = ("torch", "tdfunc", "functools", "builtins")
 
 
 def _describe(value: Any) -> Any:
-    """What a captured kernel depends on: identity and address for a tensor, else the value."""
+    """What a captured kernel depends on: identity and address for a tensor, else the value.
+
+    A pytree (a learning rate per parameter) is described leaf by leaf: the same dict
+    with one tensor swapped for another is a change.
+    """
     if isinstance(value, torch.Tensor):
         return ("tensor", id(value), value.data_ptr(), value.shape, value.dtype, value.device)
-    return ("value", type(value), value)
+    leaves, spec = pytree.tree_flatten(value)
+    if len(leaves) == 1 and leaves[0] is value:
+        return ("value", type(value), value)
+    return ("tree", spec, tuple(map(_describe, leaves)))
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -43,6 +51,8 @@ def _same(old: Any, new: Any) -> bool:
         return False
     if old[0] == "tensor":
         return old == new
+    if old[0] == "tree":
+        return old[1] == new[1] and len(old[2]) == len(new[2]) and all(map(_same, old[2], new[2]))
     if old[1] is not new[1]:
         return False
     try:
@@ -54,7 +64,10 @@ def _same(old: Any, new: Any) -> bool:
 def _shown(described: Any) -> str:
     if described[0] == "tensor":
         return f"a tensor of shape {list(described[3])} at address {described[2]:#x}"
-    return repr(described[2])
+    if described[0] == "tree":
+        return f"a pytree of {len(described[2])} leaves"
+    shown = repr(described[2])
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 class _Hyperparameters:

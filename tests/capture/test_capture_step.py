@@ -322,3 +322,43 @@ def test_a_step_that_changes_its_carry_or_returns_numbers_is_refused():
     with pytest.raises(TypeError, match=r"every output of step_fn must be a tensor.*\[1\]"):
         capture_step(lambda c, x: (c, (x, 1.5)), carry, torch.ones(1))
     assert torch.equal(carry[0], torch.ones(3))  # a refused capture leaves the carry as it was
+
+
+def test_a_tensor_swapped_inside_a_learning_rate_tree_is_refused():
+    ensemble = Ensemble(mlp(), num_members=MEMBERS, in_dims=0)
+    lrs = ensemble.params.apply(lambda t: torch.full_like(t, 0.1)).detach()
+    opt = optim.sgd(lr=lrs)
+    step = capture_step(
+        make_step(ensemble, opt), (ensemble.params, opt.init(ensemble.params)), *batches(1)[0]
+    )
+    lrs["0", "weight"].fill_(0.05)  # in place: read by the next call
+    step(*batches(1)[0])
+    lrs["0", "weight"] = torch.full_like(lrs["0", "weight"], 0.05)  # the same tree, a new tensor
+    with pytest.raises(RuntimeError, match=r"hyperparameter 'lr' .* a pytree of 4 leaves"):
+        step(*batches(1)[0])
+
+
+def test_a_step_failing_during_warm_up_leaves_the_carry_as_it_was():
+    carry = (torch.ones(3),)
+    calls = []
+
+    def step_fn(carry, x):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the second step fails")
+        return (carry[0] + x,), x
+
+    with pytest.raises(RuntimeError, match="second step fails"):
+        capture_step(step_fn, carry, torch.ones(3), warmup=3)
+    assert torch.equal(carry[0], torch.ones(3))
+
+
+def test_a_new_carry_in_another_key_order_is_refused_not_matched_by_position():
+    carry = TensorDict({"a": torch.zeros(2), "b": torch.ones(2)})
+
+    def step_fn(carry, x):
+        return TensorDict({"b": carry["b"] + x, "a": carry["a"] - x}), x
+
+    with pytest.raises(ValueError, match=r"the same keys in the same order"):
+        capture_step(step_fn, carry, torch.ones(2))
+    assert torch.equal(carry["a"], torch.zeros(2))
