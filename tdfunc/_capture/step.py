@@ -93,11 +93,13 @@ class CapturedStep:
                 f"and this call gave {spec}. Call it with inputs like the example inputs."
             )
         kinds = self._input_kinds
-        for index, (leaf, buffer) in enumerate(zip(leaves, self._input_leaves)):
+        for index, leaf in enumerate(leaves):
             if _kind_fast(leaf) != kinds[index]:
                 path = pytree.keystr(pytree.tree_flatten_with_path(inputs)[0][index][0])
                 _refuse_input(path, leaf, kinds[index])
-            buffer.copy_(leaf)
+        with torch.no_grad():  # a buffer must not join the graph of an input that records
+            for leaf, buffer in zip(leaves, self._input_leaves):
+                buffer.copy_(leaf)
         if self._graph is not None:
             self._graph.replay()
             return pytree.tree_map(torch.clone, self._outputs)

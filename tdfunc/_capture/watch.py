@@ -236,6 +236,10 @@ def reachable(fn: Any) -> list[tuple[str, Any]]:
                 visit(f"{name}.__self__", bound, depth + 1)
             for index, arg in enumerate(getattr(value, "args", ())):  # functools.partial
                 visit(f"{name}.args[{index}]", arg, depth + 1)
+            keywords = getattr(value, "keywords", None)
+            if isinstance(keywords, dict):
+                for key, arg in keywords.items():
+                    visit(f"{name}.{key}", arg, depth + 1)
             return
         if _is_user_object(value):
             for key, item in vars(value).items():

@@ -11,6 +11,7 @@ amplified by Adam's division by sqrt(v) in the first steps) is allowed.
 from __future__ import annotations
 
 import copy
+import functools
 import weakref
 
 import pytest
@@ -362,3 +363,44 @@ def test_a_new_carry_in_another_key_order_is_refused_not_matched_by_position():
     with pytest.raises(ValueError, match=r"the same keys in the same order"):
         capture_step(step_fn, carry, torch.ones(2))
     assert torch.equal(carry["a"], torch.zeros(2))
+
+
+class Trainer:
+    """A step written as a method: the ensemble and the optimizer are attributes."""
+
+    def __init__(self) -> None:
+        self.ensemble = Ensemble(mlp(), num_members=MEMBERS, in_dims=0)
+        self.opt = optim.adam(lr=0.01)
+
+    def step(self, carry, x, y):
+        return make_step(self.ensemble, self.opt)(carry, x, y)
+
+
+def test_a_method_or_partial_is_followed_to_what_it_reads():
+    trainer = Trainer()
+    params = trainer.ensemble.params
+    data = batches(1)[0]
+    step = capture_step(trainer.step, (params, trainer.opt.init(params)), *data)
+    trainer.opt.hyperparameters["eps"] = 1e-6
+    with pytest.raises(RuntimeError, match=r"'eps' of .*opt changed"):
+        step(*data)
+
+    def step_fn(carry, x, y, *, ensemble, opt):
+        return make_step(ensemble, opt)(carry, x, y)
+
+    ensemble, opt = Ensemble(mlp(), num_members=MEMBERS, in_dims=0), optim.sgd(lr=0.1)
+    partial = functools.partial(step_fn, ensemble=ensemble, opt=opt)
+    step = capture_step(partial, (ensemble.params, opt.init(ensemble.params)), *data)
+    ensemble.eval()
+    with pytest.raises(RuntimeError, match=r"ensemble was in train mode"):
+        step(*data)
+
+
+def test_inputs_that_record_gradients_do_not_tie_the_buffers_to_their_graph():
+    x = torch.ones(3, requires_grad=True)
+    step = capture_step(lambda carry, x: ((carry[0] + x,), x * 2), (torch.zeros(3),), x)
+    out = step(x * 3)
+    assert not out.requires_grad and out.grad_fn is None
+    assert torch.equal(out, torch.full((3,), 6.0))
+    # the step's own input buffer would otherwise hold the caller's graph until the next call
+    assert not any(buffer.requires_grad for buffer in step._input_leaves)
