@@ -138,20 +138,23 @@ def _refuse_hyper(api: str, owner: str, key: str, old: Any, new: Any) -> None:
 
 
 class _Module:
-    """Every parameter and buffer slot of a module tree, and every train/eval flag."""
+    """Every parameter and buffer slot of a module tree, every train/eval flag, and every
+    plain attribute (``Dropout.p``, an ensemble's ``in_dims``) that shapes what runs."""
 
     def __init__(self, module: nn.Module, name: str) -> None:
         self.name = name
-        slots, modes = [], []
-        for prefix, sub in module.named_modules(remove_duplicate=False):
-            modes.append((sub, sub.training, prefix))
+        slots, owners, settings = [], [], []
+        for prefix, sub in _modules_of(module):
             for owner in (sub._parameters, sub._buffers):
+                owners.append((owner, len(owner), prefix))
                 for key, tensor in owner.items():
                     path = f"{prefix}.{key}" if prefix else key
                     pointer = tensor.data_ptr() if tensor is not None else None
                     slots.append((owner, key, tensor, pointer, path))
-        self.slots, self.modes = slots, modes
-        self.count = {id(owner): len(owner) for owner, *_ in slots}
+            state = vars(sub)
+            plain = tuple((key, value) for key, value in state.items() if _is_plain(value))
+            settings.append((state, plain, prefix))
+        self.slots, self.owners, self.settings = slots, owners, settings
 
     def check(self, api: str) -> None:
         for owner, key, tensor, pointer, path in self.slots:
@@ -165,21 +168,71 @@ class _Module:
                     f"Copy new values in place (module.load_state_dict(state) without "
                     f"assign=True, or tensor.copy_(new)), or capture the step again."
                 )
-        for module, training, prefix in self.modes:
-            if module.training != training:
-                where = f"{self.name}.{prefix}" if prefix else self.name
+        for owner, count, prefix in self.owners:
+            if len(owner) != count:
                 raise RuntimeError(
-                    f"{api}: {where} was in {'train' if training else 'eval'} mode when the step "
-                    f"was captured and is in {'train' if module.training else 'eval'} mode now; "
-                    f"the captured step keeps the kernels of the old mode. Capture one step per "
-                    f"mode."
+                    f"{api}: a parameter or buffer was added to or removed from "
+                    f"{self._where(prefix)} after the step was captured. Capture the step again."
                 )
-        for owner, *_ in self.slots:
-            if len(owner) != self.count[id(owner)]:
+        for state, plain, prefix in self.settings:
+            for key, value in plain:
+                now = state.get(key, _MISSING)
+                if now is value or (type(now) is type(value) and now == value):
+                    continue
+                if key == "training":
+                    raise RuntimeError(
+                        f"{api}: {self._where(prefix)} was in {'train' if value else 'eval'} "
+                        f"mode when the step was captured and is in "
+                        f"{'train' if now else 'eval'} mode now; the captured step keeps the "
+                        f"kernels of the old mode. Capture one step per mode."
+                    )
                 raise RuntimeError(
-                    f"{api}: a parameter or buffer was added to or removed from {self.name} after "
-                    f"the step was captured. Capture the step again."
+                    f"{api}: {self._where(prefix)}.{key.lstrip('_')} was {value!r} when the step "
+                    f"was captured and is {_brief(now)} now; the captured step keeps what the "
+                    f"old setting ran. Capture the step again."
                 )
+
+    def _where(self, prefix: str) -> str:
+        return f"{self.name}.{prefix}" if prefix else self.name
+
+
+def _modules_of(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The module tree, and the modules held outside it as plain attributes (an
+    ensemble's template, whose code and settings every member runs)."""
+    found, seen = [], set()
+    pending = [("", module)]
+    while pending:
+        prefix, top = pending.pop()
+        for name, sub in top.named_modules(prefix=prefix, remove_duplicate=False):
+            if id(sub) in seen:
+                continue
+            seen.add(id(sub))
+            found.append((name, sub))
+            for key, value in vars(sub).items():
+                if isinstance(value, nn.Module) and id(value) not in seen:
+                    pending.append(
+                        (f"{name}.{key.lstrip('_')}" if name else key.lstrip("_"), value)
+                    )
+    return found
+
+
+_MISSING = object()
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _is_plain(value: Any) -> bool:
+    if isinstance(value, _PLAIN):
+        return True
+    return (
+        isinstance(value, tuple) and len(value) <= 8 and all(isinstance(v, _PLAIN) for v in value)
+    )
+
+
+def _brief(value: Any) -> str:
+    if value is _MISSING:
+        return "gone"
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def watchers(objects: Iterable[tuple[str, Any]]) -> list:

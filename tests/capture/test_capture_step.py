@@ -404,3 +404,19 @@ def test_inputs_that_record_gradients_do_not_tie_the_buffers_to_their_graph():
     assert torch.equal(out, torch.full((3,), 6.0))
     # the step's own input buffer would otherwise hold the caller's graph until the next call
     assert not any(buffer.requires_grad for buffer in step._input_leaves)
+
+
+def test_a_changed_module_setting_is_refused():
+    ensemble = Ensemble(mlp(dropout=0.5), num_members=MEMBERS, in_dims=0)
+    opt = optim.sgd(lr=0.1)
+    data = batches(1)[0]
+    step = capture_step(make_step(ensemble, opt), (ensemble.params, opt.init(ensemble.params)),
+                        *data)  # fmt: skip
+    ensemble.template[2].p = 0.1  # the template's code and settings run for every member
+    with pytest.raises(RuntimeError, match=r"ensemble\.template\.2\.p was 0\.5 .* is 0\.1 now"):
+        step(*data)
+    ensemble.template[2].p = 0.5
+    step(*data)
+    ensemble.chunk_size = 2  # the batched forward runs in chunks from now on
+    with pytest.raises(RuntimeError, match=r"ensemble\.chunk_size was None .* is 2 now"):
+        step(*data)
