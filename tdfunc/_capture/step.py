@@ -58,6 +58,15 @@ class CapturedStep:
         input_leaves, self._input_spec = pytree.tree_flatten(inputs)
         self._input_kinds = tuple(_kind(_API, "input", path, leaf) for path, leaf in
                                   _with_paths(inputs, input_leaves))  # fmt: skip
+        if self._device.type == "cuda":
+            for path, leaf in _with_paths(inputs, input_leaves):
+                if leaf.device != self._device:
+                    raise ValueError(
+                        f"{_API}: the input at {path or 'the top'} is on {leaf.device}, the carry "
+                        f"on {self._device}; a step recorded on a CUDA device cannot copy from "
+                        f"another device inside the recording. Move the inputs first (a pinned "
+                        f"CPU batch: x.to(device, non_blocking=True))."
+                    )
         # the step reads these buffers; each call copies its inputs into them
         self._input_leaves = [leaf.detach().clone() for leaf in input_leaves]
         self._inputs = pytree.tree_unflatten(self._input_leaves, self._input_spec)

@@ -18,6 +18,7 @@ parameters) is seen by a replay, so it is allowed.
 from __future__ import annotations
 
 import inspect
+import operator
 import types
 from collections.abc import Iterable
 from typing import Any
@@ -38,6 +39,8 @@ def _describe(value: Any) -> Any:
     A pytree (a learning rate per parameter) is described leaf by leaf: the same dict
     with one tensor swapped for another is a change.
     """
+    if type(value) in _PLAIN:  # the common case first: numbers are no pytree
+        return ("value", type(value), value)
     if isinstance(value, torch.Tensor):
         return ("tensor", id(value), value.data_ptr(), value.shape, value.dtype, value.device)
     leaves, spec = pytree.tree_flatten(value)
@@ -155,8 +158,27 @@ class _Module:
             plain = tuple((key, value) for key, value in state.items() if _is_plain(value))
             settings.append((state, plain, prefix))
         self.slots, self.owners, self.settings = slots, owners, settings
+        self.tensors = tuple(slot[2] for slot in slots)
+        self.pointers = tuple(slot[3] for slot in slots)
+        self.counts = tuple(count for _, count, _ in owners)
+        self.values = tuple(value for _, plain, _ in settings for _, value in plain)
 
     def check(self, api: str) -> None:
+        # one pass over flat tuples; the slow pass below finds and names what changed
+        tensors = tuple([owner.get(key) for owner, key, *_ in self.slots])
+        if (
+            all(map(operator.is_, tensors, self.tensors))
+            and tuple([t.data_ptr() if t is not None else None for t in tensors]) == self.pointers
+            and tuple([len(owner) for owner, _, _ in self.owners]) == self.counts
+            and tuple(
+                [state.get(key, _MISSING) for state, plain, _ in self.settings for key, _ in plain]
+            )
+            == self.values
+        ):
+            return
+        self._explain(api)
+
+    def _explain(self, api: str) -> None:
         for owner, key, tensor, pointer, path in self.slots:
             now = owner.get(key)
             if now is not tensor or (tensor is not None and tensor.data_ptr() != pointer):
