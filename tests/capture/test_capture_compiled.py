@@ -95,6 +95,10 @@ def test_captured_compiled_step_has_no_graph_break_and_no_recompile():
             )
     assert counter.frame_count == 1, counter.frame_count  # the warm-up compiled it; no more
     assert not counters["graph_break"], dict(counters["graph_break"])
+    # what the compiled function reads is found through torch.compile's wrapper
+    opt.hyperparameters["lr"] = 0.02
+    with pytest.raises(RuntimeError, match=r"hyperparameter 'lr' of opt changed"):
+        step(*data[0])
 
 
 @pytest.mark.slow
