@@ -98,8 +98,9 @@ class CapturedStep:
         leaves, spec = pytree.tree_flatten(inputs)
         if spec != self._input_spec:
             raise ValueError(
-                f"{_API}: the step was captured for inputs structured as {self._input_spec}, "
-                f"and this call gave {spec}. Call it with inputs like the example inputs."
+                f"{_API}: the step was captured for other inputs: "
+                f"{_difference(self._inputs, 'the example inputs', inputs, 'this call')}. "
+                f"Call it with inputs structured like the example inputs."
             )
         kinds = self._input_kinds
         for index, leaf in enumerate(leaves):
@@ -125,8 +126,8 @@ class CapturedStep:
                 raise ValueError(
                     f"{_API}: step_fn must return (new_carry, outputs) with new_carry structured "
                     f"like the carry, the same keys in the same order (its tensors are written "
-                    f"into the carry's by position); the carry is {self._carry_spec} and the "
-                    f"step returned {spec}."
+                    f"into the carry's by position); "
+                    f"{_difference(self._carry, 'the carry', new_carry, 'the new carry')}."
                 )
             out_leaves, out_spec = pytree.tree_flatten(outputs)
             # outputs first: one of them may be a carry tensor the copies below overwrite
@@ -348,6 +349,20 @@ def _named(objects: tuple) -> list[tuple[str, Any]]:
 def _with_paths(tree: Any, leaves: list) -> list[tuple[str, Any]]:
     entries, _ = pytree.tree_flatten_with_path(tree)
     return [(pytree.keystr(path), leaf) for (path, _), leaf in zip(entries, leaves)]
+
+
+def _difference(expected: Any, expected_name: str, got: Any, got_name: str) -> str:
+    """Where two pytrees part, by key path (a treespec printed whole is a wall of text)."""
+    paths = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(expected)[0]]
+    others = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(got)[0]]
+    for index, (path, other) in enumerate(zip(paths, others)):
+        if path != other:
+            return (
+                f"leaf {index} is {path or 'the top'} in {expected_name} but {other} in {got_name}"
+            )
+    if len(paths) != len(others):
+        return f"{expected_name} has {len(paths)} leaves, {got_name} {len(others)}"
+    return f"{expected_name} and {got_name} hold the same key paths in containers of other kinds"
 
 
 def _kind(api: str, what: str, path: str, leaf: Any) -> tuple:

@@ -179,8 +179,10 @@ def test_inputs_of_another_shape_dtype_or_structure_are_refused(captured):
         step(x[:, :7], y[:, :7])
     with pytest.raises(ValueError, match=r"input at \[1\] has shape \[4, 8, 1\], torch.float64"):
         step(x, y.double())
-    with pytest.raises(ValueError, match=r"captured for inputs structured as"):
+    with pytest.raises(ValueError, match=r"example inputs has 2 leaves, this call 1"):
         step(x)
+    with pytest.raises(ValueError, match=r"leaf 1 is \[1\] in the example inputs but \[1\]\['y'\]"):
+        step(x, {"y": y})
     with pytest.raises(ValueError, match=r"input at \[1\] has float"):
         step(x, 1.0)
     step(x, y)  # the right inputs still run
@@ -316,7 +318,7 @@ def test_a_step_that_changes_its_carry_or_returns_numbers_is_refused():
     carry = (torch.ones(3),)
     with pytest.raises(ValueError, match=r"new carry leaf at .* has shape \[1, 3\]"):
         capture_step(lambda c, x: ((c[0][None],), x), carry, torch.ones(1))
-    with pytest.raises(ValueError, match=r"new_carry structured like the carry"):
+    with pytest.raises(ValueError, match=r"the carry has 1 leaves, the new carry 2"):
         capture_step(lambda c, x: ((c[0], c[0] * 2), x), carry, torch.ones(1))
     with pytest.raises(TypeError, match=r"must return a pair \(new_carry, outputs\)"):
         capture_step(lambda c, x: c, carry, torch.ones(1))
@@ -360,7 +362,9 @@ def test_a_new_carry_in_another_key_order_is_refused_not_matched_by_position():
     def step_fn(carry, x):
         return TensorDict({"b": carry["b"] + x, "a": carry["a"] - x}), x
 
-    with pytest.raises(ValueError, match=r"the same keys in the same order"):
+    with pytest.raises(
+        ValueError, match=r"same order .* leaf 0 is \['a'\] in the carry but \['b'\]"
+    ):
         capture_step(step_fn, carry, torch.ones(2))
     assert torch.equal(carry["a"], torch.zeros(2))
 
