@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from .._assembly import MemoryMappedTensor
 from .watch import reachable, watchers
 
 _API = "capture_step"
@@ -54,6 +55,10 @@ class CapturedStep:
         self._carry_leaves, self._carry_spec = pytree.tree_flatten(carry)
         self._check_carry()
         self._device = self._carry_leaves[0].device
+        self._carry_paths = [
+            pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(carry)[0]
+        ]
+        self._reorder = None
         self._pointers = tuple(leaf.data_ptr() for leaf in self._carry_leaves)
         input_leaves, self._input_spec = pytree.tree_flatten(inputs)
         self._input_kinds = tuple(_kind(_API, "input", path, leaf) for path, leaf in
@@ -123,12 +128,7 @@ class CapturedStep:
             new_carry, outputs = self._split(result)
             new_leaves, spec = pytree.tree_flatten(new_carry)
             if spec != self._carry_spec:
-                raise ValueError(
-                    f"{_API}: step_fn must return (new_carry, outputs) with new_carry structured "
-                    f"like the carry, the same keys in the same order (its tensors are written "
-                    f"into the carry's by position); "
-                    f"{_difference(self._carry, 'the carry', new_carry, 'the new carry')}."
-                )
+                new_leaves = self._by_path(new_carry, new_leaves, spec)
             out_leaves, out_spec = pytree.tree_flatten(outputs)
             # outputs first: one of them may be a carry tensor the copies below overwrite
             out_leaves = [
@@ -141,6 +141,34 @@ class CapturedStep:
         if self._output_spec is None:
             self._output_spec = out_spec
         return pytree.tree_unflatten(out_leaves, out_spec)
+
+    def _by_path(self, new_carry: Any, new_leaves: list, spec: Any) -> list:
+        """The new carry's leaves in the carry's order, matched by key path.
+
+        A state read back from a checkpoint may hold its keys in another order than the
+        one the optimizer builds; matching by position would write one tensor into
+        another's place.
+        """
+        if self._reorder is not None and self._reorder[0] == spec:
+            return [new_leaves[index] for index in self._reorder[1]]
+        paths = [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(new_carry)[0]]
+        position = {path: index for index, path in enumerate(paths)}
+        wanted = self._carry_paths
+        missing = [path for path in wanted if path not in position]
+        extra = [path for path in paths if path not in set(wanted)]
+        if missing or extra or len(paths) != len(wanted):
+            parts = []
+            if missing:
+                parts.append(f"no new value for {_names(missing)}")
+            if extra:
+                parts.append(f"values for {_names(extra)}, which the carry does not hold")
+            raise ValueError(
+                f"{_API}: step_fn must return (new_carry, outputs) with new_carry holding the "
+                f"carry's key paths (matched by path); it has {' and '.join(parts) or 'repeats'}."
+            )
+        order = [position[path] for path in wanted]
+        self._reorder = (spec, order)
+        return [new_leaves[index] for index in order]
 
     def _detached(self, new_leaves: list) -> list:
         """The new carry, checked against the carry and safe to copy in any order."""
@@ -235,6 +263,12 @@ class CapturedStep:
                 raise ValueError(
                     f"{_API}: the carry must be on one device; {self._carry_path(index)} is on "
                     f"{leaf.device}, the first leaf on {device}."
+                )
+            if isinstance(leaf, MemoryMappedTensor):
+                raise ValueError(
+                    f"{_API}: the carry leaf at {self._carry_path(index)} is a memory-mapped "
+                    f"file (a loaded checkpoint): every step would write into that file. Carry "
+                    f"a copy: TensorDict.load_memmap(path).clone(), or .to(device)."
                 )
             if any(stride == 0 and size > 1 for size, stride in zip(leaf.shape, leaf.stride())):
                 raise ValueError(
@@ -363,6 +397,11 @@ def _difference(expected: Any, expected_name: str, got: Any, got_name: str) -> s
     if len(paths) != len(others):
         return f"{expected_name} has {len(paths)} leaves, {got_name} {len(others)}"
     return f"{expected_name} and {got_name} hold the same key paths in containers of other kinds"
+
+
+def _names(paths: list[str]) -> str:
+    shown = ", ".join(paths[:3])
+    return shown + (f" (and {len(paths) - 3} more)" if len(paths) > 3 else "")
 
 
 def _kind(api: str, what: str, path: str, leaf: Any) -> tuple:
