@@ -17,6 +17,7 @@ as captured, nothing replaced or changed since the capture) runs on both.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -277,14 +278,17 @@ class CapturedStep:
                     f"tensor an Ensemble keeps shared appears so in ensemble.params. Carry "
                     f"stacked tensors only."
                 )
-            key = _storage(leaf)
-            if key in storages and leaf.numel():
-                raise ValueError(
-                    f"{_API}: the carry leaves at {self._carry_path(storages[key])} and "
-                    f"{self._carry_path(index)} share memory; each carried tensor must have its "
-                    f"own, or the in-place updates would overwrite each other."
-                )
-            storages[key] = index
+            if leaf.numel():
+                storages.setdefault(_storage(leaf), []).append((*_span(leaf), index))
+        for spans in storages.values():  # leaves may share a storage (consolidated), not bytes
+            spans.sort()
+            for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+                if start < end:
+                    raise ValueError(
+                        f"{_API}: the carry leaves at {self._carry_path(first)} and "
+                        f"{self._carry_path(second)} share memory; each carried tensor must have "
+                        f"its own, or the in-place updates would overwrite each other."
+                    )
 
     def _check_watched(self) -> None:
         for index, (leaf, pointer) in enumerate(zip(self._carry_leaves, self._pointers)):
@@ -443,6 +447,14 @@ def _output(index: int, leaf: Any, outputs: Any, static: set) -> torch.Tensor:
         )
     leaf = leaf.detach()
     return leaf.clone() if _storage(leaf) in static else leaf
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    """The bytes of its storage a tensor can reach: ``[start, end)``."""
+    size = tensor.element_size()
+    start = tensor.storage_offset() * size
+    last = sum((extent - 1) * stride for extent, stride in zip(tensor.shape, tensor.stride()))
+    return start, start + (last + 1) * size
 
 
 def _storage(tensor: torch.Tensor) -> tuple:
