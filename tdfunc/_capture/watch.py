@@ -292,6 +292,12 @@ def reachable(fn: Any) -> list[tuple[str, Any]]:
         if id(value) in seen or depth > _DEPTH:
             return
         seen.add(id(value))
+        try:
+            look(name, value, depth)
+        except Exception:  # an object whose attributes cannot be read holds nothing we know
+            return
+
+    def look(name: str, value: Any, depth: int) -> None:
         if isinstance(value, nn.Module) or _is_optimizer(value):
             found.append((name, value))
             return
@@ -303,18 +309,11 @@ def reachable(fn: Any) -> list[tuple[str, Any]]:
             for key, item in value.items():
                 visit(f"{name}[{key!r}]", item, depth + 1)
             return
-        function = _function_of(value)
+        function, held = _function_of(value)
         if function is not None:
             _visit_function(name, function, depth, visit)
-            bound = getattr(value, "__self__", None)
-            if bound is not None and not isinstance(bound, types.ModuleType):
-                visit(f"{name}.__self__", bound, depth + 1)
-            for index, arg in enumerate(getattr(value, "args", ())):  # functools.partial
-                visit(f"{name}.args[{index}]", arg, depth + 1)
-            keywords = getattr(value, "keywords", None)
-            if isinstance(keywords, dict):
-                for key, arg in keywords.items():
-                    visit(f"{name}.{key}", arg, depth + 1)
+            for label, item in held:  # bound objects and partial arguments on the way
+                visit(f"{name}.{label}", item, depth + 1)
             return
         if _is_user_object(value):
             for key, item in vars(value).items():
@@ -332,18 +331,25 @@ def _is_optimizer(value: Any) -> bool:
     )
 
 
-def _function_of(value: Any) -> types.FunctionType | None:
-    """The Python function behind ``value`` (compiled, wrapped, bound, partial), if any."""
+def _function_of(value: Any) -> tuple[types.FunctionType | None, list[tuple[str, Any]]]:
+    """The Python function behind ``value`` (compiled, wrapped, bound, partial), if any,
+    and the objects held on the way there (a method's ``self``, a partial's arguments)."""
+    held: list[tuple[str, Any]] = []
     for _ in range(8):
         original = getattr(value, "_torchdynamo_orig_callable", None)
         if original is not None:
             value = original
             continue
         if isinstance(value, types.MethodType):
+            if not isinstance(value.__self__, types.ModuleType):
+                held.append(("__self__", value.__self__))
             value = value.__func__
             continue
         inner = getattr(value, "func", None)  # functools.partial
-        if callable(inner) and hasattr(value, "args"):
+        if callable(inner) and isinstance(getattr(value, "args", None), tuple):
+            held += [(f"args[{index}]", arg) for index, arg in enumerate(value.args)]
+            keywords = getattr(value, "keywords", None) or {}
+            held += list(keywords.items())
             value = inner
             continue
         wrapped = getattr(value, "__wrapped__", None)
@@ -352,8 +358,8 @@ def _function_of(value: Any) -> types.FunctionType | None:
             continue
         break
     if isinstance(value, types.FunctionType) and not _from_library(value):
-        return value
-    return None
+        return value, held
+    return None, held
 
 
 def _from_library(fn: types.FunctionType) -> bool:

@@ -472,3 +472,19 @@ def test_a_consolidated_carry_shares_one_storage_without_overlap():
     for _ in range(2):
         a, b = a + b[:1], b + a[0, 0]
     assert torch.equal(carry["a"], a) and torch.equal(carry["b"], b)
+
+
+@pytest.mark.slow
+def test_a_compiled_method_is_followed_to_its_object():
+    trainer = Trainer()
+    params = trainer.ensemble.params
+    data = batches(1)[0]
+    torch._dynamo.reset()
+    compiled = torch.compile(trainer.step, backend="eager")  # the wrapper hides the method
+    step = capture_step(compiled, (params, trainer.opt.init(params)), *data, warmup=1)
+    partial = functools.partial(Trainer.step, trainer)  # self as a partial's argument
+    other = capture_step(partial, (params, trainer.opt.init(params)), *data)
+    trainer.ensemble.eval()
+    for captured in (step, other):
+        with pytest.raises(RuntimeError, match=r"eval mode now"):
+            captured(*data)
