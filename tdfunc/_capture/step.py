@@ -55,6 +55,9 @@ class CapturedStep:
         self._carry = carry
         self._carry_leaves, self._carry_spec = pytree.tree_flatten(carry)
         self._check_carry()
+        # the step reads a container of its own: one the caller changes (a tensor put in
+        # place of a carried one) would have the step read a tensor it never writes
+        self._carry = pytree.tree_unflatten(self._carry_leaves, self._carry_spec)
         self._device = self._carry_leaves[0].device
         self._carry_paths = [
             pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(carry)[0]
@@ -90,9 +93,11 @@ class CapturedStep:
     # ------------------------------------------------------------------ public
     @property
     def carry(self) -> Any:
-        """The carried state, as given to :func:`capture_step`; its tensors are updated in
-        place by every call (the next call overwrites them: clone to keep a snapshot)."""
-        return self._carry
+        """The carried state: a new container, structured like the one given to
+        :func:`capture_step`, holding the tensors every call updates in place (the next
+        call overwrites them: clone to keep a snapshot). Putting another tensor into it
+        changes nothing: copy values into its tensors (``tensor.copy_(new)``) instead."""
+        return pytree.tree_unflatten(self._carry_leaves, self._carry_spec)
 
     @property
     def captured(self) -> bool:

@@ -488,3 +488,19 @@ def test_a_compiled_method_is_followed_to_its_object():
     for captured in (step, other):
         with pytest.raises(RuntimeError, match=r"eval mode now"):
             captured(*data)
+
+
+def test_a_tensor_put_into_a_carry_container_does_not_split_what_the_step_reads_and_writes():
+    models = members()
+    loop = OptimLoop(models, lambda p: torch.optim.Adam(p, lr=0.01))
+    ensemble = Ensemble(*copy.deepcopy(models), in_dims=0)
+    opt = optim.adam(lr=0.01)
+    state = opt.init(ensemble.params)
+    data = batches(3)
+    step = capture_step(make_step(ensemble, opt), (ensemble.params, state), *data[0])
+    for index, (x, y) in enumerate(data):
+        if index == 1:
+            state["step"] = torch.zeros(MEMBERS)  # the caller's container: not the step's
+            step.carry[1]["step"] = torch.zeros(MEMBERS)  # a fresh container each time
+        torch.testing.assert_close(step(x, y), loop.step(x, y), **LOOP_TOLERANCE)
+    assert step.carry[1]["step"].tolist() == [3.0] * MEMBERS
