@@ -87,8 +87,9 @@ class CapturedStep:
         self._output_spec = None
         self._graph = None
         self._warm_up(warmup)
-        if self._device.type == "cuda":
-            self._capture()
+        recorder = _recorder(self._device)
+        if recorder is not None:
+            self._outputs, self._graph = recorder(self._body)
 
     # ------------------------------------------------------------------ public
     @property
@@ -243,13 +244,6 @@ class CapturedStep:
                 torch.cuda.set_rng_state(cuda_rng, self._device)
         self._outputs = outputs
 
-    def _capture(self) -> None:
-        # Recording runs no kernel: the carry is untouched until the first replay.
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._outputs = self._body()
-        self._graph = graph
-
     # ------------------------------------------------------------------ checks
     def _check_carry(self) -> None:
         leaves = self._carry_leaves
@@ -368,6 +362,22 @@ def capture_step(
         True
     """
     return CapturedStep(step_fn, carry, example_inputs, _as_tuple(watch), warmup)
+
+
+# ---------------------------------------------------------------------- recording
+def _record_cuda_graph(body: Callable[[], Any]) -> tuple[Any, Any]:
+    """``body`` recorded as a CUDA graph: its outputs (static: each replay rewrites them)
+    and the graph. Recording runs no kernel: the carry is untouched until the first
+    replay."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = body()
+    return outputs, graph
+
+
+def _recorder(device: torch.device) -> Callable | None:
+    """How steps on ``device`` are recorded; ``None``: they run as they are."""
+    return _record_cuda_graph if device.type == "cuda" else None
 
 
 # ---------------------------------------------------------------------- helpers

@@ -504,3 +504,66 @@ def test_a_tensor_put_into_a_carry_container_does_not_split_what_the_step_reads_
             step.carry[1]["step"] = torch.zeros(MEMBERS)  # a fresh container each time
         torch.testing.assert_close(step(x, y), loop.step(x, y), **LOOP_TOLERANCE)
     assert step.carry[1]["step"].tolist() == [3.0] * MEMBERS
+
+
+class FakeGraph:
+    """Records as a CUDA graph does, on the CPU: recording leaves the carry as it was and
+    keeps the outputs as static tensors; each replay reruns the body and rewrites them in
+    place. It checks what the step does around a recording, not the recording itself."""
+
+    def __init__(self, body, carry_leaves) -> None:
+        self.body, self.carry_leaves = body, carry_leaves
+        self.replays = 0
+
+    def record(self):
+        saved = [leaf.detach().clone() for leaf in self.carry_leaves]
+        self.outputs = self.body()
+        with torch.no_grad():
+            for leaf, value in zip(self.carry_leaves, saved):
+                leaf.copy_(value)
+        return self.outputs, self
+
+    def replay(self) -> None:
+        self.replays += 1
+        fresh = self.body()
+        for static, new in zip(
+            torch.utils._pytree.tree_leaves(self.outputs), torch.utils._pytree.tree_leaves(fresh)
+        ):
+            static.copy_(new)
+
+
+def test_the_recorded_path_replays_and_returns_each_call_its_own_outputs(monkeypatch):
+    from tdfunc._capture import step as module
+
+    graphs = []
+    models = members()
+    loop = OptimLoop(models, lambda p: torch.optim.Adam(p, lr=0.01))
+    ensemble = Ensemble(*copy.deepcopy(models), in_dims=0)
+    opt = optim.adam(lr=0.01)
+    carry = (ensemble.params, opt.init(ensemble.params))
+    leaves = torch.utils._pytree.tree_leaves(carry)
+    monkeypatch.setattr(module, "_recorder", lambda device: _fake_recorder(leaves, graphs))
+    data = batches(4)
+    before = ensemble.params.detach().clone()
+    step = capture_step(make_step(ensemble, opt), carry, *data[0])
+    assert step.captured
+    assert (ensemble.params == before).all()  # warm-up and recording left the carry as it was
+    kept = [step(x, y) for x, y in data]
+    for losses, (x, y) in zip(kept, data):
+        torch.testing.assert_close(losses, loop.step(x, y), **LOOP_TOLERANCE)
+    assert graphs[-1].replays == len(data)
+    for key in KEYS:
+        torch.testing.assert_close(leaf(ensemble.params, key), loop.stacked(key), **LOOP_TOLERANCE)
+    opt.hyperparameters["lr"] = 0.5
+    with pytest.raises(RuntimeError, match=r"hyperparameter 'lr'"):
+        step(*data[0])
+    assert graphs[-1].replays == len(data)  # refused before replaying
+
+
+def _fake_recorder(leaves, graphs):
+    def record(body):
+        graph = FakeGraph(body, leaves)
+        graphs.append(graph)
+        return graph.record()
+
+    return record
