@@ -137,16 +137,22 @@ class CapturedStep:
             if spec != self._carry_spec:
                 new_leaves = self._by_path(new_carry, new_leaves, spec)
             out_leaves, out_spec = pytree.tree_flatten(outputs)
+            if self._output_spec is not None and out_spec != self._output_spec:
+                # a recording returns what it returned when it was made, whatever Python says
+                raise ValueError(
+                    f"{_API}: step_fn returned outputs of another structure than on its first "
+                    f"step; a recorded step replays one structure. Keep the outputs' structure "
+                    f"fixed (no Python control flow that changes what is returned)."
+                )
             # outputs first: one of them may be a carry tensor the copies below overwrite
             out_leaves = [
                 _output(index, leaf, outputs, self._static) for index, leaf in enumerate(out_leaves)
             ]
-            fresh = self._detached(new_leaves)
+            fresh = self._detached(new_leaves)  # every check before the first write
             for buffer, new in zip(self._carry_leaves, fresh):
                 if new is not buffer:
                     buffer.copy_(new)
-        if self._output_spec is None:
-            self._output_spec = out_spec
+        self._output_spec = out_spec
         return pytree.tree_unflatten(out_leaves, out_spec)
 
     def _by_path(self, new_carry: Any, new_leaves: list, spec: Any) -> list:

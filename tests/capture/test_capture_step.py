@@ -567,3 +567,18 @@ def _fake_recorder(leaves, graphs):
         return graph.record()
 
     return record
+
+
+def test_outputs_that_change_structure_between_steps_are_refused():
+    calls = []
+
+    def step_fn(carry, x):
+        calls.append(1)
+        outputs = (x,) if len(calls) % 2 else (x, x)  # Python deciding what to return
+        return (carry[0] + x,), outputs
+
+    carry = (torch.zeros(2),)
+    step = capture_step(step_fn, carry, torch.ones(2), warmup=1)
+    with pytest.raises(ValueError, match=r"outputs of another structure than on its first step"):
+        step(torch.ones(2))
+    assert torch.equal(carry[0], torch.zeros(2))  # refused before the carry was written
