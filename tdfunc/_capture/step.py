@@ -402,7 +402,14 @@ def _as_tuple(watch: Any) -> tuple:
 
 
 def _named(objects: tuple) -> list[tuple[str, Any]]:
-    return [(f"watch[{index}]", value) for index, value in enumerate(objects)]
+    named = [(f"watch[{index}]", value) for index, value in enumerate(objects)]
+    for name, value in named:
+        if not watchers([(name, value)]):
+            raise TypeError(
+                f"{_API}: {name} is a {type(value).__name__}; watch takes modules (nn.Module) "
+                f"and optimizers (tdfunc.optim transformations, torch.optim optimizers)."
+            )
+    return named
 
 
 def _with_paths(tree: Any, leaves: list) -> list[tuple[str, Any]]:

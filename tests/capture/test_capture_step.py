@@ -582,3 +582,10 @@ def test_outputs_that_change_structure_between_steps_are_refused():
     with pytest.raises(ValueError, match=r"outputs of another structure than on its first step"):
         step(torch.ones(2))
     assert torch.equal(carry[0], torch.zeros(2))  # refused before the carry was written
+
+
+def test_watch_takes_modules_and_optimizers_only():
+    with pytest.raises(TypeError, match=r"watch\[1\] is a Tensor; watch takes modules"):
+        capture_step(
+            lambda c, x: (c, x), (torch.ones(2),), torch.ones(2), watch=[mlp(), torch.ones(1)]
+        )
