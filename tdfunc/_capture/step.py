@@ -25,7 +25,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .._assembly import MemoryMappedTensor
-from .watch import reachable, watchers
+from .watch import Untouched, reachable, watchers
 
 _API = "capture_step"
 
@@ -79,14 +79,18 @@ class CapturedStep:
         # the step reads these buffers; each call copies its inputs into them
         self._input_leaves = [leaf.detach().clone() for leaf in input_leaves]
         self._inputs = pytree.tree_unflatten(self._input_leaves, self._input_spec)
-        self._watched = watchers([*reachable(step_fn), *_named(watch)])
+        watched = [*reachable(step_fn), *_named(watch)]
         # an output that is one of these buffers (or a view of one) is copied: the next
         # call overwrites the buffers
         self._carry_storages = {_storage(leaf) for leaf in self._carry_leaves}
         self._static = self._carry_storages | {_storage(leaf) for leaf in self._input_leaves}
         self._output_spec = None
         self._graph = None
+        self._watched: list = []
+        untouched = Untouched(watchers(watched), self._carry_leaves)
         self._warm_up(warmup)
+        untouched.check(_API)
+        self._watched = watchers(watched)
         recorder = _recorder(self._device)
         if recorder is not None:
             self._outputs, self._graph = recorder(self._body)

@@ -81,6 +81,10 @@ class _Hyperparameters:
         self.values = owner.hyperparameters
         self.snapshot = {key: _describe(value) for key, value in self.values.items()}
 
+    def tensors(self) -> list[tuple[str, torch.Tensor]]:
+        leaves = pytree.tree_leaves(list(self.values.values()))
+        return [(f"{self.name}.hyperparameters", t) for t in leaves if isinstance(t, torch.Tensor)]
+
     def check(self, api: str) -> None:
         values = self.owner.hyperparameters
         if values is not self.values or values.keys() != self.snapshot.keys():
@@ -101,6 +105,34 @@ class _ParamGroups:
     def __init__(self, owner: Any, name: str) -> None:
         self.owner, self.name = owner, name
         self.snapshot = self._read()
+        self.state = self._state()
+
+    def tensors(self) -> list[tuple[str, torch.Tensor]]:
+        found = []
+        for index, group in enumerate(self.owner.param_groups):
+            found += [(f"{self.name}.param_groups[{index}]", t) for t in group["params"]]
+        state = getattr(self.owner, "state", None)
+        for per_param in state.values() if isinstance(state, dict) else ():
+            if isinstance(per_param, dict):
+                found += [
+                    (f"{self.name}.state", value)
+                    for value in per_param.values()
+                    if isinstance(value, torch.Tensor)
+                ]
+        return found
+
+    def _state(self) -> tuple:
+        """Which tensors hold the optimizer's state (``load_state_dict`` puts in others)."""
+        state = getattr(self.owner, "state", None)
+        if not isinstance(state, dict):
+            return ()
+        return tuple(
+            (id(value), value.data_ptr())
+            for per_param in state.values()
+            if isinstance(per_param, dict)
+            for value in per_param.values()
+            if isinstance(value, torch.Tensor)
+        )
 
     def _read(self) -> list:
         groups = self.owner.param_groups
@@ -128,6 +160,12 @@ class _ParamGroups:
                     _refuse_hyper(
                         api, f"{self.name}.param_groups[{index}]", key, old, new_group[key]
                     )
+        if self._state() != self.state:
+            raise RuntimeError(
+                f"{api}: the state tensors of {self.name} were replaced after the step was "
+                f"captured (load_state_dict puts in new ones); the captured step would keep "
+                f"updating the old ones. Capture the step again."
+            )
 
 
 def _refuse_hyper(api: str, owner: str, key: str, old: Any, new: Any) -> None:
@@ -158,16 +196,23 @@ class _Module:
             plain = tuple((key, value) for key, value in state.items() if _is_plain(value))
             settings.append((state, plain, prefix))
         self.slots, self.owners, self.settings = slots, owners, settings
-        self.tensors = tuple(slot[2] for slot in slots)
+        self.held = tuple(slot[2] for slot in slots)
         self.pointers = tuple(slot[3] for slot in slots)
         self.counts = tuple(count for _, count, _ in owners)
         self.values = tuple(value for _, plain, _ in settings for _, value in plain)
+
+    def tensors(self) -> list[tuple[str, torch.Tensor]]:
+        return [
+            (f"{self.name}.{path}", tensor)
+            for _, _, tensor, _, path in self.slots
+            if tensor is not None
+        ]
 
     def check(self, api: str) -> None:
         # one pass over flat tuples; the slow pass below finds and names what changed
         tensors = tuple([owner.get(key) for owner, key, *_ in self.slots])
         if (
-            all(map(operator.is_, tensors, self.tensors))
+            all(map(operator.is_, tensors, self.held))
             and tuple([t.data_ptr() if t is not None else None for t in tensors]) == self.pointers
             and tuple([len(owner) for owner, _, _ in self.owners]) == self.counts
             and tuple(
@@ -401,4 +446,42 @@ def _is_user_object(value: Any) -> bool:
         hasattr(value, "__dict__")
         and not isinstance(value, (type, types.ModuleType, torch.Tensor))
         and module.split(".")[0] not in _LIBRARIES
+    )
+
+
+class Untouched:
+    """The tensors of the watched objects outside the carry, checked after the warm-up.
+
+    The warm-up runs real steps and undoes their effect on the carry only. A step that
+    writes a tensor outside its carry (a buffer updated in place, a ``torch.optim``
+    optimizer's state) would start from the warm-up's values, not the caller's: that is
+    refused, by the tensors' version counters (no copy is kept).
+    """
+
+    def __init__(self, watched: list, carry: list) -> None:
+        inside = {id(leaf) for leaf in carry}
+        self.tensors = [
+            (name, tensor, tensor._version)
+            for watcher in watched
+            for name, tensor in watcher.tensors()
+            if id(tensor) not in inside
+        ]
+        self.states = [(w, w._state()) for w in watched if isinstance(w, _ParamGroups)]
+
+    def check(self, api: str) -> None:
+        for watcher, state in self.states:
+            if watcher._state() != state:
+                _refuse_outside(api, f"the state of {watcher.name}")
+        for name, tensor, version in self.tensors:
+            if tensor._version != version:
+                _refuse_outside(api, f"a tensor of {name}")
+
+
+def _refuse_outside(api: str, what: str) -> None:
+    raise RuntimeError(
+        f"{api}: the warm-up steps changed {what}, which is not in the carry; a captured step "
+        f"undoes its warm-up on the carry only, so the first call would start from the "
+        f"warm-up's values. Carry everything the step updates (the parameters, the optimizer "
+        f"state of a tdfunc.optim transformation, buffers the step writes) and return it in "
+        f"the new carry."
     )

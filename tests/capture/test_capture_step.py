@@ -589,3 +589,36 @@ def test_watch_takes_modules_and_optimizers_only():
         capture_step(
             lambda c, x: (c, x), (torch.ones(2),), torch.ones(2), watch=[mlp(), torch.ones(1)]
         )
+
+
+def test_a_step_that_updates_state_outside_its_carry_is_refused():
+    # the whole-network pattern: backward and optimizer.step() inside the step; the
+    # warm-up would leave the Adam states three steps ahead of the parameters
+    models = members()
+    optimizers = [torch.optim.Adam(m.parameters(), lr=0.01) for m in models]
+
+    def step_fn(carry, x, y):
+        for index, (model, optimizer) in enumerate(zip(models, optimizers)):
+            optimizer.zero_grad()
+            with torch.enable_grad():
+                ((model(x[index]) - y[index]) ** 2).mean().backward()
+            optimizer.step()
+        return carry, x.sum()
+
+    params = tuple(p for m in models for p in m.parameters())
+    before = [p.detach().clone() for p in params]
+    with pytest.raises(RuntimeError, match=r"warm-up steps changed the state of optimizers\[0\]"):
+        capture_step(step_fn, params, *batches(1)[0])
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+
+
+def test_a_buffer_written_outside_the_carry_is_refused():
+    counter = torch.nn.Module()
+    counter.register_buffer("seen", torch.zeros(()))
+
+    def step_fn(carry, x):
+        counter.seen.add_(1)  # in place, outside the carry
+        return (carry[0] + x,), x
+
+    with pytest.raises(RuntimeError, match=r"changed a tensor of counter\.seen"):
+        capture_step(step_fn, (torch.zeros(2),), torch.ones(2))
