@@ -331,7 +331,10 @@ def capture_step(
     effects on the carry and the random generators undone), recorded once as a
     CUDA graph, and each call replays it; elsewhere each call runs it. Either way
     the carry's own tensors are updated in place (carry ``ensemble.params`` and
-    the ensemble trains) and the call returns new output tensors.
+    the ensemble trains) and the call returns new output tensors. Everything the step
+    updates must be in the carry: a step that writes another tensor in place (a
+    buffer, a ``torch.optim`` optimizer's state) is refused after the warm-up, which
+    is undone on the carry only.
 
     A call refuses inputs of another structure, shape, dtype or device than the
     example inputs, and refuses to run once something the capture baked in has
