@@ -25,7 +25,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from .._assembly import MemoryMappedTensor
-from .watch import Untouched, reachable, watchers
+from .reach import reachable
+from .watch import Untouched, watchers
 
 _API = "capture_step"
 
