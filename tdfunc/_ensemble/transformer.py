@@ -1,4 +1,4 @@
-"""Batched transformer layers: ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` and their stacks.
+"""Batched transformers: encoder and decoder layers, their stacks, ``nn.Transformer``.
 
 Each layer is composed of the batched steps of its parts (``attention.py`` for the
 attention blocks, ``layers.py`` for ``Linear``, ``LayerNorm``, ``Dropout`` and the
@@ -166,12 +166,17 @@ def decoder_layer_step(module: nn.Module, slots: dict, context: BatchContext, pr
     return step
 
 
-@register_planner(nn.TransformerEncoderLayer)
+# what the layer table says makes each planner return None (then vmap runs the module)
+_UNKNOWN_ACTIVATION = "an activation function not known to act elementwise"
+_LAYER_FALLS_BACK = "a layer that falls back"
+
+
+@register_planner(nn.TransformerEncoderLayer, falls_back=_UNKNOWN_ACTIVATION)
 def _encoder_layer(module: nn.Module, slots: dict, context: BatchContext):
     return encoder_layer_step(module, slots, context)
 
 
-@register_planner(nn.TransformerDecoderLayer)
+@register_planner(nn.TransformerDecoderLayer, falls_back=_UNKNOWN_ACTIVATION)
 def _decoder_layer(module: nn.Module, slots: dict, context: BatchContext):
     return decoder_layer_step(module, slots, context)
 
@@ -191,7 +196,7 @@ def _layer_steps(module: nn.Module, build: Callable, slots: dict, context: Batch
     return None if None in steps else steps
 
 
-@register_planner(nn.TransformerEncoder)
+@register_planner(nn.TransformerEncoder, falls_back=_LAYER_FALLS_BACK)
 def _encoder(module: nn.Module, slots: dict, context: BatchContext):
     steps = _layer_steps(module, encoder_layer_step, slots, context)
     norm = _final_norm(module, slots, context)
@@ -257,7 +262,7 @@ def _at_positions(module: nn.Module, dropped: torch.Tensor) -> torch.Tensor:
     return dropped.transpose(1, 2).unsqueeze(-1)
 
 
-@register_planner(nn.TransformerDecoder)
+@register_planner(nn.TransformerDecoder, falls_back=_LAYER_FALLS_BACK)
 def _decoder(module: nn.Module, slots: dict, context: BatchContext):
     steps = _layer_steps(module, decoder_layer_step, slots, context)
     norm = _final_norm(module, slots, context)
@@ -277,6 +282,38 @@ def _decoder(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
-for _planner in (_encoder_layer, _decoder_layer, _encoder, _decoder):
+@register_planner(nn.Transformer, falls_back=f"a custom encoder or decoder, {_LAYER_FALLS_BACK}")
+def _transformer(module: nn.Module, slots: dict, context: BatchContext):
+    # torch's forward is the encoder's stack and then the decoder's, each with its
+    # final norm: their steps, chained, with the two checks torch makes first.
+    parts = (
+        (_encoder, module.encoder, nn.TransformerEncoder, "encoder."),
+        (_decoder, module.decoder, nn.TransformerDecoder, "decoder."),
+    )
+    if any(type(child) is not kind for _, child, kind, _ in parts):
+        return None  # a custom encoder or decoder: its own forward, left to vmap
+    encode, decode = (build(child, _under(slots, prefix), context)
+                      for build, child, _, prefix in parts)  # fmt: skip
+    if encode is None or decode is None:
+        return None
+    d_model, batch = module.d_model, 1 if module.batch_first else 2
+
+    def step(leaves, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+             src_key_padding_mask=None, tgt_key_padding_mask=None,
+             memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+             memory_is_causal=False):  # fmt: skip
+        # member-leading: a batched member input is 4-D, its batch dim one further on
+        if src.dim() == 4 and src.size(batch) != tgt.size(batch):
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if src.size(-1) != d_model or tgt.size(-1) != d_model:
+            raise RuntimeError("the feature number of src and tgt must be equal to d_model")
+        memory = encode(leaves, src, src_mask, src_key_padding_mask, src_is_causal)
+        return decode(leaves, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                      memory_key_padding_mask, tgt_is_causal, memory_is_causal)  # fmt: skip
+
+    return step
+
+
+for _planner in (_encoder_layer, _decoder_layer, _encoder, _decoder, _transformer):
     _planner.subtree = True  # type: ignore[attr-defined]  # gets its submodules' tensors
 del _planner
