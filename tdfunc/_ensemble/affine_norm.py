@@ -54,14 +54,20 @@ class _AffineLayerNorm(torch.autograd.Function):
             grad_x = None
             if needs[0]:
                 (grad_x,) = torch.autograd.grad(y, inner, grad_y, create_graph=True)
+            grad_weight = _sum_to(gradient * y, weight) if needs[1] else None
         else:
-            y = (x - mean) * rstd
+            # One activation-sized buffer at a time (this backward runs at the training
+            # step's peak memory): y * gradient is built in place and reduced before
+            # the input's gradient is allocated.
+            needs = ctx.needs_input_grad
+            grad_weight = None
+            if needs[1]:
+                grad_weight = _sum_to(torch.sub(x, mean).mul_(rstd).mul_(gradient), weight)
             grad_x = None
-            if ctx.needs_input_grad[0]:
+            if needs[0]:
                 grad_x = torch.ops.aten.native_layer_norm_backward(
                     gradient * weight, x, shape, mean, rstd, None, None, [True, False, False]
                 )[0]
-        grad_weight = _sum_to(gradient * y, weight) if ctx.needs_input_grad[1] else None
         grad_bias = _sum_to(gradient, bias) if ctx.needs_input_grad[2] else None
         return grad_x, grad_weight, grad_bias, None, None
 

@@ -184,13 +184,17 @@ class _Attention:
         if attn_mask is not None:
             mask = self.attn_mask(attn_mask, batch, length, key.shape[2])
         if self.packed and self_attention and self.bias_k is None:
-            # the common case in few ops: [N * B, L, 3, H, E / H] viewed as q, k, v
+            # the common case in few ops: [N * B, L, 3, H, E / H] viewed as q, k, v.
+            # Unbound before the heads are transposed: the backward then stacks the three
+            # gradients straight into the projection's layout (transposed first, the
+            # stacked gradient would be copied once more to reach it).
             flat = query.reshape(n, batch * length, query.shape[-1])
             if self.b_qkv is None:
                 qkv = torch.bmm(flat, leaves[self.w_qkv])
             else:
                 qkv = torch.baddbmm(leaves[self.b_qkv], flat, leaves[self.w_qkv])
-            q, k, v = qkv.view(n * batch, length, 3, heads, head_dim).transpose(1, 3).unbind(2)
+            q, k, v = qkv.view(n * batch, length, 3, heads, head_dim).unbind(2)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         else:
             q, k, v = self.project(leaves, query, key, value, self_attention, key_is_value)
             if self.bias_k is not None and self.bias_v is not None:
