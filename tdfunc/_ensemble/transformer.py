@@ -12,7 +12,10 @@ same computation up to rounding. The one difference that is not rounding is
 reproduced too: an ``nn.TransformerEncoder`` built with ``enable_nested_tensor``
 (torch's default) that runs in eval mode without gradients, with a padding mask
 whose padding is at the end of each sequence, returns zeros at the padded
-positions (torch drops them and pads the output back with zeros).
+positions (torch drops them and pads the output back with zeros). One difference
+is not reproduced: a sequence whose every key is padded gives NaN in torch's fused
+inference kernels and finite values on torch's differentiable path; the ensemble
+gives the differentiable path's values in every mode.
 """
 
 from __future__ import annotations

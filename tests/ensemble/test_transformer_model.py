@@ -211,3 +211,53 @@ def test_optimizer_steps_in_train_and_eval_match_the_loop(optimizer):
         for name, stacked in ensemble.named_parameters():
             expected = torch.stack([m.get_parameter(name[len("stacked.") :]) for m in models])
             torch.testing.assert_close(stacked, expected, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("index", [[2, 0], slice(1, None, 2), 1])
+def test_selected_members_match_the_loop_and_train_their_own_rows(index):
+    models = members(lambda: _model(True), N)
+    ensemble = Ensemble(*copy.deepcopy(models))
+    src, tgt = _pair(True)
+    if isinstance(index, slice):
+        chosen = list(range(N))[index]
+    else:
+        chosen = [index] if isinstance(index, int) else index
+    out = ensemble[index](src, tgt, tgt_mask=_causal(T))
+    expected = torch.stack([models[i](src, tgt, tgt_mask=_causal(T)) for i in chosen])
+    torch.testing.assert_close(out, expected[0] if isinstance(index, int) else expected)
+    out.sum().backward()
+    grad = ensemble.get_parameter("stacked.decoder.norm.bias").grad
+    touched = [i for i in range(N) if grad[i].abs().sum() > 0]
+    assert touched == sorted(set(chosen))
+
+
+def test_compiles_whole_with_aot_eager_and_trains():
+    models = members(lambda: _model(True), N)
+    ensemble = Ensemble(*copy.deepcopy(models))
+    compiled = torch.compile(ensemble, backend="aot_eager", fullgraph=True)
+    src, tgt = _pair(True)
+    out = compiled(src, tgt, tgt_mask=_causal(T))
+    expected = torch.stack([m(src, tgt, tgt_mask=_causal(T)) for m in models])
+    torch.testing.assert_close(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    for name, stacked in ensemble.named_parameters():
+        reference = torch.stack([m.get_parameter(name[len("stacked.") :]).grad for m in models])
+        torch.testing.assert_close(stacked.grad, reference, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_a_sequence_entirely_padded_gives_torch_s_differentiable_answer():
+    """torch's own layers disagree with themselves here: with gradients a fully padded
+    sequence gives finite values, in eval mode without gradients the fused inference
+    kernel gives NaN. The ensemble gives the differentiable path's values in both."""
+    models = members(lambda: nn.TransformerEncoderLayer(D, H, 16, 0.0, batch_first=True), N)
+    src, _ = _pair(True)
+    padding = torch.zeros(B, S, dtype=torch.bool)
+    padding[0] = True
+    ensemble = Ensemble(*copy.deepcopy(models)).eval()
+    with torch.no_grad():
+        out = ensemble(src, src_key_padding_mask=padding)
+        fused = torch.stack([m.eval()(src, src_key_padding_mask=padding) for m in models])
+    expected = torch.stack([m(src, src_key_padding_mask=padding) for m in models])
+    assert fused[:, 0].isnan().all() and expected.isfinite().all()
+    torch.testing.assert_close(out, expected.detach())
