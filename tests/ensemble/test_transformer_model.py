@@ -261,3 +261,28 @@ def test_a_sequence_entirely_padded_gives_torch_s_differentiable_answer():
     expected = torch.stack([m(src, src_key_padding_mask=padding) for m in models])
     assert fused[:, 0].isnan().all() and expected.isfinite().all()
     torch.testing.assert_close(out, expected.detach())
+
+
+def test_stepping_some_members_with_per_member_learning_rates_matches_their_optimizers():
+    """tdfunc.optim.Adam over the ensemble, stepping a subset of members with one
+    learning rate each, against one torch.optim.Adam per member stepped alone."""
+    import tdfunc.optim
+
+    models = members(lambda: _model(True), N)
+    ensemble = Ensemble(*copy.deepcopy(models))
+    rates = torch.tensor([0.01, 0.02, 0.03])
+    optimizer = tdfunc.optim.Adam(ensemble.parameters(), lr=rates, eps=1e-4)
+    loop = [torch.optim.Adam(m.parameters(), lr=float(r), eps=1e-4) for m, r in zip(models, rates)]
+    src, tgt = _pair(True)
+    for chosen in ([0, 2], [1], [0, 1, 2]):
+        ensemble(src, tgt, tgt_mask=_causal(T)).square().mean((1, 2, 3)).sum().backward()
+        optimizer.step(members=chosen)
+        optimizer.zero_grad()
+        for i, (model, opt) in enumerate(zip(models, loop)):
+            model(src, tgt, tgt_mask=_causal(T)).square().mean().backward()
+            if i in chosen:
+                opt.step()
+            opt.zero_grad()
+        for name, stacked in ensemble.named_parameters():
+            expected = torch.stack([m.get_parameter(name[len("stacked.") :]) for m in models])
+            torch.testing.assert_close(stacked, expected, atol=1e-5, rtol=1e-4, msg=name)
