@@ -85,6 +85,11 @@ def affine_layer_norm(x, shape, weight, bias, eps):
     return _AffineLayerNorm.apply(x, weight, bias, shape, eps)[0]
 
 
+def _two_leading(tensor: torch.Tensor) -> torch.Tensor:
+    """``[N, *shape]`` as ``[N, 1, 1, *shape]``, against ``[N, B, T, *shape]`` activations."""
+    return tensor.view(tensor.shape[0], 1, 1, *tensor.shape[1:])
+
+
 def layer_norm_step(module, slots: dict, context):
     """The batched ``nn.LayerNorm`` through :func:`affine_layer_norm`, or None without
     both affine tensors (the plain planner is as lean there)."""
@@ -92,8 +97,13 @@ def layer_norm_step(module, slots: dict, context):
     if w is None or b is None:
         return None
     shape, eps, rank = tuple(module.normalized_shape), module.eps, len(module.normalized_shape)
+    # a transformer's [N, B, T, *shape] activations: the views made once, kept across calls
+    w_rows, b_rows = context.derived(_two_leading, w), context.derived(_two_leading, b)
+    sequence_rank = rank + 3
 
     def step(leaves, x):
+        if x.dim() == sequence_rank:
+            return affine_layer_norm(x, shape, leaves[w_rows], leaves[b_rows], eps)
         weight, bias = leaves[w], leaves[b]
         lead = (1,) * (x.dim() - 1 - rank)
         return affine_layer_norm(
