@@ -239,14 +239,13 @@ def _encoder(module: nn.Module, slots: dict, context: BatchContext):
     if steps is None or norm is None or not steps:
         return None
     first = [position for name, position in slots.items() if name.startswith("layers.0.")]
+    batch_first = module.layers[0].self_attn.batch_first
 
     def step(leaves, src, mask=None, src_key_padding_mask=None, is_causal=None):
         dtype = src.dtype
         padding = canonical_mask(src_key_padding_mask, dtype, "src_key_padding_mask")
         mask = canonical_mask(mask, dtype, "mask")
-        # is_causal=None asks torch to detect a causal mask; a detected one is used as
-        # the causal hint, which gives what the mask itself gives: use the mask.
-        causal = bool(is_causal)
+        causal = causal_hint(is_causal, mask, src, batch_first)
         dropped = _dropped_padding(module, leaves, first, src, padding, mask)
         if dropped is not None:
             padding = torch.where(dropped, float("-inf"), padding)
@@ -258,6 +257,23 @@ def _encoder(module: nn.Module, slots: dict, context: BatchContext):
         return norm(leaves, output)
 
     return step
+
+
+def causal_hint(hint, mask, x: torch.Tensor, batch_first: bool) -> bool:
+    """A stack's causal hint; ``None`` asks, as in torch, whether ``mask`` is causal.
+
+    A mask found causal becomes the hint, and the hint gives what the mask itself
+    gives, so the (data-dependent) comparison is made only where the outcome differs:
+    a float mask of another dtype than the input, which attention refuses unless the
+    hint replaces it. ``mask``: member-leading, ``[N, T, T]`` for one mask per member.
+    """
+    if hint is not None or mask is None or mask.dtype in (x.dtype, torch.bool):
+        return bool(hint)
+    length = x.shape[2] if batch_first and x.dim() == 4 else x.shape[1]
+    if mask.dim() != 3 or tuple(mask.shape[1:]) != (length, length):
+        return False
+    causal = nn.Transformer.generate_square_subsequent_mask(length, mask.device, mask.dtype)
+    return bool((mask == causal).all())
 
 
 def _dropped_padding(module, leaves, first, src, padding, mask):
@@ -304,11 +320,12 @@ def _decoder(module: nn.Module, slots: dict, context: BatchContext):
     norm = _final_norm(module, slots, context)
     if steps is None or norm is None or not steps:
         return None
+    batch_first = module.layers[0].self_attn.batch_first
 
     def step(leaves, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
              memory_key_padding_mask=None, tgt_is_causal=None,
              memory_is_causal=False):  # fmt: skip
-        causal = bool(tgt_is_causal)  # None: a detected causal mask gives what the mask gives
+        causal = causal_hint(tgt_is_causal, tgt_mask, tgt, batch_first)
         output = tgt
         for layer in steps:
             output = layer(leaves, output, memory, tgt_mask, memory_mask, tgt_key_padding_mask,

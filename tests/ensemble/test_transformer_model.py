@@ -286,3 +286,21 @@ def test_stepping_some_members_with_per_member_learning_rates_matches_their_opti
         for name, stacked in ensemble.named_parameters():
             expected = torch.stack([m.get_parameter(name[len("stacked.") :]) for m in models])
             torch.testing.assert_close(stacked, expected, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_a_causal_mask_of_another_dtype_is_read_as_torch_reads_it():
+    """torch's stacks ask whether a mask is causal when no hint is given; a causal one
+    then replaces the mask, so a float64 causal mask works with float32 inputs. Any
+    other float64 mask is refused by attention, in the loop as in the ensemble."""
+    models = members(lambda: _model(True), N)
+    src, tgt = _pair(True)
+    causal = {"tgt_mask": _causal(T).double(), "src_mask": _causal(S).double()}
+    check(models, (src, tgt), causal)
+    check(models, (src, tgt), causal, train=False, grad=False)
+    ensemble = Ensemble(*models)
+    other = {"tgt_mask": torch.zeros(T, T, dtype=torch.float64)}
+    message = "Expected attn_mask dtype"
+    with pytest.raises(RuntimeError, match=message):
+        models[0](src, tgt, **other)
+    with pytest.raises(RuntimeError, match=message):
+        ensemble(src, tgt, **other)
