@@ -304,3 +304,23 @@ def test_a_causal_mask_of_another_dtype_is_read_as_torch_reads_it():
         models[0](src, tgt, **other)
     with pytest.raises(RuntimeError, match=message):
         ensemble(src, tgt, **other)
+
+
+def test_pickled_and_copied_ensembles_run_and_train_like_the_loop():
+    import pickle
+
+    models = members(lambda: _model(True), N)
+    src, tgt = _pair(True)
+    original = Ensemble(*copy.deepcopy(models))
+    original(src, tgt)  # plans and derived views made before the copy
+    for ensemble in (pickle.loads(pickle.dumps(original)), copy.deepcopy(original)):
+        loop = copy.deepcopy(models)
+        for train in (True, False, True):
+            ensemble.train(train)
+            out = ensemble(src, tgt, tgt_mask=_causal(T))
+            expected = torch.stack([m.train(train)(src, tgt, tgt_mask=_causal(T)) for m in loop])
+            torch.testing.assert_close(out, expected)
+            with torch.no_grad():  # an edit in place reaches the derived views
+                ensemble.params["encoder", "layers", "0", "self_attn", "in_proj_weight"].mul_(0.9)
+                for m in loop:
+                    m.encoder.layers[0].self_attn.in_proj_weight.mul_(0.9)
