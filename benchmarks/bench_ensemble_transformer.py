@@ -25,17 +25,25 @@ training step at most 1.1x the loop's.
 
 Run as a script, the file measures the same contenders interleaved in one process
 (CPU time of the thread, medians over rounds) and the peak memory of a training
-step (the most bytes allocated at once, from the profiler's allocation records):
+step (the most bytes allocated at once, from the profiler's allocation records);
+``--json`` keeps every sample for the figure of the benchmark page:
 
-    python benchmarks/bench_ensemble_transformer.py
+    python benchmarks/bench_ensemble_transformer.py --json transformer.json
+    python benchmarks/plot_report.py --transformer transformer.json --out docs/img
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
+import datetime
 import functools
+import json
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -257,32 +265,63 @@ def _thread_times(function, repetitions: int) -> list[int]:
     return times
 
 
-def main(rounds: int = 7) -> None:
+def _machine() -> str:
+    """The CPU's name and core count, for the record of a run."""
+    name = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    return f"{name}, {os.cpu_count()} cores"
+
+
+def main(rounds: int = 7, json_path: str | None = None) -> None:
     torch.set_num_threads(1)
+    record: dict = {
+        "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": _machine(),
+        "torch": torch.__version__,
+        "timer": "time.thread_time_ns, one thread, contenders interleaved in each round",
+        "configs": {},
+    }
     for config in CONFIGS:
         models, x, _ = setup(config)
         models = copy.deepcopy(models)
         repetitions = 10 if config == SMALL else 3
-        medians = {}
+        samples = {}
         for what, make in (("forward", forward_of), ("train step", train_step_of)):
             calls = {kind: make(kind, models, x) for kind in KINDS}
             times: dict = {kind: [] for kind in KINDS}
             for _ in range(rounds):  # interleaved: each round runs every contender
                 for kind, call in calls.items():
                     times[kind] += _thread_times(call, repetitions)
-            medians[what] = {kind: statistics.median(t) for kind, t in times.items()}
+            samples[what] = times
         loop_bytes, ensemble_bytes = memory_ratio(config)
+        record["configs"][config] = {
+            **samples,
+            "peak memory": {"loop": loop_bytes, "tdfunc_ensemble": ensemble_bytes},
+        }
         print(f"{config}: peak memory of a training step, ensemble / loop "
               f"{ensemble_bytes / loop_bytes:.2f} ({ensemble_bytes / 2**20:.1f} MiB)")  # fmt: skip
-        for what, result in medians.items():
-            ours = result["tdfunc_ensemble"]
+        for what, times in samples.items():
+            medians = {kind: statistics.median(t) for kind, t in times.items()}
+            ours = medians["tdfunc_ensemble"]
             ratios = ", ".join(
-                f"{kind} / ensemble {result[kind] / ours:.2f}"
+                f"{kind} / ensemble {medians[kind] / ours:.2f}"
                 for kind in KINDS
                 if kind != "tdfunc_ensemble"
             )
             print(f"  {what}: ensemble {ours / 1e6:.2f} ms; {ratios}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(record, indent=1))
+        print(f"wrote {json_path} (draw it: benchmarks/plot_report.py --transformer {json_path})")
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description="Ensembles of transformers, interleaved.")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json", help="write every sample and the peak memory here")
+    arguments = parser.parse_args()
+    main(arguments.rounds, arguments.json)

@@ -3,6 +3,9 @@
     python benchmarks/plot_report.py --ensemble ensemble.json --optim optim.json \\
         --container container.json --persist persist.json --out docs/img
 
+``--transformer`` takes the record of ``bench_ensemble_transformer.py --json`` (every
+sample of its interleaved script run, and the peak memory) instead.
+
 Each figure shows one claim as ratios of medians from one run (contenders of a group
 were timed in the same process, minutes apart at most), with whiskers for the spread:
 for a time, its interquartile range; for a ratio ``b / a``, the range from
@@ -17,6 +20,7 @@ import argparse
 import datetime
 import json
 import re
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -247,6 +251,76 @@ def plot_persist(run: Run, out: Path) -> list[str]:
     return lines
 
 
+TRANSFORMER_KINDS = {
+    "torch_func": ("torch.func", "tab:orange"),
+    "loop": ("Python loop", "tab:gray"),
+    "batched_by_hand": ("hand-written batched", "tab:green"),
+}
+
+
+def _quartiles(samples: list) -> dict:
+    """A sample list as the ``median``/``q1``/``q3`` of a pytest-benchmark stats entry."""
+    q1, median, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return {"median": median, "q1": q1, "q3": q3}
+
+
+def plot_transformer(path: Path, out: Path) -> list[str]:
+    """Ensembles of transformers from ``bench_ensemble_transformer.py --json``: forward,
+    training step (each contender's time over the ensemble's) and peak memory."""
+    plt = _plt()
+    record = json.loads(Path(path).read_text())
+    configs = sorted(record["configs"], key=_config_order)
+    date = datetime.datetime.fromisoformat(record["datetime"]).strftime("%Y-%m-%d")
+    figure, panels = plt.subplots(1, 3, figsize=(14, 4.2), width_ratios=(3, 3, 1.4))
+    width = 0.8 / len(TRANSFORMER_KINDS)
+    lines = []
+    for panel, what in zip(panels, ("forward", "train step")):
+        for i, (kind, (label, color)) in enumerate(TRANSFORMER_KINDS.items()):
+            xs, values, low, high = [], [], [], []
+            for j, config in enumerate(configs):
+                samples = record["configs"][config][what]
+                value, lo, hi = ratio(_quartiles(samples[kind]),
+                                      _quartiles(samples["tdfunc_ensemble"]))  # fmt: skip
+                xs.append(j + (i - (len(TRANSFORMER_KINDS) - 1) / 2) * width)
+                values.append(value)
+                low.append(value - lo)
+                high.append(hi - value)
+                lines.append(f"| transformer {what} | {config} | {label} | "
+                             f"{value:.2f}x ({lo:.2f}-{hi:.2f}) |")  # fmt: skip
+            panel.bar(xs, values, width, yerr=[low, high], capsize=2, color=color, label=label)
+        panel.axhline(1, color="k", linewidth=0.8)
+        panel.set_yscale("log")
+        _times_axis(panel.yaxis)
+        panel.set_xticks(range(len(configs)), configs, fontsize=8)
+        panel.set_title("training step (forward + backward)" if what == "train step" else what)
+        panel.set_ylabel("time / tdfunc Ensemble's time (log)")
+    panels[0].legend(fontsize=8)
+    memory = [
+        record["configs"][c]["peak memory"]["tdfunc_ensemble"]
+        / record["configs"][c]["peak memory"]["loop"]
+        for c in configs
+    ]
+    drawn = panels[2].bar(range(len(configs)), memory, color="tab:blue")
+    panels[2].bar_label(drawn, labels=[f"{m:.2f}" for m in memory], fontsize=8)
+    panels[2].axhline(1, color="k", linewidth=0.8)
+    panels[2].set_xticks(range(len(configs)), configs, fontsize=6, rotation=20)
+    panels[2].set_ylim(0, max(1.3, max(memory) * 1.15))
+    panels[2].set_title("peak memory of a training step", fontsize=9)
+    panels[2].set_ylabel("Ensemble / loop")
+    for config, value in zip(configs, memory):
+        lines.append(
+            f"| transformer peak memory | {config} | Python loop | {value:.2f}x the loop's |"
+        )
+    figure.suptitle(
+        "Ensembles of transformers (N members, batch B, T tokens, width D): time of each way "
+        "relative to tdfunc's Ensemble (above 1: slower), medians of interleaved runs, "
+        f"1 thread\n{record['machine']}, {date}, torch {record['torch'].split('+')[0]}",
+        fontsize=10,
+    )
+    _save(figure, out / "bench-transformer.png")
+    return lines
+
+
 def _save(figure, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
@@ -261,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--optim", type=Path)
     parser.add_argument("--container", type=Path)
     parser.add_argument("--persist", type=Path)
+    parser.add_argument("--transformer", type=Path, help="bench_ensemble_transformer.py --json")
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     args = parser.parse_args(argv)
     lines = ["| Claim | Against | tdfunc faster by (range) |", "| --- | --- | --- |"]
@@ -272,6 +347,8 @@ def main(argv: list[str] | None = None) -> None:
         lines += plot_container(Run(args.container, suffix_contender), args.out)
     if args.persist:
         lines += plot_persist(Run(args.persist, suffix_contender), args.out)
+    if args.transformer:
+        lines += plot_transformer(args.transformer, args.out)
     print("\n".join(lines))
 
 

@@ -54,14 +54,20 @@ class _AffineLayerNorm(torch.autograd.Function):
             grad_x = None
             if needs[0]:
                 (grad_x,) = torch.autograd.grad(y, inner, grad_y, create_graph=True)
+            grad_weight = _sum_to(gradient * y, weight) if needs[1] else None
         else:
-            y = (x - mean) * rstd
+            # One activation-sized buffer at a time (this backward runs at the training
+            # step's peak memory): y * gradient is built in place and reduced before
+            # the input's gradient is allocated.
+            needs = ctx.needs_input_grad
+            grad_weight = None
+            if needs[1]:
+                grad_weight = _sum_to(torch.sub(x, mean).mul_(rstd).mul_(gradient), weight)
             grad_x = None
-            if ctx.needs_input_grad[0]:
+            if needs[0]:
                 grad_x = torch.ops.aten.native_layer_norm_backward(
                     gradient * weight, x, shape, mean, rstd, None, None, [True, False, False]
                 )[0]
-        grad_weight = _sum_to(gradient * y, weight) if ctx.needs_input_grad[1] else None
         grad_bias = _sum_to(gradient, bias) if ctx.needs_input_grad[2] else None
         return grad_x, grad_weight, grad_bias, None, None
 
@@ -79,6 +85,11 @@ def affine_layer_norm(x, shape, weight, bias, eps):
     return _AffineLayerNorm.apply(x, weight, bias, shape, eps)[0]
 
 
+def _two_leading(tensor: torch.Tensor) -> torch.Tensor:
+    """``[N, *shape]`` as ``[N, 1, 1, *shape]``, against ``[N, B, T, *shape]`` activations."""
+    return tensor.view(tensor.shape[0], 1, 1, *tensor.shape[1:])
+
+
 def layer_norm_step(module, slots: dict, context):
     """The batched ``nn.LayerNorm`` through :func:`affine_layer_norm`, or None without
     both affine tensors (the plain planner is as lean there)."""
@@ -86,8 +97,13 @@ def layer_norm_step(module, slots: dict, context):
     if w is None or b is None:
         return None
     shape, eps, rank = tuple(module.normalized_shape), module.eps, len(module.normalized_shape)
+    # a transformer's [N, B, T, *shape] activations: the views made once, kept across calls
+    w_rows, b_rows = context.derived(_two_leading, w), context.derived(_two_leading, b)
+    sequence_rank = rank + 3
 
     def step(leaves, x):
+        if x.dim() == sequence_rank:
+            return affine_layer_norm(x, shape, leaves[w_rows], leaves[b_rows], eps)
         weight, bias = leaves[w], leaves[b]
         lead = (1,) * (x.dim() - 1 - rank)
         return affine_layer_norm(

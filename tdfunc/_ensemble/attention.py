@@ -16,7 +16,6 @@ one its own module gives. Attention dropout draws its masks with the ensemble's
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -75,20 +74,38 @@ def _project(x: torch.Tensor, weight_t: torch.Tensor, bias_row) -> torch.Tensor:
     return out.view(*shape[:-1], out.shape[-1])
 
 
-@functools.cache
-def _slice_rows(start: int, stop: int):
-    """Derivations of rows ``start:stop`` of a packed projection (weight transposed, bias
-    as a row). The same functions for the same rows: a derivation is known by its
-    function, so the plans of the train and eval modes share the ensemble's derived
-    leaves instead of each adding its own."""
+class _Rows:
+    """The derivation of rows ``start:stop`` of a packed projection: the weight's rows
+    transposed, or the bias's as a row. Equal for equal rows, so the plans of the train
+    and eval modes share the ensemble's derived leaves instead of each adding its own,
+    also in a copy; a class of the module, so an ensemble that holds it pickles."""
 
-    def weight(w):
-        return w[:, start:stop].mT
+    __slots__ = ("bias", "start", "stop")
 
-    def bias(b):
-        return b[:, start:stop].unsqueeze(1)
+    def __init__(self, start: int, stop: int, bias: bool) -> None:
+        self.start, self.stop, self.bias = start, stop, bias
 
-    return weight, bias
+    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        rows = tensor[:, self.start : self.stop]
+        return rows.unsqueeze(1) if self.bias else rows.mT
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _Rows and (self.start, self.stop, self.bias) == (
+            other.start,
+            other.stop,
+            other.bias,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.start, self.stop, self.bias))
+
+    def __reduce__(self):
+        return _Rows, (self.start, self.stop, self.bias)
+
+
+def _slice_rows(start: int, stop: int) -> tuple[_Rows, _Rows]:
+    """Derivations of rows ``start:stop`` of a packed projection (weight, bias)."""
+    return _Rows(start, stop, False), _Rows(start, stop, True)
 
 
 def attention_dropout(weights: torch.Tensor, p: float, context: BatchContext) -> torch.Tensor:
@@ -184,13 +201,17 @@ class _Attention:
         if attn_mask is not None:
             mask = self.attn_mask(attn_mask, batch, length, key.shape[2])
         if self.packed and self_attention and self.bias_k is None:
-            # the common case in few ops: [N * B, L, 3, H, E / H] viewed as q, k, v
+            # the common case in few ops: [N * B, L, 3, H, E / H] viewed as q, k, v.
+            # Unbound before the heads are transposed: the backward then stacks the three
+            # gradients straight into the projection's layout (transposed first, the
+            # stacked gradient would be copied once more to reach it).
             flat = query.reshape(n, batch * length, query.shape[-1])
             if self.b_qkv is None:
                 qkv = torch.bmm(flat, leaves[self.w_qkv])
             else:
                 qkv = torch.baddbmm(leaves[self.b_qkv], flat, leaves[self.w_qkv])
-            q, k, v = qkv.view(n * batch, length, 3, heads, head_dim).transpose(1, 3).unbind(2)
+            q, k, v = qkv.view(n * batch, length, 3, heads, head_dim).unbind(2)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         else:
             q, k, v = self.project(leaves, query, key, value, self_attention, key_is_value)
             if self.bias_k is not None and self.bias_v is not None:

@@ -1,4 +1,4 @@
-"""Batched transformer layers: ``nn.TransformerEncoderLayer`` / ``DecoderLayer`` and their stacks.
+"""Batched transformers: encoder and decoder layers, their stacks, ``nn.Transformer``.
 
 Each layer is composed of the batched steps of its parts (``attention.py`` for the
 attention blocks, ``layers.py`` for ``Linear``, ``LayerNorm``, ``Dropout`` and the
@@ -12,7 +12,10 @@ same computation up to rounding. The one difference that is not rounding is
 reproduced too: an ``nn.TransformerEncoder`` built with ``enable_nested_tensor``
 (torch's default) that runs in eval mode without gradients, with a padding mask
 whose padding is at the end of each sequence, returns zeros at the padded
-positions (torch drops them and pads the output back with zeros).
+positions (torch drops them and pads the output back with zeros). One difference
+is not reproduced: a sequence whose every key is padded gives NaN in torch's fused
+inference kernels and finite values on torch's differentiable path; the ensemble
+gives the differentiable path's values in every mode.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .._core.helpers.tracing import compiling
 from . import graph_ops as ops
 from .affine_norm import layer_norm_step
 from .attention import attention_step, canonical_mask
+from .cache import tracing
 from .layers import _dropout, _layer_norm, _linear
 from .registry import BatchContext, planner_for, register_planner
 
@@ -68,6 +73,35 @@ def _activation(module: nn.Module, slots: dict, context: BatchContext, prefix: s
     return None
 
 
+class _Relu(torch.autograd.Function):
+    # forward(ctx, ...): apply() then binds no signature per call
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.relu(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gradient):
+        (y,) = ctx.saved_tensors
+        if torch.is_grad_enabled():  # a graph of the backward is asked for: out of place
+            return torch.ops.aten.threshold_backward(gradient, y, 0)
+        return torch.ops.aten.threshold_backward.grad_input(gradient, y, 0, grad_input=gradient)
+
+
+def owned_gradient_relu(x: torch.Tensor) -> torch.Tensor:
+    """``relu`` whose backward masks the incoming gradient in place.
+
+    Only for the feed-forward block, where the activation's output reaches nothing but
+    the dropout and ``linear2``, whose backwards hand over a gradient no other node
+    holds. Masking it in place spares one activation-sized buffer at the moment of the
+    training step's peak memory: in an ensemble it is N members' worth.
+    """
+    if not torch.is_grad_enabled() or not x.requires_grad or tracing():
+        return torch.relu(x)
+    return _Relu.apply(x)
+
+
 def _feed_forward(module: nn.Module, slots: dict, context: BatchContext, prefix: str):
     """``linear2(dropout(activation(linear1(x))))``, or None."""
     linear1 = _part(module, "linear1", slots, context, prefix)
@@ -77,6 +111,8 @@ def _feed_forward(module: nn.Module, slots: dict, context: BatchContext, prefix:
     if None in (linear1, linear2, dropout, activation):
         return None
     function, takes_leaves = activation
+    if function in (torch.relu, F.relu):
+        function = owned_gradient_relu
 
     if takes_leaves:
 
@@ -166,12 +202,17 @@ def decoder_layer_step(module: nn.Module, slots: dict, context: BatchContext, pr
     return step
 
 
-@register_planner(nn.TransformerEncoderLayer)
+# what the layer table says makes each planner return None (then vmap runs the module)
+_UNKNOWN_ACTIVATION = "an activation function not known to act elementwise"
+_LAYER_FALLS_BACK = "a layer that falls back"
+
+
+@register_planner(nn.TransformerEncoderLayer, falls_back=_UNKNOWN_ACTIVATION)
 def _encoder_layer(module: nn.Module, slots: dict, context: BatchContext):
     return encoder_layer_step(module, slots, context)
 
 
-@register_planner(nn.TransformerDecoderLayer)
+@register_planner(nn.TransformerDecoderLayer, falls_back=_UNKNOWN_ACTIVATION)
 def _decoder_layer(module: nn.Module, slots: dict, context: BatchContext):
     return decoder_layer_step(module, slots, context)
 
@@ -191,21 +232,20 @@ def _layer_steps(module: nn.Module, build: Callable, slots: dict, context: Batch
     return None if None in steps else steps
 
 
-@register_planner(nn.TransformerEncoder)
+@register_planner(nn.TransformerEncoder, falls_back=_LAYER_FALLS_BACK)
 def _encoder(module: nn.Module, slots: dict, context: BatchContext):
     steps = _layer_steps(module, encoder_layer_step, slots, context)
     norm = _final_norm(module, slots, context)
     if steps is None or norm is None or not steps:
         return None
     first = [position for name, position in slots.items() if name.startswith("layers.0.")]
+    batch_first = module.layers[0].self_attn.batch_first
 
     def step(leaves, src, mask=None, src_key_padding_mask=None, is_causal=None):
         dtype = src.dtype
         padding = canonical_mask(src_key_padding_mask, dtype, "src_key_padding_mask")
         mask = canonical_mask(mask, dtype, "mask")
-        # is_causal=None asks torch to detect a causal mask; a detected one is used as
-        # the causal hint, which gives what the mask itself gives: use the mask.
-        causal = bool(is_causal)
+        causal = causal_hint(is_causal, mask, src, batch_first)
         dropped = _dropped_padding(module, leaves, first, src, padding, mask)
         if dropped is not None:
             padding = torch.where(dropped, float("-inf"), padding)
@@ -217,6 +257,23 @@ def _encoder(module: nn.Module, slots: dict, context: BatchContext):
         return norm(leaves, output)
 
     return step
+
+
+def causal_hint(hint, mask, x: torch.Tensor, batch_first: bool) -> bool:
+    """A stack's causal hint; ``None`` asks, as in torch, whether ``mask`` is causal.
+
+    A mask found causal becomes the hint, and the hint gives what the mask itself
+    gives, so the (data-dependent) comparison is made only where the outcome differs:
+    a float mask of another dtype than the input, which attention refuses unless the
+    hint replaces it. ``mask``: member-leading, ``[N, T, T]`` for one mask per member.
+    """
+    if hint is not None or mask is None or mask.dtype in (x.dtype, torch.bool):
+        return bool(hint)
+    length = x.shape[2] if batch_first and x.dim() == 4 else x.shape[1]
+    if mask.dim() != 3 or tuple(mask.shape[1:]) != (length, length):
+        return False
+    causal = nn.Transformer.generate_square_subsequent_mask(length, mask.device, mask.dtype)
+    return bool((mask == causal).all())
 
 
 def _dropped_padding(module, leaves, first, src, padding, mask):
@@ -257,17 +314,18 @@ def _at_positions(module: nn.Module, dropped: torch.Tensor) -> torch.Tensor:
     return dropped.transpose(1, 2).unsqueeze(-1)
 
 
-@register_planner(nn.TransformerDecoder)
+@register_planner(nn.TransformerDecoder, falls_back=_LAYER_FALLS_BACK)
 def _decoder(module: nn.Module, slots: dict, context: BatchContext):
     steps = _layer_steps(module, decoder_layer_step, slots, context)
     norm = _final_norm(module, slots, context)
     if steps is None or norm is None or not steps:
         return None
+    batch_first = module.layers[0].self_attn.batch_first
 
     def step(leaves, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
              memory_key_padding_mask=None, tgt_is_causal=None,
              memory_is_causal=False):  # fmt: skip
-        causal = bool(tgt_is_causal)  # None: a detected causal mask gives what the mask gives
+        causal = causal_hint(tgt_is_causal, tgt_mask, tgt, batch_first)
         output = tgt
         for layer in steps:
             output = layer(leaves, output, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
@@ -277,6 +335,38 @@ def _decoder(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
-for _planner in (_encoder_layer, _decoder_layer, _encoder, _decoder):
+@register_planner(nn.Transformer, falls_back=f"a custom encoder or decoder, {_LAYER_FALLS_BACK}")
+def _transformer(module: nn.Module, slots: dict, context: BatchContext):
+    # torch's forward is the encoder's stack and then the decoder's, each with its
+    # final norm: their steps, chained, with the two checks torch makes first.
+    parts = (
+        (_encoder, module.encoder, nn.TransformerEncoder, "encoder."),
+        (_decoder, module.decoder, nn.TransformerDecoder, "decoder."),
+    )
+    if any(type(child) is not kind for _, child, kind, _ in parts):
+        return None  # a custom encoder or decoder: its own forward, left to vmap
+    encode, decode = (build(child, _under(slots, prefix), context)
+                      for build, child, _, prefix in parts)  # fmt: skip
+    if encode is None or decode is None:
+        return None
+    d_model, batch = module.d_model, 1 if module.batch_first else 2
+
+    def step(leaves, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+             src_key_padding_mask=None, tgt_key_padding_mask=None,
+             memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+             memory_is_causal=False):  # fmt: skip
+        # member-leading: a batched member input is 4-D, its batch dim one further on
+        if src.dim() == 4 and src.size(batch) != tgt.size(batch):
+            raise RuntimeError("the batch number of src and tgt must be equal")
+        if src.size(-1) != d_model or tgt.size(-1) != d_model:
+            raise RuntimeError("the feature number of src and tgt must be equal to d_model")
+        memory = encode(leaves, src, src_mask, src_key_padding_mask, src_is_causal)
+        return decode(leaves, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                      memory_key_padding_mask, tgt_is_causal, memory_is_causal)  # fmt: skip
+
+    return step
+
+
+for _planner in (_encoder_layer, _decoder_layer, _encoder, _decoder, _transformer):
     _planner.subtree = True  # type: ignore[attr-defined]  # gets its submodules' tensors
 del _planner

@@ -57,3 +57,30 @@ def test_figures_and_ratios_from_benchmark_json(tmp_path, capsys):
     # ratio of medians, and the conservative range q1(slow)/q3(fast) .. q3(slow)/q1(fast)
     assert "| forward | N8-w32 | torch.func | 4.00x (3.00-5.33) |" in text
     assert "| container ops (1) | tensordict | median 2.5x, from 2.5x to 2.5x |" in text
+
+
+def test_transformer_figure_from_the_interleaved_record(tmp_path, capsys):
+    report = _module()
+    kinds = {"tdfunc_ensemble": 1.0, "torch_func": 2.0, "loop": 3.0, "batched_by_hand": 0.9}
+    record = {
+        "datetime": "2026-12-07T21:00:00+00:00",
+        "machine": "Test CPU, 2 cores",
+        "torch": "2.13.0+cpu",
+        "configs": {
+            config: {
+                "forward": {k: [m * 0.9, m, m, m * 1.2, m * 1.2] for k, m in kinds.items()},
+                "train step": {k: [m, m, m] for k, m in kinds.items()},
+                "peak memory": {"loop": 100, "tdfunc_ensemble": 103},
+            }
+            for config in ("N32-B16-T32-D64", "N8-B8-T8-D32")
+        },
+    }
+    path = tmp_path / "transformer.json"
+    path.write_text(json.dumps(record))
+    report.main(["--transformer", str(path), "--out", str(tmp_path / "img")])
+    assert (tmp_path / "img" / "bench-transformer.png").read_bytes()[:4] == b"\x89PNG"
+    text = capsys.readouterr().out
+    # quartiles of [2.7, 3, 3, 3.6, 3.6] and of [0.9, 1, 1, 1.2, 1.2]: 3 and 3.6, 1 and 1.2
+    assert "| transformer forward | N8-B8-T8-D32 | Python loop | 3.00x (2.50-3.60) |" in text
+    assert "| transformer train step | N32-B16-T32-D64 | torch.func | 2.00x (2.00-2.00) |" in text
+    assert "| transformer peak memory | N8-B8-T8-D32 | Python loop | 1.03x the loop's |" in text

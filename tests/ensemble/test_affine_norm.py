@@ -54,3 +54,17 @@ def test_second_order_gradients_of_an_encoder_layer_match_the_loop():
             second = torch.autograd.grad(sum(g.square().sum() for g in inner), p[name])
             expected.append(second[0])
         torch.testing.assert_close(got, torch.stack(expected), atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_in_place_relu_of_the_feed_forward_has_torch_s_derivatives():
+    from tdfunc._ensemble.transformer import owned_gradient_relu
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 5, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
+
+    def function(x, weight):  # the consumer hands over a gradient of its own, as linear2's
+        return owned_gradient_relu(x * 1.5) @ weight
+
+    assert torch.autograd.gradcheck(function, (x, weight))
+    assert torch.autograd.gradgradcheck(function, (x, weight))

@@ -65,6 +65,22 @@ class _CrossAttention(nn.Module):
         return torch.tanh(self.out(torch.tanh(mixed) + h)) * weights.amax(-1, keepdim=True)
 
 
+class _Transformer(nn.Module):
+    """``nn.Transformer`` (encoder, decoder, final norms) under a bounded head. A norm's
+    ``eps`` of 0.1 bounds how much it scales rounding up: random reloads can leave a
+    sample's features almost equal, where the default ``eps`` magnifies float32's
+    rounding past any tolerance, in the loop as in the ensemble."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Transformer(4, 2, 1, 1, 8, dropout=0.0, batch_first=True,
+                                   norm_first=True, layer_norm_eps=0.1)  # fmt: skip
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):  # x: [B, T, 4]; the decoder reads the first two tokens
+        return torch.tanh(self.head(self.body(x, x[:, :2])))
+
+
 # name -> (constructor, input shape per sample, has dropout)
 ARCHITECTURES = {
     "mlp": (lambda: nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)), (4,), False),
@@ -113,6 +129,7 @@ ARCHITECTURES = {
         False,
     ),
     "attention": (_CrossAttention, (3, 4), False),
+    "transformer": (_Transformer, (3, 4), False),
     # wide enough (batch x features >= 4096) for the shared-input matmul path
     "wide": (lambda: nn.Sequential(nn.Linear(1024, 8), nn.ReLU(), nn.Linear(8, 2)), (1024,), False),
 }

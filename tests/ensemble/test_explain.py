@@ -82,7 +82,9 @@ def test_explain_of_a_whole_vmapped_forward_names_the_reason():
     (row,) = ensemble.explain()
     assert (row.path, row.module, row.route) == ("", "Untraceable", "vmap")
     assert "untraceable by torch.fx" in row.reason
-    ensemble = _quiet(lambda: Ensemble(nn.Transformer(8, 2, 1, 1, 16), num_members=2))
+    # an activation function with no batched form: the whole transformer is vmapped
+    template = nn.Transformer(8, 2, 1, 1, 16, activation=lambda x: x * torch.sigmoid(x))
+    ensemble = _quiet(lambda: Ensemble(template, num_members=2))
     rows = ensemble.explain()
     assert rows[0].path == "" and rows[0].route == "vmap" and len(rows) == 1
     assert "nothing to batch" in rows[0].reason

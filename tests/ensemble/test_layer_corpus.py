@@ -166,6 +166,22 @@ CORPUS = {
         lambda: nn.EmbeddingBag(10, 3, mode="max"),
         lambda i: (torch.randint(0, 10, (8,)), torch.tensor([0, 3, 3, 6])),
     ),
+    # float64: with every weight drawn positive (above) attention saturates, and float32
+    # rounding of gradients near 100 passes the tolerance, in the loop as in the ensemble
+    "transformer_encoder_layer": (
+        lambda: nn.TransformerEncoderLayer(8, 2, 12, 0.0, "gelu", dtype=torch.float64),
+        lambda i: (torch.randn(5, 2, 8, dtype=torch.float64),),  # sequence first
+    ),
+    "transformer_decoder_layer": (
+        lambda: nn.TransformerDecoderLayer(
+            8, 2, 12, 0.0, batch_first=True, norm_first=True, dtype=torch.float64
+        ),
+        lambda i: (torch.randn(2, 4, 8).double(), torch.randn(2, 5, 8).double()),
+    ),
+    "transformer": (
+        lambda: nn.Transformer(8, 2, 1, 2, 12, 0.0, batch_first=True, dtype=torch.float64),
+        lambda i: (torch.randn(2, 5, 8).double(), torch.randn(2, 3, 8).double()),
+    ),
 }
 
 
