@@ -18,7 +18,7 @@ import torch
 
 from . import _compose, _rules
 from . import _hyper as H
-from ._transform import GradientTransformation
+from ._transform import GradientTransformation, _brief
 
 
 # ------------------------------------------------------------------ stages
@@ -30,19 +30,23 @@ def _adam_rule(K, params, updates, moments, step, h, lr, decay):
     return updates, (exp_avg, exp_avg_sq)
 
 
-def _rms_rule(K, params, updates, moments, step, h, lr, decay, *, centered):
+def _rms_rule(K, params, updates, moments, step, h, lr, decay, *, centered, with_momentum):
     grad_avg = moments[1] if centered else None
-    updates, square_avg, grad_avg = _rules.rms(
-        K, params, updates, moments[0], grad_avg, lr=lr, alpha=h["alpha"], eps=h["eps"]
+    buffer = moments[-1] if with_momentum else None
+    momentum = h["momentum"] if with_momentum else 0.0
+    updates, square_avg, grad_avg, buffer = _rules.rms(
+        K, params, updates, moments[0], grad_avg, buffer, lr=lr, alpha=h["alpha"], eps=h["eps"],
+        momentum=momentum,
+    )  # fmt: skip
+    return updates, (square_avg,) + ((grad_avg,) if centered else ()) + (
+        (buffer,) if with_momentum else ()
     )
-    return updates, (square_avg,) + ((grad_avg,) if centered else ())
 
 
 def _momentum_rule(K, params, updates, moments, step, h, lr, decay, *, nesterov):
     updates, buffer = _rules.momentum(
         K, params, updates, moments[0], step, lr=lr, momentum=h["momentum"],
-        # RMSprop's momentum has no dampening (and no such hyperparameter)
-        dampening=h.get("dampening", 0.0), nesterov=nesterov,
+        dampening=h["dampening"], nesterov=nesterov,
     )  # fmt: skip
     return updates, (buffer,)
 
@@ -55,10 +59,11 @@ def adam_stage() -> _compose.Stage:
     )
 
 
-def rms_stage(centered: bool) -> _compose.Stage:
-    """RMSprop's moments and direction; folds a learning rate."""
+def rms_stage(centered: bool, with_momentum: bool = False) -> _compose.Stage:
+    """RMSprop's moments (and momentum) and direction; folds a learning rate."""
     moments = ("square_avg",) + (("grad_avg",) if centered else ())
-    rule = functools.partial(_rms_rule, centered=bool(centered))
+    moments += ("momentum_buffer",) if with_momentum else ()
+    rule = functools.partial(_rms_rule, centered=bool(centered), with_momentum=bool(with_momentum))
     return _compose.Stage("scale_by_rms", moments, rule, _compose.SCALE)
 
 
@@ -85,6 +90,17 @@ LEARNING_RATE = _compose.Stage(
 )
 
 
+def momentum_fixed(with_momentum: bool, api: str, hypers: dict) -> None:
+    """The state holds a momentum buffer only if momentum was on when the optimizer was made."""
+    momentum = hypers["momentum"]
+    if not with_momentum and not H.is_zero(momentum):
+        raise ValueError(
+            f"{api}: hyperparameters['momentum'] was set to {_brief(momentum)}, but the "
+            f"optimizer was made with momentum=0 and its state has no momentum buffer; make "
+            f"a new optimizer with the momentum (and a new state with its init)."
+        )
+
+
 # ------------------------------------------------------------------ transformations
 def scale_by_adam(
     b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8, *, eps_root: float = 0.0
@@ -101,12 +117,24 @@ def scale_by_adam(
 
 
 def scale_by_rms(
-    alpha: Any = 0.99, eps: Any = 1e-8, centered: bool = False
+    alpha: Any = 0.99, eps: Any = 1e-8, centered: bool = False, momentum: Any = 0.0
 ) -> GradientTransformation:
-    """The RMSprop direction ``g / (sqrt(E[g^2] (- E[g]^2 if centered)) + eps)``."""
+    """The RMSprop direction ``g / (sqrt(E[g^2] (- E[g]^2 if centered)) + eps)``.
+
+    With ``momentum``, RMSprop's momentum buffer of that direction (as
+    ``torch.optim.RMSprop`` keeps it) is the direction instead.
+    """
     api = "tdfunc.optim.scale_by_rms"
-    hypers = {"alpha": H.check_tree(api, "alpha", alpha), "eps": H.check_tree(api, "eps", eps)}
-    return GradientTransformation("scale_by_rms", (rms_stage(centered),), hypers)
+    hypers = {
+        "alpha": H.check_tree(api, "alpha", alpha),
+        "eps": H.check_tree(api, "eps", eps),
+        "momentum": H.check_tree(api, "momentum", momentum),
+    }
+    with_momentum = not H.is_zero(hypers["momentum"])
+    check = functools.partial(momentum_fixed, with_momentum)
+    return GradientTransformation(
+        "scale_by_rms", (rms_stage(centered, with_momentum),), hypers, check
+    )
 
 
 def scale_by_momentum(

@@ -1,10 +1,11 @@
 """The named optimizers, each a list of the stages of :mod:`tdfunc.optim._chain`.
 
 ``adam`` is ``add_decayed_weights``, ``scale_by_adam``, ``scale_by_learning_rate``;
-``adamw`` moves the decay after the Adam direction (decoupled); ``sgd`` and
-``rmsprop`` put ``scale_by_momentum`` before the learning rate when they have
-momentum. The folding rule (:mod:`tdfunc.optim._compose`) runs each scaling with
-its learning rate as one kernel, in ``torch.optim``'s order of operations. The
+``adamw`` moves the decay after the Adam direction (decoupled); ``sgd`` puts
+``scale_by_momentum`` before the learning rate, and ``rmsprop`` keeps its momentum
+inside ``scale_by_rms``. The folding rule (:mod:`tdfunc.optim._compose`) runs each
+scaling with its learning rate as one kernel, in ``torch.optim``'s order of
+operations. The
 stateful optimizers (:mod:`tdfunc.optim._stateful`) run the same stage lists with
 the in-place kernel.
 """
@@ -16,8 +17,15 @@ from typing import Any
 
 from . import _compose
 from . import _hyper as H
-from ._chain import DECAYED_WEIGHTS, LEARNING_RATE, adam_stage, momentum_stage, rms_stage
-from ._transform import GradientTransformation, _brief
+from ._chain import (
+    DECAYED_WEIGHTS,
+    LEARNING_RATE,
+    adam_stage,
+    momentum_fixed,
+    momentum_stage,
+    rms_stage,
+)
+from ._transform import GradientTransformation
 
 
 def _adam_stages(decoupled: bool) -> tuple:
@@ -33,10 +41,7 @@ def _sgd_stages(with_momentum: bool, nesterov: bool) -> tuple:
 
 
 def _rmsprop_stages(centered: bool, with_momentum: bool) -> tuple:
-    scale = rms_stage(centered)
-    if not with_momentum:
-        return (DECAYED_WEIGHTS, scale, LEARNING_RATE)
-    return (DECAYED_WEIGHTS, scale, momentum_stage(False), LEARNING_RATE)
+    return (DECAYED_WEIGHTS, rms_stage(centered, with_momentum), LEARNING_RATE)
 
 
 def _with_plan(stages: tuple) -> tuple:
@@ -49,17 +54,6 @@ _FLAGS = (False, True)
 ADAM = {decoupled: _with_plan(_adam_stages(decoupled)) for decoupled in _FLAGS}
 SGD = {(m, n): _with_plan(_sgd_stages(m, n)) for m in _FLAGS for n in _FLAGS}
 RMSPROP = {(c, m): _with_plan(_rmsprop_stages(c, m)) for c in _FLAGS for m in _FLAGS}
-
-
-def _momentum_fixed(with_momentum: bool, api: str, hypers: dict) -> None:
-    """The state holds a momentum buffer only if momentum was on when the optimizer was made."""
-    momentum = hypers["momentum"]
-    if not with_momentum and not H.is_zero(momentum):
-        raise ValueError(
-            f"{api}: hyperparameters['momentum'] was set to {_brief(momentum)}, but the "
-            f"optimizer was made with momentum=0 and its state has no momentum buffer; make "
-            f"a new optimizer with the momentum (and a new state with its init)."
-        )
 
 
 def adam(
@@ -171,7 +165,7 @@ def sgd(
     }
     hypers.update(H.check_momentum(api, momentum, dampening, nesterov))
     with_momentum = not H.is_zero(hypers["momentum"])
-    check = functools.partial(_momentum_fixed, with_momentum)
+    check = functools.partial(momentum_fixed, with_momentum)
     stages = SGD[with_momentum, bool(nesterov)][0]
     return GradientTransformation("sgd", stages, hypers, check)
 
@@ -187,8 +181,7 @@ def rmsprop(
     """RMSprop, as ``torch.optim.RMSprop``; hyperparameters as in :func:`adam`.
 
     The same as ``chain(add_decayed_weights(weight_decay), scale_by_rms(alpha, eps,
-    centered), scale_by_momentum(momentum), scale_by_learning_rate(lr))`` (without the
-    momentum when it is 0), with one state.
+    centered, momentum), scale_by_learning_rate(lr))``, with one state.
 
     Example:
         >>> import torch
@@ -207,6 +200,6 @@ def rmsprop(
         "momentum": H.check_tree(api, "momentum", momentum),
     }
     with_momentum = not H.is_zero(hypers["momentum"])
-    check = functools.partial(_momentum_fixed, with_momentum)
+    check = functools.partial(momentum_fixed, with_momentum)
     stages = RMSPROP[bool(centered), with_momentum][0]
     return GradientTransformation("rmsprop", stages, hypers, check)

@@ -99,10 +99,13 @@ def _undamped_without_momentum(weight, momentum: torch.Tensor) -> torch.Tensor:
     return torch.where(momentum == 0, 1.0, weight.to(dtype=torch.float64))
 
 
-def rms(K, params, grads, square_avg, grad_avg, *, lr, alpha, eps):
-    """RMSprop's step ``-lr * g / (sqrt(E[g^2] - E[g]^2) + eps)``.
+def rms(K, params, grads, square_avg, grad_avg, momentum_buffer, *, lr, alpha, eps, momentum):
+    """RMSprop's step ``-lr * g / (sqrt(E[g^2] - E[g]^2) + eps)``, or ``-lr`` times its momentum.
 
-    ``grad_avg`` (``E[g]``) is ``None`` unless centered.
+    ``grad_avg`` (``E[g]``) is ``None`` unless centered, ``momentum_buffer`` unless
+    momentum: RMSprop's momentum accumulates ``g / avg`` in one ``addcdiv``, as
+    ``torch.optim.RMSprop`` does (the direction made first, then a momentum transform
+    over it, gives the same numbers with two more passes over memory).
     """
     per_leaf = H.PerLeaf(grads)
     square_weight = per_leaf(H.rsub(1.0, H.wide(alpha)))
@@ -114,5 +117,10 @@ def rms(K, params, grads, square_avg, grad_avg, *, lr, alpha, eps):
     else:
         avg = K.sqrt(square_avg)
     avg = K.shift_tmp(avg, per_leaf(eps))
-    updates = K.descend(params, grads, avg, per_leaf(H.neg(lr)), None)
-    return updates, square_avg, grad_avg
+    neg_lr = per_leaf(H.neg(lr))
+    if momentum_buffer is not None:
+        momentum_buffer = K.addcdiv_tmp(K.mul_(momentum_buffer, per_leaf(momentum)), grads, avg)
+        updates = K.descend_add(params, momentum_buffer, neg_lr)
+    else:
+        updates = K.descend(params, grads, avg, neg_lr, None)
+    return updates, square_avg, grad_avg, momentum_buffer

@@ -49,10 +49,11 @@ def _sgd_chain(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=
 
 
 def _rmsprop_chain(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False):
-    steps = [optim.add_decayed_weights(weight_decay), optim.scale_by_rms(alpha, eps, centered)]
-    if isinstance(momentum, torch.Tensor) or momentum != 0:
-        steps.append(optim.scale_by_momentum(momentum))
-    return optim.chain(*steps, optim.scale_by_learning_rate(lr))
+    return optim.chain(
+        optim.add_decayed_weights(weight_decay),
+        optim.scale_by_rms(alpha, eps, centered, momentum),
+        optim.scale_by_learning_rate(lr),
+    )
 
 
 def _draw_adam(hyper, draw) -> dict:

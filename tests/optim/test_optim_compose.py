@@ -218,3 +218,15 @@ def test_copies_of_optimizers_and_states_continue_as_the_original(build, copier)
     theirs, _ = other.update(tree(2), other_state, params)
     for key in ("a", "b"):
         assert torch.equal(ours[key], theirs[key])
+
+
+def test_rms_then_a_momentum_transform_gives_rmsprop_momentum():
+    """RMSprop keeps its momentum inside scale_by_rms (one addcdiv); spelled as two
+    transforms, the direction is made first and the momentum added after: the same bits."""
+    momentum = torch.tensor([0.0, 0.5, 0.9], dtype=torch.float64)
+    spelled, _ = run(optim.chain(optim.scale_by_rms(centered=True),
+                                 optim.scale_by_momentum(momentum),
+                                 optim.scale_by_learning_rate(LRS)))  # fmt: skip
+    named, _ = run(optim.rmsprop(LRS, momentum=momentum, centered=True))
+    for key in ("a", "b"):
+        assert torch.equal(spelled[key], named[key])
