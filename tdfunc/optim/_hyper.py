@@ -299,8 +299,11 @@ def check_leading(api: str, name: str, hyper: Hyper, leaves: list, paths: Callab
     if isinstance(hyper, torch.Tensor):
         prefix = hyper.shape
         width = len(prefix)
+        # shared tensors are known by identity: traced, the lookup guards on each leaf's id and
+        # compiles again for every fresh gradient, so under torch.compile only shapes are checked
+        by_identity = width and not _is_compiling()
         for index, leaf in enumerate(leaves):
-            if width and is_shared(leaf):
+            if by_identity and is_shared(leaf):
                 raise ValueError(
                     f"{api}: {name} has shape {list(prefix)} (one value per member), but the "
                     f"leaf {paths(index)} is a tensor an Ensemble keeps shared: it has no member "

@@ -295,15 +295,23 @@ def test_clip_per_member_refuses_unstacked_parameters():
         clip.update(params, clip.init(params), params)
 
 
-def test_chain_compiles_once_without_graph_breaks():
-    from torch._dynamo.testing import CompileCounter
-
-    opt = optim.chain(
+COMPILED = {
+    **{name: TABLE[name][2] for name in TABLE if name.split("-")[0] in OPTIMIZERS},
+    "clip-adamw-chain": lambda lr: optim.chain(
         optim.clip_by_global_norm(1.0, per_member=True),
         optim.scale_by_adam(),
         optim.add_decayed_weights(0.01),
-        optim.scale_by_learning_rate(torch.tensor([0.1, 0.2])),
-    )
+        optim.scale_by_learning_rate(lr),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPILED))
+def test_compiles_once_without_graph_breaks(name):
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    opt = COMPILED[name](torch.tensor([0.1, 0.2]))
     params = TensorDict({"w": torch.randn(2, 3)}, batch_size=[2])
     state = eager_state = opt.init(params)
     counter = CompileCounter()
