@@ -227,7 +227,16 @@ class Chain:
                     f"transformation with init and update."
                 )
         self.transforms = transforms
-        self._sizes = _compose.fold(tuple(map(_stage_of, transforms)))
+
+    @property
+    def transforms(self) -> tuple:
+        return self._transforms
+
+    @transforms.setter
+    def transforms(self, transforms: tuple) -> None:
+        # which neighbours run as one is decided with the sequence, and only with it
+        self._transforms = tuple(transforms)
+        self._sizes = _compose.fold(tuple(map(_stage_of, self._transforms)))
 
     def __repr__(self) -> str:
         return f"tdfunc.optim.chain({', '.join(map(repr, self.transforms))})"

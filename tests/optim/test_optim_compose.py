@@ -230,3 +230,13 @@ def test_rms_then_a_momentum_transform_gives_rmsprop_momentum():
     named, _ = run(optim.rmsprop(LRS, momentum=momentum, centered=True))
     for key in ("a", "b"):
         assert torch.equal(spelled[key], named[key])
+
+
+def test_replacing_a_chains_transforms_folds_the_new_sequence():
+    """Which neighbours fold is decided again with the sequence, never kept from the old one."""
+    opt = optim.chain(optim.scale_by_adam(), optim.scale_by_learning_rate(LRS))
+    opt.transforms = (optim.scale_by_learning_rate(0.1), optim.scale_by_adam())
+    ours, _ = run(opt)
+    expected = one_at_a_time(opt.transforms)
+    for key in ("a", "b"):
+        assert torch.equal(ours[key], expected[key])
