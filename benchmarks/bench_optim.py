@@ -13,6 +13,7 @@ Groups (read ratios of medians within a group, from one run, one CPU thread):
 - ``adam-functional``: the functional step ``update`` + ``apply_updates`` over a
   TensorDict of the same stacked parameters, per-member learning rates; the
   same out-of-place math in ``torch._foreach_*`` ops on a flat list (``baseline``).
+  ``chain``: the same Adam spelled as a chain of transforms (one state per transform).
 - ``adam-functional-scalar``: the same with one scalar learning rate, beside
   torchopt's functional ``adam`` (over a dict of the same tensors).
 - ``maml-adam``: a MAML meta-gradient (5 differentiable inner Adam steps, 8
@@ -138,9 +139,9 @@ def functional_inputs(members):
     return params, grads
 
 
-def run_tdfunc_functional(benchmark, members, lr, group):
+def run_tdfunc_functional(benchmark, members, lr, group, build=optim.adam):
     params, grads = functional_inputs(members)
-    opt = optim.adam(lr=lr)
+    opt = build(lr=lr)
     state = opt.init(params)
     _, state = opt.update(grads, state, params)  # non-zero moments
 
@@ -189,6 +190,16 @@ def run_foreach_functional(benchmark, members, lr, group, beta1=0.9, beta2=0.999
 
 def test_adam_functional_tdfunc(benchmark, members):
     run_tdfunc_functional(benchmark, members, lrs(), "adam-functional")
+
+
+def adam_as_chain(lr):
+    return optim.chain(
+        optim.add_decayed_weights(0.0), optim.scale_by_adam(), optim.scale_by_learning_rate(lr)
+    )
+
+
+def test_adam_functional_chain(benchmark, members):
+    run_tdfunc_functional(benchmark, members, lrs(), "adam-functional", build=adam_as_chain)
 
 
 def test_adam_functional_baseline(benchmark, members):

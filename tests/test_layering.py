@@ -49,7 +49,12 @@ TOP_FLOOR_HELPERS: dict[str, set[str]] = {
     },
     # an ensemble declares which of its parameters carry the member dim (optimizer groups)
     # and which tensors it keeps shared (no member dim, whatever their size)
-    "optim": {"tdfunc._ensemble.members", "tdfunc._ensemble.shared"},
+    "optim": {
+        "tdfunc._ensemble.members",
+        "tdfunc._ensemble.shared",
+        # the update picks its kernel by whether it is compiled or transformed
+        "tdfunc._core.helpers.tracing",
+    },
     # a captured step runs the user's function; it needs nothing of tdfunc
     "_capture": set(),
 }

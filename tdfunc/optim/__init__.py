@@ -31,17 +31,17 @@ from ._chain import scale_by_learning_rate as scale_by_learning_rate
 from ._chain import scale_by_momentum as scale_by_momentum
 from ._chain import scale_by_rms as scale_by_rms
 from ._groups import PerMember as PerMember
+from ._named import adam as adam
+from ._named import adamw as adamw
+from ._named import rmsprop as rmsprop
+from ._named import sgd as sgd
 from ._schedulers import ReduceLROnPlateau as ReduceLROnPlateau
 from ._stateful import SGD as SGD
 from ._stateful import Adam as Adam
 from ._stateful import AdamW as AdamW
 from ._stateful import RMSprop as RMSprop
 from ._transform import GradientTransformation as GradientTransformation
-from ._transform import adam as adam
-from ._transform import adamw as adamw
 from ._transform import apply_updates as apply_updates
-from ._transform import rmsprop as rmsprop
-from ._transform import sgd as sgd
 
 __all__ = [
     "SGD",

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from typing import Any, Union
 
 import torch
+import torch.utils._pytree as pytree
 
+from .._core.helpers.tracing import compiling as _is_compiling
 from .._ensemble.shared import is_shared
-
-_is_compiling = torch.compiler.is_compiling
 
 
 class Leaves:
@@ -222,6 +222,47 @@ def check(api: str, name: str, value: Any, kind: str | None = None) -> Any:
     return value if isinstance(value, torch.Tensor) else float(value)
 
 
+def check_tree(api: str, name: str, value: Any, kind: str | None = None, tree: bool = False) -> Any:
+    """:func:`check`, where ``tree`` also for a pytree of values (each leaf checked).
+
+    The functional transformations check their hyperparameters here, and the
+    stateful optimizers' groups by :func:`check` (``_groups.check_group``): one table
+    of ranges (:data:`RANGES`), one check.
+    """
+    if tree and not isinstance(value, (int, float, torch.Tensor)):
+        leaves, _ = pytree.tree_flatten(value)
+        if len(leaves) == 1 and leaves[0] is value:  # not a container
+            raise TypeError(
+                f"{api}: {name} must be a float, a tensor, or a pytree of tensors shaped like "
+                f"the parameters; got {type(value).__name__}."
+            )
+        if not leaves:
+            raise ValueError(f"{api}: {name} is an empty pytree.")
+        for leaf in leaves:
+            check(api, f"every leaf of {name}", leaf, kind or name)
+        return value
+    return check(api, name, value, kind)
+
+
+def check_momentum(
+    api: str, momentum: Any, dampening: Any, nesterov: bool, needs_momentum: bool = True
+) -> dict:
+    """SGD's momentum options checked as ``torch.optim.SGD`` checks them.
+
+    ``dampening`` must be a number (whether a step is a member's first is not kept
+    per member); Nesterov needs ``dampening == 0`` and, where momentum may be
+    switched off (``needs_momentum``), a momentum.
+    """
+    if isinstance(dampening, torch.Tensor):
+        raise TypeError(f"{api}: dampening must be a float, got a tensor.")
+    momentum = check(api, "momentum", momentum)
+    dampening = check(api, "dampening", dampening)
+    if nesterov and ((needs_momentum and is_zero(momentum)) or dampening != 0):
+        wanted = "momentum > 0 and dampening == 0" if needs_momentum else "dampening == 0"
+        raise ValueError(f"{api}: nesterov=True needs {wanted}.")
+    return {"momentum": momentum, "dampening": dampening}
+
+
 def check_number(
     api: str,
     name: str,
@@ -258,8 +299,11 @@ def check_leading(api: str, name: str, hyper: Hyper, leaves: list, paths: Callab
     if isinstance(hyper, torch.Tensor):
         prefix = hyper.shape
         width = len(prefix)
+        # shared tensors are known by identity: traced, the lookup guards on each leaf's id and
+        # compiles again for every fresh gradient, so under torch.compile only shapes are checked
+        by_identity = width and not _is_compiling()
         for index, leaf in enumerate(leaves):
-            if width and is_shared(leaf):
+            if by_identity and is_shared(leaf):
                 raise ValueError(
                     f"{api}: {name} has shape {list(prefix)} (one value per member), but the "
                     f"leaf {paths(index)} is a tensor an Ensemble keeps shared: it has no member "

@@ -19,6 +19,10 @@ wherever nothing records a graph (:data:`INPLACE` and :data:`FOREACH`): the rule
 uses it on lists it owns (a fresh result, or the state in :data:`INPLACE`).
 Scalars are Python floats or one tensor per leaf (already shaped
 ``[N, 1, ...]`` by :class:`~._hyper.PerLeaf`).
+
+``K.direction`` is the kernel for a stage that is not the last of its optimizer
+(:mod:`._compose`): it may update the state in place, never the parameters, so
+``descend`` returns the direction. Only :data:`INPLACE` has a different one.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ class _Foreach:
     """Out-of-place ``_foreach`` ops; temporaries are updated in place."""
 
     inplace = False
+
+    @property
+    def direction(self):
+        return self
 
     def add(self, xs, ys, alpha):
         if isinstance(alpha, float):
@@ -114,6 +122,10 @@ class _InPlace(_Foreach):
 
     inplace = True
 
+    @property
+    def direction(self):
+        return _IN_PLACE_STATE
+
     add_ = _Foreach.add_tmp
 
     def mul_(self, xs, scale):
@@ -160,6 +172,10 @@ class _Tensorwise:
     """Out-of-place ops one tensor at a time: differentiable, vmappable, compilable."""
 
     inplace = False
+
+    @property
+    def direction(self):
+        return self
 
     def add(self, xs, ys, alpha):
         if isinstance(alpha, float):
@@ -211,6 +227,18 @@ class _Tensorwise:
         return [d * v for d, v in zip(direction, _pairs(value, len(direction)))]
 
 
+class _InPlaceState(_InPlace):
+    """In-place on the state; the parameters are left to the last stage."""
+
+    @property
+    def direction(self):
+        return self
+
+    descend = _Foreach.descend
+    descend_add = _Foreach.descend_add
+
+
 FOREACH = _Foreach()
 INPLACE = _InPlace()
 TENSORWISE = _Tensorwise()
+_IN_PLACE_STATE = _InPlaceState()

@@ -1,13 +1,16 @@
-"""The update rules, written once for every backend (:mod:`tdfunc.optim._kernels`).
+"""The update rules of the scaling stages, written once for every kernel (:mod:`._kernels`).
 
-Each rule takes flat lists of leaves (parameters, gradients, state) and the
-hyperparameters (:mod:`tdfunc.optim._hyper`), and returns the parameter updates
-(``None`` where the backend updated the parameters in place) and the new state
-lists. ``step`` is the step count *after* this update: a Python number (the
+Each rule takes flat lists of leaves (parameters, incoming updates, state) and
+the hyperparameters (:mod:`tdfunc.optim._hyper`), and returns the outgoing
+updates (``None`` where the kernel updated the parameters in place) and the new
+state lists. ``step`` is the step count *after* this update: a Python number (the
 stateful optimizers) or a float64 tensor (the functional API, where it lives in
 the state so that ``vmap`` and ``torch.compile`` see no Python value change).
 
-The formulas follow ``torch.optim``'s (the single-tensor implementations):
+``lr`` is the step size folded into the rule (:mod:`._compose`), or ``-1`` for the
+direction itself. Weight decay added to the gradient is a stage of its own
+(``add_decayed_weights``), placed before these rules, as ``torch.optim`` adds it
+first. The formulas follow ``torch.optim``'s (the single-tensor implementations):
 the same operations in the same order, so that scalar hyperparameters give the
 same numbers.
 """
@@ -19,35 +22,21 @@ import torch
 from . import _hyper as H
 
 
-def adam(
-    K,
-    params,
-    grads,
-    exp_avg,
-    exp_avg_sq,
-    step,
-    *,
-    lr,
-    beta1,
-    beta2,
-    eps,
-    weight_decay,
-    decoupled,
-    eps_root=0.0,
-):
-    """Adam (``decoupled=False``: L2 penalty added to the gradient) or AdamW."""
+def adam(K, params, grads, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, decay, eps_root):
+    """The Adam step ``-lr * m_hat / (sqrt(v_hat) + eps)``, minus ``lr * decay * params``.
+
+    ``decay`` is AdamW's decoupled weight decay (``None``: none).
+    """
     # every hyperparameter first, then the kernels back to back: small operations
     # between big kernels run on caches the kernels have just evicted. Derived values
     # (1 - beta1, lr * weight_decay) are computed in float64, as torch.optim computes them
     # in Python floats: a float32 tensor hyperparameter would round them before a float64
     # leaf sees them.
     per_leaf = H.PerLeaf(grads)
-    coupled_decay = decay = None
-    if not H.is_zero(weight_decay):
-        if decoupled:
-            decay = per_leaf(H.mul(H.wide(lr), H.wide(weight_decay)))
-        else:
-            coupled_decay = per_leaf(weight_decay)
+    if decay is not None and not H.is_zero(decay):
+        decay = per_leaf(H.mul(H.wide(lr), H.wide(decay)))
+    else:
+        decay = None
     average_weight = per_leaf(H.rsub(1.0, H.wide(beta1)))
     square_decay = per_leaf(beta2)
     square_weight = per_leaf(H.rsub(1.0, H.wide(beta2)))
@@ -64,8 +53,6 @@ def adam(
         correction2 = per_leaf(correction2)
     eps = per_leaf(eps)
 
-    if coupled_decay is not None:
-        grads = K.add(grads, params, coupled_decay)
     exp_avg = K.lerp_(exp_avg, grads, average_weight)
     exp_avg_sq = K.addcmul_tmp(K.mul_(exp_avg_sq, square_decay), grads, grads, square_weight)
     if root_eps is None:
@@ -77,35 +64,29 @@ def adam(
     return updates, exp_avg, exp_avg_sq
 
 
-def sgd(
-    K, params, grads, momentum_buffer, step, *, lr, momentum, dampening, nesterov, weight_decay
-):
-    """SGD with optional (Nesterov) momentum, dampening and L2 weight decay.
+def momentum(K, params, grads, momentum_buffer, step, *, lr, momentum, dampening, nesterov):
+    """``torch.optim.SGD``'s (Nesterov) momentum with dampening, then the step ``-lr * buffer``.
 
     The momentum buffer starts at zero: ``0 * momentum + grad`` is exactly the
     ``grad.clone()`` that ``torch.optim.SGD`` starts from; with dampening the
     first step's gradient is not damped (a weight of 1 instead of ``1 - dampening``).
     """
     per_leaf = H.PerLeaf(grads)
-
-    if not H.is_zero(weight_decay):
-        grads = K.add(grads, params, per_leaf(weight_decay))
-    if momentum_buffer is not None:
-        if H.is_zero(dampening):
-            weight: H.Hyper = 1.0
-        elif isinstance(step, torch.Tensor):
-            # ``1 - dampening`` stays in float64 (``step`` is float64), the Python number
-            # torch.optim uses: a float32 weight would be off by ~1e-8 on float64 leaves
-            weight = torch.where(step == 1, 1.0, torch.full_like(step, 1.0 - dampening))
-        else:
-            weight = 1.0 if step == 1 else 1.0 - dampening
-        if isinstance(momentum, torch.Tensor) and not H.is_zero(dampening):
-            # a member without momentum takes plain gradient steps (no dampening), as in torch
-            weight = H._binary(_undamped_without_momentum, weight, momentum)
-        momentum_buffer = K.add_tmp(
-            K.mul_(momentum_buffer, per_leaf(momentum)), grads, per_leaf(weight)
-        )
-        grads = K.add(grads, momentum_buffer, per_leaf(momentum)) if nesterov else momentum_buffer
+    if H.is_zero(dampening):
+        weight: H.Hyper = 1.0
+    elif isinstance(step, torch.Tensor):
+        # ``1 - dampening`` stays in float64 (``step`` is float64), the Python number
+        # torch.optim uses: a float32 weight would be off by ~1e-8 on float64 leaves
+        weight = torch.where(step == 1, 1.0, torch.full_like(step, 1.0 - dampening))
+    else:
+        weight = 1.0 if step == 1 else 1.0 - dampening
+    if isinstance(momentum, torch.Tensor) and not H.is_zero(dampening):
+        # a member without momentum takes plain gradient steps (no dampening), as in torch
+        weight = H._binary(_undamped_without_momentum, weight, momentum)
+    momentum_buffer = K.add_tmp(
+        K.mul_(momentum_buffer, per_leaf(momentum)), grads, per_leaf(weight)
+    )
+    grads = K.add(grads, momentum_buffer, per_leaf(momentum)) if nesterov else momentum_buffer
     # negation is exact: -lr needs no float64 detour
     updates = K.descend_add(params, grads, per_leaf(H.neg(lr)))
     return updates, momentum_buffer
@@ -118,26 +99,17 @@ def _undamped_without_momentum(weight, momentum: torch.Tensor) -> torch.Tensor:
     return torch.where(momentum == 0, 1.0, weight.to(dtype=torch.float64))
 
 
-def rmsprop(
-    K,
-    params,
-    grads,
-    square_avg,
-    grad_avg,
-    momentum_buffer,
-    *,
-    lr,
-    alpha,
-    eps,
-    weight_decay,
-    momentum,
-):
-    """RMSprop; ``grad_avg`` is ``None`` unless centered, ``momentum_buffer`` unless momentum."""
+def rms(K, params, grads, square_avg, grad_avg, momentum_buffer, *, lr, alpha, eps, momentum):
+    """RMSprop's step ``-lr * g / (sqrt(E[g^2] - E[g]^2) + eps)``, or ``-lr`` times its momentum.
+
+    ``grad_avg`` (``E[g]``) is ``None`` unless centered, ``momentum_buffer`` unless
+    momentum: RMSprop's momentum accumulates ``g / avg`` in one ``addcdiv``, as
+    ``torch.optim.RMSprop`` does (the direction made first, then a momentum transform
+    over it, gives the same numbers with two more passes over memory).
+    """
     per_leaf = H.PerLeaf(grads)
     square_weight = per_leaf(H.rsub(1.0, H.wide(alpha)))
 
-    if not H.is_zero(weight_decay):
-        grads = K.add(grads, params, per_leaf(weight_decay))
     square_avg = K.addcmul_tmp(K.mul_(square_avg, per_leaf(alpha)), grads, grads, square_weight)
     if grad_avg is not None:
         grad_avg = K.lerp_(grad_avg, grads, square_weight)

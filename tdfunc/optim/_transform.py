@@ -18,14 +18,14 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from torch._C import _functorch
 
 from .._assembly import TensorDict, is_tensor_collection
-from . import _complex, _kernels, _leaves, _rules
+from .._core.helpers import tracing
+from . import _complex, _compose, _kernels, _leaves
 from . import _hyper as H
 from ._groups import member_rows
 
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = tracing.compiling
 
 
 def _flatten(tree: Any) -> tuple[list, Any]:
@@ -34,7 +34,7 @@ def _flatten(tree: Any) -> tuple[list, Any]:
 
 def _transformed() -> bool:
     """True under ``torch.compile`` or a ``torch.func`` transform (vmap, grad, ...)."""
-    return _is_compiling() or _functorch.maybe_current_level() is not None
+    return _is_compiling() or tracing.functorch_level() is not None
 
 
 _requires_grad = operator.attrgetter("requires_grad")
@@ -143,18 +143,25 @@ def _add(leaves: list, update_leaves: list) -> list:
 class GradientTransformation:
     """A functional optimizer: ``init(params) -> state``, ``update(grads, state, params)``.
 
-    Built by :func:`adam`, :func:`adamw`, :func:`sgd` and :func:`rmsprop`. Nothing
-    passed in is modified; ``update`` returns the parameter *updates* (add them
-    with :func:`apply_updates`) and the new state. Works under ``torch.func``
-    transforms (``grad`` through the update, ``vmap`` over tasks) and
+    Built by the transformations (:func:`~tdfunc.optim.scale_by_adam`, ...) and the
+    named optimizers (:func:`~tdfunc.optim.adam`, ...), each a list of stages
+    (:mod:`tdfunc.optim._compose`) with one state: the step count and every stage's
+    moments. Nothing passed in is modified; ``update`` returns the parameter
+    *updates* (add them with :func:`apply_updates`) and the new state. Works under
+    ``torch.func`` transforms (``grad`` through the update, ``vmap`` over tasks) and
     ``torch.compile``.
     """
 
-    def __init__(self, name: str, moments: tuple[str, ...], hypers: dict, rule: Callable) -> None:
+    def __init__(
+        self, name: str, stages: tuple, hypers: dict, check: Callable | None = None
+    ) -> None:
         self._name = name
-        self._moments = moments
+        self._stages = tuple(stages)
+        self._segments = _compose.plan(self._stages)
+        self._moments = tuple(name for stage in self._stages for name in stage.moments)
         self.hyperparameters = hypers
-        self._rule = rule
+        # a check of the resolved hyperparameters on every step, ``check(api, hypers)``
+        self._check = check
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={_brief(v)}" for k, v in self.hyperparameters.items())
@@ -165,6 +172,7 @@ class GradientTransformation:
 
         Example:
             >>> from tdfunc import TensorDict
+            >>> from tdfunc.optim import adam
             >>> opt = adam(lr=0.1)
             >>> state = opt.init(TensorDict({"w": torch.ones(4, 2)}, batch_size=[4]))
             >>> sorted(state.keys()), state["step"].shape
@@ -213,6 +221,7 @@ class GradientTransformation:
 
         Example:
             >>> from tdfunc import TensorDict
+            >>> from tdfunc.optim import sgd
             >>> params = TensorDict({"w": torch.ones(2)})
             >>> opt = sgd(lr=0.5)
             >>> state = opt.init(params)
@@ -220,16 +229,24 @@ class GradientTransformation:
             >>> apply_updates(params, updates)["w"]
             tensor([0.5000, 0.5000])
         """
+        return self._update(grads, state, params, members, ())
+
+    def _update(self, grads: Any, state: Any, params: Any, members: Any, followers: tuple) -> tuple:
+        """``update``, with the stages of ``followers`` folded into this one's.
+
+        ``followers`` are the transformations that :class:`~tdfunc.optim.Chain` runs
+        with this one (the folding rule of :mod:`tdfunc.optim._compose`).
+        """
         api = f"tdfunc.optim.{self._name}(...).update"
         if not _is_compiling():
-            done = self._update_tensordicts(api, grads, state, params, members)
+            done = self._update_tensordicts(api, grads, state, params, members, followers)
             if done is not None:
                 return done
         grad_leaves, grad_spec = _flatten(grads)
         count = len(grad_leaves)
         step, moments = self._read_state(api, state, count, grad_spec)
         if params is None:
-            if self._needs_params():
+            if self._needs_params(followers):
                 raise ValueError(
                     f"{api}: weight decay needs the parameters: call "
                     f"opt.update(grads, state, params)."
@@ -247,7 +264,7 @@ class GradientTransformation:
         for name, moment in zip(self._moments, moments):
             _same_shapes(api, f"state[{name!r}]", moment, "grads", grad_leaves, grads)
         updates, step, new_moments = self._compute(
-            api, grads, grad_leaves, param_leaves, step, moments, members
+            api, grads, grad_leaves, param_leaves, step, moments, members, followers
         )
         new_state = {"step": step}
         for name, moment in zip(self._moments, new_moments):
@@ -257,7 +274,7 @@ class GradientTransformation:
         return pytree.tree_unflatten(updates, grad_spec), new_state
 
     def _update_tensordicts(
-        self, api: str, grads: Any, state: Any, params: Any, members: Any = None
+        self, api: str, grads: Any, state: Any, params: Any, members: Any, followers: tuple
     ) -> Any:
         """``update`` for plain TensorDicts of one structure, or ``None`` (the generic path).
 
@@ -274,7 +291,7 @@ class GradientTransformation:
         others = [entries.get(name) for name in self._moments]
         if params is not None:
             others.append(params)
-        elif self._needs_params():
+        elif self._needs_params(followers):
             return None
         read = _leaves.read(grads, others)
         # the new state nests the moments, shaped like the gradients, under its batch size
@@ -284,7 +301,7 @@ class GradientTransformation:
         grad_leaves, other_leaves = read
         param_leaves = grad_leaves if params is None else other_leaves.pop()
         updates, step, new_moments = self._compute(
-            api, grads, grad_leaves, param_leaves, step, other_leaves, members
+            api, grads, grad_leaves, param_leaves, step, other_leaves, members, followers
         )
         new_state = {"step": step}
         for name, moment in zip(self._moments, new_moments):
@@ -292,9 +309,20 @@ class GradientTransformation:
         new_state = kind._new_unsafe(new_state, batch_size, None, state._names)
         return _leaves.build(grads, updates), new_state
 
-    def _compute(self, api, grads, grad_leaves, param_leaves, step, moments, members=None):
-        """The rule on flat lists: update leaves, the new step count, the new moments."""
+    def _compute(self, api, grads, grad_leaves, param_leaves, step, moments, members, followers):
+        """The stages on flat lists: update leaves, the new step count, the new moments."""
         hypers, tensor_hypers = self._resolve(api, grad_leaves, grads)
+        segments = self._segments
+        if followers:
+            for follower in followers:
+                own, own_tensors = follower._resolve(
+                    f"tdfunc.optim.{follower._name}(...).update", grad_leaves, grads
+                )
+                hypers.update(own)
+                tensor_hypers += own_tensors
+            segments = _compose.plan(self._stages + tuple(f._stages[0] for f in followers))
+        if self._check is not None:
+            self._check(api, hypers)
         backend = _backend(grad_leaves, param_leaves, [step], *moments, tensor_hypers)
         step = step + 1
         like = grad_leaves
@@ -303,9 +331,10 @@ class GradientTransformation:
             hypers = _complex.per_leaf_hypers(hypers, like)
             param_leaves, grad_leaves = _complex.as_real(param_leaves), _complex.as_real(like)
             moments = [_complex.as_real(moment) for moment in moments]
-        updates, new_moments = self._rule(
-            backend, param_leaves, grad_leaves, moments, step.to(dtype=torch.float64), hypers
-        )
+        updates, new_moments = _compose.run(
+            segments, backend, param_leaves, grad_leaves, moments, step.to(dtype=torch.float64),
+            hypers,
+        )  # fmt: skip
         if complex_leaves:
             updates = _complex.as_complex(updates, like)
             new_moments = [_complex.as_complex(moment, like) for moment in new_moments]
@@ -356,9 +385,21 @@ class GradientTransformation:
             moments.append(leaves)
         return step, moments
 
-    def _needs_params(self) -> bool:
-        decay = self.hyperparameters.get("weight_decay", 0.0)
-        return not H.is_zero(decay)
+    def _needs_params(self, followers: tuple = ()) -> bool:
+        return any(
+            not H.is_zero(t.hyperparameters.get("weight_decay", 0.0)) for t in (self, *followers)
+        )
+
+    def _advanced(self, state: Any, members: Any) -> Any:
+        """``state`` one step on (``members``' counts only): a folded stage's own state."""
+        api = f"tdfunc.optim.{self._name}(...).update"
+        step, _ = self._read_state(api, state, 0, None)
+        new_step = step + 1
+        if members is not None:
+            new_step = torch.where(_member_mask(api, members, step), new_step, step)
+        if is_tensor_collection(state):
+            return TensorDict({"step": new_step}, batch_size=state.batch_size)
+        return {"step": new_step}
 
     def _resolve(self, api: str, leaves: list, grads: Any) -> tuple[dict, list]:
         """The hyperparameters for this step, and their tensors (checked against the leaves).
@@ -449,231 +490,3 @@ def _brief(value: Any) -> str:
     if isinstance(value, (float, int, bool)) or value is None:
         return repr(value)
     return type(value).__name__
-
-
-def _hyper(api: str, name: str, value: Any, kind: str | None = None, tree: bool = False) -> Any:
-    """Check a hyperparameter by the ranges the stateful optimizers use (``_hyper.RANGES``).
-
-    Ints become floats; a pytree is allowed where ``tree``.
-    """
-    if tree and not isinstance(value, (int, float, torch.Tensor)):
-        leaves, _ = _flatten(value)
-        if len(leaves) == 1 and leaves[0] is value:  # not a container
-            raise TypeError(
-                f"{api}: {name} must be a float, a tensor, or a pytree of tensors shaped like "
-                f"the parameters; got {type(value).__name__}."
-            )
-        if not leaves:
-            raise ValueError(f"{api}: {name} is an empty pytree.")
-        for leaf in leaves:
-            H.check(api, f"every leaf of {name}", leaf, kind or name)
-        return value
-    return H.check(api, name, value, kind)
-
-
-def _momentum_fixed(api: str, with_momentum: bool, momentum: Any) -> None:
-    """The state holds a momentum buffer only if momentum was on when the optimizer was made."""
-    if not with_momentum and not H.is_zero(momentum):
-        raise ValueError(
-            f"{api}: hyperparameters['momentum'] was set to {_brief(momentum)}, but the "
-            f"optimizer was made with momentum=0 and its state has no momentum buffer; make "
-            f"a new optimizer with the momentum (and a new state with its init)."
-        )
-
-
-# ------------------------------------------------------------------ optimizers
-def adam(
-    lr: Any = 1e-3,
-    betas: tuple = (0.9, 0.999),
-    eps: float = 1e-8,
-    weight_decay: Any = 0.0,
-    *,
-    eps_root: float = 0.0,
-) -> GradientTransformation:
-    """Adam, as ``torch.optim.Adam`` computes it (L2 weight decay added to the gradient).
-
-    Every hyperparameter may be a float, or a tensor whose shape is a prefix of
-    every parameter's shape: ``lr=torch.tensor([...])`` with one value per
-    member of parameters stacked along dim 0. ``lr`` may also be a pytree shaped
-    like the parameters (per-parameter learning rates). ``eps_root`` is added
-    to the bias-corrected second moment under the square root (as in optax): set
-    it (e.g. ``1e-16``) when differentiating through steps where a gradient entry
-    can be exactly zero, where ``sqrt`` has no derivative.
-
-    Example:
-        >>> from tdfunc import TensorDict
-        >>> params = TensorDict({"w": torch.ones(3, 2)}, batch_size=[3])
-        >>> opt = adam(lr=torch.tensor([0.1, 0.01, 0.0]))
-        >>> state = opt.init(params)
-        >>> updates, state = opt.update(params.apply(torch.ones_like), state, params)
-        >>> apply_updates(params, updates)["w"][:, 0]
-        tensor([0.9000, 0.9900, 1.0000])
-    """
-    return _adam("adam", lr, betas, eps, weight_decay, eps_root, decoupled=False)
-
-
-def adamw(
-    lr: Any = 1e-3,
-    betas: tuple = (0.9, 0.999),
-    eps: float = 1e-8,
-    weight_decay: Any = 1e-2,
-    *,
-    eps_root: float = 0.0,
-) -> GradientTransformation:
-    """AdamW: Adam with decoupled weight decay, as ``torch.optim.AdamW``.
-
-    Hyperparameters as in :func:`adam`.
-
-    Example:
-        >>> from tdfunc import TensorDict
-        >>> params = TensorDict({"w": torch.ones(2)})
-        >>> opt = adamw(lr=0.1, weight_decay=0.5)
-        >>> updates, _ = opt.update(params.apply(torch.zeros_like), opt.init(params), params)
-        >>> apply_updates(params, updates)["w"]
-        tensor([0.9500, 0.9500])
-    """
-    return _adam("adamw", lr, betas, eps, weight_decay, eps_root, decoupled=True)
-
-
-def _adam(name, lr, betas, eps, weight_decay, eps_root, decoupled) -> GradientTransformation:
-    api = f"tdfunc.optim.{name}"
-    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-        raise TypeError(f"{api}: betas must be a pair (beta1, beta2), got {betas!r}.")
-    hypers = {
-        "lr": _hyper(api, "lr", lr, tree=True),
-        "beta1": _hyper(api, "betas[0]", betas[0], "beta1"),
-        "beta2": _hyper(api, "betas[1]", betas[1], "beta2"),
-        "eps": _hyper(api, "eps", eps),
-        "weight_decay": _hyper(api, "weight_decay", weight_decay),
-        "eps_root": _hyper(api, "eps_root", eps_root),
-    }
-
-    def rule(K, params, grads, moments, step, h):
-        updates, exp_avg, exp_avg_sq = _rules.adam(
-            K,
-            params,
-            grads,
-            moments[0],
-            moments[1],
-            step,
-            lr=h["lr"],
-            beta1=h["beta1"],
-            beta2=h["beta2"],
-            eps=h["eps"],
-            weight_decay=h["weight_decay"],
-            decoupled=decoupled,
-            eps_root=h["eps_root"],
-        )
-        return updates, (exp_avg, exp_avg_sq)
-
-    return GradientTransformation(name, ("exp_avg", "exp_avg_sq"), hypers, rule)
-
-
-def sgd(
-    lr: Any = 1e-3,
-    momentum: Any = 0.0,
-    nesterov: bool = False,
-    weight_decay: Any = 0.0,
-    dampening: float = 0.0,
-) -> GradientTransformation:
-    """SGD with optional (Nesterov) momentum and L2 weight decay, as ``torch.optim.SGD``.
-
-    ``lr``, ``momentum`` and ``weight_decay`` may be per-member tensors (see
-    :func:`adam`); ``lr`` may be a pytree shaped like the parameters (Meta-SGD).
-
-    Example:
-        >>> params = {"w": torch.ones(2)}
-        >>> opt = sgd(lr={"w": torch.tensor([0.1, 0.5])})
-        >>> updates, _ = opt.update({"w": torch.ones(2)}, opt.init(params), params)
-        >>> apply_updates(params, updates)["w"]
-        tensor([0.9000, 0.5000])
-    """
-    api = "tdfunc.optim.sgd"
-    hypers = {
-        "lr": _hyper(api, "lr", lr, tree=True),
-        "momentum": _hyper(api, "momentum", momentum),
-        "weight_decay": _hyper(api, "weight_decay", weight_decay),
-        "dampening": _hyper(api, "dampening", dampening),
-    }
-    if isinstance(hypers["dampening"], torch.Tensor):
-        raise TypeError(f"{api}: dampening must be a float, got a tensor.")
-    if nesterov and (H.is_zero(hypers["momentum"]) or not H.is_zero(hypers["dampening"])):
-        raise ValueError(f"{api}: nesterov=True needs momentum > 0 and dampening == 0.")
-    with_momentum = not H.is_zero(hypers["momentum"])
-
-    def rule(K, params, grads, moments, step, h):
-        _momentum_fixed(api, with_momentum, h["momentum"])
-        updates, buffer = _rules.sgd(
-            K,
-            params,
-            grads,
-            moments[0] if with_momentum else None,
-            step,
-            lr=h["lr"],
-            momentum=h["momentum"],
-            dampening=h["dampening"],
-            nesterov=nesterov,
-            weight_decay=h["weight_decay"],
-        )
-        return updates, ((buffer,) if with_momentum else ())
-
-    return GradientTransformation(
-        "sgd", ("momentum_buffer",) if with_momentum else (), hypers, rule
-    )
-
-
-def rmsprop(
-    lr: Any = 1e-2,
-    alpha: Any = 0.99,
-    eps: float = 1e-8,
-    weight_decay: Any = 0.0,
-    momentum: Any = 0.0,
-    centered: bool = False,
-) -> GradientTransformation:
-    """RMSprop, as ``torch.optim.RMSprop``; hyperparameters as in :func:`adam`.
-
-    Example:
-        >>> params = {"w": torch.ones(2)}
-        >>> opt = rmsprop(lr=0.01)
-        >>> updates, state = opt.update({"w": torch.ones(2)}, opt.init(params), params)
-        >>> sorted(state)
-        ['square_avg', 'step']
-    """
-    api = "tdfunc.optim.rmsprop"
-    hypers = {
-        "lr": _hyper(api, "lr", lr, tree=True),
-        "alpha": _hyper(api, "alpha", alpha),
-        "eps": _hyper(api, "eps", eps),
-        "weight_decay": _hyper(api, "weight_decay", weight_decay),
-        "momentum": _hyper(api, "momentum", momentum),
-    }
-    with_momentum = not H.is_zero(hypers["momentum"])
-    moments = (
-        ("square_avg",)
-        + (("grad_avg",) if centered else ())
-        + (("momentum_buffer",) if with_momentum else ())
-    )
-
-    def rule(K, params, grads, state, step, h):
-        _momentum_fixed(api, with_momentum, h["momentum"])
-        grad_avg = state[1] if centered else None
-        buffer = state[-1] if with_momentum else None
-        updates, square_avg, grad_avg, buffer = _rules.rmsprop(
-            K,
-            params,
-            grads,
-            state[0],
-            grad_avg,
-            buffer,
-            lr=h["lr"],
-            alpha=h["alpha"],
-            eps=h["eps"],
-            weight_decay=h["weight_decay"],
-            momentum=h["momentum"],
-        )
-        new = (
-            (square_avg,) + ((grad_avg,) if centered else ()) + ((buffer,) if with_momentum else ())
-        )
-        return updates, new
-
-    return GradientTransformation("rmsprop", moments, hypers, rule)

@@ -108,8 +108,7 @@ def test_fake_tensors_and_any_dispatch_mode_answer():
     assert not tr.tracing()
 
 
-# What only the tracing module may read from torch; tdfunc.optim reads a few of them
-# itself until its update rules take them from the shared module too.
+# What only the tracing module may read from torch.
 _QUESTIONS = {
     "is_compiling",
     "is_dynamo_compiling",
@@ -120,14 +119,13 @@ _QUESTIONS = {
     "_len_torch_dispatch_stack",
     "_functorch",
 }
-_ASKS_ITSELF = {"optim"}
 
 
 def test_no_other_module_asks_torch_itself():
     wrong = []
     for path in sorted(ROOT.rglob("*.py")):
         relative = path.relative_to(ROOT)
-        if relative == Path("_core/helpers/tracing.py") or relative.parts[0] in _ASKS_ITSELF:
+        if relative == Path("_core/helpers/tracing.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             name = node.attr if isinstance(node, ast.Attribute) else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from optimizer_table import OPTIMIZERS
 from torch._dynamo.utils import counters
 
 from tdfunc import optim
@@ -37,6 +38,8 @@ def eager_steps(opt, params, steps: int) -> None:
 
 
 CASES = [
+    # every optimizer of the table, with its contract hyperparameters and per-member lr
+    *[(row.stateful, {"lr": LRS, **row.contract}) for row in OPTIMIZERS.values()],
     (optim.SGD, {"lr": LRS, "momentum": 0.9, "weight_decay": 0.1}),
     (optim.Adam, {"lr": 0.1}),
     (optim.AdamW, {"lr": LRS, "betas": (0.9, torch.tensor([0.99, 0.9, 0.5])), "weight_decay": 0.1}),

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from optimizer_table import OPTIMIZERS
 
 from tdfunc import TensorDict, optim
 
 N = 3
 SHAPES = {"a": (4,), "b": (2, 3)}
-WD = 0.05
 
 
 def _clip_then(cls):
@@ -22,42 +22,21 @@ def _clip_then(cls):
     return ("clip", cls)
 
 
-# id: (torch optimizer, its per-member kwargs given lr, the functional optimizer given lr)
-TABLE = {
-    "adam": (torch.optim.Adam, dict(weight_decay=WD), lambda lr: optim.adam(lr, weight_decay=WD)),
-    "adam-chain": (
-        torch.optim.Adam,
-        dict(weight_decay=WD),
-        lambda lr: optim.chain(
-            optim.add_decayed_weights(WD), optim.scale_by_adam(), optim.scale_by_learning_rate(lr)
-        ),
-    ),
-    "adamw": (
-        torch.optim.AdamW,
-        dict(weight_decay=WD),
-        lambda lr: optim.adamw(lr, weight_decay=WD),
-    ),
-    "adamw-chain": (
-        torch.optim.AdamW,
-        dict(weight_decay=WD),
-        lambda lr: optim.chain(
-            optim.scale_by_adam(), optim.add_decayed_weights(WD), optim.scale_by_learning_rate(lr)
-        ),
-    ),
-    "sgd-nesterov": (
-        torch.optim.SGD,
-        dict(momentum=0.9, nesterov=True, weight_decay=WD),
-        lambda lr: optim.sgd(lr, momentum=0.9, nesterov=True, weight_decay=WD),
-    ),
-    "sgd-nesterov-chain": (
-        torch.optim.SGD,
-        dict(momentum=0.9, nesterov=True, weight_decay=WD),
-        lambda lr: optim.chain(
-            optim.add_decayed_weights(WD),
-            optim.scale_by_momentum(0.9, nesterov=True),
-            optim.scale_by_learning_rate(lr),
-        ),
-    ),
+def _named(row):
+    return lambda lr: row.functional(lr, **row.contract)
+
+
+def _chained(row):
+    return lambda lr: row.chain(lr, **row.contract)
+
+
+# id: (torch optimizer, its per-member kwargs given lr, the functional optimizer given lr):
+# every optimizer of the table, named and spelled as a chain, then chains of other shapes
+TABLE = {}
+for _name, _row in OPTIMIZERS.items():
+    TABLE[_name] = (_row.torch, _row.contract, _named(_row))
+    TABLE[f"{_name}-chain"] = (_row.torch, _row.contract, _chained(_row))
+TABLE.update({
     "sgd-dampening-chain": (
         torch.optim.SGD,
         dict(momentum=0.8, dampening=0.3),
@@ -65,19 +44,10 @@ TABLE = {
             optim.scale_by_momentum(0.8, dampening=0.3), optim.scale_by_learning_rate(lr)
         ),
     ),
-    "rmsprop-centered": (
+    "rmsprop-plain-chain": (
         torch.optim.RMSprop,
-        dict(alpha=0.9, centered=True, weight_decay=WD),
-        lambda lr: optim.rmsprop(lr, alpha=0.9, centered=True, weight_decay=WD),
-    ),
-    "rmsprop-centered-chain": (
-        torch.optim.RMSprop,
-        dict(alpha=0.9, centered=True, weight_decay=WD),
-        lambda lr: optim.chain(
-            optim.add_decayed_weights(WD),
-            optim.scale_by_rms(0.9, centered=True),
-            optim.scale_by_learning_rate(lr),
-        ),
+        dict(),
+        lambda lr: optim.chain(optim.scale_by_rms(), optim.scale_by_learning_rate(lr)),
     ),
     "clip-sgd-chain": (
         _clip_then(torch.optim.SGD),
@@ -86,14 +56,9 @@ TABLE = {
             optim.clip_by_global_norm(0.5, per_member=True), optim.scale_by_learning_rate(lr)
         ),
     ),
-}
-# chain id -> named id: the same numbers up to the last bits of one rounding
-PAIRS = {
-    "adam-chain": "adam",
-    "adamw-chain": "adamw",
-    "sgd-nesterov-chain": "sgd-nesterov",
-    "rmsprop-centered-chain": "rmsprop-centered",
-}
+})  # fmt: skip
+# chain id -> named id: the same numbers, bit for bit
+PAIRS = {f"{name}-chain": name for name in OPTIMIZERS}
 LR = [0.1, 0.05, 0.2]
 
 
@@ -121,7 +86,7 @@ def run(opt, params, grads_seq, members=None):
     return params
 
 
-def torch_reference(entry, params, grads_seq):
+def torch_reference(entry, params, grads_seq, lrs=LR):
     """Each member stepped by its own torch optimizer over ordinary tensors."""
     cls, kwargs, _ = entry
     clip = isinstance(cls, tuple)
@@ -130,7 +95,7 @@ def torch_reference(entry, params, grads_seq):
     out = {k: [] for k in params}
     for i in range(N):
         member = {k: v[i].clone().requires_grad_(True) for k, v in params.items()}
-        opt = cls(list(member.values()), lr=LR[i], **kwargs)
+        opt = cls(list(member.values()), lr=lrs[i], **kwargs)
         for grads in grads_seq:
             for k, p in member.items():
                 p.grad = grads[k][i].clone()
@@ -226,17 +191,13 @@ def test_chain_equals_named(chained, dtype):
     ours = run(TABLE[chained][2](lr), params, grads_seq)
     named = run(TABLE[PAIRS[chained]][2](lr), params, grads_seq)
     for k in SHAPES:
-        if chained.startswith("sgd"):
-            assert torch.equal(ours[k], named[k])  # the same operations in the same order
-        else:
-            # the step size is applied after the division instead of before it: one rounding
-            torch.testing.assert_close(
-                ours[k], named[k], rtol=8 * torch.finfo(dtype).eps, atol=8 * torch.finfo(dtype).eps
-            )
+        # the chain folds the step size where the named optimizer does: the same bits
+        assert torch.equal(ours[k], named[k])
 
 
-def test_members_subset_steps_only_those_members():
-    opt = TABLE["adamw-chain"][2](0.1)
+@pytest.mark.parametrize("name", list(TABLE))
+def test_members_subset_steps_only_those_members(name):
+    opt = TABLE[name][2](0.1)
     params = TensorDict(stacked(torch.float64, 0), batch_size=[N])
     grads_seq = [TensorDict(stacked(torch.float64, s), batch_size=[N]) for s in (1, 2)]
     mask = torch.tensor([True, False, True])
@@ -245,6 +206,53 @@ def test_members_subset_steps_only_those_members():
     for k in SHAPES:
         torch.testing.assert_close(ours[k][mask], full[k][mask], rtol=1e-12, atol=1e-12)
         assert torch.equal(ours[k][~mask], params[k][~mask])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex128])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_stateful_matches_torch_optim_per_member(name, dtype):
+    row = OPTIMIZERS[name]
+    params = stacked(dtype, 0)
+    grads_seq = [stacked(dtype, s) for s in (1, 2, 3)]
+    tensors = {k: torch.nn.Parameter(v.clone()) for k, v in params.items()}
+    opt = row.stateful(list(tensors.values()), lr=torch.tensor(LR), **row.contract)
+    for grads in grads_seq:
+        for k, p in tensors.items():
+            p.grad = grads[k].clone()
+        opt.step()
+    # the stateful optimizer keeps lr as given (float32), as the loop's optimizers read it
+    lr32 = [float(v) for v in torch.tensor(LR)]
+    expected = torch_reference((row.torch, row.contract, None), params, grads_seq, lr32)
+    for k in SHAPES:
+        torch.testing.assert_close(tensors[k].detach(), expected[k], **tol(dtype))
+
+
+@pytest.mark.parametrize("direction", ["torch-to-tdfunc", "tdfunc-to-torch"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_state_dicts_cross_with_torch_optim(name, direction):
+    """Two steps by one library, saved, loaded into the other, two more: as one run of torch's."""
+    row = OPTIMIZERS[name]
+    kwargs = {"lr": 0.1, **row.contract}
+    start, grads_seq = (
+        stacked(torch.float64, 0)["b"],
+        [stacked(torch.float64, s)["b"] for s in (1, 2, 3, 4)],
+    )
+    reference = torch.nn.Parameter(start.clone())
+    theirs = row.torch([reference], foreach=False, **kwargs)
+    ours = torch.nn.Parameter(start.clone())
+    first, second = (row.torch, row.stateful)
+    if direction == "tdfunc-to-torch":
+        first, second = second, first
+    opt = first([ours], **kwargs)
+    for index, grad in enumerate(grads_seq):
+        if index == 2:
+            saved = opt.state_dict()
+            opt = second([ours], **kwargs)
+            opt.load_state_dict(saved)
+        ours.grad, reference.grad = grad.clone(), grad.clone()
+        opt.step()
+        theirs.step()
+    torch.testing.assert_close(ours.detach(), reference.detach(), rtol=1e-12, atol=1e-12)
 
 
 def test_chain_errors_name_the_api():
@@ -287,15 +295,23 @@ def test_clip_per_member_refuses_unstacked_parameters():
         clip.update(params, clip.init(params), params)
 
 
-def test_chain_compiles_once_without_graph_breaks():
-    from torch._dynamo.testing import CompileCounter
-
-    opt = optim.chain(
+COMPILED = {
+    **{name: TABLE[name][2] for name in TABLE if name.split("-")[0] in OPTIMIZERS},
+    "clip-adamw-chain": lambda lr: optim.chain(
         optim.clip_by_global_norm(1.0, per_member=True),
         optim.scale_by_adam(),
         optim.add_decayed_weights(0.01),
-        optim.scale_by_learning_rate(torch.tensor([0.1, 0.2])),
-    )
+        optim.scale_by_learning_rate(lr),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPILED))
+def test_compiles_once_without_graph_breaks(name):
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    opt = COMPILED[name](torch.tensor([0.1, 0.2]))
     params = TensorDict({"w": torch.randn(2, 3)}, batch_size=[2])
     state = eager_state = opt.init(params)
     counter = CompileCounter()

@@ -13,16 +13,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from optimizer_table import OPTIMIZERS
 
 from tdfunc import TensorDict, optim
 
-TORCH = {
-    "sgd": torch.optim.SGD,
-    "adam": torch.optim.Adam,
-    "adamw": torch.optim.AdamW,
-    "rmsprop": torch.optim.RMSprop,
-}
-STATEFUL = {"sgd": optim.SGD, "adam": optim.Adam, "adamw": optim.AdamW, "rmsprop": optim.RMSprop}
 SHAPES = {"a": (4,), "b": (2, 3), "c": ()}
 
 
@@ -44,7 +38,7 @@ def reference_runs(kind: str, kwargs: dict, start: torch.Tensor, grads: list) ->
     for index in range(start.shape[0]):
         param = torch.nn.Parameter(start[index].clone())
         member_kwargs = {k: member_value(v, index) for k, v in kwargs.items()}
-        opt = TORCH[kind]([param], foreach=False, **member_kwargs)
+        opt = OPTIMIZERS[kind].torch([param], foreach=False, **member_kwargs)
         steps = []
         for grad in grads:
             param.grad = grad[index].clone()
@@ -65,7 +59,7 @@ def assert_member_state(ours: dict, theirs: dict, index: int, dtype) -> None:
 
 @st.composite
 def cases(draw):
-    kind = draw(st.sampled_from(sorted(TORCH)))
+    kind = draw(st.sampled_from(sorted(OPTIMIZERS)))
     members = draw(st.integers(1, 3))
     dtype = draw(st.sampled_from([torch.float32, torch.float64]))
 
@@ -75,19 +69,7 @@ def cases(draw):
             return torch.tensor(chosen, dtype=draw(st.sampled_from([torch.float32, dtype])))
         return draw(st.sampled_from(values))
 
-    kwargs = {"lr": hyper([0.5, 0.1, 1e-3]), "weight_decay": hyper([0.0, 0.1, 0.3])}
-    if kind == "sgd":
-        kwargs["momentum"] = hyper([0.0, 0.5, 0.9])
-        kwargs["dampening"] = draw(st.sampled_from([0.0, 0.3]))
-        plain_momentum = not isinstance(kwargs["momentum"], torch.Tensor)
-        if plain_momentum and kwargs["momentum"] > 0 and kwargs["dampening"] == 0:
-            kwargs["nesterov"] = draw(st.booleans())
-    elif kind == "rmsprop":
-        kwargs.update(alpha=hyper([0.99, 0.3]), momentum=hyper([0.0, 0.9]))
-        kwargs.update(eps=draw(st.sampled_from([1e-8, 1e-3])), centered=draw(st.booleans()))
-    else:
-        kwargs["betas"] = (hyper([0.9, 0.3, 0.0]), hyper([0.999, 0.7]))
-        kwargs["eps"] = draw(st.sampled_from([1e-8, 1e-3]))
+    kwargs = OPTIMIZERS[kind].draw(hyper, lambda values: draw(st.sampled_from(values)))
     seed = draw(st.integers(0, 2**16))
     return kind, members, dtype, kwargs, seed
 
@@ -120,11 +102,18 @@ def test_functional_and_stateful_match_torch_optim_per_member(case):
     }
     tol = tolerances(dtype)
 
-    functional = getattr(optim, kind)(**kwargs)
+    functional = OPTIMIZERS[kind].functional(**kwargs)
+    chained = OPTIMIZERS[kind].chain(**kwargs)
     state, current = functional.init(params), params
+    chain_state, chain_current = chained.init(params), params
     for step, grad in enumerate(grads):
         updates, state = functional.update(grad, state, current)
         current = optim.apply_updates(current, updates)
+        # the same optimizer spelled as a chain of transforms: the same bits
+        updates, chain_state = chained.update(grad, chain_state, chain_current)
+        chain_current = optim.apply_updates(chain_current, updates)
+        for key in KEYS:
+            assert torch.equal(chain_current[key], current[key]), key
         for key in KEYS:
             for index in range(members):
                 param, theirs = references[key][index][step]
@@ -133,18 +122,16 @@ def test_functional_and_stateful_match_torch_optim_per_member(case):
                 ours["step"] = state["step"][index]
                 assert_member_state(ours, theirs, index, dtype)
 
-    if kind not in STATEFUL:
-        return
     stateful_kwargs = kwargs
     tensors = [torch.nn.Parameter(params[key].clone()) for key in KEYS]
-    opt = STATEFUL[kind](tensors, **stateful_kwargs)
+    opt = OPTIMIZERS[kind].stateful(tensors, **stateful_kwargs)
     for step, grad in enumerate(grads):
         for tensor, key in zip(tensors, KEYS):
             tensor.grad = grad[key].clone()
         opt.step()
         if step == 1:  # a saved state continues as the one that saved it
             saved = copy.deepcopy(opt.state_dict())
-            opt = STATEFUL[kind](tensors, **stateful_kwargs)
+            opt = OPTIMIZERS[kind].stateful(tensors, **stateful_kwargs)
             opt.load_state_dict(saved)
         for tensor, key in zip(tensors, KEYS):
             for index in range(members):
@@ -381,13 +368,13 @@ def test_complex_parameters_step_as_torch_optim(kind, kwargs, dtype):
     start = torch.randn(3, 4, dtype=dtype, generator=generator)
     grads = [torch.randn(3, 4, dtype=dtype, generator=generator) for _ in range(3)]
     reference = torch.nn.Parameter(start.clone())
-    theirs = TORCH[kind]([reference], foreach=False, **kwargs)
+    theirs = OPTIMIZERS[kind].torch([reference], foreach=False, **kwargs)
     for grad in grads:
         reference.grad = grad.clone()
         theirs.step()
     tol = tolerances(torch.float64 if dtype == torch.complex128 else torch.float32)
 
-    opt = getattr(optim, kind)(**kwargs)
+    opt = OPTIMIZERS[kind].functional(**kwargs)
     params = TensorDict({"w": start.clone()}, batch_size=[3])
     state = opt.init(params)
     for grad in grads:
@@ -398,13 +385,12 @@ def test_complex_parameters_step_as_torch_optim(kind, kwargs, dtype):
         if name != "step":
             torch.testing.assert_close(state[name]["w"], value, **tol)
 
-    if kind in STATEFUL:
-        ours = torch.nn.Parameter(start.clone())
-        opt = STATEFUL[kind]([ours], **kwargs)
-        for grad in grads:
-            ours.grad = grad.clone()
-            opt.step()
-        torch.testing.assert_close(ours.detach(), reference.detach(), **tol)
+    ours = torch.nn.Parameter(start.clone())
+    opt = OPTIMIZERS[kind].stateful([ours], **kwargs)
+    for grad in grads:
+        ours.grad = grad.clone()
+        opt.step()
+    torch.testing.assert_close(ours.detach(), reference.detach(), **tol)
 
 
 @pytest.mark.parametrize(

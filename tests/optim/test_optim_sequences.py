@@ -12,14 +12,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from tdfunc import optim
+from optimizer_table import OPTIMIZERS
 
 SHAPES = [(3,), (2, 2)]
-KINDS = {"SGD": optim.SGD, "Adam": optim.Adam, "AdamW": optim.AdamW, "RMSprop": optim.RMSprop}
-MOMENTS = {"SGD": ("momentum_buffer",), "Adam": ("exp_avg", "exp_avg_sq")}
-MOMENTS["AdamW"] = MOMENTS["Adam"]
-MOMENTS["RMSprop"] = ("square_avg", "momentum_buffer", "grad_avg")
 TOLERANCE = {
     torch.float64: {"rtol": 1e-9, "atol": 1e-10},
     torch.float32: {"rtol": 1e-5, "atol": 1e-6},
@@ -30,16 +25,16 @@ TOLERANCE = {
 
 @st.composite
 def scenarios(draw):
-    kind = draw(st.sampled_from(sorted(KINDS)))
+    kind = draw(st.sampled_from(sorted(OPTIMIZERS)))
     members = draw(st.integers(1, 3))
     dtype = draw(st.sampled_from(sorted(TOLERANCE, key=str)))
     per_member = draw(st.booleans())
     lr = [draw(st.sampled_from([0.5, 0.1, 0.01])) for _ in range(members)] if per_member else 0.1
     kwargs = {"lr": lr}
-    if kind == "SGD":
+    if kind == "sgd":
         kwargs.update(momentum=draw(st.sampled_from([0.0, 0.9])))
         kwargs.update(weight_decay=draw(st.sampled_from([0.0, 0.1])))
-    elif kind == "RMSprop":
+    elif kind == "rmsprop":
         kwargs.update(momentum=draw(st.sampled_from([0.0, 0.5])), centered=draw(st.booleans()))
         kwargs.update(alpha=draw(st.sampled_from([0.99, 0.5])))
     else:
@@ -77,9 +72,10 @@ def test_random_sequences_match_one_torch_optim_per_member(scenario):
     generator = torch.Generator().manual_seed(0)
     starts = [torch.randn(members, *s, generator=generator).to(dtype) for s in SHAPES]
     ours = [torch.nn.Parameter(start.clone()) for start in starts]
-    opt = KINDS[kind](ours, **{**kwargs, "lr": as_hyper(kwargs["lr"])})
+    row = OPTIMIZERS[kind]
+    opt = row.stateful(ours, **{**kwargs, "lr": as_hyper(kwargs["lr"])})
     theirs = [[torch.nn.Parameter(start[i].clone()) for start in starts] for i in range(members)]
-    torch_kind = getattr(torch.optim, kind)
+    torch_kind = row.torch
     references = [
         torch_kind(params, foreach=False, **{**kwargs, "lr": member_lr(kwargs["lr"], i)})
         for i, params in enumerate(theirs)
@@ -112,7 +108,7 @@ def test_random_sequences_match_one_torch_optim_per_member(scenario):
                 s.step()
         else:  # a checkpoint and resume into a fresh optimizer
             saved = opt.state_dict()
-            opt = KINDS[kind](ours, **{**kwargs, "lr": as_hyper(kwargs["lr"])})
+            opt = row.stateful(ours, **{**kwargs, "lr": as_hyper(kwargs["lr"])})
             opt.load_state_dict(saved)
             scheduler = references_schedulers = None
             for i, reference in enumerate(references):
@@ -125,17 +121,17 @@ def test_random_sequences_match_one_torch_optim_per_member(scenario):
                 reference = theirs[i][leaf]
                 torch.testing.assert_close(param.detach()[i], reference.detach(), **tolerance)
                 state, expected = opt.state.get(param, {}), references[i].state.get(reference, {})
-                for name in MOMENTS[kind]:
+                for name in row.moments:
                     if expected.get(name) is not None:
                         torch.testing.assert_close(state[name][i], expected[name], **tolerance)
 
 
-@pytest.mark.parametrize("saver", ["AdamW", "Adam"])
+@pytest.mark.parametrize("saver", ["adamw", "adam"])
 def test_round_trips_across_classes_are_refused(saver):
     param = torch.nn.Parameter(torch.ones(2, 3))
     param.grad = torch.ones(2, 3)
-    opt = KINDS[saver]([param], lr=0.1)
+    opt = OPTIMIZERS[saver].stateful([param], lr=0.1)
     opt.step()
-    other = "Adam" if saver == "AdamW" else "AdamW"
+    other = "adam" if saver == "adamw" else "adamw"
     with pytest.raises(ValueError, match="decoupled_weight_decay"):
-        KINDS[other]([param], lr=0.1).load_state_dict(opt.state_dict())
+        OPTIMIZERS[other].stateful([param], lr=0.1).load_state_dict(opt.state_dict())

@@ -1,0 +1,112 @@
+"""The one table of optimizers that the contract tests run over.
+
+A row says how to build an optimizer four ways from the same keyword arguments
+(``torch.optim``'s names: ``lr``, ``betas``, ``momentum``...): functional
+(``tdfunc.optim.adam``), stateful (``tdfunc.optim.Adam``), as a chain of the small
+transforms, and the ``torch.optim`` reference; which state entries it keeps; and
+the hyperparameter values the random tests draw from. Adding an optimizer to
+``tdfunc.optim`` is one rule and one row here: every contract test picks it up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from tdfunc import optim
+
+
+@dataclass(frozen=True)
+class Row:
+    functional: Callable
+    stateful: type
+    chain: Callable  # the same keyword arguments -> a chain of transforms
+    torch: type
+    moments: tuple[str, ...]  # state entries besides the step count (torch.optim's names)
+    draw: Callable  # draw(hyper, draw) -> keyword arguments; hyper(values) draws a value
+    contract: dict  # the keyword arguments the fixed-value contract tests use (besides lr)
+
+
+def _adam_chain(decoupled: bool) -> Callable:
+    def build(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=None):
+        if weight_decay is None:
+            weight_decay = 1e-2 if decoupled else 0.0
+        adam = optim.scale_by_adam(*betas, eps)
+        decay = optim.add_decayed_weights(weight_decay)
+        scale = optim.scale_by_learning_rate(lr)
+        return optim.chain(adam, decay, scale) if decoupled else optim.chain(decay, adam, scale)
+
+    return build
+
+
+def _sgd_chain(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+    steps = [optim.add_decayed_weights(weight_decay)]
+    if isinstance(momentum, torch.Tensor) or momentum != 0:
+        steps.append(optim.scale_by_momentum(momentum, dampening, nesterov))
+    return optim.chain(*steps, optim.scale_by_learning_rate(lr))
+
+
+def _rmsprop_chain(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False):
+    return optim.chain(
+        optim.add_decayed_weights(weight_decay),
+        optim.scale_by_rms(alpha, eps, centered, momentum),
+        optim.scale_by_learning_rate(lr),
+    )
+
+
+def _draw_adam(hyper, draw) -> dict:
+    return {
+        "lr": hyper([0.5, 0.1, 1e-3]),
+        "weight_decay": hyper([0.0, 0.1, 0.3]),
+        "betas": (hyper([0.9, 0.3, 0.0]), hyper([0.999, 0.7])),
+        "eps": draw([1e-8, 1e-3]),
+    }
+
+
+def _draw_sgd(hyper, draw) -> dict:
+    kwargs = {
+        "lr": hyper([0.5, 0.1, 1e-3]),
+        "weight_decay": hyper([0.0, 0.1, 0.3]),
+        "momentum": hyper([0.0, 0.5, 0.9]),
+        "dampening": draw([0.0, 0.3]),
+    }
+    plain = not isinstance(kwargs["momentum"], torch.Tensor)
+    if plain and kwargs["momentum"] > 0 and kwargs["dampening"] == 0:
+        kwargs["nesterov"] = draw([False, True])
+    return kwargs
+
+
+def _draw_rmsprop(hyper, draw) -> dict:
+    return {
+        "lr": hyper([0.5, 0.1, 1e-3]),
+        "weight_decay": hyper([0.0, 0.1, 0.3]),
+        "alpha": hyper([0.99, 0.3]),
+        "momentum": hyper([0.0, 0.9]),
+        "eps": draw([1e-8, 1e-3]),
+        "centered": draw([False, True]),
+    }
+
+
+WD = 0.05
+ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
+OPTIMIZERS: dict[str, Row] = {
+    "sgd": Row(
+        optim.sgd, optim.SGD, _sgd_chain, torch.optim.SGD, ("momentum_buffer",), _draw_sgd,
+        {"momentum": 0.9, "nesterov": True, "weight_decay": WD},
+    ),
+    "adam": Row(
+        optim.adam, optim.Adam, _adam_chain(False), torch.optim.Adam, ADAM_MOMENTS, _draw_adam,
+        {"weight_decay": WD},
+    ),
+    "adamw": Row(
+        optim.adamw, optim.AdamW, _adam_chain(True), torch.optim.AdamW, ADAM_MOMENTS, _draw_adam,
+        {"weight_decay": WD},
+    ),
+    "rmsprop": Row(
+        optim.rmsprop, optim.RMSprop, _rmsprop_chain, torch.optim.RMSprop,
+        ("square_avg", "momentum_buffer", "grad_avg"), _draw_rmsprop,
+        {"alpha": 0.9, "centered": True, "weight_decay": WD, "momentum": 0.5},
+    ),
+}  # fmt: skip
