@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .._core.helpers.tracing import compiling, cuda_capturing
 from .._ensemble.shared import is_shared
 from . import _hyper as H
 
@@ -193,6 +194,4 @@ def member_rows(api: str, members: Any, count: int) -> torch.Tensor:
 
 
 def _values_unreadable() -> bool:
-    if torch.compiler.is_compiling():
-        return True
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return compiling() or cuda_capturing()

@@ -10,6 +10,7 @@ Three kinds of caller see a container, and several paths must know which one run
 - **functorch transforms** (``vmap``, ``grad``, ``jacrev``...): :func:`transformed`,
   with :data:`functorch_level`, :data:`interpreter_stack` and :data:`is_wrapped` for the
   paths that need the level or the wrapped tensors themselves.
+- **CUDA graph recording** (``torch.cuda.graph``): :func:`cuda_capturing`.
 - **fx** symbolic tracing (``torch.fx.symbolic_trace``): :data:`fx_tracing`; the TorchScript
   tracer (``torch.jit.trace``): :data:`jit_tracing`.
 
@@ -63,6 +64,14 @@ def fake_mode() -> bool:
 def fake_tracing() -> bool:
     """Whether fake tensors are being traced outside dynamo (``torch.export``, AOT tracing)."""
     return not dynamo_compiling() and get_dispatch_mode(FAKE) is not None
+
+
+def cuda_capturing() -> bool:
+    """Whether the current CUDA stream is being recorded into a CUDA graph.
+
+    Reading a tensor's values back to Python is not allowed while recording.
+    """
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def tracing(compiled: bool | None = None) -> bool:
