@@ -159,15 +159,18 @@ def _chain(steps: tuple) -> Callable:
         call = f"s{number}(leaves, x)"
         operands = getattr(step, "matmul_operands", None)
         if operands is not None:
-            bias, weight = operands
+            bias, weight, stored = operands
             inline = (
                 f"bmm(x, leaves[{weight}])"
                 if bias is None
                 else f"baddbmm(leaves[{bias}], x, leaves[{weight}])"
             )
+            # an input shared by the members (stride 0) may take the step's one
+            # matmul instead, which it does only for a contiguous stored weight
             lines += [
                 "    stride = x.stride()",
-                f"    x = {inline} if len(stride) == 3 and stride[0] else {call}",
+                f"    x = {inline} if len(stride) == 3 and (stride[0] or not "
+                f"leaves[{stored}].is_contiguous()) else {call}",
             ]
             call = "x"
         if after is not None:

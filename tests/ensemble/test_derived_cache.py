@@ -129,7 +129,7 @@ def _check(ensemble, x: torch.Tensor) -> None:
 
 
 def test_every_mutation_route_is_seen_by_the_next_call():
-    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+    from torch.nn.utils import vector_to_parameters
 
     ensemble, x = _members_and_ensemble()
     _check(ensemble, x)
@@ -143,7 +143,9 @@ def test_every_mutation_route_is_seen_by_the_next_call():
     _check(ensemble, x)
     weight.data = weight.data.mT  # same storage, transposed layout (new values)
     _check(ensemble, x)
-    vector_to_parameters(parameters_to_vector(ensemble.parameters()) * 2, ensemble.parameters())
+    # parameters_to_vector views each tensor; a Linear weight's memory is [N, in, out]
+    vector = torch.cat([p.reshape(-1) for p in ensemble.parameters()])
+    vector_to_parameters(vector * 2, ensemble.parameters())
     _check(ensemble, x)
     ensemble.requires_grad_(False)
     out = ensemble(x)
