@@ -1,13 +1,14 @@
 """The ensemble's cache of derived leaves, and the test for "this call is being traced".
 
-Derived leaves (``weight.mT``, a bias as a row, the weights merged for a shared
-input) are recomputed only when something that changes them changed. An entry
-is reused while, for every leaf, all of these are the same as when it was made:
+Derived leaves (``weight.mT``, a bias as a row, rows of a packed projection) are
+recomputed only when something that changes them changed. An entry is reused
+while, for every leaf, all of these are the same as when it was made:
 
 - the object (``load_state_dict(assign=True)``, ``functional_call``);
-- ``requires_grad`` (a view made of a frozen leaf carries no graph: reusing it
-  after unfreezing would leave every ``.grad`` at ``None``; a view made of a
-  trainable leaf keeps a graph after freezing);
+- ``requires_grad``, in grad mode (a view made of a frozen leaf carries no graph:
+  reusing it after unfreezing would leave every ``.grad`` at ``None``; a view made
+  of a trainable leaf keeps a graph after freezing; without grad mode no view
+  carries a graph);
 - the memory and its layout: storage, offset, sizes and strides (``p.data = ...``
   and ``vector_to_parameters`` replace them in place of the object, and
   ``p.data = p.data.mT`` or ``p.data = p.data[:, :k]`` keep the storage and its
@@ -94,20 +95,22 @@ class DerivedCache:
             or _interpreters() is not None
         ):
             return context.extend(leaves if prepare is None else prepare(leaves))
-        entry = self.entries[_grad_enabled() + 2 * _inference_mode()]
+        grad = _grad_enabled()
+        entry = self.entries[grad + 2 * _inference_mode()]
         # Cheapest first: the objects (the same objects as when the entry was made
         # are of the plain classes it was made for), then one pass per property.
+        # Without grad mode no view carries a graph, whatever requires_grad says.
         if (
             entry is not None
             and all(map(_is, entry[0], leaves))
-            and list(map(_requires_grad, leaves)) == entry[1]
+            and (not grad or list(map(_requires_grad, leaves)) == entry[1])
             and all(map(_is_set_to, leaves, entry[2]))
             and (entry[3] is None or list(map(_version, entry[3][0](leaves))) == entry[3][1])
         ):
             return entry[4]
         if not _PLAIN.issuperset(map(type, leaves)):
             return context.extend(leaves if prepare is None else prepare(leaves))
-        mode = _grad_enabled() + 2 * _inference_mode()
+        mode = grad + 2 * _inference_mode()
         extended = context.extend(leaves if prepare is None else prepare(leaves))
         count = len(leaves)
         copied = sorted(

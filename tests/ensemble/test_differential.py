@@ -453,3 +453,50 @@ def test_every_architecture_runs_batched():
     for name, (make, _, _) in ARCHITECTURES.items():
         summary = Ensemble(*[make() for _ in range(MEMBERS)]).batched_summary
         assert "vmapped" not in summary, f"{name}: {summary}"
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_fast_path_equals_general_path(arch, monkeypatch):
+    """``Ensemble._run``'s fast path (one shared tensor, the registered parameters)
+    and its general twin (the same call with ``in_dims`` given, and through
+    ``functional_call``) agree with each other and with the members run one by one,
+    outputs and gradients."""
+    from tdfunc._ensemble import ensemble as ensemble_module
+
+    make, sample_shape, has_dropout = ARCHITECTURES[arch]
+    torch.manual_seed(0)
+    models = [make() for _ in range(MEMBERS)]
+    ens = Ensemble(*copy.deepcopy(models))
+    if has_dropout:
+        ens.eval()
+        for model in models:
+            model.eval()
+    x = torch.randn(5, *sample_shape)
+    general_calls = []
+    general = ensemble_module.lead_inputs
+
+    def spy(*args, **kwargs):
+        general_calls.append(1)
+        return general(*args, **kwargs)
+
+    monkeypatch.setattr(ensemble_module, "lead_inputs", spy)
+    runs = {
+        "fast": lambda: ens(x),
+        "general": lambda: ens(x, in_dims=None),
+        "functional_call": lambda: ens.functional_call(ens.params, x),
+    }
+    expected = torch.stack([model(x) for model in models])
+    expected.square().sum().backward()
+    expected_grads = {
+        name: torch.stack([model.get_parameter(name).grad for model in models])
+        for name, _ in models[0].named_parameters()
+    }
+    for route, run in runs.items():
+        del general_calls[:]
+        ens.zero_grad(set_to_none=True)
+        out = run()
+        assert bool(general_calls) == (route != "fast"), route
+        _close(out, expected, f"{route} output")
+        out.square().sum().backward()
+        for name, grad in expected_grads.items():
+            _close(ens.get_parameter(f"stacked.{name}").grad, grad, f"{route} grad of {name}")
