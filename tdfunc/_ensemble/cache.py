@@ -64,7 +64,8 @@ class DerivedCache:
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf, an
+        # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf (True:
+        # every leaf), an
         # alias of each leaf's memory and layout, versions of the copied leaves (pick
         # them, their versions) or None, the extended leaves)
         self.entries: list = [None] * 4
@@ -103,7 +104,15 @@ class DerivedCache:
         if (
             entry is not None
             and all(map(_is, entry[0], leaves))
-            and (not grad or list(map(_requires_grad, leaves)) == entry[1])
+            and (
+                not grad
+                # one pass that stops early when every leaf trained (the usual case)
+                or (
+                    all(map(_requires_grad, leaves))
+                    if entry[1] is True
+                    else list(map(_requires_grad, leaves)) == entry[1]
+                )
+            )
             and all(map(_is_set_to, leaves, entry[2]))
             and (entry[3] is None or list(map(_version, entry[3][0](leaves))) == entry[3][1])
         ):
@@ -124,7 +133,9 @@ class DerivedCache:
         if copied:
             pick = operator.itemgetter(*copied) if len(copied) > 1 else _one(copied[0])
             versions = (pick, list(map(_version, pick(leaves))))
-        grads = list(map(_requires_grad, leaves))
+        grads: list | bool = list(map(_requires_grad, leaves))
+        if all(grads):
+            grads = True
         aliases = list(map(_alias, leaves))
         self.entries[mode] = (leaves, grads, aliases, versions, extended)
         return extended

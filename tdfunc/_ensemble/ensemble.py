@@ -345,7 +345,7 @@ class Ensemble(nn.Module):
             and not _tracing()
         ):
             in_dims = kwargs.pop("in_dims", DEFAULT) if kwargs else DEFAULT
-            return self._run(None, args, kwargs, in_dims, state["_num_members"])
+            return self._run(None, args, kwargs, in_dims, state["_num_members"], False)
         return super().__call__(*args, **kwargs)
 
     @property
@@ -435,12 +435,21 @@ class Ensemble(nn.Module):
             for i, leaf in enumerate(leaves)
         )
 
-    def _run(self, leaves: tuple | None, args: tuple, kwargs: dict, in_dims: Any, members: int):
+    def _run(
+        self,
+        leaves: tuple | None,
+        args: tuple,
+        kwargs: dict,
+        in_dims: Any,
+        members: int,
+        compiling: bool | None = None,
+    ):
         """The one path of every forward: ``__call__``, ``forward`` (hooks, compiled
         calls), ``functional_call`` and a selection of members all end here.
 
         ``leaves``: member-leading ``[K, ...]`` tensors (shared ones expanded), or
         ``None`` for the registered ones (their derived views are cached).
+        ``compiling``: ``False`` when the caller knows that nothing compiles.
         """
         state = self.__dict__
         batched = state["_batched"]
@@ -462,6 +471,7 @@ class Ensemble(nn.Module):
                 state["_context"],
                 tuple(starmap(getitem, state["_slots"])),  # owner[key] per slot
                 self._with_shared if state["_shared"] else None,
+                compiling,
             )
             return batched(extended, x.expand(members, *x.shape))
         in_dims = state["_in_dims"] if in_dims is DEFAULT else check_in_dims(in_dims)
