@@ -18,9 +18,11 @@ while, for every leaf, all of these are the same as when it was made:
 
 and the grad and inference modes are those of the entry. Nothing is cached
 while the call is traced (``torch.compile``, ``torch.export`` strict or not,
-fake tensors), runs under any torch dispatch mode (functionalization, or a mode
-that must see every op) or inside a ``torch.func`` transform: a derived tensor
-made there is a fake or wrapped tensor that must not reach a later eager call.
+``torch.jit.trace``, fake tensors), runs under any torch dispatch mode
+(functionalization, or a mode that must see every op) or inside a ``torch.func``
+transform: a derived tensor made there is a fake or wrapped tensor that must not
+reach a later eager call, and one made before must not enter a trace (the tracer
+would take it for a constant).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .._core.helpers.tracing import compiling as _is_compiling
 from .._core.helpers.tracing import dispatch_modes as _dispatch_modes
 from .._core.helpers.tracing import exporting as _is_exporting
 from .._core.helpers.tracing import interpreter_stack as _interpreters
+from .._core.helpers.tracing import jit_tracing as _jit_tracing
 from .._core.helpers.tracing import tracing as tracing
 
 if TYPE_CHECKING:
@@ -94,6 +97,7 @@ class DerivedCache:
             or _is_exporting()
             or _dispatch_modes()
             or _interpreters() is not None
+            or _jit_tracing() is not None
         ):
             return context.extend(leaves if prepare is None else prepare(leaves))
         grad = _grad_enabled()
