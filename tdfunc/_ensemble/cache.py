@@ -67,10 +67,10 @@ class DerivedCache:
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf (True:
-        # every leaf), an
-        # alias of each leaf's memory and layout, versions of the copied leaves (pick
-        # them, their versions) or None, the extended leaves)
+        # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf or
+        # True when every leaf requires grad, an alias of each leaf's memory and
+        # layout, versions of the copied leaves (pick them, their versions) or None,
+        # the extended leaves)
         self.entries: list = [None] * 4
 
     def clear(self) -> None:
