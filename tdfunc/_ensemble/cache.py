@@ -87,17 +87,22 @@ class DerivedCache:
 
         ``prepare`` (views of the leaves, such as shared tensors expanded to the
         member dim) runs before the derivations and is cached with them;
-        ``compiling``: as for :func:`tracing`.
+        ``compiling``: ``False`` when the caller has read ``compiling()`` and the
+        jit tracing state (both false), ``None`` to read them here.
         """
         if not context.derivations and prepare is None:
             return leaves
-        # tracing(), inlined: this runs on every call of a small ensemble
+        # tracing(), inlined (this runs on every call of a small ensemble), and
+        # torch.jit.trace; compiling=False: the caller has found that nothing
+        # compiles, exports (an export sets compiling()) or jit-traces
         if (
-            (_is_compiling() if compiling is None else compiling)
-            or _is_exporting()
+            (
+                (_is_compiling() or _is_exporting() or _jit_tracing() is not None)
+                if compiling is None
+                else compiling
+            )
             or _dispatch_modes()
             or _interpreters() is not None
-            or _jit_tracing() is not None
         ):
             return context.extend(leaves if prepare is None else prepare(leaves))
         grad = _grad_enabled()

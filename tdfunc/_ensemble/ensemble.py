@@ -449,7 +449,8 @@ class Ensemble(nn.Module):
 
         ``leaves``: member-leading ``[K, ...]`` tensors (shared ones expanded), or
         ``None`` for the registered ones (their derived views are cached).
-        ``compiling``: ``False`` when the caller knows that nothing compiles.
+        ``compiling``: ``False`` when the caller has found that nothing compiles,
+        exports or jit-traces (``__call__``), ``None`` to ask.
         """
         state = self.__dict__
         batched = state["_batched"]
