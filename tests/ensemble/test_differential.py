@@ -113,7 +113,8 @@ ARCHITECTURES = {
         False,
     ),
     "attention": (_CrossAttention, (3, 4), False),
-    # wide enough (batch x features >= 4096) for the shared-input matmul path
+    # wide enough (batch x features >= 4096) for the shared-input matmul path, which
+    # contiguous weights take (after the assign_contiguous rule)
     "wide": (lambda: nn.Sequential(nn.Linear(1024, 8), nn.ReLU(), nn.Linear(8, 2)), (1024,), False),
 }
 
@@ -284,6 +285,18 @@ class EnsembleVersusLoop(RuleBasedStateMachine):
         self.ens.load_state_dict(new)
         for k, m in enumerate(self.models):
             m.load_state_dict({key[len("stacked.") :]: value[k] for key, value in new.items()})
+
+    @rule()
+    def assign_contiguous(self):
+        """The ensemble's tensors replaced by contiguous copies (the layout N modules'
+        weights stack to), as a checkpoint written elsewhere would load: it runs on
+        them (a wide shared input then takes the merged-weight matmul) and trains
+        them. New parameters start without gradients or optimizer state, on both sides."""
+        state = {k: v.detach().contiguous().clone() for k, v in self.ens.state_dict().items()}
+        self.ens.load_state_dict(state, assign=True)
+        for model in self.models:
+            model.zero_grad(set_to_none=True)
+        self._new_optimizers()
 
     @rule(double=st.booleans())
     def change_dtype(self, double):
