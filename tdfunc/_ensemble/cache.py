@@ -1,13 +1,14 @@
 """The ensemble's cache of derived leaves, and the test for "this call is being traced".
 
-Derived leaves (``weight.mT``, a bias as a row, the weights merged for a shared
-input) are recomputed only when something that changes them changed. An entry
-is reused while, for every leaf, all of these are the same as when it was made:
+Derived leaves (``weight.mT``, a bias as a row, rows of a packed projection) are
+recomputed only when something that changes them changed. An entry is reused
+while, for every leaf, all of these are the same as when it was made:
 
 - the object (``load_state_dict(assign=True)``, ``functional_call``);
-- ``requires_grad`` (a view made of a frozen leaf carries no graph: reusing it
-  after unfreezing would leave every ``.grad`` at ``None``; a view made of a
-  trainable leaf keeps a graph after freezing);
+- ``requires_grad``, in grad mode (a view made of a frozen leaf carries no graph:
+  reusing it after unfreezing would leave every ``.grad`` at ``None``; a view made
+  of a trainable leaf keeps a graph after freezing; without grad mode no view
+  carries a graph);
 - the memory and its layout: storage, offset, sizes and strides (``p.data = ...``
   and ``vector_to_parameters`` replace them in place of the object, and
   ``p.data = p.data.mT`` or ``p.data = p.data[:, :k]`` keep the storage and its
@@ -17,9 +18,11 @@ is reused while, for every leaf, all of these are the same as when it was made:
 
 and the grad and inference modes are those of the entry. Nothing is cached
 while the call is traced (``torch.compile``, ``torch.export`` strict or not,
-fake tensors), runs under any torch dispatch mode (functionalization, or a mode
-that must see every op) or inside a ``torch.func`` transform: a derived tensor
-made there is a fake or wrapped tensor that must not reach a later eager call.
+``torch.jit.trace``, fake tensors), runs under any torch dispatch mode
+(functionalization, or a mode that must see every op) or inside a ``torch.func``
+transform: a derived tensor made there is a fake or wrapped tensor that must not
+reach a later eager call, and one made before must not enter a trace (the tracer
+would take it for a constant).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from .._core.helpers.tracing import compiling as _is_compiling
 from .._core.helpers.tracing import dispatch_modes as _dispatch_modes
 from .._core.helpers.tracing import exporting as _is_exporting
 from .._core.helpers.tracing import interpreter_stack as _interpreters
+from .._core.helpers.tracing import jit_tracing as _jit_tracing
 from .._core.helpers.tracing import tracing as tracing
 
 if TYPE_CHECKING:
@@ -63,9 +67,10 @@ class DerivedCache:
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf, an
-        # alias of each leaf's memory and layout, versions of the copied leaves (pick
-        # them, their versions) or None, the extended leaves)
+        # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf or
+        # True when every leaf requires grad, an alias of each leaf's memory and
+        # layout, versions of the copied leaves (pick them, their versions) or None,
+        # the extended leaves)
         self.entries: list = [None] * 4
 
     def clear(self) -> None:
@@ -82,32 +87,48 @@ class DerivedCache:
 
         ``prepare`` (views of the leaves, such as shared tensors expanded to the
         member dim) runs before the derivations and is cached with them;
-        ``compiling``: as for :func:`tracing`.
+        ``compiling``: ``False`` when the caller has read ``compiling()`` and the
+        jit tracing state (both false), ``None`` to read them here.
         """
         if not context.derivations and prepare is None:
             return leaves
-        # tracing(), inlined: this runs on every call of a small ensemble
+        # tracing(), inlined (this runs on every call of a small ensemble), and
+        # torch.jit.trace; compiling=False: the caller has found that nothing
+        # compiles, exports (an export sets compiling()) or jit-traces
         if (
-            (_is_compiling() if compiling is None else compiling)
-            or _is_exporting()
+            (
+                (_is_compiling() or _is_exporting() or _jit_tracing() is not None)
+                if compiling is None
+                else compiling
+            )
             or _dispatch_modes()
             or _interpreters() is not None
         ):
             return context.extend(leaves if prepare is None else prepare(leaves))
-        entry = self.entries[_grad_enabled() + 2 * _inference_mode()]
+        grad = _grad_enabled()
+        entry = self.entries[grad + 2 * _inference_mode()]
         # Cheapest first: the objects (the same objects as when the entry was made
         # are of the plain classes it was made for), then one pass per property.
+        # Without grad mode no view carries a graph, whatever requires_grad says.
         if (
             entry is not None
             and all(map(_is, entry[0], leaves))
-            and list(map(_requires_grad, leaves)) == entry[1]
+            and (
+                not grad
+                # one pass that stops early when every leaf trained (the usual case)
+                or (
+                    all(map(_requires_grad, leaves))
+                    if entry[1] is True
+                    else list(map(_requires_grad, leaves)) == entry[1]
+                )
+            )
             and all(map(_is_set_to, leaves, entry[2]))
             and (entry[3] is None or list(map(_version, entry[3][0](leaves))) == entry[3][1])
         ):
             return entry[4]
         if not _PLAIN.issuperset(map(type, leaves)):
             return context.extend(leaves if prepare is None else prepare(leaves))
-        mode = _grad_enabled() + 2 * _inference_mode()
+        mode = grad + 2 * _inference_mode()
         extended = context.extend(leaves if prepare is None else prepare(leaves))
         count = len(leaves)
         copied = sorted(
@@ -121,7 +142,9 @@ class DerivedCache:
         if copied:
             pick = operator.itemgetter(*copied) if len(copied) > 1 else _one(copied[0])
             versions = (pick, list(map(_version, pick(leaves))))
-        grads = list(map(_requires_grad, leaves))
+        grads: list | bool = list(map(_requires_grad, leaves))
+        if all(grads):
+            grads = True
         aliases = list(map(_alias, leaves))
         self.entries[mode] = (leaves, grads, aliases, versions, extended)
         return extended

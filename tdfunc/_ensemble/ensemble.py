@@ -56,6 +56,7 @@ from .layout import (
     _register,
     _slot_index,
     _slots,
+    _store_linear_weights_transposed,
     _to_meta,
 )
 from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slice_members
@@ -182,13 +183,14 @@ class Ensemble(nn.Module):
                 f"Ensemble: the model ({type(template).__name__}) has no parameters or "
                 f"buffers, so its members would all be the same."
             )
-        self._slots = _Pinned(_slots(self._layout))
         self._shared_names = shared_names
         self._shared = tuple(
             position
             for position, (name, _, _) in enumerate(_leaf_names(self._layout))
             if name in shared_names
         )
+        _store_linear_weights_transposed(self._layout, template, set(self._shared))
+        self._slots = _Pinned(_slots(self._layout))
         # optimizers given ensemble.parameters() learn here which tensors have no member dim
         declare_shared(self._slots[i][0][self._slots[i][1]] for i in self._shared)
         # Outside the module tree: the ensemble must not register (or move) these tensors.
@@ -202,6 +204,8 @@ class Ensemble(nn.Module):
         self.randomness = randomness
         self.chunk_size = chunk_size
         self._derived = DerivedCache()
+        # __call__ goes straight to _run unless a subclass has its own forward
+        self._own_forward = type(self).forward is Ensemble.forward
         self._plan_for_mode()
 
     # ------------------------------------------------------------- configuration
@@ -216,11 +220,7 @@ class Ensemble(nn.Module):
     @in_dims.setter
     def in_dims(self, value) -> None:
         self._in_dims = check_in_dims(value)
-        self._fast_entry = (
-            value is None
-            and getattr(self, "_chunk_size", None) is None
-            and type(self).forward is Ensemble.forward  # __call__ runs it inline
-        )
+        self._fast_entry = value is None and getattr(self, "_chunk_size", None) is None
 
     @property
     def randomness(self) -> str:
@@ -244,9 +244,7 @@ class Ensemble(nn.Module):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"Ensemble: chunk_size must be None or a positive int, got {value!r}.")
         self._chunk_size = value
-        self._fast_entry = (
-            value is None and self._in_dims is None and type(self).forward is Ensemble.forward
-        )
+        self._fast_entry = value is None and self._in_dims is None
 
     @property
     def num_members(self) -> int:
@@ -319,31 +317,20 @@ class Ensemble(nn.Module):
 
         ``in_dims`` (keyword) overrides the module's :attr:`in_dims` for this call.
         """
-        batched = self._batched
-        if (
-            batched is not None
-            and in_dims is DEFAULT
-            and self._fast_entry
-            and len(args) == 1
-            and not kwargs
-            and isinstance(args[0], torch.Tensor)
-        ):  # the common call: one input shared by all members
-            x = args[0]
-            leaves = self._extended(tuple(starmap(getitem, self._slots)))
-            return batched(leaves, x.expand(self._num_members, *x.shape))
         return self._run(None, args, kwargs, in_dims, self._num_members)
 
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         # nn.Module.__call__ takes two Python frames to reach forward when no hook
         # is set; at small sizes those, and forward's own frame, are a visible
-        # part of the call. The same checks in one frame, and the common call (one
-        # input shared by all members) run from here; any hook, module.compile(),
-        # torch.compile or jit tracing takes torch's full path. The state is read
-        # from the instance dict: nn.Module's __getattr__ makes every `self.x`
-        # a slower, generic lookup.
+        # part of the call. The same checks here, then straight to _run, the one
+        # path of every forward; any hook, module.compile(), torch.compile, jit
+        # tracing or a subclass's own forward takes torch's full path (which ends
+        # in _run too). The state is read from the instance dict: nn.Module
+        # defines __getattr__, which makes every `self.x` a slower lookup.
         state = self.__dict__
         if (
-            not (
+            state["_own_forward"]
+            and not (
                 state["_forward_hooks"]
                 or state["_forward_pre_hooks"]
                 or state["_backward_hooks"]
@@ -357,23 +344,8 @@ class Ensemble(nn.Module):
             and not _is_compiling()
             and not _tracing()
         ):
-            batched = state["_batched"]
-            if (
-                batched is not None
-                and state["_fast_entry"]
-                and len(args) == 1
-                and not kwargs
-                and isinstance(args[0], torch.Tensor)
-            ):
-                x = args[0]
-                leaves = state["_derived"].extend(  # self._extended, one frame less
-                    state["_context"],
-                    tuple(starmap(getitem, state["_slots"])),  # owner[key] per slot
-                    self._with_shared if state["_shared"] else None,
-                    False,  # not compiling: read above
-                )
-                return batched(leaves, x.expand(state["_num_members"], *x.shape))
-            return self.forward(*args, **kwargs)
+            in_dims = kwargs.pop("in_dims", DEFAULT) if kwargs else DEFAULT
+            return self._run(None, args, kwargs, in_dims, state["_num_members"], False)
         return super().__call__(*args, **kwargs)
 
     @property
@@ -463,14 +435,51 @@ class Ensemble(nn.Module):
             for i, leaf in enumerate(leaves)
         )
 
-    def _run(self, leaves: tuple | None, args: tuple, kwargs: dict, in_dims: Any, members: int):
-        # ``leaves``: member-leading [K, ...] tensors (shared ones expanded), or
-        # None for the registered ones (their derived views are cached).
-        in_dims = self._in_dims if in_dims is DEFAULT else check_in_dims(in_dims)
-        batched = self._batched
+    def _run(
+        self,
+        leaves: tuple | None,
+        args: tuple,
+        kwargs: dict,
+        in_dims: Any,
+        members: int,
+        compiling: bool | None = None,
+    ):
+        """The one path of every forward: ``__call__``, ``forward`` (hooks, compiled
+        calls), ``functional_call`` and a selection of members all end here.
+
+        ``leaves``: member-leading ``[K, ...]`` tensors (shared ones expanded), or
+        ``None`` for the registered ones (their derived views are cached).
+        ``compiling``: ``False`` when the caller has found that nothing compiles,
+        exports or jit-traces (``__call__``), ``None`` to ask.
+        """
+        state = self.__dict__
+        batched = state["_batched"]
+        # The fast path: the registered parameters, one tensor shared by the members
+        # and no chunks. It is the general path below with every branch decided;
+        # tests/ensemble/test_differential.py (test_fast_path_equals_general_path)
+        # runs both on the same calls.
+        if (
+            leaves is None
+            and batched is not None
+            and in_dims is DEFAULT
+            and state["_fast_entry"]
+            and len(args) == 1
+            and not kwargs
+            and isinstance(args[0], torch.Tensor)
+        ):
+            x = args[0]
+            extended = state["_derived"].extend(
+                state["_context"],
+                tuple(starmap(getitem, state["_slots"])),  # owner[key] per slot
+                self._with_shared if state["_shared"] else None,
+                compiling,
+            )
+            return batched(extended, x.expand(members, *x.shape))
+        in_dims = state["_in_dims"] if in_dims is DEFAULT else check_in_dims(in_dims)
+        chunk = state["_chunk_size"]
         if leaves is None:
-            raw = tuple([owner[key] for owner, key in self._slots])
-            if batched is None or self._chunk_size is not None:
+            raw = tuple(starmap(getitem, state["_slots"]))
+            if batched is None or chunk is not None:
                 leaves = self._with_shared(raw)
             else:
                 extended = self._extended(raw)
@@ -479,18 +488,17 @@ class Ensemble(nn.Module):
         args = lead_inputs(args, in_dims, members)
         if kwargs:
             kwargs = {key: lead_input(value, None, members, key) for key, value in kwargs.items()}
-        chunk = self._chunk_size
         if chunk is None or chunk >= members:
             if leaves is not None:
-                extended = self._context.extend(leaves)
+                extended = state["_context"].extend(leaves)
             return batched(extended, *args, **kwargs)
         outputs = []
         for start in range(0, members, chunk):
-            # Derived views (a merged weight) are not member-leading: slice, then derive.
+            # Derived views are not member-leading: slice, then derive.
             part = slice(start, start + chunk)
             outputs.append(
                 batched(
-                    self._context.extend(tuple([leaf[part] for leaf in leaves])),
+                    state["_context"].extend(tuple([leaf[part] for leaf in leaves])),
                     *slice_members(args, part),
                     **slice_members(kwargs, part),
                 )
@@ -600,7 +608,10 @@ class Ensemble(nn.Module):
                 f"{self._num_members} members."
             )
         module = copy.deepcopy(self._template)
-        params = self.params[index].apply(lambda tensor: tensor.detach().clone())
+        # contiguous: a standalone module's tensors in the layout nn.Module makes
+        params = self.params[index].apply(
+            lambda tensor: tensor.detach().clone(memory_format=torch.contiguous_format)
+        )
         handle = params.to_module(module)
         handle.commit()
         return module
@@ -626,6 +637,7 @@ class Ensemble(nn.Module):
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
+        self._own_forward = type(self).forward is Ensemble.forward
         self._prepare_swap()  # a copy (deepcopy, pickle) has a new template
         self._plan_for_mode()
 

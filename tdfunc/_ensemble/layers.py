@@ -92,14 +92,14 @@ def row(bias: torch.Tensor) -> torch.Tensor:
     return bias.unsqueeze(1)
 
 
-def merged(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.flatten(0, 1)
-
-
 # Per-member input elements from which an input shared by the members (expanded,
 # stride 0 along the members) goes through one matmul with every member's weight
 # ([B, in] @ [in, N * out]) instead of a bmm over the expanded input, whose
-# backward is several times slower at these sizes (CPU, measured).
+# backward is several times slower at these sizes (CPU, measured). Only for a
+# weight stored [N, out, in] contiguous (one whose user replaced the ensemble's
+# own): the ensemble stores its Linear weights as [N, in, out] memory (layout.py),
+# and on those the bmm is as fast or faster than this matmul, which would need a
+# copy of the weight.
 _SHARED_MATMUL_ELEMENTS = 4096
 
 
@@ -115,14 +115,19 @@ def _wide(x: torch.Tensor) -> bool:
 def _linear(module: nn.Module, slots: dict, context: BatchContext):
     # y = x @ W^T + b for all members: one baddbmm on [N, rows, in] inputs, with
     # the weight's transpose and the bias as a row read from the derived leaves.
-    w = context.derived(transposed, slots["weight"])
-    b = None if slots.get("bias") is None else context.derived(row, slots["bias"])
-    w_all = context.derived(merged, slots["weight"])
-    b_all = None if b is None else context.derived(merged, slots["bias"])
+    weight, bias = slots["weight"], slots.get("bias")
+    w = context.derived(transposed, weight)
+    b = None if bias is None else context.derived(row, bias)
 
     def shared(leaves, x):
+        # merged per call, not cached: the matmul it feeds dwarfs two views
+        stacked = leaves[weight]
+        if not stacked.is_contiguous():
+            return None
         first = x[0]
-        out = F.linear(first, leaves[w_all], None if b_all is None else leaves[b_all])
+        out = F.linear(
+            first, stacked.flatten(0, 1), None if bias is None else leaves[bias].flatten(0, 1)
+        )
         return out.unflatten(-1, (x.shape[0], -1)).movedim(-2, 0)
 
     if b is None:
@@ -130,20 +135,24 @@ def _linear(module: nn.Module, slots: dict, context: BatchContext):
         def step(leaves, x):
             stride = x.stride()  # no argument to parse; its length is the rank
             if stride[0] == 0 and _wide(x):
-                return shared(leaves, x)
+                out = shared(leaves, x)
+                if out is not None:
+                    return out
             if len(stride) == 3:
                 return torch.bmm(x, leaves[w])
             shape = x.shape
             out = torch.bmm(x.reshape(shape[0], math.prod(shape[1:-1]), shape[-1]), leaves[w])
             return out.view(*shape[:-1], out.shape[-1])
 
-        step.matmul_operands = (None, w)  # type: ignore[attr-defined]  # see plan._chain
+        step.matmul_operands = (None, w, weight)  # type: ignore[attr-defined]  # plan._chain
         return step
 
     def step(leaves, x):
         stride = x.stride()  # no argument to parse; its length is the rank
         if stride[0] == 0 and _wide(x):
-            return shared(leaves, x)
+            out = shared(leaves, x)
+            if out is not None:
+                return out
         if len(stride) == 3:
             return torch.baddbmm(leaves[b], x, leaves[w])
         shape = x.shape
@@ -151,9 +160,10 @@ def _linear(module: nn.Module, slots: dict, context: BatchContext):
         out = torch.baddbmm(leaves[b], flat, leaves[w])
         return out.view(*shape[:-1], out.shape[-1])
 
-    # What a chain runs inline for a [N, B, in] input with its own rows per member
-    # (the step's own third branch): positions of the bias row and the transposed weight.
-    step.matmul_operands = (b, w)  # type: ignore[attr-defined]
+    # What a chain runs inline for a [N, B, in] input (the step's own third branch):
+    # positions of the bias row, the transposed weight and the stored weight (an
+    # input shared by the members takes the step when that one is contiguous).
+    step.matmul_operands = (b, w, weight)  # type: ignore[attr-defined]
     return step
 
 

@@ -209,6 +209,38 @@ def _register(
     return holder, tuple(layout)
 
 
+def _store_linear_weights_transposed(layout: tuple, template: nn.Module, keep: set) -> None:
+    """Give every stacked ``nn.Linear`` weight ``[N, in, out]`` memory, seen as ``[N, out, in]``.
+
+    The batched ``Linear`` multiplies by ``weight.mT``; on this memory that view
+    is contiguous, which ``baddbmm`` runs up to 1.7x faster on CPU than the
+    transpose of a contiguous ``[N, out, in]`` weight (docs/internals.md). The
+    shapes users see do not change; a dense leaf's gradient takes its strides.
+    A weight tied to anything but a ``Linear`` weight (an embedding table) keeps
+    the contiguous layout its other users expect; ``keep``: positions left as
+    they are (tensors kept shared).
+    """
+    index = _slot_index(layout, template)
+    users: dict[int, list] = {}
+    for slot in iter_slots(template):
+        if slot.value is not None:
+            users.setdefault(index[(id(slot.module), slot.name)], []).append(slot)
+    for position, (owner, key) in enumerate(_slots(layout)):
+        value = owner[key]
+        if (
+            position in keep
+            or not isinstance(value, nn.Parameter)
+            or value.dim() != 3
+            or not all(
+                isinstance(slot.module, nn.Linear) and slot.name == "weight"
+                for slot in users.get(position, ())
+            )
+        ):
+            continue
+        stored = value.detach().mT.contiguous().mT
+        owner[key] = nn.Parameter(stored, requires_grad=value.requires_grad)
+
+
 def _slots(layout: tuple) -> list:
     """The (owner dict, key) of every leaf, in layout order."""
     out = []

@@ -154,20 +154,46 @@ def _chain(steps: tuple) -> Callable:
     # its own per member) runs inline, without the step's frame
     constants: dict = {"baddbmm": torch.baddbmm, "bmm": torch.bmm}
     lines = ["def chain(leaves, x):"]
+    if all(getattr(step, "matmul_operands", None) is not None for step, _ in pairs):
+        # A chain of Linear layers (and elementwise functions): once the first one
+        # runs inline, every later input is a fresh [N, B, out] result with rows of
+        # its own, so the rest runs inline without asking again. The lines after
+        # this branch are its general twin (each layer asks); the ensemble-vs-loop
+        # tests (tests/ensemble/test_differential.py) run MLPs through both.
+        _, _, stored = pairs[0][0].matmul_operands
+        lines += [
+            "    stride = x.stride()",
+            f"    if len(stride) == 3 and (stride[0] or not leaves[{stored}].is_contiguous()):",
+        ]
+        for number, (step, after) in enumerate(pairs):
+            bias, weight, _ = step.matmul_operands
+            call = (
+                f"bmm(x, leaves[{weight}])"
+                if bias is None
+                else f"baddbmm(leaves[{bias}], x, leaves[{weight}])"
+            )
+            if after is not None:
+                constants[f"a{number}"] = after
+                call = f"a{number}({call})"
+            lines.append(f"        x = {call}")
+        lines.append("        return x")
     for number, (step, after) in enumerate(pairs):
         constants[f"s{number}"] = step
         call = f"s{number}(leaves, x)"
         operands = getattr(step, "matmul_operands", None)
         if operands is not None:
-            bias, weight = operands
+            bias, weight, stored = operands
             inline = (
                 f"bmm(x, leaves[{weight}])"
                 if bias is None
                 else f"baddbmm(leaves[{bias}], x, leaves[{weight}])"
             )
+            # an input shared by the members (stride 0) may take the step's one
+            # matmul instead, which it does only for a contiguous stored weight
             lines += [
                 "    stride = x.stride()",
-                f"    x = {inline} if len(stride) == 3 and stride[0] else {call}",
+                f"    x = {inline} if len(stride) == 3 and (stride[0] or not "
+                f"leaves[{stored}].is_contiguous()) else {call}",
             ]
             call = "x"
         if after is not None:

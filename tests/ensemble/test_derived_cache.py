@@ -129,7 +129,7 @@ def _check(ensemble, x: torch.Tensor) -> None:
 
 
 def test_every_mutation_route_is_seen_by_the_next_call():
-    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+    from torch.nn.utils import vector_to_parameters
 
     ensemble, x = _members_and_ensemble()
     _check(ensemble, x)
@@ -143,7 +143,9 @@ def test_every_mutation_route_is_seen_by_the_next_call():
     _check(ensemble, x)
     weight.data = weight.data.mT  # same storage, transposed layout (new values)
     _check(ensemble, x)
-    vector_to_parameters(parameters_to_vector(ensemble.parameters()) * 2, ensemble.parameters())
+    # parameters_to_vector views each tensor; a Linear weight's memory is [N, in, out]
+    vector = torch.cat([p.reshape(-1) for p in ensemble.parameters()])
+    vector_to_parameters(vector * 2, ensemble.parameters())
     _check(ensemble, x)
     ensemble.requires_grad_(False)
     out = ensemble(x)
@@ -162,3 +164,43 @@ def test_every_mutation_route_is_seen_by_the_next_call():
     _check(ensemble, x)
     ensemble.stacked["0"].bias = torch.nn.Parameter(torch.zeros(3, 4))  # a new object
     _check(ensemble, x)
+
+
+def test_routes_that_bypass_the_ensemble_itself_are_seen():
+    """Changes made on a stacked submodule or a parameter directly, which the
+    Ensemble's own methods never see: only the per-leaf signals catch them."""
+    ensemble, x = _members_and_ensemble()
+    _check(ensemble, x)
+    ensemble.stacked["2"].double()  # a submodule's own .to(): Ensemble._apply never runs
+    ensemble.stacked["2"].float()
+    _check(ensemble, x)
+    weight = ensemble.stacked["4"].weight
+    with torch.no_grad():
+        weight.set_(torch.randn(3, 2, 4))  # new memory under the same object
+    _check(ensemble, x)
+    with torch.no_grad():  # frozen while grad mode is off: that entry ignores the flag
+        ensemble(x)
+        ensemble.stacked["0"].weight.requires_grad_(False)
+        _check(ensemble, x)
+    ensemble(x).sum().backward()  # grad mode: the flag is read again
+    assert ensemble.stacked["0"].weight.grad is None
+    assert ensemble.stacked["0"].bias.grad is not None
+    ensemble.stacked["0"].weight.requires_grad_(True)
+    ensemble.zero_grad()
+    ensemble(x).sum().backward()
+    assert ensemble.stacked["0"].weight.grad is not None
+
+
+def test_an_optimizer_step_keeps_the_cached_views_right():
+    """Optimizer steps edit the parameters in place: the cached views see them, so
+    the entry stays valid across steps (and the outputs follow the loop)."""
+    ensemble, x = _members_and_ensemble()
+    optimizer = torch.optim.Adam(ensemble.parameters(), lr=0.1)
+    for _ in range(3):
+        optimizer.zero_grad()
+        ensemble(x).square().sum().backward()
+        optimizer.step()
+        _check(ensemble, x)
+    entry = ensemble._derived.entries[1]
+    ensemble(x)
+    assert ensemble._derived.entries[1] is entry  # no rebuild after a step

@@ -130,7 +130,8 @@ ARCHITECTURES = {
     ),
     "attention": (_CrossAttention, (3, 4), False),
     "transformer": (_Transformer, (3, 4), False),
-    # wide enough (batch x features >= 4096) for the shared-input matmul path
+    # wide enough (batch x features >= 4096) for the shared-input matmul path, which
+    # contiguous weights take (after the assign_contiguous rule)
     "wide": (lambda: nn.Sequential(nn.Linear(1024, 8), nn.ReLU(), nn.Linear(8, 2)), (1024,), False),
 }
 
@@ -302,6 +303,18 @@ class EnsembleVersusLoop(RuleBasedStateMachine):
         for k, m in enumerate(self.models):
             m.load_state_dict({key[len("stacked.") :]: value[k] for key, value in new.items()})
 
+    @rule()
+    def assign_contiguous(self):
+        """The ensemble's tensors replaced by contiguous copies (the layout N modules'
+        weights stack to), as a checkpoint written elsewhere would load: it runs on
+        them (a wide shared input then takes the merged-weight matmul) and trains
+        them. New parameters start without gradients or optimizer state, on both sides."""
+        state = {k: v.detach().contiguous().clone() for k, v in self.ens.state_dict().items()}
+        self.ens.load_state_dict(state, assign=True)
+        for model in self.models:
+            model.zero_grad(set_to_none=True)
+        self._new_optimizers()
+
     @rule(double=st.booleans())
     def change_dtype(self, double):
         self.dtype = torch.float64 if double else torch.float32
@@ -470,3 +483,50 @@ def test_every_architecture_runs_batched():
     for name, (make, _, _) in ARCHITECTURES.items():
         summary = Ensemble(*[make() for _ in range(MEMBERS)]).batched_summary
         assert "vmapped" not in summary, f"{name}: {summary}"
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_fast_path_equals_general_path(arch, monkeypatch):
+    """``Ensemble._run``'s fast path (one shared tensor, the registered parameters)
+    and its general twin (the same call with ``in_dims`` given, and through
+    ``functional_call``) agree with each other and with the members run one by one,
+    outputs and gradients."""
+    from tdfunc._ensemble import ensemble as ensemble_module
+
+    make, sample_shape, has_dropout = ARCHITECTURES[arch]
+    torch.manual_seed(0)
+    models = [make() for _ in range(MEMBERS)]
+    ens = Ensemble(*copy.deepcopy(models))
+    if has_dropout:
+        ens.eval()
+        for model in models:
+            model.eval()
+    x = torch.randn(5, *sample_shape)
+    general_calls = []
+    general = ensemble_module.lead_inputs
+
+    def spy(*args, **kwargs):
+        general_calls.append(1)
+        return general(*args, **kwargs)
+
+    monkeypatch.setattr(ensemble_module, "lead_inputs", spy)
+    runs = {
+        "fast": lambda: ens(x),
+        "general": lambda: ens(x, in_dims=None),
+        "functional_call": lambda: ens.functional_call(ens.params, x),
+    }
+    expected = torch.stack([model(x) for model in models])
+    expected.square().sum().backward()
+    expected_grads = {
+        name: torch.stack([model.get_parameter(name).grad for model in models])
+        for name, _ in models[0].named_parameters()
+    }
+    for route, run in runs.items():
+        del general_calls[:]
+        ens.zero_grad(set_to_none=True)
+        out = run()
+        assert bool(general_calls) == (route != "fast"), route
+        _close(out, expected, f"{route} output")
+        out.square().sum().backward()
+        for name, grad in expected_grads.items():
+            _close(ens.get_parameter(f"stacked.{name}").grad, grad, f"{route} grad of {name}")
