@@ -57,3 +57,25 @@ def test_figures_and_ratios_from_benchmark_json(tmp_path, capsys):
     # ratio of medians, and the conservative range q1(slow)/q3(fast) .. q3(slow)/q1(fast)
     assert "| forward | N8-w32 | torch.func | 4.00x (3.00-5.33) |" in text
     assert "| container ops (1) | tensordict | median 2.5x, from 2.5x to 2.5x |" in text
+
+
+def test_fixed_cost_figure_from_fixed_cost_json(tmp_path, capsys):
+    report = _module()
+    path = tmp_path / "fixed.json"
+    rows = [
+        {
+            "case": "swap",
+            "name": "to_module, 10 leaves",
+            "tdfunc": _stats(3.0),
+            "floor": _stats(2.0),
+        },
+        {"case": "ops", "name": "clone", "tdfunc": _stats(1.0), "floor": _stats(1.25)},
+    ]
+    path.write_text(json.dumps({"machine": "Test CPU", "date": "2026-12-07", "rows": rows}))
+    report.main(["--fixed", str(path), "--out", str(tmp_path / "img")])
+    assert (tmp_path / "img" / "bench-fixed.png").read_bytes()[:4] == b"\x89PNG"
+    text = capsys.readouterr().out
+    # tdfunc / floor, lower is better; the range is q1(tdfunc)/q3(floor) .. q3(tdfunc)/q1(floor)
+    assert "| to_module, 10 leaves | 1.50 (1.13-2.00) |" in text
+    assert "| clone | 0.80 (0.60-1.07) |" in text
+    assert text.index("to_module, 10 leaves") < text.index("| clone |")  # in the run's order
