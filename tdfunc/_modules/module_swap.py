@@ -336,8 +336,10 @@ def _unwind(record: list) -> None:
 
     Each slot goes to the next swap above that covers it (what that one will
     put back on its exit) or, when none does, back into the module. Swaps above
-    that were never entered (loads for good made during this one) end with it,
-    as they would in nested order. Called with the lock held.
+    that this thread made and never entered (loads for good made during this
+    one) end with it, as they would in nested order; another thread's swap not
+    entered yet is still to come: it stays, and puts back what this one saved.
+    Called with the lock held.
     """
     olds, plan = record[0], record[1]
     active = _ACTIVE
@@ -345,7 +347,8 @@ def _unwind(record: list) -> None:
     if position is None:  # not recorded (or already ended): put back what it saved
         plan.write(olds)
         return
-    kept = [entry for entry in active[position + 1 :] if entry[2] == 1]
+    ident = _ident()
+    kept = [entry for entry in active[position + 1 :] if not _dropped(entry, ident)]
     active[position:] = kept
     above = [(entry[0], entry[1].slot_of()) for entry in kept]
     if not above:

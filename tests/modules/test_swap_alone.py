@@ -9,6 +9,9 @@ the gate taken makes every later swap take the recorded (slower) way.
 from __future__ import annotations
 
 import gc
+import random
+import sys
+import threading
 
 import pytest
 import torch
@@ -137,4 +140,82 @@ def test_functional_call_inside_a_with_block_and_alone(plan_kind):
         torch.testing.assert_close(functional_call(model, ones, (x,)), expected)
         assert model.weight is zeros["weight"]
     torch.testing.assert_close(functional_call(model, ones, (x,)), expected)
+    assert _same(model, original) and _idle()
+
+
+def test_threads_mixing_every_kind_of_swap_leave_the_modules_as_they_were(plan_kind):
+    # A thread switch after every few bytecodes, so that a swap alone is caught while
+    # it takes the gate, publishes its record or ends, by another thread's swap.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    models = [nn.Sequential(*[nn.Linear(2, 2) for _ in range(6)]) for _ in range(2)]
+    originals = [_slots(model) for model in models]
+    errors: list = []
+    start = threading.Barrier(3)
+    x = torch.ones(1, 2)
+
+    def work(seed: int) -> None:
+        generator = random.Random(seed)
+        try:
+            start.wait()
+            for step in range(150):
+                model = models[generator.randrange(2)]
+                params = _filled(model, float(seed * 1000 + step))
+                kind = generator.randrange(4)
+                if kind == 0:
+                    with params.to_module(model):
+                        model(x)
+                elif kind == 1:  # two blocks nested in one thread
+                    with params.to_module(model), _filled(model, -1.0).to_module(model):
+                        model(x)
+                elif kind == 2:
+                    functional_call(model, params, (x,))
+                else:  # a load kept, then put back
+                    old = params.to_module(model)
+                    old.restore()
+        except Exception as error:  # reported below: a thread cannot fail the test
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(3)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    gc.collect()
+    for model, original in zip(models, originals):
+        assert _same(model, original)
+    assert _idle()
+
+
+def test_a_swap_of_another_thread_not_entered_yet_survives_an_exit_below_it(plan_kind):
+    # One thread's swap was made (not yet entered) above this thread's, which then
+    # ended out of order: the other swap was dropped from the record, this one put
+    # back the originals, and the other's exit then put back this one's values.
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    original = _slots(model)
+    first, second = _filled(model, 1.0), _filled(model, 2.0)
+    made, exited = threading.Event(), threading.Event()
+    seen: list = []
+
+    def other() -> None:
+        handle = second.to_module(model)  # swapped, not entered yet
+        made.set()
+        exited.wait(10)
+        with handle:
+            seen.append(model[0].weight is second["0", "weight"])
+
+    below = first.to_module(model)
+    below.__enter__()
+    thread = threading.Thread(target=other)
+    thread.start()
+    assert made.wait(10)
+    below.__exit__(None, None, None)  # out of order: the other swap is above it
+    assert model[0].weight is second["0", "weight"]  # the other swap still in effect
+    exited.set()
+    thread.join(10)
+    assert seen == [True]
     assert _same(model, original) and _idle()
