@@ -434,6 +434,16 @@ class _Builder:
         plan = SwapPlan()
         plan.stamp = stamp
         plan.module = weakref.ref(module)
+        plan.sizes = sizes
+        plan.owners = self.owners
+        plan.names = self.names
+        plan.nodes = nodes
+        plan.leaf_levels = self.leaf_levels
+        plan.leaf_keys = self.leaf_keys
+        plan.spread = self.spread
+        if traced:  # used once, by swap_interpreted: dynamo traces no more than it reads
+            plan.signature = None
+            return plan
         plan.depths = []
         for depth in range(len(depth_starts) - 1):
             end = _end(depth_starts, depth + 1, len(sizes))
@@ -448,7 +458,6 @@ class _Builder:
             if whole is not None and keys[whole] != depth_keys:
                 whole = None
             plan.depths.append((_picker(parents), depth_keys, getter, whole))
-        plan.sizes = sizes
         plan.total = sum(sizes)
         plan.keys = list(chain.from_iterable(keys))
         plan.slot_levels = _picker([self.leaf_levels[value] for value in self.spread])
@@ -461,14 +470,8 @@ class _Builder:
             for key in level_keys
             if (level, key) not in read
         ]
-        plan.owners = self.owners
-        plan.names = self.names
-        plan.nodes = nodes
-        plan.leaf_levels = self.leaf_levels
-        plan.leaf_keys = self.leaf_keys
         identity = self.own_slots == list(range(len(self.own_slots)))
         plan.own_slots = None if identity else self.own_slots
-        plan.spread = self.spread
         plan.tied = self.tied
         where = list(zip(self.leaf_levels, self.leaf_keys))
         plan.same_key = [(where[a], where[b], error) for a, b, error in self.same_key]
