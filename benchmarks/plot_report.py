@@ -266,7 +266,7 @@ def plot_fixed(path: Path, out: Path) -> list[str]:
     axes.set_yticks(list(ys), [row[0] for row in rows], fontsize=7)
     axes.set_xlabel("tdfunc's time / the floor's time (left of 1: tdfunc adds nothing)")
     axes.set_title(
-        f"Fixed cost per call (tdfunc / floor, 1 thread)\n{run['machine']}, {run['date']}",
+        f"Fixed cost per call (tdfunc / floor, 1 thread)\n{run['machine']}\n{run['date']}",
         fontsize=10,
     )
     _save(figure, out / "bench-fixed.png")
