@@ -90,6 +90,7 @@ _take = _SOLE.pop
 _ident = threading.get_ident
 _new = object.__new__
 _yield = time.sleep  # sleep(0): let the thread holding the gate alone finish its step
+_MAX_WAITS = 1_000_000  # rounds of _yield (a few seconds): another thread's step takes few
 
 
 # ------------------------------------------------------------------ the cache
@@ -263,6 +264,7 @@ def _record_swap(data, plan: SwapPlan) -> list:
 def _crowded(data, plan: SwapPlan) -> list:
     """The swap of ``plan`` when the gate is taken: recorded under the lock, with the
     sole swap in effect (if any) recorded below it first; the record."""
+    waited = 0
     while True:
         _acquire()
         try:
@@ -290,6 +292,13 @@ def _crowded(data, plan: SwapPlan) -> list:
             record = [olds, plan, 0, _ident()]
             _SOLE[id(record)] = record
             return record
+        waited += 1
+        if waited > _MAX_WAITS:  # only a swap made from inside another's step can wait forever
+            raise RuntimeError(
+                "to_module: a swap waited for another swap that is being made or ended in "
+                "this thread (a swap started from a finalizer, signal handler or weakref "
+                "callback while another swap was running); make swaps from ordinary code."
+            )
         _yield(0)
 
 

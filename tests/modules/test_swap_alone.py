@@ -219,3 +219,23 @@ def test_a_swap_of_another_thread_not_entered_yet_survives_an_exit_below_it(plan
     thread.join(10)
     assert seen == [True]
     assert _same(model, original) and _idle()
+
+
+def test_a_swap_that_would_wait_forever_raises_instead(plan_kind, monkeypatch):
+    # The gate held by a swap of this very thread that is still being made (as a swap
+    # started from a finalizer in the middle of another would see it): never released
+    # while this thread waits, so the wait is bounded and refused with an error.
+    model = nn.Linear(2, 2)
+    original = _slots(model)
+    params = _filled(model, 0.0)
+    monkeypatch.setattr(module_swap, "_MAX_WAITS", 50)
+    assert module_swap._GATE.acquire(False)
+    try:
+        with pytest.raises(RuntimeError, match="waited for another swap"):
+            params.to_module(model)
+    finally:
+        module_swap._GATE.release()
+    assert _same(model, original) and _idle()
+    with params.to_module(model):  # the gate open again: an ordinary swap
+        assert model.weight is params["weight"]
+    assert _same(model, original) and _idle()
