@@ -6,9 +6,9 @@ Rows (each with its floor, timed in the same run):
   ``baddbmm`` chain, N = 1, 4, 16, 64, 256; ``small``: the ``N8-w32`` model of
   ``bench_ensemble.py`` / its hand-written chain;
 - ``swap``: ``with params.to_module(m):`` enter and exit / assigning the tensors by
-  hand, 10 and 1,000 leaves;
-- ``pytree``: a round trip through ``torch.utils._pytree`` of nested dicts / of a
-  TensorDict, 10 leaves (higher is better: the ratio is floor / tdfunc);
+  hand, 10, 100 and 1,000 leaves, and a model of nested blocks;
+- ``pytree``: a round trip through ``torch.utils._pytree`` of a TensorDict / of
+  the same dict, 10 leaves;
 - ``ops``: ``reshape``, ``unbind``, ``stack`` of 10, a slice, ``clone`` of a
   container / the same work on its plain tensors (``optree.tree_map`` over nested
   dicts), batch ranks 1 to 3;
@@ -26,13 +26,19 @@ counted. The table gives the ratio of the medians. One thread::
 runs :data:`LIBRARY_OPS` with tdfunc and with ``tensordict`` (``PYTHON``: an
 interpreter that has it) in alternating processes and prints tensordict / tdfunc
 per operation (the lowest median of three processes each) and their geometric mean.
+
+``--json PATH`` also writes the rows (medians and quartiles of both contenders, the
+machine and the date) for ``plot_report.py --fixed PATH``.
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import math
+import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -50,8 +56,23 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 _clock = time.thread_time_ns
 
 
+class Timing(float):
+    """A median time (seconds per call) that also carries its quartiles ``q1``, ``q3``."""
+
+    q1: float
+    q3: float
+
+    @classmethod
+    def of(cls, values: list) -> Timing:
+        quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+        timing = cls(statistics.median(values))
+        timing.q1, timing.q3 = quartiles[0], quartiles[2]
+        return timing
+
+
 def interleaved(contenders: dict, batches: int = 31, number: int = 200) -> dict:
-    """``{name: median seconds per call}``, the contenders alternating batch by batch."""
+    """``{name: median seconds per call}`` (a :class:`Timing`), the contenders
+    alternating batch by batch."""
     for function in contenders.values():
         function()
     times: dict = {name: [] for name in contenders}
@@ -61,7 +82,7 @@ def interleaved(contenders: dict, batches: int = 31, number: int = 200) -> dict:
             for _ in range(number):
                 function()
             times[name].append((_clock() - start) / number / 1e9)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return {name: Timing.of(values) for name, values in times.items()}
 
 
 def _calls(seconds_each: float) -> int:
@@ -101,25 +122,45 @@ def ensemble_rows():
 def swap_rows():
     from tdfunc import TensorDict
 
-    for size in (10, 1000):
+    for size in (10, 100, 1000):
         torch.manual_seed(0)
         model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(size // 2)])
-        params = TensorDict.from_module(model).apply(torch.zeros_like)
-        slots = [(layer._parameters, name) for layer in model for name in ("weight", "bias")]
-        news = [params[str(i), name] for i in range(size // 2) for name in ("weight", "bias")]
+        yield f"to_module enter+exit, {size} leaves", *_swap_pair(TensorDict, model)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[_Block() for _ in range(4)])
+    yield "to_module enter+exit, nested blocks (24 leaves)", *_swap_pair(TensorDict, model)
 
-        def ours(params=params, model=model):
-            with params.to_module(model):
-                pass
 
-        def floor(slots=slots, news=news):
-            olds = [owner[name] for owner, name in slots]
-            for (owner, name), value in zip(slots, news):
-                owner[name] = value
-            for (owner, name), old in zip(slots, olds):
-                owner[name] = old
+class _Block(nn.Module):
+    """Two levels of submodules below the root: a swap walks nested levels."""
 
-        yield f"to_module enter+exit, {size} leaves", *_pair(ours, floor)
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.Linear(2, 2)
+        self.mlp = nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2))
+
+
+def _swap_pair(td_class, model: nn.Module) -> tuple:
+    params = td_class.from_module(model).apply(torch.zeros_like)
+    flat = params.flatten_keys(".")
+    slots, news = [], []
+    for prefix, module in model.named_modules():
+        for name in module._parameters:
+            slots.append((module._parameters, name))
+            news.append(flat[f"{prefix}.{name}" if prefix else name])
+
+    def ours(params=params, model=model):
+        with params.to_module(model):
+            pass
+
+    def floor(slots=slots, news=news):
+        olds = [owner[name] for owner, name in slots]
+        for (owner, name), value in zip(slots, news):
+            owner[name] = value
+        for (owner, name), old in zip(slots, olds):
+            owner[name] = old
+
+    return _pair(ours, floor)
 
 
 # ---------------------------------------------------------------- pytree
@@ -130,8 +171,7 @@ def pytree_rows():
     td = TensorDict(tree, [])
     flatten, unflatten = torch_pytree.tree_flatten, torch_pytree.tree_unflatten
     ours, floor = _pair(lambda: unflatten(*flatten(td)), lambda: unflatten(*flatten(tree)))
-    # floor / ours: higher is better, as the target is stated
-    yield "pytree round trip, 10 leaves (dicts / tdfunc)", floor, ours
+    yield "pytree round trip, 10 leaves", ours, floor
 
 
 # ---------------------------------------------------------------- container ops
@@ -226,8 +266,8 @@ def compile_rows():
         times["floor"].append(compile_seconds(floor, dicts))
     yield (
         "torch.compile (dynamo, eager backend) of a vmapped forward",
-        statistics.median(times["ours"]),
-        statistics.median(times["floor"]),
+        Timing.of(times["ours"]),
+        Timing.of(times["floor"]),
     )
 
 
@@ -240,14 +280,42 @@ CASES = {
 }
 
 
-def main(cases: list) -> None:
+def main(cases: list, json_path: str | None = None) -> None:
     torch.set_num_threads(1)
     print("| case | tdfunc (µs) | floor (µs) | ratio of medians |")
     print("|---|---|---|---|")
+    rows = []
     for case in cases or CASES:
         for name, ours, floor in CASES[case]():
             print(f"| {name} | {ours * 1e6:,.2f} | {floor * 1e6:,.2f} | {ours / floor:.2f} |")
             sys.stdout.flush()
+            rows.append(
+                {"case": case, "name": name, "tdfunc": _stats(ours), "floor": _stats(floor)}
+            )
+    if json_path:
+        run = {"machine": _machine(), "date": datetime.date.today().isoformat(), "rows": rows}
+        Path(json_path).write_text(json.dumps(run, indent=1))
+
+
+def _stats(timing: float) -> dict:
+    return {
+        "median": float(timing),
+        "q1": getattr(timing, "q1", float(timing)),
+        "q3": getattr(timing, "q3", float(timing)),
+    }
+
+
+def _machine() -> str:
+    """The CPU's name and core count, and torch's version (for the figure's title)."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__.split('+')[0]}"
 
 
 # ---------------------------------------------------------------- versus tensordict
@@ -334,4 +402,9 @@ if __name__ == "__main__":
     elif args[:1] == ["versus"]:
         versus(args[1] if len(args) > 1 else sys.executable)
     else:
-        main(args)
+        json_path = None
+        if "--json" in args:
+            at = args.index("--json")
+            json_path = args[at + 1]
+            del args[at : at + 2]
+        main(args, json_path)

@@ -2,6 +2,10 @@
 
     python benchmarks/plot_report.py --ensemble ensemble.json --optim optim.json \\
         --container container.json --persist persist.json --out docs/img
+    python benchmarks/plot_report.py --fixed fixed.json --out docs/img
+
+``--fixed`` takes what ``benchmarks/fixed_cost.py --json`` writes (its own format: rows of
+two contenders timed in one process), the others pytest-benchmark's JSON.
 
 ``--transformer`` takes the record of ``bench_ensemble_transformer.py --json`` (every
 sample of its interleaved script run, and the peak memory) instead.
@@ -321,6 +325,31 @@ def plot_transformer(path: Path, out: Path) -> list[str]:
     return lines
 
 
+def plot_fixed(path: Path, out: Path) -> list[str]:
+    """tdfunc / its floor per row of ``fixed_cost.py --json`` (lower is better)."""
+    plt = _plt()
+    run = json.loads(Path(path).read_text())
+    rows = [(row["name"], *ratio(row["tdfunc"], row["floor"])) for row in reversed(run["rows"])]
+    figure, axes = plt.subplots(figsize=(7.5, 0.26 * len(rows) + 1.5))
+    ys = range(len(rows))
+    values = [row[1] for row in rows]
+    spread = [[v - r[2] for v, r in zip(values, rows)], [r[3] - v for v, r in zip(values, rows)]]
+    colors = ["tab:blue" if value <= 1 else "tab:orange" for value in values]
+    axes.barh(ys, values, xerr=spread, color=colors, capsize=2)
+    axes.axvline(1, color="k", linewidth=0.8)
+    axes.set_yticks(list(ys), [row[0] for row in rows], fontsize=7)
+    axes.set_xlabel("tdfunc's time / the floor's time (left of 1: tdfunc adds nothing)")
+    axes.set_title(
+        f"Fixed cost per call (tdfunc / floor, 1 thread)\n{run['machine']}\n{run['date']}",
+        fontsize=10,
+    )
+    _save(figure, out / "bench-fixed.png")
+    table = ["", "| case | tdfunc / floor (range) |", "| --- | --- |"]
+    return table + [
+        f"| {name} | {value:.2f} ({lo:.2f}-{hi:.2f}) |" for name, value, lo, hi in rows[::-1]
+    ]
+
+
 def _save(figure, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
@@ -336,6 +365,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--container", type=Path)
     parser.add_argument("--persist", type=Path)
     parser.add_argument("--transformer", type=Path, help="bench_ensemble_transformer.py --json")
+
+
+    parser.add_argument("--fixed", type=Path, help="what fixed_cost.py --json wrote")
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     args = parser.parse_args(argv)
     lines = ["| Claim | Against | tdfunc faster by (range) |", "| --- | --- | --- |"]
@@ -349,6 +381,10 @@ def main(argv: list[str] | None = None) -> None:
         lines += plot_persist(Run(args.persist, suffix_contender), args.out)
     if args.transformer:
         lines += plot_transformer(args.transformer, args.out)
+
+
+    if args.fixed:
+        lines += plot_fixed(args.fixed, args.out)
     print("\n".join(lines))
 
 

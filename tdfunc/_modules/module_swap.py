@@ -12,7 +12,9 @@ plans are built afresh and run as plain loops instead: the module-keyed cache,
 the lock and the record of swaps in effect are not traceable, and a compiled
 graph runs none of this Python anyway.
 
-Swaps in effect are recorded in order, so one that ends out of order (two
+A swap made while no other is in effect (the common case) is not recorded: it
+holds a gate for as long as it lasts. A second swap finds the gate taken and
+records the first one before its own, so that one that ends out of order (two
 threads on one module, handles exited in another order than entered) still
 leaves the module holding what it held before all of them.
 """
@@ -20,6 +22,7 @@ leaves the module holding what it held before all of them.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -62,12 +65,32 @@ _PLANS: dict[int, tuple[weakref.ref, list]] = {}
 # next swap above it on the same slot, so that the last one to end puts back what was
 # there before all of them. The lock makes "save, write, record" and "unwind" atomic
 # between threads; it is taken by ``acquire``/``release`` (cheaper than ``with``).
+#
+# Most swaps are alone: one ``with`` block at a time, in one thread. Such a swap takes
+# the gate (a non-blocking acquire: one atomic step, whoever else tries) and holds it
+# until it ends, and is not recorded: it leaves its record in ``_SOLE`` and takes it
+# back on exit, with no lock and no stack. A swap that finds the gate taken goes the
+# recorded way, under the lock: it first moves the sole swap's record (if one is
+# published) to the bottom of the stack, so that every swap in effect is recorded
+# from then on. The gate stays taken while the stack holds a swap in effect
+# (state 0 or 1) and opens when the last of them ends. Taking the record out of
+# ``_SOLE`` is the one atomic step that decides between a sole swap ending and a
+# second swap recording it: whoever pops it owns it.
 _ACTIVE: list = []
 _LOCK = threading.RLock()  # reentrant: a handle dropped (__del__) while a swap holds it
 _acquire = _LOCK.acquire
 _release = _LOCK.release
+_GATE = threading.Lock()  # held while any swap is in effect; only ever tried, never waited on
+_gate = _GATE.acquire
+_open = _GATE.release
+# id(record) -> the record of the swap holding the gate alone, once it is made (keyed
+# by identity: whoever ends a swap takes out its own record and never another's)
+_SOLE: dict = {}
+_take = _SOLE.pop
 _ident = threading.get_ident
 _new = object.__new__
+_yield = time.sleep  # sleep(0): let the thread holding the gate alone finish its step
+_MAX_WAITS = 1_000_000  # rounds of _yield (a few seconds): another thread's step takes few
 
 
 # ------------------------------------------------------------------ the cache
@@ -225,14 +248,71 @@ def _swap(plan: SwapPlan, data, handle_class: type) -> Any:
 
 def _record_swap(data, plan: SwapPlan) -> list:
     """``plan.swap`` of a plan without a generated one: save the slots, write
-    ``data``'s values, record the swap (under the lock); the record."""
-    _acquire()
+    ``data``'s values; the record (published alone, or recorded under the lock)."""
+    if not _gate(False):
+        return _crowded(data, plan)
     try:
-        record = [plan.enter(data), plan, 0, _ident()]
-        _push(record)
-    finally:
-        _release()
+        olds = plan.enter(data)
+    except BaseException:
+        _open()
+        raise
+    record = [olds, plan, 0, _ident()]
+    _SOLE[id(record)] = record
     return record
+
+
+def _crowded(data, plan: SwapPlan) -> list:
+    """The swap of ``plan`` when the gate is taken: recorded under the lock, with the
+    sole swap in effect (if any) recorded below it first; the record."""
+    waited = 0
+    while True:
+        _acquire()
+        try:
+            try:  # one atomic step: the sole swap may be ending meanwhile, unlocked
+                sole = _SOLE.popitem()[1]
+            except KeyError:
+                sole = None
+            if sole is not None:  # alone until now: from here on it is recorded
+                _ACTIVE.insert(0, sole)
+            if sole is not None or _in_effect():
+                record = [plan.enter(data), plan, 0, _ident()]
+                _push(record)
+                return record
+        finally:
+            _release()
+        # The gate is held, but by no recorded swap and by no published one: a sole
+        # swap is being made or ending in another thread. Once it is done, either
+        # it is published (recorded above on the next round) or the gate is open.
+        if _gate(False):
+            try:
+                olds = plan.enter(data)
+            except BaseException:
+                _open()
+                raise
+            record = [olds, plan, 0, _ident()]
+            _SOLE[id(record)] = record
+            return record
+        waited += 1
+        if waited > _MAX_WAITS:  # only a swap made from inside another's step can wait forever
+            raise RuntimeError(
+                "to_module: a swap waited for another swap that is being made or ended in "
+                "this thread (a swap started from a finalizer, signal handler or weakref "
+                "callback while another swap was running); make swaps from ordinary code."
+            )
+        _yield(0)
+
+
+def _in_effect() -> bool:
+    """Whether the stack holds a swap in effect (swapped, or inside ``with``)."""
+    return any(entry[2] < 2 for entry in _ACTIVE)
+
+
+def _settle() -> None:
+    """After a recorded swap ended (lock held): when none is left in effect, empty the
+    stack and open the gate (the next swap is alone again)."""
+    if not _in_effect():
+        _ACTIVE.clear()
+        _open()
 
 
 def _push(record: list) -> None:
@@ -252,11 +332,11 @@ def _dropped(record: list, ident: int) -> bool:
 
 # what the generated ``swap`` of a small plan records a swap with (swap_plan.py)
 _RECORDING = {
-    "_acquire": _acquire,
-    "_release": _release,
+    "_gate": _gate,
+    "_open": _open,
     "_ident": _ident,
-    "_ACTIVE": _ACTIVE,
-    "_push": _push,
+    "_SOLE": _SOLE,
+    "_crowded": _crowded,
 }
 
 
@@ -265,8 +345,10 @@ def _unwind(record: list) -> None:
 
     Each slot goes to the next swap above that covers it (what that one will
     put back on its exit) or, when none does, back into the module. Swaps above
-    that were never entered (loads for good made during this one) end with it,
-    as they would in nested order. Called with the lock held.
+    that this thread made and never entered (loads for good made during this
+    one) end with it, as they would in nested order; another thread's swap not
+    entered yet is still to come: it stays, and puts back what this one saved.
+    Called with the lock held.
     """
     olds, plan = record[0], record[1]
     active = _ACTIVE
@@ -274,11 +356,13 @@ def _unwind(record: list) -> None:
     if position is None:  # not recorded (or already ended): put back what it saved
         plan.write(olds)
         return
-    kept = [entry for entry in active[position + 1 :] if entry[2] == 1]
+    ident = _ident()
+    kept = [entry for entry in active[position + 1 :] if not _dropped(entry, ident)]
     active[position:] = kept
     above = [(entry[0], entry[1].slot_of()) for entry in kept]
     if not above:
         plan.write(olds)
+        _settle()
         return
     for slot, key in enumerate(zip(map(id, plan.owners), plan.names)):
         for other_olds, index in above:
@@ -288,6 +372,28 @@ def _unwind(record: list) -> None:
                 break
         else:
             plan.owners[slot][plan.names[slot]] = olds[slot]
+
+
+def _ended(record: list) -> None:
+    """A swap in effect ended without putting anything back (committed, or its handle
+    dropped inside its block), lock held: a sole one gives the gate back, a recorded
+    one may leave none in effect."""
+    if _take(id(record), None) is not None:
+        _open()
+    elif any(entry is record for entry in _ACTIVE):
+        _settle()
+
+
+def _end_as_it_stands(record: list) -> None:
+    """A handle dropped inside its ``with`` block: its swap is over, the module keeps
+    what it holds now."""
+    _acquire()
+    try:
+        if record[2] == 1:
+            record[2] = 2
+            _ended(record)
+    finally:
+        _release()
 
 
 # ------------------------------------------------------------------ loading for good
@@ -351,6 +457,13 @@ class SwapState:
 
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         record = self._rec
+        if record[2] < 2 and _take(id(record), None) is not None:  # alone: nothing to undo
+            record[2] = 2
+            try:
+                record[1].write(record[0])
+            finally:
+                _open()
+            return
         # The state changes under the lock: another thread's swap drops records of
         # ended swaps, and must not drop this one before its slots are put back.
         _acquire()
@@ -362,6 +475,7 @@ class SwapState:
             if active and active[-1] is record:  # the latest swap: nested order
                 active.pop()
                 record[1].write(record[0])
+                _settle()
             else:
                 _unwind(record)
         finally:
@@ -380,6 +494,7 @@ class SwapState:
             if record[2] < 2:
                 record[2] = 3
                 commit_swap(record[1], record[0])
+                _ended(record)
         finally:
             _release()
 

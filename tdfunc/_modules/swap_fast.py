@@ -2,8 +2,9 @@
 
 - a small plan (up to ``swap_plan.SMALL`` slots and levels) gets generated
   straight-line functions: ``read``, ``enter``, ``write`` and ``swap`` (take
-  the lock, read and check, write, record the swap as in effect), one statement
-  per key, step and slot;
+  the gate of a swap alone, read and check, write, publish its record; a swap
+  that finds the gate taken is recorded instead), one statement per key, step
+  and slot;
 - a large plan keeps its C-level passes, its slots ordered by the key their
   value is read at, so that its values are read one key at a time over a run of
   levels.
@@ -52,7 +53,8 @@ def _straight_line(
 ) -> None:
     """Replace ``plan.read``/``plan.write`` by generated straight-line functions
     doing the same reads and checks, one statement per key, step and slot, and
-    ``plan.swap`` by one that also records the swap (``recording``: the names it uses)."""
+    ``plan.swap`` by one that also makes the swap's record (``recording``: the names
+    it uses, from :mod:`tdfunc._modules.module_swap`)."""
     constants: dict[str, Any] = {"Mismatch": Mismatch, "ROOT": plan.module}
     lines = ["def read(data):", "    l0 = data"]
     for level, size in enumerate(plan.sizes):
@@ -104,16 +106,18 @@ def _straight_line(
         f"    O{slot}[{plan.names[slot]!r}] = v{value}" for slot, value in enumerate(built.spread)
     ]
     lines.append(f"    return [{olds}]")
-    if recording is not None:  # enter, recorded as a swap in effect under the lock
+    if recording is not None:  # enter, alone under the gate (else recorded: _crowded)
         constants.update(recording)
         body = lines[lines.index("def enter(data):") + 1 : -1]  # enter, but its return
-        lines += ["def swap(data, plan):", "    _acquire()", "    try:"]
+        lines += ["def swap(data, plan):", "    if not _gate(False):"]
+        lines += ["        return _crowded(data, plan)", "    try:"]
         lines += [f"    {line}" for line in body]
         lines += [
-            f"        record = [[{olds}], plan, 0, _ident()]",
-            "        _push(record) if _ACTIVE else _ACTIVE.append(record)",
-            "    finally:",
-            "        _release()",
+            "    except BaseException:",
+            "        _open()",
+            "        raise",
+            f"    record = [[{olds}], plan, 0, _ident()]",
+            "    _SOLE[id(record)] = record",
             "    return record",
         ]
     unpack = "".join(f"a{slot}, " for slot in range(len(plan.names)))

@@ -31,7 +31,7 @@ import torch
 
 from .._core.container import TensorDictCore
 from .._core.helpers.tracing import is_wrapped as _wrapped
-from .module_swap import SwapState
+from .module_swap import SwapState, _end_as_it_stands
 from .swap_plan import SwapPlan
 
 _DATA = TensorDictCore.__dict__["_data"]  # the slot descriptor the property below stands for
@@ -140,7 +140,7 @@ class SwapHandle(SwapState, TensorDictCore):
         if record[2] == 0:
             self._release()
         elif record[2] == 1:  # entered and never exited: its swap ends as it stands
-            record[2] = 2
+            _end_as_it_stands(record)
 
     def __repr__(self) -> str:
         # A handle shown at a prompt (REPL `_`, IPython `Out`) stays referenced:

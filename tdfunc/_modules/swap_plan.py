@@ -8,8 +8,8 @@ C-level loops (``map`` over ``operator`` functions) over those lists, the
 values read one key at a time over a run of levels: no source is generated, so
 the first swap into a large model costs a walk, not a ``compile()`` of code
 that grows with it. A small model's plan runs generated straight-line code,
-and its ``swap`` (take the lock, read and check, write, record the swap as in
-effect) is one generated function.
+and its ``swap`` (take the gate of a swap alone, read and check, write, make the
+swap's record) is one generated function.
 
 The mapping may be a TensorDict or TensorClass (nested levels are
 submodules), a plain dict (nested dicts too), and any level may use dotted
@@ -113,10 +113,11 @@ class SwapPlan:
         ties: the module's groups of tied slots that meet the plan's slots, when
             it was built (:func:`ties_of`); stamp: :data:`REGISTRATIONS` when
             they were last found current (``None``: a plan that does not tie).
-        swap: ``swap(data, plan)``: ``enter``, then the swap recorded as in
-            effect; its record ``[olds, plan, 0, thread id]`` (set by the
-            caller, or generated). The plan is an argument, not a constant of
-            the generated code: a plan then holds no reference to itself.
+        swap: ``swap(data, plan)``: ``enter``, then the swap's record
+            ``[olds, plan, 0, thread id]``, published as the one swap in effect
+            or recorded after the others (set by the caller, or generated).
+            The plan is an argument, not a constant of the generated code: a
+            plan then holds no reference to itself.
         module: a weak reference to the root module.
     """
 
@@ -359,8 +360,8 @@ def build_swap_plan(
 ) -> SwapPlan:
     """The plan for the mapping ``data`` (a TensorDict's ``_data``, or a dict) and ``module``.
 
-    ``recording``: what a small plan's generated ``swap`` records the swap with
-    (``_acquire``, ``_release``, ``_ident``, ``_ACTIVE``, ``_push``:
+    ``recording``: what a small plan's generated ``swap`` makes a swap's record with
+    (``_gate``, ``_open``, ``_ident``, ``_SOLE``, ``_crowded``:
     :mod:`tdfunc._modules.module_swap`); the caller sets ``swap`` of other plans.
 
     Raises:
@@ -433,6 +434,16 @@ class _Builder:
         plan = SwapPlan()
         plan.stamp = stamp
         plan.module = weakref.ref(module)
+        plan.sizes = sizes
+        plan.owners = self.owners
+        plan.names = self.names
+        plan.nodes = nodes
+        plan.leaf_levels = self.leaf_levels
+        plan.leaf_keys = self.leaf_keys
+        plan.spread = self.spread
+        if traced:  # used once, by swap_interpreted: dynamo traces no more than it reads
+            plan.signature = None
+            return plan
         plan.depths = []
         for depth in range(len(depth_starts) - 1):
             end = _end(depth_starts, depth + 1, len(sizes))
@@ -447,7 +458,6 @@ class _Builder:
             if whole is not None and keys[whole] != depth_keys:
                 whole = None
             plan.depths.append((_picker(parents), depth_keys, getter, whole))
-        plan.sizes = sizes
         plan.total = sum(sizes)
         plan.keys = list(chain.from_iterable(keys))
         plan.slot_levels = _picker([self.leaf_levels[value] for value in self.spread])
@@ -460,14 +470,8 @@ class _Builder:
             for key in level_keys
             if (level, key) not in read
         ]
-        plan.owners = self.owners
-        plan.names = self.names
-        plan.nodes = nodes
-        plan.leaf_levels = self.leaf_levels
-        plan.leaf_keys = self.leaf_keys
         identity = self.own_slots == list(range(len(self.own_slots)))
         plan.own_slots = None if identity else self.own_slots
-        plan.spread = self.spread
         plan.tied = self.tied
         where = list(zip(self.leaf_levels, self.leaf_keys))
         plan.same_key = [(where[a], where[b], error) for a, b, error in self.same_key]

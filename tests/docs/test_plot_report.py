@@ -84,3 +84,25 @@ def test_transformer_figure_from_the_interleaved_record(tmp_path, capsys):
     assert "| transformer forward | N8-B8-T8-D32 | Python loop | 3.00x (2.50-3.60) |" in text
     assert "| transformer train step | N32-B16-T32-D64 | torch.func | 2.00x (2.00-2.00) |" in text
     assert "| transformer peak memory | N8-B8-T8-D32 | Python loop | 1.03x the loop's |" in text
+
+
+def test_fixed_cost_figure_from_fixed_cost_json(tmp_path, capsys):
+    report = _module()
+    path = tmp_path / "fixed.json"
+    rows = [
+        {
+            "case": "swap",
+            "name": "to_module, 10 leaves",
+            "tdfunc": _stats(3.0),
+            "floor": _stats(2.0),
+        },
+        {"case": "ops", "name": "clone", "tdfunc": _stats(1.0), "floor": _stats(1.25)},
+    ]
+    path.write_text(json.dumps({"machine": "Test CPU", "date": "2026-12-07", "rows": rows}))
+    report.main(["--fixed", str(path), "--out", str(tmp_path / "img")])
+    assert (tmp_path / "img" / "bench-fixed.png").read_bytes()[:4] == b"\x89PNG"
+    text = capsys.readouterr().out
+    # tdfunc / floor, lower is better; the range is q1(tdfunc)/q3(floor) .. q3(tdfunc)/q1(floor)
+    assert "| to_module, 10 leaves | 1.50 (1.13-2.00) |" in text
+    assert "| clone | 0.80 (0.60-1.07) |" in text
+    assert text.index("to_module, 10 leaves") < text.index("| clone |")  # in the run's order

@@ -114,6 +114,25 @@ def check_parent_batch(child: Any, size: Any, api: str) -> None:
         )
 
 
+def save_level(view: Any, saved: dict) -> None:
+    """Record one level's lock state and parent in ``saved`` (for :class:`LockState`),
+    unless it was recorded already: a level held twice is reached again after the
+    walk changed it, and what it was before the walk is what must come back."""
+    if id(view) not in saved:
+        saved[id(view)] = (view, view._is_locked, getattr(view, "_parent", None))
+
+
+def save_tree(node: Any, saved: dict) -> None:
+    """:func:`save_level` for ``node`` and every container nested in it."""
+    view = node._to_tensordict_view()
+    saved[id(view)] = (view, view._is_locked, getattr(view, "_parent", None))
+    for value in view._data.values():
+        kind = type(value)
+        # tensors first: most values are, and a set lookup is cheaper than the class test
+        if kind not in PLAIN_TENSORS and getattr(kind, "_is_tensor_collection", False):
+            save_tree(value, saved)
+
+
 class LockState:
     """The lock state of a container and every container nested in it, to restore later.
 
@@ -125,18 +144,12 @@ class LockState:
 
     __slots__ = ("saved",)
 
-    def __init__(self, td: Any) -> None:
-        self.saved: dict[int, tuple] = {}
-        self._save(td)
-
-    def _save(self, node: Any) -> None:
-        view = node._to_tensordict_view()
-        self.saved[id(view)] = (view, view._is_locked, getattr(view, "_parent", None))
-        for value in view._data.values():
-            kind = type(value)
-            # tensors first: most values are, and a set lookup is cheaper than the class test
-            if kind not in PLAIN_TENSORS and getattr(kind, "_is_tensor_collection", False):
-                self._save(value)
+    def __init__(self, td: Any = None, saved: dict | None = None) -> None:
+        """The state of ``td``'s tree, or ``saved`` as :func:`save_level` filled it in
+        (``lock_`` / ``unlock_`` save each level as their own walk reaches it)."""
+        self.saved: dict[int, tuple] = {} if saved is None else saved
+        if td is not None:
+            save_tree(td, self.saved)
 
     def restore(self, td: Any) -> None:
         self._restore(td, False, None)

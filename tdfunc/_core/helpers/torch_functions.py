@@ -106,8 +106,11 @@ def _combined(views: list, dim: int, stacking: bool, api: str, path: tuple = ())
                     f"{error}"
                 ) from error
             continue
-        _same_kinds(values, (*path, key), api)
-        if getattr(type(value), "_is_tensordict", False):
+        kind = type(value)
+        # one class at every position is one kind: the per-value names are for errors
+        if len(set(map(type, values))) != 1:
+            _same_kinds(values, (*path, key), api)
+        if getattr(kind, "_is_tensordict", False):
             data[key] = _join(values, dim, stacking, api, (*path, key))
         elif isinstance(value, NonTensorData):
             data[key] = stack_non_tensor(values, dim) if stacking else cat_non_tensor(values, dim)
@@ -167,7 +170,10 @@ def _public_join(items, dim: int, out, stacking: bool):
     if not items:
         raise ValueError(f"{api}: expected a non-empty list of TensorDicts.")
     first = items[0]
-    if all(getattr(kind, "_is_tensordict", False) for kind in set(map(type, items))):
+    kind = type(first)
+    if getattr(kind, "_is_tensordict", False) and len(set(map(type, items))) == 1:
+        views = items  # one TensorDict class: each is its own view
+    elif all(getattr(kind, "_is_tensordict", False) for kind in set(map(type, items))):
         views = items
     else:
         for position, item in enumerate(items):

@@ -60,7 +60,10 @@ class ShapeOpsMixin(ContainerMixin):
         shape = _shape_arg(shape, size, "reshape")
         new_size = resolve_shape(self._batch_size, shape, f"{type(self).__name__}.reshape")
         ndim = len(self._batch_size)
-        out = self._map(lambda v: v.reshape(new_size + v.shape[ndim:]), new_size)
+        if new_size:  # sizes as separate ints: torch parses them faster than one Size
+            out = self._map(lambda v: v.reshape(*new_size, *v.shape[ndim:]), new_size)
+        else:
+            out = self._map(lambda v: v.reshape(v.shape[ndim:]), new_size)
         if inplace:
             return _become(self, out, "reshape")
         return write_back(out, self)
@@ -78,7 +81,10 @@ class ShapeOpsMixin(ContainerMixin):
         shape = _shape_arg(shape, size, "view")
         new_size = resolve_shape(self._batch_size, shape, f"{type(self).__name__}.view")
         ndim = len(self._batch_size)
-        out = self._map(lambda v: v.view(new_size + v.shape[ndim:]), new_size)
+        if new_size:  # (as in reshape)
+            out = self._map(lambda v: v.view(*new_size, *v.shape[ndim:]), new_size)
+        else:
+            out = self._map(lambda v: v.view(v.shape[ndim:]), new_size)
         return write_back(out, self)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False) -> Self:
@@ -196,7 +202,10 @@ class ShapeOpsMixin(ContainerMixin):
             raise ValueError(f"{type(self).__name__}.permute: {list(dims)} is not a permutation.")
         new_size = torch.Size([self._batch_size[d] for d in dims])
         names = self._names and tuple(self._names[d] for d in dims)
-        out = self._map(lambda v: v.permute(dims + tuple(range(ndim, v.dim()))), new_size, names)
+        if dims:  # (as in reshape)
+            out = self._map(lambda v: v.permute(*dims, *range(ndim, v.dim())), new_size, names)
+        else:
+            out = self._map(lambda v: v.permute(tuple(range(v.dim()))), new_size, names)
         inverse = tuple(sorted(range(ndim), key=lambda d: dims[d]))
         return write_back(out, self, lambda permuted: permuted.permute(inverse))
 
@@ -253,7 +262,9 @@ class ShapeOpsMixin(ContainerMixin):
             new.append(s)
         new_size = torch.Size(new)
         names = self._names and (None,) * offset + self._names
-        return self._map(lambda v: v.expand(new_size + v.shape[ndim:]), new_size, names)
+        if new_size:  # (as in reshape)
+            return self._map(lambda v: v.expand(*new_size, *v.shape[ndim:]), new_size, names)
+        return self._map(lambda v: v.expand(v.shape[ndim:]), new_size, names)
 
     def expand_as(self, other) -> Self:
         """Expand to ``other``: to its shape (a tensor), or leaf by leaf to the shapes of

@@ -20,6 +20,8 @@ from ..helpers.parents import (
     locking_parent,
     record_parent,
     remember,
+    save_level,
+    save_tree,
 )
 
 if TYPE_CHECKING:
@@ -46,9 +48,9 @@ class LockingMixin(ContainerMixin):
             >>> td.is_locked, td["a"].tolist()
             (True, [1.0, 1.0])
         """
-        before = LockState(self)
-        _lock_tree(self)
-        return remember(self, before.restore)
+        saved: dict = {}  # the state before, saved level by level as the walk locks it
+        _lock_tree(self, saved)
+        return remember(self, LockState(saved=saved).restore)
 
     def unlock_(self) -> Self:
         """Allow structural changes again (nested TensorDicts too); returns self.
@@ -62,12 +64,13 @@ class LockingMixin(ContainerMixin):
         if self._frozen or self._is_locked == FROZEN:
             return self
         _refuse_locked_by_parent(self)
-        before = LockState(self)
-        _unlock_tree(self, True)
-        return remember(self, before.restore)
+        saved: dict = {}  # (as in lock_)
+        _unlock_tree(self, True, saved)
+        return remember(self, LockState(saved=saved).restore)
 
 
-def _lock_tree(node) -> None:
+def _lock_tree(node, saved: dict) -> None:
+    save_level(node._to_tensordict_view(), saved)
     if node._is_locked != FROZEN:
         node._is_locked = True
     ref = None
@@ -77,15 +80,19 @@ def _lock_tree(node) -> None:
         if isinstance(value, NonTensorData):
             value._is_locked = True  # its update() refuses, as a locked entry's set does
         elif is_tensor_collection(value):
-            _lock_tree(value)
+            _lock_tree(value, saved)
             if ref is None:
                 ref = weakref.ref(node)
             record_parent(ref, value._to_tensordict_view())  # a TensorClass: its inner one
 
 
-def _unlock_tree(node, checked: bool = False) -> None:
+def _unlock_tree(node, checked: bool = False, saved: dict | None = None) -> None:
     if node._frozen or node._is_locked == FROZEN:
+        if saved is not None:  # left as it is, but restored on exit like every level
+            save_tree(node, saved)
         return
+    if saved is not None:
+        save_level(node._to_tensordict_view(), saved)
     if not checked:  # (unlock_ has checked the container it was called on)
         _refuse_locked_by_parent(node)
     node._is_locked = False
@@ -96,7 +103,7 @@ def _unlock_tree(node, checked: bool = False) -> None:
         if isinstance(value, NonTensorData):
             value.__dict__.pop("_is_locked", None)
         elif is_tensor_collection(value):
-            _unlock_tree(value)
+            _unlock_tree(value, False, saved)
 
 
 def _refuse_locked_by_parent(node) -> None:
