@@ -366,7 +366,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--persist", type=Path)
     parser.add_argument("--transformer", type=Path, help="bench_ensemble_transformer.py --json")
 
-
     parser.add_argument("--fixed", type=Path, help="what fixed_cost.py --json wrote")
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     args = parser.parse_args(argv)
@@ -381,7 +380,6 @@ def main(argv: list[str] | None = None) -> None:
         lines += plot_persist(Run(args.persist, suffix_contender), args.out)
     if args.transformer:
         lines += plot_transformer(args.transformer, args.out)
-
 
     if args.fixed:
         lines += plot_fixed(args.fixed, args.out)
