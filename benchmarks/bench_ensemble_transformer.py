@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import copy
 import functools
-import statistics
-import time
 
 import pytest
 import torch
 import torch.nn.functional as F
+from ratios import interleaved_medians
 from torch import nn
 from torch.func import functional_call, grad, stack_module_state
 
@@ -248,15 +247,6 @@ def test_train_step_peak_memory(benchmark, request, config):
 
 
 # ---------------------------------------------------------------- as a script
-def _thread_times(function, repetitions: int) -> list[int]:
-    times = []
-    for _ in range(repetitions):
-        start = time.thread_time_ns()
-        function()
-        times.append(time.thread_time_ns() - start)
-    return times
-
-
 def main(rounds: int = 7) -> None:
     torch.set_num_threads(1)
     for config in CONFIGS:
@@ -266,11 +256,8 @@ def main(rounds: int = 7) -> None:
         medians = {}
         for what, make in (("forward", forward_of), ("train step", train_step_of)):
             calls = {kind: make(kind, models, x) for kind in KINDS}
-            times: dict = {kind: [] for kind in KINDS}
-            for _ in range(rounds):  # interleaved: each round runs every contender
-                for kind, call in calls.items():
-                    times[kind] += _thread_times(call, repetitions)
-            medians[what] = {kind: statistics.median(t) for kind, t in times.items()}
+            # interleaved: each round times every contender `repetitions` times
+            medians[what] = interleaved_medians(calls, rounds, samples=repetitions)
         loop_bytes, ensemble_bytes = memory_ratio(config)
         print(f"{config}: peak memory of a training step, ensemble / loop "
               f"{ensemble_bytes / loop_bytes:.2f} ({ensemble_bytes / 2**20:.1f} MiB)")  # fmt: skip
@@ -281,7 +268,7 @@ def main(rounds: int = 7) -> None:
                 for kind in KINDS
                 if kind != "tdfunc_ensemble"
             )
-            print(f"  {what}: ensemble {ours / 1e6:.2f} ms; {ratios}")
+            print(f"  {what}: ensemble {ours * 1e3:.2f} ms; {ratios}")
 
 
 if __name__ == "__main__":
