@@ -78,7 +78,7 @@ def test_a_tensorclass_get_of_a_missing_name_is_none_or_the_default():
     assert pair.get_at("nope", 0, "else") == "else"
     assert pair.get_at("x", 1).item() == 1.0
     with pytest.raises(AttributeError):
-        pair.nope  # noqa: B018
+        pair.nope
     with pytest.raises(KeyError, match="nope"):
         pair["nope"]
 
