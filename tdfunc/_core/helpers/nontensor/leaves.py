@@ -12,6 +12,7 @@ from .. import options
 from ..hooks import HOOKS
 from ..sizes import checked_names, index_batch_size, normalize_dim, pad_plan, resolve_shape
 from ..tracing import dynamo_compiling as _dynamo_compiling
+from .entries import _NoEntries
 from .saving import _Saving
 from .values import (
     _check_nested,
@@ -33,7 +34,7 @@ from .values import (
 _VALUES_SHOWN = 50  # characters of a NonTensorStack's values in its repr
 
 
-class NonTensorData(_Saving):
+class NonTensorData(_Saving, _NoEntries):
     """One Python value shared by every element of a batch.
 
     ``expand``, ``unsqueeze``, ``repeat`` and ``repeat_interleave`` give a
