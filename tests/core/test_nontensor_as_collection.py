@@ -85,3 +85,31 @@ def test_the_container_still_holds_them_as_leaves():
     assert td["text"] == "t" and td["tc"].label == "l"
     assert torch.equal(td.apply(lambda x: x + 1)["a"], torch.ones(2))
     assert td.apply(lambda x: x + 1)["text"] == "t"
+
+
+def test_non_tensor_leaves_carry_the_container_dim_names():
+    """As tensordict's do: a walk that reads ``names`` of every collection finds the
+    container's names on the leaves too (constructor, setter on a locked container, a
+    new entry, a clone)."""
+    td = TensorDict(
+        a=torch.zeros(2, 3), s="x", st=[["p"] * 3, ["q"] * 3], batch_size=[2, 3], names=["n", "m"]
+    )
+    assert td.get("s").names == td.get("st").names == ["n", "m"]
+    td["u"] = "z"
+    assert td.get("u").names == ["n", "m"]
+    assert td.clone().get("st").names == ["n", "m"]
+    td.lock_()
+    td.names = ["0", "-1"]
+    for value in td.values(True):
+        if is_tensor_collection(value):
+            assert value.names == ["0", "-1"]
+    assert td["s"] == "x" and td["st"] == [["p"] * 3, ["q"] * 3]
+
+
+def test_renaming_replaces_the_leaf_and_leaves_a_shared_one_alone():
+    leaf = NonTensorData("x", batch_size=[2])
+    first = TensorDict(s=leaf, batch_size=[2])
+    second = TensorDict(s=leaf, batch_size=[2])
+    first.names = ["n"]
+    assert first.get("s").names == ["n"]
+    assert second.get("s").names == [None] and leaf.names == [None]

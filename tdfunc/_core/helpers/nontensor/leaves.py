@@ -470,7 +470,11 @@ class NonTensorData(_Saving, _NoEntries):
         return self
 
     def clone(self, *args, **kwargs) -> NonTensorData:
-        return self._with(self.batch_size)
+        out = self._with(self.batch_size)
+        names = getattr(self, "_names", None)
+        if names is not None:  # the same batch dims: the same names
+            out._names = names
+        return out
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NonTensorData):
