@@ -90,3 +90,12 @@ def test_the_stack_equals_torch_stack_and_keeps_the_graph(write):
     torch.testing.assert_close(stored, torch.stack(parts))
     stored.sum().backward()
     torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+
+
+def test_a_list_of_nested_tensors_stays_a_list_of_values():
+    """torch cannot stack nested tensors along a new dim (tensordict raises torch's
+    error): the list keeps the rule it had, one value per element."""
+    nested = torch.nested.nested_tensor([torch.zeros(2), torch.ones(3)], layout=torch.jagged)
+    td = TensorDict(b=[nested, nested], batch_size=[2])
+    assert type(td.get("b")).__name__ == "NonTensorStack"
+    assert td["b"][1] is nested

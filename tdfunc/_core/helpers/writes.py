@@ -239,7 +239,8 @@ def stacked_tensors(value: list | tuple) -> torch.Tensor | None:
 
 def _stack_level(value: Any) -> torch.Tensor | None:
     if isinstance(value, torch.Tensor):
-        return value
+        # nested tensors do not stack along a new dim: such a list stays a list of values
+        return None if value.is_nested else value
     if type(value) not in (list, tuple) or not value:
         return None
     parts = []
