@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import copy
 import functools
-import statistics
 import sys
-import time
 
 import pytest
 import torch
+from ratios import interleaved_medians
 from torch import nn
 from torch.func import functional_call, grad, stack_module_state
 
@@ -152,20 +151,12 @@ def interleaved(repetitions: int = 200) -> str:
         models, x = setup(config)
         for step, make in (("forward", forward_of), ("train", train_step_of)):
             calls = {kind: make(kind, copy.deepcopy(models), x) for kind in KINDS}
-            times: dict = {kind: [] for kind in KINDS}
-            for _ in range(5):  # warm-up (plans, allocator)
-                for call in calls.values():
-                    call()
-            for _ in range(repetitions):
-                for kind, call in calls.items():
-                    start = time.thread_time_ns()
-                    call()
-                    times[kind].append(time.thread_time_ns() - start)
-            median = {kind: statistics.median(values) for kind, values in times.items()}
+            # warm-up (plans, allocator), then one call per contender per round
+            median = interleaved_medians(calls, repetitions, warmup=5)
             mine = median["tdfunc_ensemble"]
             lines.append(
                 f"| {config} | {step} | {median['loop'] / mine:.2f} | "
-                f"{median['torch_func'] / mine:.2f} | {mine / 1e3:.0f} |"
+                f"{median['torch_func'] / mine:.2f} | {mine * 1e6:.0f} |"
             )
     return "\n".join(lines)
 

@@ -42,12 +42,12 @@ import json
 import os
 import platform
 import statistics
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from ratios import interleaved_samples
 from torch import nn
 from torch.func import functional_call, grad, stack_module_state
 
@@ -256,15 +256,6 @@ def test_train_step_peak_memory(benchmark, request, config):
 
 
 # ---------------------------------------------------------------- as a script
-def _thread_times(function, repetitions: int) -> list[int]:
-    times = []
-    for _ in range(repetitions):
-        start = time.thread_time_ns()
-        function()
-        times.append(time.thread_time_ns() - start)
-    return times
-
-
 def _machine() -> str:
     """The CPU's name and core count, for the record of a run."""
     name = platform.processor() or platform.machine()
@@ -293,11 +284,8 @@ def main(rounds: int = 7, json_path: str | None = None) -> None:
         samples = {}
         for what, make in (("forward", forward_of), ("train step", train_step_of)):
             calls = {kind: make(kind, models, x) for kind in KINDS}
-            times: dict = {kind: [] for kind in KINDS}
-            for _ in range(rounds):  # interleaved: each round runs every contender
-                for kind, call in calls.items():
-                    times[kind] += _thread_times(call, repetitions)
-            samples[what] = times
+            # interleaved: each round times every contender `repetitions` times
+            samples[what] = interleaved_samples(calls, rounds, samples=repetitions)
         loop_bytes, ensemble_bytes = memory_ratio(config)
         record["configs"][config] = {
             **samples,
@@ -313,7 +301,7 @@ def main(rounds: int = 7, json_path: str | None = None) -> None:
                 for kind in KINDS
                 if kind != "tdfunc_ensemble"
             )
-            print(f"  {what}: ensemble {ours / 1e6:.2f} ms; {ratios}")
+            print(f"  {what}: ensemble {ours * 1e3:.2f} ms; {ratios}")
     if json_path:
         Path(json_path).write_text(json.dumps(record, indent=1))
         print(f"wrote {json_path} (draw it: benchmarks/plot_report.py --transformer {json_path})")

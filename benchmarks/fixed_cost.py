@@ -52,6 +52,7 @@ import torch.utils._pytree as torch_pytree
 from torch import nn
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
+from ratios import interleaved_samples  # noqa: E402
 
 _clock = time.thread_time_ns
 
@@ -73,15 +74,7 @@ class Timing(float):
 def interleaved(contenders: dict, batches: int = 31, number: int = 200) -> dict:
     """``{name: median seconds per call}`` (a :class:`Timing`), the contenders
     alternating batch by batch."""
-    for function in contenders.values():
-        function()
-    times: dict = {name: [] for name in contenders}
-    for _ in range(batches):
-        for name, function in contenders.items():
-            start = _clock()
-            for _ in range(number):
-                function()
-            times[name].append((_clock() - start) / number / 1e9)
+    times = interleaved_samples(contenders, batches, number=number, warmup=1)
     return {name: Timing.of(values) for name, values in times.items()}
 
 

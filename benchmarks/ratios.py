@@ -19,10 +19,64 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 import sys
+import time
 from collections import defaultdict
+from collections.abc import Callable
 
 CONTENDERS = ("tdfunc", "tensordict", "baseline")
+
+
+def interleaved_medians(
+    contenders: dict[str, Callable[[], object]],
+    rounds: int,
+    *,
+    number: int = 1,
+    samples: int = 1,
+    warmup: int = 0,
+) -> dict[str, float]:
+    """``{name: median seconds per call}`` of :func:`interleaved_samples`."""
+    times = interleaved_samples(contenders, rounds, number=number, samples=samples, warmup=warmup)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def interleaved_samples(
+    contenders: dict[str, Callable[[], object]],
+    rounds: int,
+    *,
+    number: int = 1,
+    samples: int = 1,
+    warmup: int = 0,
+) -> dict[str, list[float]]:
+    """``{name: [seconds per call, one per sample]}`` in CPU time of the calling thread.
+
+    The contenders alternate round by round, so that a change of load on a shared
+    machine falls on all of them; time other jobs take from the CPU is not counted
+    (``time.thread_time_ns``). Each round times every contender ``samples`` times, each
+    sample ``number`` calls in a row (divided by ``number``); ``warmup`` rounds of one
+    call each come first. Quote ratios of these medians, pinned to one thread
+    (``torch.set_num_threads(1)``).
+    """
+    clock = time.thread_time_ns
+    for _ in range(warmup):
+        for function in contenders.values():
+            function()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, function in contenders.items():
+            record = times[name].append
+            for _ in range(samples):
+                if number == 1:  # no loop inside the timed span
+                    start = clock()
+                    function()
+                    record((clock() - start) / 1e9)
+                    continue
+                start = clock()
+                for _ in range(number):
+                    function()
+                record((clock() - start) / number / 1e9)
+    return times
 
 
 def medians(paths: list[str]) -> dict[str, dict[str, float]]:

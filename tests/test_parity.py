@@ -646,8 +646,8 @@ def test_results_keep_the_class_and_frozen_stays_frozen():
 
 def test_error_texts_name_the_tensorclass():
     instance = sample()
-    with pytest.raises(KeyError, match=r"^.Sample\.get: key 'nope' not found"):
-        instance.get("nope")
+    with pytest.raises(KeyError, match=r"^.Sample\.__getitem__: key 'nope' not found"):
+        instance["nope"]
     with pytest.raises(RuntimeError, match=r"^Sample: the truth value of a Sample"):
         bool(instance)
     with pytest.raises(ValueError, match=r"^Sample\.batch_size: cannot set batch size"):

@@ -20,6 +20,7 @@ from torch import nn
 
 from .._assembly import TensorDict
 from .._modules.slots import iter_slots
+from .shared import declare_shared, is_shared, replaced
 
 _SCALAR = torch.Size([])
 
@@ -46,6 +47,35 @@ class _Stacked(nn.Module):
     """
 
     _children_names: tuple = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # load_state_dict(assign=True) sets each entry as an attribute: a tensor that
+        # replaces a shared one is shared too (optimizers ask, see shared.py)
+        state = self.__dict__
+        old = None
+        if "_parameters" in state:
+            old = state["_parameters"].get(name)
+            if old is None:
+                old = state["_buffers"].get(name)
+        super().__setattr__(name, value)
+        if old is not None:
+            replaced(old, value)
+
+    def __getstate__(self) -> dict:
+        # a copy (deepcopy, pickle) gets new tensors: it re-declares its shared ones by name
+        state = dict(super().__getstate__())
+        entries = {**self._parameters, **self._buffers}
+        state["_shared_entries"] = tuple(
+            name for name, value in entries.items() if value is not None and is_shared(value)
+        )
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        names = state.pop("_shared_entries", ())
+        super().__setstate__(state)
+        entries = {**self._parameters, **self._buffers}
+        declare_shared([entries[name] for name in names if entries.get(name) is not None])
 
     def __getitem__(self, index: int | str) -> nn.Module:
         names = self._children_names

@@ -31,7 +31,7 @@ from . import embedding_bag, instance_norm, pairwise, sample_layers, transposed_
 from . import layers as _layers  # noqa: F401  (registers the built-in layers)
 from . import recurrent as _recurrent  # noqa: F401  (the recurrent ones)
 from . import transformer as _transformer  # noqa: F401  (transformer layers and stacks)
-from .explain import BATCHED, VMAP, Route
+from .explain import BATCHED, TRACED, VMAP, Route
 from .registry import BatchContext, is_plain_sequential, is_torch_layer, planner_for
 from .trace import WholeForward, traced_step
 
@@ -52,7 +52,13 @@ class Report:
             return f"forward vmapped ({self.whole})"
         batched = len(self.batched)
         layers = batched + sum(1 for name, _ in self.vmapped if not name.startswith("op "))
-        text = f"{batched}/{layers} layers batched"
+        if layers:
+            text = f"{batched}/{layers} layers batched"
+        else:  # a forward of ops on its own tensors, no submodule: "0/0" would say nothing
+            traced = any(route.route == TRACED for route in self.routes)
+            text = "no layers" + ("; forward traced" if traced else "")
+            if not self.vmapped:
+                text += ", every op batched"
         if self.vmapped:
             text += "; " + ", ".join(f"`{name}` vmapped" for name, _ in self.vmapped)
         return text

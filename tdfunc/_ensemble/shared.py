@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Iterable
 
@@ -24,6 +25,9 @@ import torch
 
 # id -> weak reference; a tensor's == is elementwise, so no container compares them
 _SHARED: dict[int, weakref.ref] = {}
+# Also a mark on the tensor itself: copies of the ensemble (``copy.deepcopy``,
+# ``torch.save``/``torch.load``) copy a tensor's attributes, never its identity.
+_MARK = "_tdfunc_ensemble_shared"
 
 
 def _forget(key: int, ref: weakref.ref) -> None:
@@ -36,9 +40,25 @@ def declare_shared(tensors: Iterable[torch.Tensor]) -> None:
     for tensor in tensors:
         key = id(tensor)
         _SHARED[key] = weakref.ref(tensor, lambda ref, key=key: _forget(key, ref))
+        with contextlib.suppress(AttributeError):  # a tensor class without attributes
+            setattr(tensor, _MARK, True)
 
 
 def is_shared(tensor: torch.Tensor) -> bool:
     """Whether an ensemble declared ``tensor`` shared (it has no member dim)."""
+    if getattr(tensor, _MARK, False) is True:
+        return True
     ref = _SHARED.get(id(tensor))
     return ref is not None and ref() is tensor
+
+
+def replaced(old: object, new: object) -> None:
+    """``new`` takes the place of ``old`` in an ensemble (``load_state_dict(assign=True)``,
+    an attribute set on a stacked module): it is shared if ``old`` was."""
+    if (
+        new is not old
+        and isinstance(new, torch.Tensor)
+        and isinstance(old, torch.Tensor)
+        and is_shared(old)
+    ):
+        declare_shared([new])

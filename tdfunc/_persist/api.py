@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import operator
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -86,6 +87,23 @@ def _check_options(api: str, share_non_tensor: bool, robust_key) -> None:
         )
 
 
+def _check_num_threads(api: str, num_threads: Any) -> int:
+    """``num_threads`` as an int >= 0 (any integer type), or a clear error."""
+    # a bool is an int to Python, and num_threads=True is a mistake, not one thread
+    try:
+        count = None if type(num_threads) is bool else operator.index(num_threads)
+    except TypeError:
+        count = None
+    if count is None:
+        raise TypeError(
+            f"{api}: num_threads must be an int (0: the calling thread), got "
+            f"{type(num_threads).__name__} {num_threads!r}."
+        )
+    if count < 0:
+        raise ValueError(f"{api}: num_threads must be >= 0 (0: the calling thread), got {count}.")
+    return count
+
+
 def memmap_collection(
     obj: Any,
     prefix=None,
@@ -107,9 +125,10 @@ def memmap_collection(
     ``meta.json``. See :meth:`PersistMixin.memmap` for the arguments.
     """
     _check_options(api, share_non_tensor, robust_key)
+    num_threads = _check_num_threads(api, num_threads)
     if inplace:
         refuse_frozen_inside(obj, api.rpartition(".")[2])
-    background = return_early and isinstance(num_threads, int) and num_threads > 0
+    background = return_early and num_threads > 0
     with contextlib.nullcontext() if background else _gc_paused():
         return _persist_save.save(
             obj,
@@ -131,6 +150,7 @@ def memmap_tensordict_layout(
     """Save ``obj`` in tensordict's layout; the saved container, locked (``obj`` itself,
     its leaves replaced, when ``inplace``). ``options`` are the other keywords of the
     call: those tensordict's layout cannot honour are refused, never ignored."""
+    _check_num_threads(api, options.get("num_threads", 0))
     if prefix is None or (options.get("return_early") and options.get("num_threads")):
         raise ValueError(f"{api}: format='tensordict' needs a prefix and return_early=False.")
     _check_options(api, options.get("share_non_tensor", False), options.get("robust_key"))
@@ -213,6 +233,7 @@ def load_collection(
 
     With ``out``, the data is moved into ``out`` (which is returned).
     """
+    num_threads = _check_num_threads(api, num_threads)
     if out is not None:
         refuse_frozen_inside(out, api.rpartition(".")[2])
     if out is not None and device is None:

@@ -104,6 +104,24 @@ def _wrap(tensor: torch.Tensor, path: str, inode: tuple) -> MemoryMappedTensor:
 
 
 # ---------------------------------------------------------------------------- the class
+class FileHandle:
+    """The file behind a ``MemoryMappedTensor``, by name (``MemoryMappedTensor._handler``).
+
+    Example:
+        >>> t = MemoryMappedTensor.from_tensor(torch.arange(3))
+        >>> MemoryMappedTensor.from_handler(t._handler, torch.int64, (3,)).tolist()
+        [0, 1, 2]
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"FileHandle({self.name!r})"
+
+
 class MemmapFileExistsError(FileExistsError, RuntimeError):
     """A memory-mapped file's target exists and ``existsok`` is ``False``.
 
@@ -193,6 +211,12 @@ class MemoryMappedTensor(torch.Tensor):
     def filename(self) -> str:
         """The absolute path of the file this tensor maps."""
         return self._filename
+
+    @property
+    def _handler(self) -> FileHandle:
+        """A handle on the file this tensor maps, that :meth:`from_handler` takes (the
+        attribute tensordict's memory-mapped tensors have)."""
+        return FileHandle(self._filename)
 
     def __getitem__(self, index) -> Any:
         # A view of the mapping is a MemoryMappedTensor of the same file (tensordict);

@@ -609,8 +609,7 @@ def save(
     ``top_class`` replaces the class recorded for ``obj`` (a non-tensor leaf saved on
     its own is saved as the TensorDict holding it, under its own class name).
     """
-    if not isinstance(num_threads, int) or num_threads < 0:
-        raise ValueError(f"{api}: num_threads must be a non-negative int, got {num_threads!r}.")
+    # num_threads was checked by the public entry point (api.py)
     directory = None if prefix is None else os.path.abspath(os.fspath(prefix))
     work = _Save(api, inplace, like, copy_existing, existsok, fsync)
     try:

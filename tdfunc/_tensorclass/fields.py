@@ -30,7 +30,7 @@ import torch
 from .._core.helpers.mixin import is_tensor_collection
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .._core.helpers.sizes import leaf_shape
-from .._core.helpers.writes import stacked_list
+from .._core.helpers.writes import stacked_list, stacked_tensors
 
 FLAGS = ("autocast", "nocast", "tensor_only", "frozen", "shadow")
 CASTING_FLAGS = ("autocast", "nocast", "tensor_only")
@@ -334,6 +334,10 @@ def convert_default(
         return fit_tensor(owner, name, torch.as_tensor(value, device=device), size, device)
     if isinstance(value, Mapping):
         return _nested_from_mapping(value, size, device, plain)
+    if isinstance(value, (list, tuple)):
+        tensor = stacked_tensors(value)  # tensors of one shape: their stack, as tensordict
+        if tensor is not None:
+            return fit_tensor(owner, name, tensor, size, device)
     stack = stacked_list(value, size, device, owner, name)  # a list: one item per element
     if stack is not None:
         return stack
@@ -360,7 +364,9 @@ def convert_tensor_only(
     if isinstance(value, (list, tuple)):
         # tensor-compatible (a list of numbers, of tensors...): cast, as the flag promises
         try:
-            tensor = torch.as_tensor(value, device=device)
+            tensor = stacked_tensors(value)
+            if tensor is None:
+                tensor = torch.as_tensor(value, device=device)
         except (TypeError, ValueError, RuntimeError):
             pass
         else:
@@ -406,6 +412,9 @@ def _cast_to(target: Any, owner: str, name: str, value: Any, size, device, plain
     if isinstance(value, NonTensorData):
         value = value.data
     if issubclass(target, torch.Tensor):
+        stacked = stacked_tensors(value) if isinstance(value, (list, tuple)) else None
+        if stacked is not None:
+            value = stacked
         if not isinstance(value, torch.Tensor):
             value = _call_cast(torch.as_tensor, value, target, owner, name)
         return fit_tensor(owner, name, value, size, device)

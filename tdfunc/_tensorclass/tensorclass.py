@@ -431,10 +431,8 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         signature += ", *, " + ", ".join(f"{k}=None" for k in extra)
     body = []
     if "batch_size" in extra:
-        body.append(
-            "_tc_size = batch_size if type(batch_size) is _tc_Size "
-            "else _tc_as_size(batch_size, _tc_api)"
-        )
+        # a torch.Size is checked too: it may hold negative dims or numpy integers
+        body.append("_tc_size = _tc_as_size(batch_size, _tc_api)")
     else:
         body.append("_tc_size = _tc_Size()")
     if "device" in extra:

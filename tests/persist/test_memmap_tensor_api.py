@@ -62,6 +62,38 @@ def test_from_handler_maps_an_open_file(tmp_path):
         MemoryMappedTensor.from_handler(object(), torch.float32, (1,))
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: MemoryMappedTensor.empty((3, 4), dtype=torch.int32),
+        lambda: MemoryMappedTensor.zeros((3, 4), dtype=torch.bool),
+        lambda: MemoryMappedTensor.ones((3, 4), dtype=torch.int32),
+        lambda: MemoryMappedTensor.from_tensor(torch.arange(12.0).view(3, 4)),
+    ],
+    ids=["empty", "zeros", "ones", "from_tensor"],
+)
+def test_handler_maps_the_same_file(make):
+    t = make()
+    reference = torch.arange(12).view(3, 4).to(t.dtype)  # plain torch: what the file holds
+    t.copy_(reference)
+    handle = t._handler
+    assert handle is not None and handle.name == t.filename
+    again = MemoryMappedTensor.from_handler(handle, dtype=t.dtype, shape=(3, 4))
+    assert type(again) is MemoryMappedTensor and torch.equal(again, reference)
+    again[1] = reference[0]  # one file: a write through one is read through the other
+    assert torch.equal(t[1], reference[0])
+
+
+def test_handler_of_a_nested_tensor_maps_its_components():
+    parts = [torch.zeros(2, 3) + i for i in range(3)]
+    nested = MemoryMappedTensor.from_tensor(torch.nested.nested_tensor(parts))
+    shape = torch.tensor([[2, 3]] * 3)
+    again = MemoryMappedTensor.from_handler(nested._handler, dtype=nested.dtype, shape=shape)
+    assert type(again) is MemoryMappedTensor
+    for got, want in zip(again.unbind(), parts):
+        assert torch.equal(got, want)
+
+
 def test_from_storage_shares_the_file():
     source = MemoryMappedTensor.from_tensor(torch.arange(6))
     out = MemoryMappedTensor.from_storage(source.untyped_storage(), torch.int64, (2, 3))

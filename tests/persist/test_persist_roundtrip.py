@@ -11,6 +11,7 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -384,6 +385,32 @@ def test_unsupported_options_are_clear_errors(tmp_path):
         td.memmap(tmp_path, robust_key=False)
     with pytest.raises(ValueError, match="num_threads"):
         td.memmap(tmp_path, num_threads=-1)
+
+
+@pytest.mark.parametrize(
+    ("num_threads", "error"),
+    [(-1, ValueError), (1.5, TypeError), (True, TypeError), (False, TypeError), ("2", TypeError)],
+)
+def test_num_threads_is_checked_by_every_entry_point(tmp_path, num_threads, error):
+    td = TensorDict({"a": torch.arange(3.0)}, [3])
+    td.memmap(tmp_path / "saved")
+    before = sorted(os.listdir(tmp_path / "saved"))
+    with pytest.raises(error, match="num_threads"):
+        TensorDict.load_memmap(tmp_path / "saved", num_threads=num_threads)
+    with pytest.raises(error, match="num_threads"):
+        td.clone().load_memmap_(tmp_path / "saved", num_threads=num_threads)
+    for fmt in ("tdfunc", "tensordict"):
+        with pytest.raises(error, match="num_threads"):
+            td.memmap(tmp_path / fmt, num_threads=num_threads, format=fmt)
+        assert not (tmp_path / fmt).exists()
+    assert sorted(os.listdir(tmp_path / "saved")) == before
+
+
+def test_num_threads_takes_any_integer_type(tmp_path):
+    td = TensorDict({"a": torch.arange(3.0), "b": {"c": torch.ones(2)}}, [])
+    td.memmap(tmp_path, num_threads=np.int64(2))
+    loaded = TensorDict.load_memmap(tmp_path, num_threads=np.int64(2))
+    assert loaded["a"].tolist() == [0.0, 1.0, 2.0] and loaded["b", "c"].tolist() == [1.0, 1.0]
 
 
 def test_unloadable_non_tensor_value_fails_before_anything_is_written(tmp_path):

@@ -259,8 +259,9 @@ def test_get_with_default_and_nested():
     assert torch.equal(out.get(("inner", "z")), torch.ones(2))
     assert out.get("note") is None
     assert out.get("nope", 5) == 5
+    assert out.get("nte") is None  # as tensordict; indexing names the close field
     with pytest.raises(KeyError, match="Did you mean 'note'"):
-        out.get("nte")
+        out["nte"]
     assert torch.equal(out["inner", "z"], torch.ones(2))
 
 

@@ -26,15 +26,15 @@ from ..helpers.leafwise import (
 from ..helpers.mixin import ContainerMixin
 from ..helpers.nontensor import NonTensorData, NonTensorStack
 from ..helpers.rewrap import rewrap
-from ..helpers.sizes import leaf_shape
+from ..helpers.sizes import leaf_shape, plain_size
 
 _Tensor = torch.Tensor
 
 
 def _size_arg(size: tuple) -> torch.Size:
     if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size)):
-        return torch.Size(size[0])
-    return torch.Size(size)
+        return plain_size(size[0])
+    return plain_size(size)
 
 
 def _regular_shape(values: list) -> torch.Size:

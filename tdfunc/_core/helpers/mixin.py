@@ -45,11 +45,13 @@ def is_tensor_collection(obj: object) -> bool:
 
 
 def is_tensor_collection_or_class(obj: object) -> bool:
-    """True for a ``TensorDict`` or a ``TensorClass``, given an instance or the class.
+    """True for a ``TensorDict``, a ``TensorClass`` or a non-tensor leaf, given an instance
+    or the class.
 
-    The public ``is_tensor_collection``: tensordict documents it for classes too. The
-    core asks about values only (``is_tensor_collection``), where a class stored as
-    non-tensor data must stay data.
+    The public ``is_tensor_collection``: tensordict documents it for classes too, and
+    counts its non-tensor leaves (tensorclasses there) in; their ``keys()`` are empty.
+    The core asks about values only (``is_tensor_collection``), where a class stored as
+    non-tensor data must stay data, and a non-tensor leaf is a leaf.
 
     Example:
         >>> from tdfunc import TensorDict, is_tensor_collection
@@ -57,9 +59,11 @@ def is_tensor_collection_or_class(obj: object) -> bool:
         (True, True)
         >>> is_tensor_collection({}), is_tensor_collection(dict)
         (False, False)
+        >>> is_tensor_collection(NonTensorData("a")), is_tensor_collection(NonTensorStack)
+        (True, True)
     """
     cls = obj if isinstance(obj, type) else type(obj)
-    return bool(getattr(cls, "_is_tensor_collection", False))
+    return bool(getattr(cls, "_is_tensor_collection", False)) or issubclass(cls, NonTensorData)
 
 
 def read_value(value: Any) -> Any:

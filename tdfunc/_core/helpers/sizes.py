@@ -44,24 +44,22 @@ def as_size(batch_size, api: str = "TensorDict") -> torch.Size:
             size = torch.Size(batch_size)
         except TypeError:
             raise _size_type_error(batch_size, api) from None
-        _check_non_negative(size, api)
+        size = _check_non_negative(size, api)
         if key is not None and len(_SIZES) < 4096:
             _SIZES[key] = size
         return size
     if kind is torch.Size:
-        _check_non_negative(batch_size, api)
-        return batch_size
+        return _check_non_negative(batch_size, api)
     if batch_size is None:
         return torch.Size()
-    if isinstance(batch_size, int):
+    if isinstance(batch_size, (int, np.integer)):
         size = torch.Size([batch_size])
     else:
         try:
             size = torch.Size(batch_size)
         except TypeError:
             raise _size_type_error(batch_size, api) from None
-    _check_non_negative(size, api)
-    return size
+    return _check_non_negative(size, api)
 
 
 SIZE_CACHE: dict[tuple, tuple] = {}  # batch-size list -> size_info(...)
@@ -83,15 +81,35 @@ def size_info(batch_size) -> tuple[torch.Size, int, int, int]:
     return info
 
 
-def _check_non_negative(size: torch.Size, api: str) -> None:
+def _check_non_negative(size: torch.Size, api: str) -> torch.Size:
+    """``size`` checked, with numpy integers made Python ints (``torch.Size`` keeps them,
+    and they would reach ``meta.json``, reprs and ``batch_size`` as numpy scalars)."""
     # -1 marks a ragged dim: nested tensors whose components differ in length there.
     # The first dim counts the components, so it is never ragged.
+    numpy_dims = False
     for dim, s in enumerate(size):
         if s < -1 or (s == -1 and dim == 0):
             raise ValueError(
                 f"{api}: batch_size must not be negative, got {list(size)} (-1 marks a "
                 f"ragged dim of nested tensors, after the first dim)."
             )
+        if type(s) is not int and isinstance(s, np.integer):
+            numpy_dims = True
+    if numpy_dims:  # symbolic dims (torch.SymInt) are kept as they are
+        return torch.Size([int(s) if isinstance(s, np.integer) else s for s in size])
+    return size
+
+
+def plain_size(dims) -> torch.Size:
+    """``torch.Size(dims)`` with numpy integers made Python ints (symbolic dims kept).
+
+    Example:
+        >>> plain_size([np.int64(3), 4])
+        torch.Size([3, 4])
+    """
+    if any(type(d) is not int and isinstance(d, np.integer) for d in dims):
+        dims = [int(d) if isinstance(d, np.integer) else d for d in dims]
+    return torch.Size(dims)
 
 
 def _size_type_error(batch_size, api: str) -> TypeError:

@@ -13,6 +13,7 @@ same results.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +27,7 @@ from .mixin import is_tensor_collection
 from .nested_keys import MISSING, key_parts, unravel_key
 from .nontensor import NonTensorData, NonTensorStack, stack_of_list
 from .parents import hand_out
-from .sizes import BatchSizeMismatchError, leaf_shape
+from .sizes import BatchSizeMismatchError, checked_names, leaf_shape
 from .tracing import dynamo_compiling as _dynamo_compiling
 
 _NO_DEFAULT = MISSING
@@ -127,6 +128,15 @@ def rollback(undo: list) -> None:
 
 def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> Any:
     """Validate one new value against ``batch_size`` and return what is stored."""
+    stored = _convert(td, key, value, batch_size, api)
+    if td._names is not None and isinstance(stored, NonTensorData) and stored is not value:
+        # a new leaf carries the container's dim names, as in tensordict
+        own = stored.names[len(td._names) :]
+        stored._names = checked_names([*td._names, *own], stored.batch_size, f"TensorDict.{api}")
+    return stored
+
+
+def _convert(td, key, value: Any, batch_size: torch.Size, api: str) -> Any:
     ndim = len(batch_size)
     if isinstance(value, _Tensor):
         check_batch_dims(api, key, leaf_shape(value), batch_size)
@@ -137,7 +147,7 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
         if value.batch_size[:ndim] != batch_size:
             extended = _extended(value, batch_size)
             if extended is not None:
-                return convert(td, key, extended, batch_size, api)
+                return _convert(td, key, extended, batch_size, api)
             raise ValueError(
                 f"TensorDict.{api}: the {type(value).__name__} at key {key!r} has batch "
                 f"size {list(value.batch_size)}, which does not start with the batch size "
@@ -168,6 +178,12 @@ def convert(td, key, value: Any, batch_size: torch.Size, api: str = "set") -> An
         check_batch_dims(api, key, tensor.shape, batch_size, scalar=True)
         return tensor
     if isinstance(value, (list, tuple)):
+        tensor = stacked_tensors(value)
+        if tensor is not None:  # tensordict: a list of tensors of one shape is their stack
+            if td._device is not None:
+                tensor = tensor.to(td._device)
+            check_batch_dims(api, key, tensor.shape, batch_size)
+            return tensor
         try:
             tensor = torch.as_tensor(value, device=td._device)
         except (TypeError, ValueError, RuntimeError):
@@ -202,6 +218,39 @@ def _named_like(td, key, value: Any, api: str) -> Any:
     value = value.clone(False)
     value._set_names([*names, *given[ndim:]], f"TensorDict.{api}")  # a frozen copy too
     return value
+
+
+def stacked_tensors(value: list | tuple) -> torch.Tensor | None:
+    """The stack of a (nested) list or tuple of tensors of one shape, their dtypes promoted
+    as ``torch.cat`` does; None when anything else is inside or the shapes differ.
+
+    Example:
+        >>> stacked_tensors([torch.zeros(2), torch.ones(2, dtype=torch.int64)])
+        tensor([[0., 0.],
+                [1., 1.]])
+    """
+    first = value
+    while type(first) in (list, tuple) and first:
+        first = first[0]
+    if not isinstance(first, torch.Tensor):  # numbers, strings, empty lists: not this rule
+        return None
+    return _stack_level(value)
+
+
+def _stack_level(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        # nested tensors do not stack along a new dim: such a list stays a list of values
+        return None if value.is_nested else value
+    if type(value) not in (list, tuple) or not value:
+        return None
+    parts = []
+    for item in value:
+        part = _stack_level(item)
+        if part is None or (parts and part.shape != parts[0].shape):
+            return None
+        parts.append(part)
+    dtype = functools.reduce(torch.promote_types, [part.dtype for part in parts])
+    return torch.stack([part.to(dtype) for part in parts])
 
 
 def stacked_list(value: Any, batch_size, device, api: str, key) -> NonTensorStack | None:

@@ -152,9 +152,9 @@ class AccessMixin(ContainerMixin):
                     parts = self._key_parts(key, "get")  # raises, naming the API
                 value = self._get_nested(parts)
         if value is _NO_DEFAULT:
-            if default is _NO_DEFAULT and not self._get_reads_value:
-                default = None  # tensordict: a TensorDict's get of a missing key gives None
-            return self._get_missing(key, default, "get")
+            # tensordict: get of a missing key gives None (a TensorClass's too); indexing
+            # and attribute access are where a missing name is an error
+            return self._get_missing(key, None if default is _NO_DEFAULT else default, "get")
         # tensordict: a TensorDict's get gives a non-tensor entry as its NonTensorData,
         # a tensorclass's get gives its Python value (td[key] always gives the value)
         if type(value) is not _Tensor:

@@ -24,7 +24,8 @@ class AtIndexMixin(ContainerMixin):
     __slots__ = ()
 
     def get_at(self, key: Any, index: Any, default: Any = _KEEP):
-        """The entry at ``key``, indexed by ``index`` (``default`` when the key is missing).
+        """The entry at ``key``, indexed by ``index`` (``default``, ``None`` if not given,
+        when the key is missing).
 
         The index applies to the entry itself, as ``td.get(key)[index]`` does (an
         ellipsis stands for all of its dims), as in tensordict.
@@ -36,9 +37,9 @@ class AtIndexMixin(ContainerMixin):
         try:
             value = self._get_leaf(key, "get_at")
         except KeyError:
-            if default is _KEEP:
-                raise
-            return default
+            # as get: an unset field or a missing key gives None (tensordict), or the
+            # default given for a missing key
+            return self._get_missing(key, None if default is _KEEP else default, "get_at")
         if isinstance(value, NonTensorData):
             return value[index]._value()
         return value[index]

@@ -290,6 +290,9 @@ def _plan_shared_names(node, names: tuple | None, plan: list, api: str, swaps: l
     """
     shared = list(names) if names is not None else [None] * len(node._batch_size)
     for key, value in node._data.items():
+        if isinstance(value, NonTensorData):
+            _plan_leaf_names(node, key, value, shared, api, swaps)
+            continue
         if not isinstance(value, ContainerMixin):
             continue
         inner = value._to_tensordict_view()
@@ -303,3 +306,18 @@ def _plan_shared_names(node, names: tuple | None, plan: list, api: str, swaps: l
             inner = value._to_tensordict_view()
         plan.append((inner, new))
         _plan_shared_names(inner, new, plan, api, swaps)
+
+
+def _plan_leaf_names(node, key, leaf: NonTensorData, shared: list, api: str, swaps: list) -> None:
+    """A non-tensor leaf carries its container's names on the dims they share (it reads
+    as a collection to code that walks levels, as in tensordict). Leaves are shared
+    between containers and never changed in place: a renamed copy takes its place."""
+    if getattr(leaf, "_names", None) is None and not any(n is not None for n in shared):
+        return
+    new = checked_names(shared + leaf.names[len(shared) :], leaf.batch_size, api)
+    if new is not None and list(new) == leaf.names:
+        return
+    renamed = leaf.clone()
+    renamed.__dict__.update(leaf.__dict__)  # lock, memory-mapped binding, sharing marks
+    renamed._names = new
+    swaps.append((node, key, renamed))

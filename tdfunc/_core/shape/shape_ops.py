@@ -17,7 +17,13 @@ from ..helpers.mixin import is_tensor_collection as _collection
 from ..helpers.parents import write_back as _write_back
 from ..helpers.pieces import split_leaf
 from ..helpers.reshape import _check_batch, _clean, resolve_ragged
-from ..helpers.sizes import DimOutOfRangeError, normalize_dim, refuse_ragged_dim, resolve_shape
+from ..helpers.sizes import (
+    DimOutOfRangeError,
+    normalize_dim,
+    plain_size,
+    refuse_ragged_dim,
+    resolve_shape,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -260,7 +266,7 @@ class ShapeOpsMixin(ContainerMixin):
                     f"to {list(shape)}."
                 )
             new.append(s)
-        new_size = torch.Size(new)
+        new_size = plain_size(new)
         names = self._names and (None,) * offset + self._names
         if new_size:  # (as in reshape)
             return self._map(lambda v: v.expand(*new_size, *v.shape[ndim:]), new_size, names)

@@ -12,6 +12,7 @@ from .. import options
 from ..hooks import HOOKS
 from ..sizes import checked_names, index_batch_size, normalize_dim, pad_plan, resolve_shape
 from ..tracing import dynamo_compiling as _dynamo_compiling
+from .entries import _NoEntries
 from .saving import _Saving
 from .values import (
     _check_nested,
@@ -33,7 +34,7 @@ from .values import (
 _VALUES_SHOWN = 50  # characters of a NonTensorStack's values in its repr
 
 
-class NonTensorData(_Saving):
+class NonTensorData(_Saving, _NoEntries):
     """One Python value shared by every element of a batch.
 
     ``expand``, ``unsqueeze``, ``repeat`` and ``repeat_interleave`` give a
@@ -469,7 +470,11 @@ class NonTensorData(_Saving):
         return self
 
     def clone(self, *args, **kwargs) -> NonTensorData:
-        return self._with(self.batch_size)
+        out = self._with(self.batch_size)
+        names = getattr(self, "_names", None)
+        if names is not None:  # the same batch dims: the same names
+            out._names = names
+        return out
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NonTensorData):
