@@ -16,7 +16,9 @@ while, for every leaf, all of these are the same as when it was made:
 - the version counter, for leaves whose derived tensor is a copy rather than a
   view (a view sees in-place edits, a copy does not);
 
-and the grad and inference modes are those of the entry. Nothing is cached
+and the grad and inference modes are those of the entry, and the context and its
+number of derivations are those it was made with (a plan built later, for the
+other train/eval mode, can append derivations to the same context). Nothing is cached
 while the call is traced (``torch.compile``, ``torch.export`` strict or not,
 ``torch.jit.trace``, fake tensors), runs under any torch dispatch mode
 (functionalization, or a mode that must see every op) or inside a ``torch.func``
@@ -70,7 +72,7 @@ class DerivedCache:
         # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf or
         # True when every leaf requires grad, an alias of each leaf's memory and
         # layout, versions of the copied leaves (pick them, their versions) or None,
-        # the extended leaves)
+        # the extended leaves, the context, its number of derivations)
         self.entries: list = [None] * 4
 
     def clear(self) -> None:
@@ -112,6 +114,8 @@ class DerivedCache:
         # Without grad mode no view carries a graph, whatever requires_grad says.
         if (
             entry is not None
+            and entry[5] is context
+            and entry[6] == len(context.derivations)
             and all(map(_is, entry[0], leaves))
             and (
                 not grad
@@ -146,7 +150,8 @@ class DerivedCache:
         if all(grads):
             grads = True
         aliases = list(map(_alias, leaves))
-        self.entries[mode] = (leaves, grads, aliases, versions, extended)
+        derivations = len(context.derivations)
+        self.entries[mode] = (leaves, grads, aliases, versions, extended, context, derivations)
         return extended
 
 

@@ -7,8 +7,12 @@ the derivation applied to the leaves as they are now.
 
 from __future__ import annotations
 
-import torch
+import copy
 
+import torch
+from torch import nn
+
+from tdfunc import Ensemble
 from tdfunc._ensemble.cache import DerivedCache
 from tdfunc._ensemble.registry import BatchContext
 
@@ -204,3 +208,31 @@ def test_an_optimizer_step_keeps_the_cached_views_right():
     entry = ensemble._derived.entries[1]
     ensemble(x)
     assert ensemble._derived.entries[1] is entry  # no rebuild after a step
+
+
+class _ModeBranch(nn.Module):
+    """Uses one layer in training and another in eval: the eval plan, built on the
+    first eval call, adds derived leaves to the context the training entry was made in."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.a(x) if self.training else self.b(x)
+
+
+def test_a_plan_that_adds_derived_leaves_is_not_served_the_shorter_entry():
+    torch.manual_seed(0)
+    models = [_ModeBranch() for _ in range(3)]
+    ensemble = Ensemble(*copy.deepcopy(models))
+    x = torch.randn(5, 4)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            for train in (True, False, True, False):
+                ensemble.train(train)
+                for model in models:
+                    model.train(train)
+                expected = torch.stack([model(x) for model in models])
+                torch.testing.assert_close(ensemble(x), expected)
