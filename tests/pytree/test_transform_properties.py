@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.func import grad, jacfwd, jacrev, jvp, vjp, vmap
 
-from tdfunc import TensorClass, TensorDict, is_tensor_collection
+from tdfunc import NonTensorData, NonTensorStack, TensorClass, TensorDict, is_tensor_collection
 
 
 class Node(TensorClass):
@@ -157,7 +157,8 @@ def _levels(container, at: tuple = ()) -> dict:
     view = container._to_tensordict_view()
     out = {at: (type(container), list(view._data), tuple(view._batch_size), view.names)}
     for key, value in view._data.items():
-        if is_tensor_collection(value):
+        # a non-tensor leaf counts as a collection (as in tensordict) but is no level
+        if is_tensor_collection(value) and not isinstance(value, (NonTensorData, NonTensorStack)):
             out.update(_levels(value, at + (key,)))
     return out
 
@@ -211,7 +212,7 @@ def _containers_of(tree, at: tuple = ()) -> dict:
     if isinstance(tree, tuple):
         for index, item in enumerate(tree):
             out.update(_containers_of(item, at + (index,)))
-    elif is_tensor_collection(tree):
+    elif is_tensor_collection(tree) and not isinstance(tree, (NonTensorData, NonTensorStack)):
         out[at] = (type(tree), tuple(tree.batch_size))
         for key, value in tree._to_tensordict_view()._data.items():
             out.update(_containers_of(value, at + (key,)))
