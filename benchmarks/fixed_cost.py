@@ -8,7 +8,8 @@ Rows (each with its floor, timed in the same run):
 - ``swap``: ``with params.to_module(m):`` enter and exit / assigning the tensors by
   hand, 10, 100 and 1,000 leaves, and a model of nested blocks;
 - ``pytree``: a round trip through ``torch.utils._pytree`` of a TensorDict / of
-  the same dict, 10 leaves;
+  the same dict, 1, 10 and 100 leaves, three nested levels, a TensorClass; and
+  through optree (namespace ``"tdfunc"``) / of the same dicts;
 - ``ops``: ``reshape``, ``unbind``, ``stack`` of 10, a slice, ``clone`` of a
   container / the same work on its plain tensors (``optree.tree_map`` over nested
   dicts), batch ranks 1 to 3;
@@ -157,14 +158,78 @@ def _swap_pair(td_class, model: nn.Module) -> tuple:
 
 
 # ---------------------------------------------------------------- pytree
-def pytree_rows():
-    from tdfunc import TensorDict
+def _nested_tree() -> dict:
+    """Three levels, ten leaves."""
+    leaf = partial(torch.zeros, 2)
+    deepest = {"g": leaf(), "h": leaf(), "i": leaf(), "j": leaf()}
+    return {"a": leaf(), "b": leaf(), "c": {"d": leaf(), "e": leaf(), "f": deepest}, "k": leaf()}
 
-    tree = {f"k{i}": torch.zeros(2) for i in range(10)}
-    td = TensorDict(tree, [])
+
+def _as_tensordict(td_class, tree: dict):
+    return td_class(
+        {k: _as_tensordict(td_class, v) if isinstance(v, dict) else v for k, v in tree.items()}, []
+    )
+
+
+def _torch_round_trip(tree):
     flatten, unflatten = torch_pytree.tree_flatten, torch_pytree.tree_unflatten
-    ours, floor = _pair(lambda: unflatten(*flatten(td)), lambda: unflatten(*flatten(tree)))
-    yield "pytree round trip, 10 leaves", ours, floor
+    return lambda: unflatten(*flatten(tree))
+
+
+def _optree_round_trip(tree, namespace: str):
+    def round_trip():
+        leaves, spec = optree.tree_flatten(tree, namespace=namespace)
+        return optree.tree_unflatten(spec, leaves)
+
+    return round_trip
+
+
+def pytree_rows():
+    from tdfunc import TensorClass, TensorDict
+
+    for size in (1, 10, 100):
+        tree = {f"k{i}": torch.zeros(2) for i in range(size)}
+        td = TensorDict(tree, [])
+        ours, floor = _pair(_torch_round_trip(td), _torch_round_trip(tree))
+        yield f"pytree round trip, {size} leaves", ours, floor
+    tree = _nested_tree()
+    td = _as_tensordict(TensorDict, tree)
+    yield (
+        "pytree round trip, nested (3 levels, 10 leaves)",
+        *_pair(_torch_round_trip(td), _torch_round_trip(tree)),
+    )
+
+    class Ten(TensorClass):
+        a: torch.Tensor
+        b: torch.Tensor
+        c: torch.Tensor
+        d: torch.Tensor
+        e: torch.Tensor
+        f: torch.Tensor
+        g: torch.Tensor
+        h: torch.Tensor
+        i: torch.Tensor
+        j: torch.Tensor
+
+    tree = {name: torch.zeros(2) for name in "abcdefghij"}
+    instance = Ten(**tree, batch_size=[])
+    yield (
+        "pytree round trip, TensorClass of 10 fields",
+        *_pair(_torch_round_trip(instance), _torch_round_trip(tree)),
+    )
+    tree = {f"k{i}": torch.zeros(2) for i in range(10)}
+    yield (
+        "optree round trip, 10 leaves",
+        *_pair(_optree_round_trip(TensorDict(tree, []), "tdfunc"), _optree_round_trip(tree, "")),
+    )
+    tree = _nested_tree()
+    yield (
+        "optree round trip, nested (3 levels, 10 leaves)",
+        *_pair(
+            _optree_round_trip(_as_tensordict(TensorDict, tree), "tdfunc"),
+            _optree_round_trip(tree, ""),
+        ),
+    )
 
 
 # ---------------------------------------------------------------- container ops
