@@ -622,3 +622,82 @@ def test_a_buffer_written_outside_the_carry_is_refused():
 
     with pytest.raises(RuntimeError, match=r"changed a tensor of counter\.seen"):
         capture_step(step_fn, (torch.zeros(2),), torch.ones(2))
+
+
+# Read through module globals by the steps below: a recorded step keeps what they held.
+STEP_SIZE = 0.1
+STEP_OPTIMIZER = optim.sgd(lr=0.1)
+
+
+def _global_rate_step(ensemble, config):
+    def train_step(carry, x, y):
+        (params,) = carry
+
+        def loss(p):
+            return ((ensemble.functional_call(p, x) - y) ** 2).mean(dim=(1, 2)).sum()
+
+        grads, value = grad_and_value(loss)(params)
+        rate = STEP_SIZE * config.scale
+        return (params.apply(lambda p, g: p - rate * g, grads),), value
+
+    return train_step
+
+
+class _Config:
+    def __init__(self):
+        self.scale = 1.0
+        self.calls = 0  # not read by the step: free to change
+
+
+def test_a_rebound_global_or_closed_over_value_is_refused():
+    """A replay keeps the Python numbers and objects the step read at the capture: a
+    global or an attribute rebound since then is refused, not silently ignored (the CPU
+    path would pick the new value up, a recorded CUDA graph would not)."""
+    global STEP_SIZE
+    ensemble = Ensemble(*members())
+    config = _Config()
+    x, y = batches(1)[0]
+    step = capture_step(_global_rate_step(ensemble, config), (ensemble.params,), x, y)
+    step(x, y)
+    config.calls += 1  # an attribute the step does not name
+    step(x, y)
+    try:
+        STEP_SIZE = 0.5
+        with pytest.raises(RuntimeError, match=r"'STEP_SIZE', which the step reads, was 0\.1"):
+            step(x, y)
+    finally:
+        STEP_SIZE = 0.1
+    step(x, y)
+    config.scale = 2.0
+    with pytest.raises(RuntimeError, match=r"'config\.scale'.* 1\.0 .* 2\.0 now"):
+        step(x, y)
+    config.scale = 1.0
+    step(x, y)
+
+
+def test_a_rebound_global_optimizer_is_refused():
+    global STEP_OPTIMIZER
+    ensemble = Ensemble(*members())
+
+    def train_step(carry, x, y):
+        params, state = carry
+
+        def loss(p):
+            return ((ensemble.functional_call(p, x) - y) ** 2).mean(dim=(1, 2)).sum()
+
+        grads, value = grad_and_value(loss)(params)
+        updates, state = STEP_OPTIMIZER.update(grads, state, params)
+        return (optim.apply_updates(params, updates), state), value
+
+    x, y = batches(1)[0]
+    params = ensemble.params
+    step = capture_step(train_step, (params, STEP_OPTIMIZER.init(params)), x, y)
+    step(x, y)
+    original = STEP_OPTIMIZER
+    try:
+        STEP_OPTIMIZER = optim.sgd(lr=0.5)  # same state structure: it would run silently
+        with pytest.raises(RuntimeError, match=r"'STEP_OPTIMIZER', which the step reads"):
+            step(x, y)
+    finally:
+        STEP_OPTIMIZER = original
+    step(x, y)
