@@ -66,11 +66,12 @@ def reachable(fn: Any, bindings: list | None = None) -> list[tuple[str, Any]]:
             return
         if isinstance(value, dict) and len(value) <= 64:
             for key, item in value.items():
-                visit(f"{name}[{key!r}]", item, depth + 1, (value, key, False))
+                visit(f"{name}[{key!r}]", item, depth + 1, (value, key, isinstance(key, str)))
             return
         function, held = _function_of(value)
         if function is not None:
             names_read.update(_global_names(function.__code__))
+            names_read.update(_constant_strings(function.__code__))
             _visit_function(name, function, depth, visit)
             for label, item in held:  # bound objects and partial arguments on the way
                 visit(f"{name}.{label}", item, depth + 1)
@@ -82,8 +83,8 @@ def reachable(fn: Any, bindings: list | None = None) -> list[tuple[str, Any]]:
 
     visit(getattr(fn, "__name__", "step"), fn, 0)
     if bindings is not None:
-        # an attribute counts only where some reached code names it: the other attributes
-        # of an object the step reads (a trainer's step counter) may change freely
+        # an attribute (or a dict's string key) counts only where some reached code names it:
+        # the others of an object the step reads (a trainer's step counter) may change freely
         bindings += [
             (name, holder, key, value)
             for name, holder, key, attribute, value in slots
@@ -152,6 +153,15 @@ def _visit_function(name: str, fn: types.FunctionType, depth: int, visit) -> Non
     for global_name in _global_names(code):
         if global_name in namespace:
             visit(global_name, namespace[global_name], depth + 1, (namespace, global_name, False))
+
+
+def _constant_strings(code: types.CodeType) -> set[str]:
+    """The string constants of ``code`` and the functions inside it (``config["lr"]``)."""
+    found = {const for const in code.co_consts if isinstance(const, str)}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            found |= _constant_strings(const)
+    return found
 
 
 def _global_names(code: types.CodeType) -> list[str]:

@@ -701,3 +701,25 @@ def test_a_rebound_global_optimizer_is_refused():
     finally:
         STEP_OPTIMIZER = original
     step(x, y)
+
+
+def test_a_rebound_dict_entry_is_refused_only_where_the_step_names_it():
+    ensemble = Ensemble(*members())
+    config = {"rate": 0.1, "log_every": 10}
+
+    def train_step(carry, x, y):
+        (params,) = carry
+
+        def loss(p):
+            return ((ensemble.functional_call(p, x) - y) ** 2).mean(dim=(1, 2)).sum()
+
+        grads, value = grad_and_value(loss)(params)
+        return (params.apply(lambda p, g: p - config["rate"] * g, grads),), value
+
+    x, y = batches(1)[0]
+    step = capture_step(train_step, (ensemble.params,), x, y)
+    config["log_every"] = 5  # not read by the step
+    step(x, y)
+    config["rate"] = 0.3
+    with pytest.raises(RuntimeError, match=r"config\['rate'\].* 0\.1 .* 0\.3 now"):
+        step(x, y)
