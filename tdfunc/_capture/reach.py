@@ -23,6 +23,8 @@ from torch import nn
 # function at module level that reads a global ensemble is two levels down).
 _DEPTH = 4
 _LIBRARIES = ("torch", "tdfunc", "functools", "builtins")
+# modules whose attributes a step may name (``math.pi``) but a user does not rebind
+_STANDARD = ("math", "operator", "numpy", "typing", "collections", "itertools", "sys", "os")
 
 
 def reachable(fn: Any, bindings: list | None = None) -> list[tuple[str, Any]]:
@@ -80,6 +82,11 @@ def reachable(fn: Any, bindings: list | None = None) -> list[tuple[str, Any]]:
             attributes = vars(value)
             for key, item in attributes.items():
                 visit(f"{name}.{key}", item, depth + 1, (attributes, key, True))
+            return
+        if _is_user_module(value):  # ``import config`` and ``config.lr``: only what code names
+            attributes = vars(value)
+            for key in [key for key in attributes if key in names_read]:
+                visit(f"{name}.{key}", attributes[key], depth + 1, (attributes, key, True))
 
     visit(getattr(fn, "__name__", "step"), fn, 0)
     if bindings is not None:
@@ -171,6 +178,12 @@ def _global_names(code: types.CodeType) -> list[str]:
         if inspect.iscode(const):
             names += _global_names(const)
     return list(dict.fromkeys(names))
+
+
+def _is_user_module(value: Any) -> bool:
+    if not isinstance(value, types.ModuleType):
+        return False
+    return (value.__name__ or "").split(".")[0] not in _LIBRARIES + _STANDARD
 
 
 def _is_user_object(value: Any) -> bool:

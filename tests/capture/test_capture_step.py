@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import types
 import weakref
 
 import pytest
@@ -723,3 +724,34 @@ def test_a_rebound_dict_entry_is_refused_only_where_the_step_names_it():
     config["rate"] = 0.3
     with pytest.raises(RuntimeError, match=r"config\['rate'\].* 0\.1 .* 0\.3 now"):
         step(x, y)
+
+
+# a user's settings module (``import settings`` then ``settings.rate``)
+SETTINGS = types.ModuleType("train_settings")
+SETTINGS.rate = 0.1
+SETTINGS.log_every = 10
+
+
+def test_a_rebound_attribute_of_a_users_module_is_refused():
+    ensemble = Ensemble(*members())
+
+    def train_step(carry, x, y):
+        (params,) = carry
+
+        def loss(p):
+            return ((ensemble.functional_call(p, x) - y) ** 2).mean(dim=(1, 2)).sum()
+
+        grads, value = grad_and_value(loss)(params)
+        return (params.apply(lambda p, g: p - SETTINGS.rate * g, grads),), value
+
+    x, y = batches(1)[0]
+    step = capture_step(train_step, (ensemble.params,), x, y)
+    SETTINGS.log_every = 5  # not read by the step
+    step(x, y)
+    try:
+        SETTINGS.rate = 0.3
+        with pytest.raises(RuntimeError, match=r"'SETTINGS\.rate'.* 0\.1 .* 0\.3 now"):
+            step(x, y)
+    finally:
+        SETTINGS.rate = 0.1
+    step(x, y)
