@@ -755,3 +755,20 @@ def test_a_rebound_attribute_of_a_users_module_is_refused():
     finally:
         SETTINGS.rate = 0.1
     step(x, y)
+
+
+def test_a_call_under_another_autocast_setting_is_refused():
+    # the CPU would run the step in the caller's autocast; a recorded graph keeps the kernels
+    # and dtypes of the capture, so the two devices would train differently
+    ensemble = Ensemble(*members())
+    opt = optim.sgd(lr=0.1)
+    x, y = batches(1)[0]
+    params = ensemble.params
+    step = capture_step(make_step(ensemble, opt), (params, opt.init(params)), x, y)
+    step(x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(
+            RuntimeError, match=r"autocast on cpu was off .* on \(torch\.bfloat16\)"
+        ):
+            step(x, y)
+    step(x, y)
