@@ -23,16 +23,31 @@ from torch import nn
 # function at module level that reads a global ensemble is two levels down).
 _DEPTH = 4
 _LIBRARIES = ("torch", "tdfunc", "functools", "builtins")
+# modules whose attributes a step may name (``math.pi``) but a user does not rebind
+_STANDARD = ("math", "operator", "numpy", "typing", "collections", "itertools", "sys", "os")
 
 
-def reachable(fn: Any) -> list[tuple[str, Any]]:
+def reachable(fn: Any, bindings: list | None = None) -> list[tuple[str, Any]]:
     """Modules and optimizers ``fn`` can read: its closures, defaults and globals, followed
-    into the functions and objects they hold (not into torch's or tdfunc's own code)."""
+    into the functions and objects they hold (not into torch's or tdfunc's own code).
+
+    ``bindings``, when given, receives ``(name, holder, key, value)`` for every name the
+    step reads a value through (a global, a closure cell, an attribute of a plain object
+    that the code names, a dict or list entry): a replay keeps what these held at the
+    capture, so rebinding one (``LR = 0.01``, ``cfg.scale = 2.0``, ``model = other``)
+    makes the capture stale even though no watched object changed.
+    """
     found: list[tuple[str, Any]] = []
     seen: set[int] = set()
+    slots: list[tuple] = []
+    names_read: set[str] = set()
 
-    def visit(name: str, value: Any, depth: int) -> None:
-        if id(value) in seen or depth > _DEPTH:
+    def visit(name: str, value: Any, depth: int, slot: tuple | None = None) -> None:
+        if depth > _DEPTH:
+            return
+        if slot is not None:  # recorded even when seen before: each slot can be rebound
+            slots.append((name, *slot, value))
+        if id(value) in seen:
             return
         seen.add(id(value))
         try:
@@ -45,24 +60,43 @@ def reachable(fn: Any) -> list[tuple[str, Any]]:
             found.append((name, value))
             return
         if isinstance(value, (list, tuple)) and len(value) <= 64:
+            mutable = isinstance(value, list)
             for index, item in enumerate(value):
-                visit(f"{name}[{index}]", item, depth + 1)
+                visit(
+                    f"{name}[{index}]", item, depth + 1, (value, index, False) if mutable else None
+                )
             return
         if isinstance(value, dict) and len(value) <= 64:
             for key, item in value.items():
-                visit(f"{name}[{key!r}]", item, depth + 1)
+                visit(f"{name}[{key!r}]", item, depth + 1, (value, key, isinstance(key, str)))
             return
         function, held = _function_of(value)
         if function is not None:
+            names_read.update(_global_names(function.__code__))
+            names_read.update(_constant_strings(function.__code__))
             _visit_function(name, function, depth, visit)
             for label, item in held:  # bound objects and partial arguments on the way
                 visit(f"{name}.{label}", item, depth + 1)
             return
         if _is_user_object(value):
-            for key, item in vars(value).items():
-                visit(f"{name}.{key}", item, depth + 1)
+            attributes = vars(value)
+            for key, item in attributes.items():
+                visit(f"{name}.{key}", item, depth + 1, (attributes, key, True))
+            return
+        if _is_user_module(value):  # ``import config`` and ``config.lr``: only what code names
+            attributes = vars(value)
+            for key in [key for key in attributes if key in names_read]:
+                visit(f"{name}.{key}", attributes[key], depth + 1, (attributes, key, True))
 
     visit(getattr(fn, "__name__", "step"), fn, 0)
+    if bindings is not None:
+        # an attribute (or a dict's string key) counts only where some reached code names it:
+        # the others of an object the step reads (a trainer's step counter) may change freely
+        bindings += [
+            (name, holder, key, value)
+            for name, holder, key, attribute, value in slots
+            if not attribute or key in names_read
+        ]
     return found
 
 
@@ -117,7 +151,7 @@ def _visit_function(name: str, fn: types.FunctionType, depth: int, visit) -> Non
             content = cell.cell_contents
         except ValueError:  # an empty cell (a name bound later)
             continue
-        visit(var, content, depth + 1)
+        visit(var, content, depth + 1, (cell, None, False))
     for index, default in enumerate(fn.__defaults__ or ()):
         visit(f"{name}.__defaults__[{index}]", default, depth + 1)
     for key, default in (fn.__kwdefaults__ or {}).items():
@@ -125,7 +159,16 @@ def _visit_function(name: str, fn: types.FunctionType, depth: int, visit) -> Non
     namespace = fn.__globals__
     for global_name in _global_names(code):
         if global_name in namespace:
-            visit(global_name, namespace[global_name], depth + 1)
+            visit(global_name, namespace[global_name], depth + 1, (namespace, global_name, False))
+
+
+def _constant_strings(code: types.CodeType) -> set[str]:
+    """The string constants of ``code`` and the functions inside it (``config["lr"]``)."""
+    found = {const for const in code.co_consts if isinstance(const, str)}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            found |= _constant_strings(const)
+    return found
 
 
 def _global_names(code: types.CodeType) -> list[str]:
@@ -135,6 +178,12 @@ def _global_names(code: types.CodeType) -> list[str]:
         if inspect.iscode(const):
             names += _global_names(const)
     return list(dict.fromkeys(names))
+
+
+def _is_user_module(value: Any) -> bool:
+    if not isinstance(value, types.ModuleType):
+        return False
+    return (value.__name__ or "").split(".")[0] not in _LIBRARIES + _STANDARD
 
 
 def _is_user_object(value: Any) -> bool:

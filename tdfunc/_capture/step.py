@@ -26,7 +26,7 @@ import torch.utils._pytree as pytree
 
 from .._assembly import MemoryMappedTensor
 from .reach import reachable
-from .watch import Untouched, watchers
+from .watch import Bindings, Untouched, watchers
 
 _API = "capture_step"
 
@@ -80,7 +80,11 @@ class CapturedStep:
         # the step reads these buffers; each call copies its inputs into them
         self._input_leaves = [leaf.detach().clone() for leaf in input_leaves]
         self._inputs = pytree.tree_unflatten(self._input_leaves, self._input_spec)
-        watched = [*reachable(step_fn), *_named(watch)]
+        bindings: list = []
+        watched = [*reachable(step_fn, bindings), *_named(watch)]
+        self._bindings = Bindings(bindings)
+        # autocast picks the kernels a recording keeps: a replay ignores the caller's context
+        self._autocast = _autocast_state(self._device.type)
         # an output that is one of these buffers (or a view of one) is copied: the next
         # call overwrites the buffers
         self._carry_storages = {_storage(leaf) for leaf in self._carry_leaves}
@@ -310,6 +314,15 @@ class CapturedStep:
                 )
         for watcher in self._watched:
             watcher.check(_API)
+        self._bindings.check(_API)
+        autocast = _autocast_state(self._device.type)
+        if autocast != self._autocast:
+            raise RuntimeError(
+                f"{_API}: autocast on {self._device.type} was {_shown_autocast(self._autocast)} "
+                f"when the step was captured and is {_shown_autocast(autocast)} now; the "
+                f"captured step keeps the kernels and dtypes of the old setting. Call it in the "
+                f"autocast context it was captured in, or capture one step per setting."
+            )
 
     def _carry_path(self, index: int) -> str:
         entries, _ = pytree.tree_flatten_with_path(self._carry)
@@ -341,8 +354,10 @@ def capture_step(
     example inputs, and refuses to run once something the capture baked in has
     changed: a module's parameter or buffer replaced or moved (``.to()``,
     ``load_state_dict(assign=True)``), its train/eval mode, an optimizer's
-    hyperparameter. Modules and optimizers that ``step_fn`` reads through its
-    closures and globals are watched; pass others in ``watch``.
+    hyperparameter, the autocast setting, or a value the step reads through a global,
+    a closure or an attribute it names, rebound (``LR = 0.01``, ``config.scale = 2.0``).
+    Modules and optimizers that ``step_fn`` reads through its closures and globals are
+    watched; pass others in ``watch``.
 
     Args:
         step_fn: ``(carry, *inputs) -> (new_carry, outputs)``; may be a
@@ -376,6 +391,16 @@ def capture_step(
         True
     """
     return CapturedStep(step_fn, carry, example_inputs, _as_tuple(watch), warmup)
+
+
+def _autocast_state(device_type: str) -> tuple:
+    if not torch.is_autocast_enabled(device_type):
+        return (False, None)
+    return (True, torch.get_autocast_dtype(device_type))
+
+
+def _shown_autocast(state: tuple) -> str:
+    return f"on ({state[1]})" if state[0] else "off"
 
 
 # ---------------------------------------------------------------------- recording

@@ -18,6 +18,7 @@ parameters) is seen by a replay, so it is allowed.
 from __future__ import annotations
 
 import operator
+import types
 from collections.abc import Iterable
 from typing import Any
 
@@ -356,3 +357,43 @@ def _refuse_outside(api: str, what: str) -> None:
         f"state of a tdfunc.optim transformation, buffers the step writes) and return it in "
         f"the new carry."
     )
+
+
+class Bindings:
+    """The values a step reads through names (globals, closure cells, attributes and
+    entries of plain objects), by identity: a Python number read there is baked into a
+    recorded kernel, and a module or tensor read there is the one recorded."""
+
+    def __init__(self, bindings: list) -> None:
+        self.slots = bindings
+
+    def check(self, api: str) -> None:
+        for name, holder, key, value in self.slots:
+            now = _read(holder, key)
+            if now is value or (_is_plain(value) and type(now) is type(value) and now == value):
+                continue
+            raise RuntimeError(
+                f"{api}: {name!r}, which the step reads, was {_brief_object(value)} when the "
+                f"step was captured and is {_brief_object(now)} now; the captured step keeps "
+                f"what the old value ran. Pass a value that changes as an input (a tensor), "
+                f"change a tensor in place, or capture the step again."
+            )
+
+
+def _read(holder: Any, key: Any) -> Any:
+    if isinstance(holder, types.CellType):
+        try:
+            return holder.cell_contents
+        except ValueError:
+            return _MISSING
+    if isinstance(holder, list):
+        return holder[key] if key < len(holder) else _MISSING
+    return holder.get(key, _MISSING)
+
+
+def _brief_object(value: Any) -> str:
+    if value is _MISSING or _is_plain(value):
+        return _brief(value)
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {list(value.shape)} at {hex(id(value))}"
+    return f"a {type(value).__name__} at {hex(id(value))}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import types
 import weakref
 
 import pytest
@@ -622,3 +623,152 @@ def test_a_buffer_written_outside_the_carry_is_refused():
 
     with pytest.raises(RuntimeError, match=r"changed a tensor of counter\.seen"):
         capture_step(step_fn, (torch.zeros(2),), torch.ones(2))
+
+
+# Read through module globals by the steps below: a recorded step keeps what they held.
+STEP_SIZE = 0.1
+STEP_OPTIMIZER = optim.sgd(lr=0.1)
+
+
+def _global_rate_step(ensemble, config):
+    def train_step(carry, x, y):
+        (params,) = carry
+
+        def loss(p):
+            return ((ensemble.functional_call(p, x) - y) ** 2).mean(dim=(1, 2)).sum()
+
+        grads, value = grad_and_value(loss)(params)
+        rate = STEP_SIZE * config.scale
+        return (params.apply(lambda p, g: p - rate * g, grads),), value
+
+    return train_step
+
+
+class _Config:
+    def __init__(self):
+        self.scale = 1.0
+        self.calls = 0  # not read by the step: free to change
+
+
+def test_a_rebound_global_or_closed_over_value_is_refused():
+    """A replay keeps the Python numbers and objects the step read at the capture: a
+    global or an attribute rebound since then is refused, not silently ignored (the CPU
+    path would pick the new value up, a recorded CUDA graph would not)."""
+    global STEP_SIZE
+    ensemble = Ensemble(*members())
+    config = _Config()
+    x, y = batches(1)[0]
+    step = capture_step(_global_rate_step(ensemble, config), (ensemble.params,), x, y)
+    step(x, y)
+    config.calls += 1  # an attribute the step does not name
+    step(x, y)
+    try:
+        STEP_SIZE = 0.5
+        with pytest.raises(RuntimeError, match=r"'STEP_SIZE', which the step reads, was 0\.1"):
+            step(x, y)
+    finally:
+        STEP_SIZE = 0.1
+    step(x, y)
+    config.scale = 2.0
+    with pytest.raises(RuntimeError, match=r"'config\.scale'.* 1\.0 .* 2\.0 now"):
+        step(x, y)
+    config.scale = 1.0
+    step(x, y)
+
+
+def test_a_rebound_global_optimizer_is_refused():
+    global STEP_OPTIMIZER
+    ensemble = Ensemble(*members())
+
+    def train_step(carry, x, y):
+        params, state = carry
+
+        def loss(p):
+            return ((ensemble.functional_call(p, x) - y) ** 2).mean(dim=(1, 2)).sum()
+
+        grads, value = grad_and_value(loss)(params)
+        updates, state = STEP_OPTIMIZER.update(grads, state, params)
+        return (optim.apply_updates(params, updates), state), value
+
+    x, y = batches(1)[0]
+    params = ensemble.params
+    step = capture_step(train_step, (params, STEP_OPTIMIZER.init(params)), x, y)
+    step(x, y)
+    original = STEP_OPTIMIZER
+    try:
+        STEP_OPTIMIZER = optim.sgd(lr=0.5)  # same state structure: it would run silently
+        with pytest.raises(RuntimeError, match=r"'STEP_OPTIMIZER', which the step reads"):
+            step(x, y)
+    finally:
+        STEP_OPTIMIZER = original
+    step(x, y)
+
+
+def test_a_rebound_dict_entry_is_refused_only_where_the_step_names_it():
+    ensemble = Ensemble(*members())
+    config = {"rate": 0.1, "log_every": 10}
+
+    def train_step(carry, x, y):
+        (params,) = carry
+
+        def loss(p):
+            return ((ensemble.functional_call(p, x) - y) ** 2).mean(dim=(1, 2)).sum()
+
+        grads, value = grad_and_value(loss)(params)
+        return (params.apply(lambda p, g: p - config["rate"] * g, grads),), value
+
+    x, y = batches(1)[0]
+    step = capture_step(train_step, (ensemble.params,), x, y)
+    config["log_every"] = 5  # not read by the step
+    step(x, y)
+    config["rate"] = 0.3
+    with pytest.raises(RuntimeError, match=r"config\['rate'\].* 0\.1 .* 0\.3 now"):
+        step(x, y)
+
+
+# a user's settings module (``import settings`` then ``settings.rate``)
+SETTINGS = types.ModuleType("train_settings")
+SETTINGS.rate = 0.1
+SETTINGS.log_every = 10
+
+
+def test_a_rebound_attribute_of_a_users_module_is_refused():
+    ensemble = Ensemble(*members())
+
+    def train_step(carry, x, y):
+        (params,) = carry
+
+        def loss(p):
+            return ((ensemble.functional_call(p, x) - y) ** 2).mean(dim=(1, 2)).sum()
+
+        grads, value = grad_and_value(loss)(params)
+        return (params.apply(lambda p, g: p - SETTINGS.rate * g, grads),), value
+
+    x, y = batches(1)[0]
+    step = capture_step(train_step, (ensemble.params,), x, y)
+    SETTINGS.log_every = 5  # not read by the step
+    step(x, y)
+    try:
+        SETTINGS.rate = 0.3
+        with pytest.raises(RuntimeError, match=r"'SETTINGS\.rate'.* 0\.1 .* 0\.3 now"):
+            step(x, y)
+    finally:
+        SETTINGS.rate = 0.1
+    step(x, y)
+
+
+def test_a_call_under_another_autocast_setting_is_refused():
+    # the CPU would run the step in the caller's autocast; a recorded graph keeps the kernels
+    # and dtypes of the capture, so the two devices would train differently
+    ensemble = Ensemble(*members())
+    opt = optim.sgd(lr=0.1)
+    x, y = batches(1)[0]
+    params = ensemble.params
+    step = capture_step(make_step(ensemble, opt), (params, opt.init(params)), x, y)
+    step(x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(
+            RuntimeError, match=r"autocast on cpu was off .* on \(torch\.bfloat16\)"
+        ):
+            step(x, y)
+    step(x, y)

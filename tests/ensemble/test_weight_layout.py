@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tdfunc import Ensemble, TensorDict
+from tdfunc import optim as tdfunc_optim
 
 MEMBERS = 4
 
@@ -249,3 +250,48 @@ def test_a_contiguous_weight_given_back_takes_the_shared_input_matmul(monkeypatc
     torch.testing.assert_close(
         ens.stacked[0].weight.grad, torch.stack([m[0].weight.grad for m in models])
     )
+
+
+def _contiguous_data(ens: Ensemble) -> None:
+    for param in ens.parameters():
+        param.data = param.data.contiguous()
+
+
+def _vector_to_parameters(ens: Ensemble) -> None:
+    vector = torch.cat([p.detach().reshape(-1) for p in ens.parameters()])
+    torch.nn.utils.vector_to_parameters(vector, ens.parameters())
+
+
+@pytest.mark.parametrize("change", [_contiguous_data, _vector_to_parameters, "grad"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: torch.optim.Adam(p, lr=0.01, foreach=True),
+        lambda p: torch.optim.Adam(p, lr=0.01, foreach=False),
+        lambda p: tdfunc_optim.Adam(p, lr=0.01),
+    ],
+    ids=["adam-foreach", "adam-loop", "tdfunc-adam"],
+)
+def test_a_layout_changed_mid_training_steps_as_n_optimizers(make, change):
+    # the optimizer state keeps the layout it was made in; the parameter or the gradient
+    # takes another one (a contiguous weight given back, a gradient assigned by hand)
+    models = _models()
+    ens = Ensemble(*copy.deepcopy(models))
+    ens_opt = make(list(ens.parameters()))
+    opts = [make(list(m.parameters())) for m in models]
+    for step in range(3):
+        if step == 1 and change != "grad":
+            change(ens)
+        x = torch.randn(6, 5, generator=torch.Generator().manual_seed(step))
+        ens_opt.zero_grad()
+        ens(x).square().sum().backward()
+        if change == "grad":
+            for param in ens.parameters():
+                param.grad = param.grad.contiguous()
+        ens_opt.step()
+        for model, opt in zip(models, opts):
+            opt.zero_grad()
+            model(x).square().sum().backward()
+            opt.step()
+    x = torch.randn(6, 5)
+    torch.testing.assert_close(ens(x), _loop(models, x), rtol=1e-5, atol=1e-6)
