@@ -513,6 +513,39 @@ class Ensemble(nn.Module):
             self._context, leaves, self._with_shared if self._shared else None
         )
 
+    def apply(self, fn: Callable[[nn.Module], None]) -> Ensemble:
+        """``fn`` on every submodule of every member, in member order, as
+        ``for model in models: model.apply(fn)`` would, then on the ensemble itself.
+
+        The stacked layers hold no ``nn.Linear`` or ``nn.Conv2d`` a function could
+        recognise, so each member is run as a standalone module (:meth:`member`) and
+        its new values are loaded back in place: the parameters stay the same objects,
+        and an initialiser draws the same random numbers as on a list of models. The
+        template (whose tensors are on the ``meta`` device: no random number is drawn
+        there) gets ``fn`` too, once, so that a setting it changes (a dropout's ``p``)
+        reaches the batched code, whose plans are rebuilt. A function that adds or
+        removes tensors is refused by the load, before anything is written.
+
+        Example:
+            >>> def init(module):
+            ...     if isinstance(module, nn.Linear):
+            ...         nn.init.zeros_(module.weight)
+            >>> ensemble = Ensemble(*[nn.Linear(2, 1) for _ in range(3)]).apply(init)
+            >>> bool((ensemble.params["weight"] == 0).all())
+            True
+        """
+        members = [self.member(index) for index in range(self._num_members)]
+        for module in members:
+            module.apply(fn)
+        self.load_member_state_dicts([module.state_dict() for module in members])
+        self._template.apply(fn)
+        self._derived.clear()
+        for name in ("_plans", "_batched", "_report"):
+            self.__dict__.pop(name, None)
+        self._plan_for_mode()
+        fn(self)
+        return self
+
     def _apply(self, fn, recurse: bool = True):
         # .to() / .double() may swap a parameter's data in place of the object.
         self._derived.clear()
