@@ -46,13 +46,13 @@ from __future__ import annotations
 import copy
 import functools
 
+import contenders
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, grad, stack_module_state
 
-from tdfunc import Ensemble, TensorDict
+from tdfunc import TensorDict
 
 IN_FEATURES, OUT_FEATURES = 16, 8
 # name -> (members, batch, make one member, input shape of one sample)
@@ -129,9 +129,6 @@ def baddbmm_of(models: list):
 
 def forward_of(kind: str, models: list, x: torch.Tensor):
     """A zero-argument callable computing the ensemble's output with implementation ``kind``."""
-    if kind == "tdfunc_ensemble":
-        ensemble = Ensemble(*models)
-        return lambda: ensemble(x)
     if kind == "tdfunc_vmap":
         params = TensorDict.from_modules(*models)
         template = copy.deepcopy(models[0]).to("meta")
@@ -142,55 +139,17 @@ def forward_of(kind: str, models: list, x: torch.Tensor):
 
         vmapped = torch.vmap(func, (None, 0))
         return lambda: vmapped(x, params)
-    if kind == "torch_func":
-        params, buffers = stack_module_state(models)
-        base = copy.deepcopy(models[0]).to("meta")
-
-        def fmodel(params, buffers, x):
-            return functional_call(base, (params, buffers), (x,))
-
-        vmapped = torch.vmap(fmodel, in_dims=(0, 0, None))
-        return lambda: vmapped(params, buffers, x)
-    if kind == "loop":
-        return lambda: torch.stack([m(x) for m in models])
     if kind == "baddbmm":
         return functools.partial(baddbmm_of(models)[0], x)
-    raise ValueError(kind)
+    return contenders.forward_of(kind, models, x)
 
 
 def train_step_of(kind: str, models: list, x: torch.Tensor):
     """A zero-argument callable: one forward and backward of every member's loss."""
-    if kind == "tdfunc_ensemble":
-        ensemble = Ensemble(*models)
-
-        def step():
-            ensemble(x).square().sum().backward()
-
-        return step
-    if kind == "torch_func":
-        params, buffers = stack_module_state(models)
-        base = copy.deepcopy(models[0]).to("meta")
-
-        def loss(params, buffers, x):
-            return functional_call(base, (params, buffers), (x,)).square().sum()
-
-        vmapped = torch.vmap(grad(loss), in_dims=(0, 0, None))
-        return lambda: vmapped(params, buffers, x)
-    if kind == "loop":
-
-        def step():
-            for m in models:
-                m(x).square().sum().backward()
-
-        return step
     if kind == "baddbmm":
         forward, _ = baddbmm_of(models)
-
-        def step():
-            forward(x).square().sum().backward()
-
-        return step
-    raise ValueError(kind)
+        return lambda: forward(x).square().sum().backward()
+    return contenders.train_step_of(kind, models, x)
 
 
 def run(benchmark, config: str, kind: str, compiled: bool = False):

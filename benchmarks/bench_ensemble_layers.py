@@ -28,11 +28,11 @@ import copy
 import functools
 import sys
 
+import contenders
 import pytest
 import torch
 from ratios import interleaved_medians
 from torch import nn
-from torch.func import functional_call, grad, stack_module_state
 
 from tdfunc import Ensemble
 
@@ -79,46 +79,16 @@ def setup(config: str):
 
 def forward_of(kind: str, models: list, x: torch.Tensor):
     """A zero-argument callable computing every member's output with ``kind``."""
-    if kind == "tdfunc_ensemble":
+    if kind == "tdfunc_ensemble":  # what this file measures: every layer batched
         ensemble = Ensemble(*models)
         assert "vmapped" not in ensemble.batched_summary, ensemble.batched_summary
         return lambda: ensemble(x)
-    if kind == "torch_func":
-        params, buffers = stack_module_state(models)
-        base = copy.deepcopy(models[0]).to("meta")
-
-        def one(params, buffers, x):
-            return functional_call(base, (params, buffers), (x,))
-
-        vmapped = torch.vmap(one, in_dims=(0, 0, None))
-        return lambda: vmapped(params, buffers, x)
-    if kind == "loop":
-        return lambda: torch.stack([m(x) for m in models])
-    raise ValueError(kind)
+    return contenders.forward_of(kind, models, x)
 
 
 def train_step_of(kind: str, models: list, x: torch.Tensor):
     """A zero-argument callable: one forward and backward of every member's loss."""
-    if kind == "tdfunc_ensemble":
-        ensemble = Ensemble(*models)
-        return lambda: ensemble(x).square().sum().backward()
-    if kind == "torch_func":
-        params, buffers = stack_module_state(models)
-        base = copy.deepcopy(models[0]).to("meta")
-
-        def loss(params, buffers, x):
-            return functional_call(base, (params, buffers), (x,)).square().sum()
-
-        vmapped = torch.vmap(grad(loss), in_dims=(0, 0, None))
-        return lambda: vmapped(params, buffers, x)
-    if kind == "loop":
-
-        def step():
-            for m in models:
-                m(x).square().sum().backward()
-
-        return step
-    raise ValueError(kind)
+    return contenders.train_step_of(kind, models, x)
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))

@@ -44,12 +44,12 @@ import platform
 import statistics
 from pathlib import Path
 
+import contenders
 import pytest
 import torch
 import torch.nn.functional as F
 from ratios import interleaved_samples
 from torch import nn
-from torch.func import functional_call, grad, stack_module_state
 
 from tdfunc import Ensemble
 
@@ -132,50 +132,17 @@ def batched_by_hand(models: list):
 
 def forward_of(kind: str, models: list, x: torch.Tensor):
     """A zero-argument callable computing every member's output with ``kind``."""
-    if kind == "tdfunc_ensemble":
-        ensemble = Ensemble(*models)
-        return lambda: ensemble(x)
-    if kind == "torch_func":
-        params, buffers = stack_module_state(models)
-        base = copy.deepcopy(models[0]).to("meta")
-
-        def fmodel(params, buffers, x):
-            return functional_call(base, (params, buffers), (x,))
-
-        vmapped = torch.vmap(fmodel, in_dims=(0, 0, None))
-        return lambda: vmapped(params, buffers, x)
-    if kind == "loop":
-        return lambda: torch.stack([m(x) for m in models])
     if kind == "batched_by_hand":
         return functools.partial(batched_by_hand(models)[0], x)
-    raise ValueError(kind)
+    return contenders.forward_of(kind, models, x)
 
 
 def train_step_of(kind: str, models: list, x: torch.Tensor):
     """A zero-argument callable: forward and backward of every member's loss."""
-    if kind == "tdfunc_ensemble":
-        ensemble = Ensemble(*models)
-        return lambda: ensemble(x).square().sum().backward()
-    if kind == "torch_func":
-        params, buffers = stack_module_state(models)
-        base = copy.deepcopy(models[0]).to("meta")
-
-        def loss(params, buffers, x):
-            return functional_call(base, (params, buffers), (x,)).square().sum()
-
-        vmapped = torch.vmap(grad(loss), in_dims=(0, 0, None))
-        return lambda: vmapped(params, buffers, x)
-    if kind == "loop":
-
-        def step():
-            for m in models:
-                m(x).square().sum().backward()
-
-        return step
     if kind == "batched_by_hand":
         forward, _ = batched_by_hand(models)
         return lambda: forward(x).square().sum().backward()
-    raise ValueError(kind)
+    return contenders.train_step_of(kind, models, x)
 
 
 def skip_large_unless_enabled(request, config: str) -> None:
