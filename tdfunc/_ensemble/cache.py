@@ -35,11 +35,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .._core.helpers.tracing import compiling as _is_compiling
 from .._core.helpers.tracing import dispatch_modes as _dispatch_modes
-from .._core.helpers.tracing import exporting as _is_exporting
 from .._core.helpers.tracing import interpreter_stack as _interpreters
-from .._core.helpers.tracing import jit_tracing as _jit_tracing
 from .._core.helpers.tracing import tracing as tracing
 
 if TYPE_CHECKING:
@@ -94,18 +91,10 @@ class DerivedCache:
         """
         if not context.derivations and prepare is None:
             return leaves
-        # tracing(), inlined (this runs on every call of a small ensemble), and
-        # torch.jit.trace; compiling=False: the caller has found that nothing
-        # compiles, exports (an export sets compiling()) or jit-traces
-        if (
-            (
-                (_is_compiling() or _is_exporting() or _jit_tracing() is not None)
-                if compiling is None
-                else compiling
-            )
-            or _dispatch_modes()
-            or _interpreters() is not None
-        ):
+        # compiling=False: the caller has found that nothing compiles, exports (an
+        # export sets compiling()) or jit-traces; what tracing() asks besides is
+        # read here, inlined (this runs on every call of a small ensemble)
+        if tracing() if compiling is None else (_dispatch_modes() or _interpreters() is not None):
             return context.extend(leaves if prepare is None else prepare(leaves))
         grad = _grad_enabled()
         entry = self.entries[grad + 2 * _inference_mode()]

@@ -95,6 +95,20 @@ def test_jit_trace_answers():
     assert seen[0]  # the first run traces; the tracer then checks itself with eager runs
 
 
+def test_tracing_counts_the_jit_tracer():
+    # a cache asks tracing() alone: a tensor kept from an eager call would enter a
+    # jit trace as a constant
+    seen = []
+
+    def f(x):
+        seen.append(tr.tracing())
+        return x + 1
+
+    torch.jit.trace(f, torch.zeros(1), check_trace=False)
+    assert seen == [True]
+    assert not tr.tracing()
+
+
 def test_fake_tensors_and_any_dispatch_mode_answer():
     with FakeTensorMode():
         assert tr.fake_mode() and tr.fake_tracing() and tr.tracing()

@@ -16,7 +16,8 @@ Three kinds of caller see a container, and several paths must know which one run
 
 The names are torch's own functions (not wrappers): a call costs what torch's call
 costs, and dynamo recognises them by identity. :func:`tracing` puts the questions
-together for caches ("may anything be reused?").
+together for caches ("may anything be reused?"): every tracer and transform above,
+``torch.jit.trace`` included, and any dispatch mode.
 
 Example:
     >>> import torch
@@ -77,9 +78,13 @@ def cuda_capturing() -> bool:
 def tracing(compiled: bool | None = None) -> bool:
     """Whether the current call is traced or transformed (then nothing may be cached).
 
+    Traced means any tracer: dynamo, export, the AOT and fake-tensor tracers and
+    ``torch.jit.trace``, which takes a tensor it did not see made for a constant.
     ``compiled``: ``compiling()``, when the caller has read it already.
     """
     if (compiling() if compiled is None else compiled) or exporting():
+        return True
+    if jit_tracing() is not None:
         return True
     # any dispatch mode: fake tensors (torch.export, AOT tracing), functionalization,
     # or a mode of the user's that must see every op (one call reads them all)
