@@ -72,6 +72,8 @@ _GLOBAL_HOOKS = (
     _module._global_backward_pre_hooks,
 )
 _SCALAR = torch.Size([])
+# what _plan_for_mode sets: the plans per mode, the one in use, and what it was built for
+_PLAN_STATE = ("_plans", "_batched", "_report", "_modal", "_modal_flags")
 
 
 class Ensemble(nn.Module):
@@ -385,14 +387,18 @@ class Ensemble(nn.Module):
         # One plan per train/eval state: a traced forward reads `self.training` of
         # its modules when it is traced, and members may hold submodules in another
         # mode than the top one (a frozen normalisation in eval), so the key is
-        # every module's flag, not the top one's.
+        # every module's flag, not the top one's. A submodule of the template may
+        # be switched directly (ens.template.block.eval()): _run compares the flags
+        # the plan read (_modal) with those it was built for, and comes back here.
         mode = tuple(module.training for module in self._template.modules())
         plans = self.__dict__.setdefault("_plans", {})
         fresh = mode not in plans
         if fresh:
             index = _slot_index(self._layout, self._template)
             plans[mode] = build_batched_plan(self._template, index, self._context)
-        self._batched, self._report = plans[mode]
+        self._batched, self._report, modal = plans[mode]
+        self.__dict__["_modal"] = modal
+        self.__dict__["_modal_flags"] = [module.training for module in modal]
         # once per ensemble, any mode; the plan is in place first, so a warning turned
         # into an error (-W error) leaves the ensemble consistent
         if fresh and "_fallback_warned" not in self.__dict__ and has_fallbacks(self._report):
@@ -453,6 +459,9 @@ class Ensemble(nn.Module):
         exports or jit-traces (``__call__``), ``None`` to ask.
         """
         state = self.__dict__
+        modal = state["_modal"]
+        if modal and [module.training for module in modal] != state["_modal_flags"]:
+            self._plan_for_mode()
         batched = state["_batched"]
         # The fast path: the registered parameters, one tensor shared by the members
         # and no chunks. It is the general path below with every branch decided;
@@ -540,7 +549,7 @@ class Ensemble(nn.Module):
         self.load_member_state_dicts([module.state_dict() for module in members])
         self._template.apply(fn)
         self._derived.clear()
-        for name in ("_plans", "_batched", "_report"):
+        for name in _PLAN_STATE:
             self.__dict__.pop(name, None)
         self._plan_for_mode()
         fn(self)
@@ -677,7 +686,7 @@ class Ensemble(nn.Module):
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["_derived"] = DerivedCache()
-        for name in ("_plans", "_batched", "_report"):  # closures over the template
+        for name in _PLAN_STATE:  # closures over the template, its modules
             state.pop(name, None)
         return state
 

@@ -3,6 +3,9 @@
 Every step takes ``leaves`` (the ensemble's flat tuple of stacked tensors) and
 member-leading activations ``[N, B, ...]``, and returns member-leading outputs
 equal to running each member on its own slice.
+
+None of these planners reads the module's train/eval flag (a step that depends on
+it, dropout or batch norm, reads it when it runs): they are registered ``mode_free``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ _ELEMENTWISE = {
 }
 
 
-@register_planner(*_ELEMENTWISE)
+@register_planner(*_ELEMENTWISE, mode_free=True)
 def _elementwise(module: nn.Module, slots: dict, context: BatchContext):
     function = _ELEMENTWISE[type(module)]
 
@@ -46,7 +49,7 @@ def _elementwise(module: nn.Module, slots: dict, context: BatchContext):
 
 @register_planner(
     nn.GELU, nn.LeakyReLU, nn.ELU, nn.CELU, nn.Softplus, nn.Hardtanh, nn.Threshold,
-    nn.Hardshrink, nn.Softshrink, falls_back="`inplace=True`",
+    nn.Hardshrink, nn.Softshrink, falls_back="`inplace=True`", mode_free=True,
 )  # fmt: skip
 def _configured_elementwise(module: nn.Module, slots: dict, context: BatchContext):
     # Pointwise with hyper-parameters: the module itself is pointwise, so it runs
@@ -62,7 +65,9 @@ def shift_dim(dim: int) -> int:
     return dim + 1 if dim >= 0 else dim
 
 
-@register_planner(nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.GLU, falls_back="`dim=None`")
+@register_planner(
+    nn.Softmax, nn.LogSoftmax, nn.Softmin, nn.GLU, falls_back="`dim=None`", mode_free=True
+)
 def _softmax_like(module: nn.Module, slots: dict, context: BatchContext):
     if module.dim is None:
         return None  # the implicit dim depends on the rank: vmap decides it
@@ -72,13 +77,13 @@ def _softmax_like(module: nn.Module, slots: dict, context: BatchContext):
     return lambda leaves, x: function(x, dim)
 
 
-@register_planner(nn.Flatten)
+@register_planner(nn.Flatten, mode_free=True)
 def _flatten(module: nn.Module, slots: dict, context: BatchContext):
     start, end = shift_dim(module.start_dim), shift_dim(module.end_dim)
     return lambda leaves, x: x.flatten(start, end)
 
 
-@register_planner(nn.Unflatten)
+@register_planner(nn.Unflatten, mode_free=True)
 def _unflatten(module: nn.Module, slots: dict, context: BatchContext):
     dim, sizes = shift_dim(module.dim), tuple(module.unflattened_size)
     return lambda leaves, x: x.unflatten(dim, sizes)
@@ -111,7 +116,7 @@ def _wide(x: torch.Tensor) -> bool:
     return wide if wide.__class__ is bool else statically_known_true(wide)
 
 
-@register_planner(nn.Linear)
+@register_planner(nn.Linear, mode_free=True)
 def _linear(module: nn.Module, slots: dict, context: BatchContext):
     # y = x @ W^T + b for all members: one baddbmm on [N, rows, in] inputs, with
     # the weight's transpose and the bias as a row read from the derived leaves.
@@ -167,7 +172,7 @@ def _linear(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
-@register_planner(nn.Conv1d, nn.Conv2d, nn.Conv3d)
+@register_planner(nn.Conv1d, nn.Conv2d, nn.Conv3d, mode_free=True)
 def _conv(module: nn.Module, slots: dict, context: BatchContext):
     # Members fold into the channel dim and into the groups: one convolution with
     # N * groups groups computes every member's output channels from its inputs.
@@ -204,7 +209,7 @@ def _affine_view(tensor: torch.Tensor, lead: int) -> torch.Tensor:
     return tensor.view(tensor.shape[0], *(1,) * lead, *tensor.shape[1:])
 
 
-@register_planner(nn.LayerNorm)
+@register_planner(nn.LayerNorm, mode_free=True)
 def _layer_norm(module: nn.Module, slots: dict, context: BatchContext):
     shape, eps = tuple(module.normalized_shape), module.eps
     w, b = slots.get("weight"), slots.get("bias")
@@ -224,7 +229,7 @@ def _layer_norm(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
-@register_planner(nn.RMSNorm)
+@register_planner(nn.RMSNorm, mode_free=True)
 def _rms_norm(module: nn.Module, slots: dict, context: BatchContext):
     shape, eps = tuple(module.normalized_shape), module.eps
     w = slots.get("weight")
@@ -237,7 +242,7 @@ def _rms_norm(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
-@register_planner(nn.PReLU)
+@register_planner(nn.PReLU, mode_free=True)
 def _prelu(module: nn.Module, slots: dict, context: BatchContext):
     w = slots["weight"]
 
@@ -259,7 +264,7 @@ def _prelu(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
-@register_planner(nn.GroupNorm)
+@register_planner(nn.GroupNorm, mode_free=True)
 def _group_norm(module: nn.Module, slots: dict, context: BatchContext):
     groups, eps = module.num_groups, module.eps
     w, b = slots.get("weight"), slots.get("bias")
@@ -278,7 +283,7 @@ def _group_norm(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
-@register_planner(nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+@register_planner(nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, mode_free=True)
 def _batch_norm(module: nn.Module, slots: dict, context: BatchContext):
     # Members fold into the channel dim: one batch_norm call normalises each
     # member's channels with that member's batch statistics (training) or
@@ -350,7 +355,7 @@ def _random_error() -> RuntimeError:
     )
 
 
-@register_planner(nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
+@register_planner(nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, mode_free=True)
 def _dropout(module: nn.Module, slots: dict, context: BatchContext):
     def step(leaves, x):
         if not module.training or module.p == 0:
@@ -371,7 +376,7 @@ def _dropout(module: nn.Module, slots: dict, context: BatchContext):
     return step
 
 
-@register_planner(nn.Embedding, falls_back="`max_norm`, `sparse=True`")
+@register_planner(nn.Embedding, falls_back="`max_norm`, `sparse=True`", mode_free=True)
 def _embedding(module: nn.Module, slots: dict, context: BatchContext):
     if module.max_norm is not None or module.sparse:
         return None  # in-place renormalisation, sparse gradients: left to vmap

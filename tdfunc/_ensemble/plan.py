@@ -11,8 +11,11 @@ ensemble is built:
 - anything else (an unregistered layer, code that cannot be traced) runs under
   ``vmap`` with ``torch.func.functional_call``, for that submodule only.
 
-The result is one function ``run(leaves, *inputs, **kwargs)`` and a report of
-which layers are batched and which are vmapped.
+The result is one function ``run(leaves, *inputs, **kwargs)``, a report of
+which layers are batched and which are vmapped, and the modules whose train/eval
+flag the plan read while it was built (a traced ``forward`` that branches on
+``self.training``, a planner not registered ``mode_free``): the plan holds for as
+long as their flags are those it was built with.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ class Planner:
         self.report = Report()
         self.untraceable: dict[int, str] = {}  # id(module) -> why
         self.checked: set[int] = set()  # ids of the modules tried with torch.fx
+        self.modal: dict[int, nn.Module] = {}  # id -> module whose flag the plan read
 
     def own_slots(self, module: nn.Module) -> dict:
         return {
@@ -94,6 +98,8 @@ class Planner:
         """The step for ``module`` at ``path`` (``""`` for the template itself)."""
         planner = planner_for(module)
         if planner is not None:
+            if not getattr(planner, "mode_free", False):
+                self.watch(module)
             subtree = getattr(planner, "subtree", False)  # register_batched's planners
             slots = self.subtree_slots(module) if subtree else self.own_slots(module)
             step = planner(module, slots, self.context)
@@ -114,7 +120,14 @@ class Planner:
         if is_torch_layer(module) or id(module) in self.untraceable:
             why = self.untraceable.get(id(module), f"no batched {type(module).__name__}")
             return self.vmapped_step(module, path, why)
-        return traced_step(self, module, path)  # a custom forward: trace and rewrite it
+        # a custom forward: trace and rewrite it; the code may read any submodule's flag
+        self.watch(module)
+        return traced_step(self, module, path)
+
+    def watch(self, module: nn.Module) -> None:
+        """Key the plan on the train/eval flags of ``module`` and its submodules."""
+        for inner in module.modules():
+            self.modal.setdefault(id(inner), inner)
 
     def vmapped_step(self, module: nn.Module, path: str, why: str) -> Callable:
         self.report.vmapped.append((path or type(module).__name__, why))
@@ -302,16 +315,17 @@ def _tensor(value: Any) -> bool:
 
 def build_batched_plan(
     template: nn.Module, slot_index: dict, context: BatchContext
-) -> tuple[Any, Report]:
-    """The batched forward of ``template`` (``run(leaves, *inputs, **kwargs)``) and
-    its report; ``run`` is ``None`` when the whole forward must run under vmap."""
+) -> tuple[Any, Report, tuple]:
+    """The batched forward of ``template`` (``run(leaves, *inputs, **kwargs)``), its
+    report, and the modules whose train/eval flags it was built for (see the module
+    docstring); ``run`` is ``None`` when the whole forward must run under vmap."""
     planner = Planner(template, slot_index, context)
     try:
         run = planner.module_step(template, "")
     except WholeForward as error:
         planner.report.whole = str(error)
         planner.report.routes[:] = [Route("", type(template).__name__, VMAP, str(error))]
-        return None, planner.report
+        return None, planner.report, ()
     if planner.report.vmapped and not planner.report.batched:
         names = ", ".join(f"`{name}`" for name, _ in planner.report.vmapped)
         planner.report.whole = f"nothing to batch: {names} without a batched form"
@@ -319,5 +333,5 @@ def build_batched_plan(
         parts = [route for route in planner.report.routes if route.path and route.route == VMAP]
         whole = Route("", type(template).__name__, VMAP, planner.report.whole)
         planner.report.routes[:] = [whole, *parts]
-        return None, planner.report
-    return run, planner.report
+        return None, planner.report, ()
+    return run, planner.report, tuple(planner.modal.values())

@@ -67,17 +67,22 @@ _PLANNERS: dict[type, LayerPlanner] = {}
 
 
 def register_planner(
-    *module_types: type, falls_back: str = ""
+    *module_types: type, falls_back: str = "", mode_free: bool = False
 ) -> Callable[[LayerPlanner], LayerPlanner]:
     """Decorator: the built-in layers' planners (see the module docstring).
 
     ``falls_back`` names the configurations whose planner returns ``None`` (they
     run under vmap), for the published table of layers (``layer_table``).
+    ``mode_free``: the planner does not read the module's train/eval flag (its
+    step reads it when it runs, or never), so a plan need not be rebuilt when the
+    flag changes; without it the ensemble watches the flag on every call.
     """
 
     def decorate(planner: LayerPlanner) -> LayerPlanner:
         if falls_back:
             planner.falls_back = falls_back  # type: ignore[attr-defined]
+        if mode_free:
+            planner.mode_free = True  # type: ignore[attr-defined]
         for module_type in module_types:
             _PLANNERS[module_type] = planner
         return planner
@@ -165,5 +170,6 @@ def register_batched(module_type: type, fn: Callable | None = None, *, trusted: 
         return checked_step(step, module, names, positions, label)
 
     planner.subtree = True  # type: ignore[attr-defined]  # gets its submodules' tensors too
+    planner.mode_free = True  # type: ignore[attr-defined]  # fn reads the module when called
     _PLANNERS[module_type] = planner
     return fn
