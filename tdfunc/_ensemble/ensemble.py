@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from itertools import starmap
-from operator import getitem
+from operator import getitem, itemgetter
 from typing import Any
 
 import torch
@@ -70,6 +70,10 @@ _GLOBAL_HOOKS = (
     _module._global_forward_pre_hooks,
     _module._global_backward_hooks,
     _module._global_backward_pre_hooks,
+)
+# the module's own hook dicts, read from its instance dict in one call
+_own_hooks = itemgetter(
+    "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"
 )
 _SCALAR = torch.Size([])
 # what _plan_for_mode sets: the plans per mode, the one in use, and what it was built for
@@ -222,7 +226,7 @@ class Ensemble(nn.Module):
     @in_dims.setter
     def in_dims(self, value) -> None:
         self._in_dims = check_in_dims(value)
-        self._fast_entry = value is None and getattr(self, "_chunk_size", None) is None
+        self._refresh_fast()
 
     @property
     def randomness(self) -> str:
@@ -246,7 +250,17 @@ class Ensemble(nn.Module):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"Ensemble: chunk_size must be None or a positive int, got {value!r}.")
         self._chunk_size = value
-        self._fast_entry = value is None and self._in_dims is None
+        self._refresh_fast()
+
+    def _refresh_fast(self) -> None:
+        # __call__'s fast path, decided once here: one tensor shared by the members
+        # (no in_dims), no chunks, a batched plan. Called by whatever changes one of these.
+        state = self.__dict__
+        state["_fast"] = (
+            state.get("_in_dims") is None
+            and state.get("_chunk_size") is None
+            and state.get("_batched") is not None
+        )
 
     @property
     def num_members(self) -> int:
@@ -324,30 +338,47 @@ class Ensemble(nn.Module):
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         # nn.Module.__call__ takes two Python frames to reach forward when no hook
         # is set; at small sizes those, and forward's own frame, are a visible
-        # part of the call. The same checks here, then straight to _run, the one
-        # path of every forward; any hook, module.compile(), torch.compile, jit
+        # part of the call. The same checks here, then the fast path or _run, the
+        # path of every other forward; any hook, module.compile(), torch.compile, jit
         # tracing or a subclass's own forward takes torch's full path (which ends
         # in _run too). The state is read from the instance dict: nn.Module
         # defines __getattr__, which makes every `self.x` a slower lookup.
         state = self.__dict__
         if (
             state["_own_forward"]
-            and not (
-                state["_forward_hooks"]
-                or state["_forward_pre_hooks"]
-                or state["_backward_hooks"]
-                or state["_backward_pre_hooks"]
-                or _GLOBAL_HOOKS[0]
-                or _GLOBAL_HOOKS[1]
-                or _GLOBAL_HOOKS[2]
-                or _GLOBAL_HOOKS[3]
-            )
+            and not any(_own_hooks(state))
+            and not any(_GLOBAL_HOOKS)
             and state.get("_compiled_call_impl") is None
             and not _is_compiling()
             and not _tracing()
         ):
-            in_dims = kwargs.pop("in_dims", DEFAULT) if kwargs else DEFAULT
-            return self._run(None, args, kwargs, in_dims, state["_num_members"], False)
+            if kwargs:
+                in_dims = kwargs.pop("in_dims", DEFAULT)
+            elif (
+                state["_fast"]
+                and len(args) == 1
+                and isinstance(args[0], torch.Tensor)
+                and (
+                    not state["_modal"]
+                    or [module.training for module in state["_modal"]] == state["_modal_flags"]
+                )
+            ):
+                # The fast path: _run's general path with every branch decided (the
+                # registered parameters, one tensor shared by the members, no chunks,
+                # the plan built for the flags its modules hold; see _refresh_fast).
+                # tests/ensemble/test_differential.py (test_fast_path_equals_general_path)
+                # runs both on the same calls.
+                x = args[0]
+                extended = state["_derived"].extend(
+                    state["_context"],
+                    tuple(starmap(getitem, state["_slots"])),  # owner[key] per slot
+                    self._with_shared if state["_shared"] else None,
+                    False,  # nothing compiles, exports or jit-traces: asked above
+                )
+                return state["_batched"](extended, x.expand(state["_num_members"], *x.shape))
+            else:
+                in_dims = DEFAULT
+            return self._run(None, args, kwargs, in_dims, state["_num_members"])
         return super().__call__(*args, **kwargs)
 
     @property
@@ -399,6 +430,7 @@ class Ensemble(nn.Module):
         self._batched, self._report, modal = plans[mode]
         self.__dict__["_modal"] = modal
         self.__dict__["_modal_flags"] = [module.training for module in modal]
+        self._refresh_fast()
         # once per ensemble, any mode; the plan is in place first, so a warning turned
         # into an error (-W error) leaves the ensemble consistent
         if fresh and "_fallback_warned" not in self.__dict__ and has_fallbacks(self._report):
@@ -441,49 +473,19 @@ class Ensemble(nn.Module):
             for i, leaf in enumerate(leaves)
         )
 
-    def _run(
-        self,
-        leaves: tuple | None,
-        args: tuple,
-        kwargs: dict,
-        in_dims: Any,
-        members: int,
-        compiling: bool | None = None,
-    ):
-        """The one path of every forward: ``__call__``, ``forward`` (hooks, compiled
-        calls), ``functional_call`` and a selection of members all end here.
+    def _run(self, leaves: tuple | None, args: tuple, kwargs: dict, in_dims: Any, members: int):
+        """The one general path of every forward: ``__call__`` (but for its fast
+        path), ``forward`` (hooks, compiled calls), ``functional_call`` and a
+        selection of members all end here.
 
         ``leaves``: member-leading ``[K, ...]`` tensors (shared ones expanded), or
         ``None`` for the registered ones (their derived views are cached).
-        ``compiling``: ``False`` when the caller has found that nothing compiles,
-        exports or jit-traces (``__call__``), ``None`` to ask.
         """
         state = self.__dict__
         modal = state["_modal"]
         if modal and [module.training for module in modal] != state["_modal_flags"]:
             self._plan_for_mode()
         batched = state["_batched"]
-        # The fast path: the registered parameters, one tensor shared by the members
-        # and no chunks. It is the general path below with every branch decided;
-        # tests/ensemble/test_differential.py (test_fast_path_equals_general_path)
-        # runs both on the same calls.
-        if (
-            leaves is None
-            and batched is not None
-            and in_dims is DEFAULT
-            and state["_fast_entry"]
-            and len(args) == 1
-            and not kwargs
-            and isinstance(args[0], torch.Tensor)
-        ):
-            x = args[0]
-            extended = state["_derived"].extend(
-                state["_context"],
-                tuple(starmap(getitem, state["_slots"])),  # owner[key] per slot
-                self._with_shared if state["_shared"] else None,
-                compiling,
-            )
-            return batched(extended, x.expand(members, *x.shape))
         in_dims = state["_in_dims"] if in_dims is DEFAULT else check_in_dims(in_dims)
         chunk = state["_chunk_size"]
         if leaves is None:
