@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from itertools import starmap
-from operator import getitem, itemgetter
+from operator import getitem
 from typing import Any
 
 import torch
@@ -70,10 +70,6 @@ _GLOBAL_HOOKS = (
     _module._global_forward_pre_hooks,
     _module._global_backward_hooks,
     _module._global_backward_pre_hooks,
-)
-# the module's own hook dicts, read from its instance dict in one call
-_own_hooks = itemgetter(
-    "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"
 )
 _SCALAR = torch.Size([])
 # what _plan_for_mode sets: the plans per mode, the one in use, and what it was built for
@@ -346,8 +342,13 @@ class Ensemble(nn.Module):
         state = self.__dict__
         if (
             state["_own_forward"]
-            and not any(_own_hooks(state))
-            and not any(_GLOBAL_HOOKS)
+            and not (
+                state["_forward_hooks"]
+                or state["_forward_pre_hooks"]
+                or state["_backward_hooks"]
+                or state["_backward_pre_hooks"]
+                or any(_GLOBAL_HOOKS)
+            )
             and state.get("_compiled_call_impl") is None
             and not _is_compiling()
             and not _tracing()
