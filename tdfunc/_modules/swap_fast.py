@@ -20,8 +20,6 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
 from .._core.helpers.codegen import define
 from .._core.helpers.nontensor import NonTensorData
 
@@ -45,7 +43,6 @@ def _picker(positions: list) -> Any:
 
 def _straight_line(
     plan: SwapPlan,
-    root: nn.Module,
     keys: list,
     nodes: list,
     built,
@@ -55,7 +52,7 @@ def _straight_line(
     doing the same reads and checks, one statement per key, step and slot, and
     ``plan.swap`` by one that also makes the swap's record (``recording``: the names
     it uses, from :mod:`tdfunc._modules.module_swap`)."""
-    constants: dict[str, Any] = {"Mismatch": Mismatch, "ROOT": plan.module}
+    constants: dict[str, Any] = {"Mismatch": Mismatch}
     lines = ["def read(data):", "    l0 = data"]
     for level, size in enumerate(plan.sizes):
         if level:
@@ -74,20 +71,19 @@ def _straight_line(
             for key in level_keys
             if (level, key) not in read_at
         ]
-    lines.append("    root = ROOT()")
     seen: set = set()
-    held: dict = {}  # id(module) -> the local holding its _modules
+    held: dict = {}  # id(module) -> the constant naming its _modules dict
     for number, (module, name, child) in enumerate(built.steps):
         if (id(module), name) in seen:
             continue
         seen.add((id(module), name))
         local = held.get(id(module))
         if local is None:
-            local = held[id(module)] = f"m{len(held)}"
-            holder = "root" if module is root else f"M{number}"
-            if module is not root:  # the plan must not keep the root module alive
-                constants[holder] = module
-            lines.append(f"    {local} = {holder}._modules")
+            # the dict, not the module: reading ``module._modules`` runs nn.Module's
+            # slow attribute path (it defines __getattr__), and the dict does not keep
+            # the root module alive
+            local = held[id(module)] = f"D{len(held)}"
+            constants[local] = module._modules
         constants[f"C{number}"] = child
         lines.append(f"    if {local}[{name!r}] is not C{number}: raise Mismatch")
     for slot, name in enumerate(plan.names):

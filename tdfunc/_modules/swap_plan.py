@@ -50,7 +50,6 @@ from .slots import iter_slots
 from .swap_fast import Mismatch, _by_columns, _picker, _straight_line
 
 _data_of = attrgetter("_data")  # a nested TensorDict's (or TensorClass's) dict
-_modules_of = attrgetter("_modules")
 
 
 # Parameters, buffers and submodules registered so far, in any module
@@ -99,9 +98,12 @@ class SwapPlan:
             still be metadata (a level of the right size then has exactly the
             plan's keys, and a tensor put there gets the fresh plan's error).
         owners, names: the slots (distinct ``(owner dict, name)`` pairs).
-        parents, child_counts, child_names, children: the modules the keys
-            walk through (``None`` stands for the root, held weakly) and what
-            their ``_modules`` held when the plan was built.
+        held, child_counts, child_names, children: the ``_modules`` dicts of
+            the modules the keys walk through and what they held when the plan
+            was built. The plan holds these dicts, as it holds the slots'
+            ``_parameters``/``_buffers`` dicts: reading ``module._modules`` goes
+            through ``nn.Module.__getattr__``'s slow attribute path on every
+            swap, and torch never rebinds those dicts (it assigns into them).
         tied: ``(slot, slot)`` pairs that must still hold one object.
         same_key: ``((level, key), (level, key), error)``: two keys naming one tie.
         nodes: per level past the root: ``(parent level, position, key, is_dict)``.
@@ -129,6 +131,7 @@ class SwapPlan:
         "complete_at",
         "depths",
         "enter",
+        "held",
         "keys",
         "leaf_keys",
         "leaf_levels",
@@ -137,7 +140,6 @@ class SwapPlan:
         "nodes",
         "own_slots",
         "owners",
-        "parents",
         "read",
         "restore",
         "same_key",
@@ -208,22 +210,18 @@ class SwapPlan:
         # sum, from levels the reads above brought into the cache).
         if sum(map(len, levels)) != self.total:
             raise Mismatch
-        parents = self.parents
-        if parents:
-            if parents[0] is None:  # the root, held weakly
-                parents = [self.module(), *parents[1:]]
-            if len(parents) == 1:  # one walked module (a Sequential): two list comparisons
-                held = parents[0]._modules
+        held = self.held
+        if held:
+            if len(held) == 1:  # one walked module (a Sequential): two list comparisons
+                held = held[0]
                 if list(held) != self.child_names or list(held.values()) != self.children:
                     raise Mismatch
-            else:
-                held = list(map(_modules_of, parents))
-                if (
-                    list(map(len, held)) != self.child_counts
-                    or list(chain.from_iterable(held)) != self.child_names
-                    or list(chain.from_iterable(map(dict.values, held))) != self.children
-                ):
-                    raise Mismatch
+            elif (
+                list(map(len, held)) != self.child_counts
+                or list(chain.from_iterable(held)) != self.child_names
+                or list(chain.from_iterable(map(dict.values, held))) != self.children
+            ):
+                raise Mismatch
         olds = list(map(getitem, self.owners, self.names))
         for first_slot, other in self.tied:
             if olds[first_slot] is not olds[other]:
@@ -479,12 +477,12 @@ class _Builder:
         plan.child_counts = [len(parent._modules) for parent in parents]
         plan.child_names = [name for parent in parents for name in parent._modules]
         plan.children = [child for parent in parents for child in parent._modules.values()]
-        plan.parents = [None if parent is module else parent for parent in parents]
+        plan.held = [parent._modules for parent in parents]
         plan.signature = (sizes, plan.keys, self.spread)  # lists: compared, never hashed
         plan.columns = None
         if not traced:
             if len(self.owners) + len(sizes) <= SMALL:
-                _straight_line(plan, module, keys, nodes, self, recording)
+                _straight_line(plan, keys, nodes, self, recording)
             else:
                 _by_columns(plan)
         return plan
