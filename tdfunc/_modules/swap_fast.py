@@ -54,11 +54,9 @@ def _straight_line(
     it uses, from :mod:`tdfunc._modules.module_swap`)."""
     constants: dict[str, Any] = {"Mismatch": Mismatch}
     lines = ["def read(data):", "    l0 = data"]
-    for level, size in enumerate(plan.sizes):
-        if level:
-            parent, _, key, is_dict = nodes[level - 1]
-            lines.append(f"    l{level} = l{parent}[{key!r}]{'' if is_dict else '._data'}")
-        lines.append(f"    if len(l{level}) != {size}: raise Mismatch")
+    for level in range(1, len(plan.sizes)):
+        parent, _, key, is_dict = nodes[level - 1]
+        lines.append(f"    l{level} = l{parent}[{key!r}]{'' if is_dict else '._data'}")
     read_at: dict = {}
     for value, (level, key) in enumerate(zip(built.leaf_levels, built.leaf_keys)):
         read_at[(level, key)] = value
@@ -71,6 +69,10 @@ def _straight_line(
             for key in level_keys
             if (level, key) not in read_at
         ]
+    # Every key of the plan is read from its level above, so no level is smaller than
+    # the plan's: one comparison of the total size finds a level with more keys.
+    sizes = " + ".join(f"len(l{level})" for level in range(len(plan.sizes)))
+    lines.append(f"    if {sizes} != {sum(plan.sizes)}: raise Mismatch")
     seen: set = set()
     held: dict = {}  # id(module) -> the constant naming its _modules dict
     for number, (module, name, child) in enumerate(built.steps):
@@ -162,3 +164,10 @@ def _by_columns(plan: SwapPlan) -> None:
     plan.own_slots = [new_slot[slot] for slot in values]
     plan.tied = [(new_slot[a], new_slot[b]) for a, b in plan.tied]
     plan.columns = columns
+    runs: list = []
+    for slot, name in enumerate(plan.names):
+        if not runs or runs[-1][1] != name:
+            runs.append(([], name))
+        runs[-1][0].append(plan.owners[slot])
+    if len(runs) <= _MAX_COLUMNS:
+        plan.name_runs = [(owners, itemgetter(name)) for owners, name in runs]

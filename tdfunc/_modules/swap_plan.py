@@ -98,6 +98,10 @@ class SwapPlan:
             still be metadata (a level of the right size then has exactly the
             plan's keys, and a tensor put there gets the fresh plan's error).
         owners, names: the slots (distinct ``(owner dict, name)`` pairs).
+        name_runs: ``(owners, read the name)`` per run of consecutive slots of one
+            name (a large plan's slots are ordered by key, so a few runs), or
+            ``None``: the old objects are then read one ``(owner, name)`` pair at
+            a time.
         held, child_counts, child_names, children: the ``_modules`` dicts of
             the modules the keys walk through and what they held when the plan
             was built. The plan holds these dicts, as it holds the slots'
@@ -136,6 +140,7 @@ class SwapPlan:
         "leaf_keys",
         "leaf_levels",
         "module",
+        "name_runs",
         "names",
         "nodes",
         "own_slots",
@@ -162,6 +167,7 @@ class SwapPlan:
     def __init__(self) -> None:
         self.complete_at: Any = None  # REGISTRATIONS when no slot was missing
         self.slot_index: Any = None
+        self.name_runs: Any = None  # set for large plans (swap_fast._by_columns)
         self.swap: Any = None  # set by the caller, or generated (small plans)
         self.read = self.read_passes  # small plans: generated straight-line functions
         self.enter = self.enter_passes
@@ -222,7 +228,13 @@ class SwapPlan:
                 or list(chain.from_iterable(map(dict.values, held))) != self.children
             ):
                 raise Mismatch
-        olds = list(map(getitem, self.owners, self.names))
+        runs = self.name_runs
+        if runs is None:
+            olds = list(map(getitem, self.owners, self.names))
+        else:  # one pass of one getter per run of slots of one name
+            olds = []
+            for owners, get in runs:
+                olds += map(get, owners)
         for first_slot, other in self.tied:
             if olds[first_slot] is not olds[other]:
                 raise Mismatch
