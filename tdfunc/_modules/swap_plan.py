@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import weakref
 from itertools import chain, islice
-from operator import attrgetter, getitem, setitem
+from operator import attrgetter, getitem, is_not, setitem
 from typing import Any
 
 from torch import nn
@@ -218,14 +218,16 @@ class SwapPlan:
             raise Mismatch
         held = self.held
         if held:
-            if len(held) == 1:  # one walked module (a Sequential): two list comparisons
+            # Children are compared by identity: ``==`` on a list would call a new
+            # child's own ``__eq__``, which may call it equal to the one it replaced.
+            if len(held) == 1:  # one walked module (a Sequential)
                 held = held[0]
-                if list(held) != self.child_names or list(held.values()) != self.children:
+                if list(held) != self.child_names or any(map(is_not, held.values(), self.children)):
                     raise Mismatch
             elif (
                 list(map(len, held)) != self.child_counts
                 or list(chain.from_iterable(held)) != self.child_names
-                or list(chain.from_iterable(map(dict.values, held))) != self.children
+                or any(map(is_not, chain.from_iterable(map(dict.values, held)), self.children))
             ):
                 raise Mismatch
         runs = self.name_runs

@@ -136,3 +136,30 @@ def test_a_parameter_registered_after_the_plan_is_swapped(plan_kind):
         inside = _slots(model)
     assert all(inside[name] is flat[name] for name in inside)
     assert all(_slots(model)[name] is before[name] for name in before)
+
+
+class _Loose(nn.Linear):
+    """A module that calls every Linear equal to itself (a structural ``__eq__``)."""
+
+    def __eq__(self, other):
+        return isinstance(other, nn.Linear)
+
+    __hash__ = nn.Linear.__hash__
+
+
+@pytest.mark.parametrize("hooked", [True, False])
+@pytest.mark.parametrize("where", list(PARENTS))
+def test_a_child_replaced_by_one_that_calls_itself_equal_is_swapped(plan_kind, where, hooked):
+    model = _model()
+    parent = PARENTS[where](model)
+    key = "2" if where == "root" else "0"
+    new = _Loose(2, 2)
+
+    def edit():
+        if hooked:
+            setattr(parent, key, new)
+        else:
+            parent._modules[key] = new
+
+    _swap_twice_around(model, edit)
+    assert parent._modules[key] is new
