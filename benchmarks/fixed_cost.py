@@ -147,12 +147,18 @@ def _swap_pair(td_class, model: nn.Module) -> tuple:
         with params.to_module(model):
             pass
 
+    # What a careful user writes: the slots and the new tensors found once, then save,
+    # assign, and put back in ``finally`` (as ``with`` does on an exception). It
+    # checks nothing: ``to_module`` also checks that the keys and the module still
+    # match the plan it cached.
     def floor(slots=slots, news=news):
         olds = [owner[name] for owner, name in slots]
-        for (owner, name), value in zip(slots, news):
-            owner[name] = value
-        for (owner, name), old in zip(slots, olds):
-            owner[name] = old
+        try:
+            for (owner, name), value in zip(slots, news):
+                owner[name] = value
+        finally:
+            for (owner, name), old in zip(slots, olds):
+                owner[name] = old
 
     return _pair(ours, floor)
 

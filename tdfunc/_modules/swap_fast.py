@@ -20,8 +20,6 @@ from __future__ import annotations
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
 from .._core.helpers.codegen import define
 from .._core.helpers.nontensor import NonTensorData
 
@@ -45,7 +43,6 @@ def _picker(positions: list) -> Any:
 
 def _straight_line(
     plan: SwapPlan,
-    root: nn.Module,
     keys: list,
     nodes: list,
     built,
@@ -55,13 +52,11 @@ def _straight_line(
     doing the same reads and checks, one statement per key, step and slot, and
     ``plan.swap`` by one that also makes the swap's record (``recording``: the names
     it uses, from :mod:`tdfunc._modules.module_swap`)."""
-    constants: dict[str, Any] = {"Mismatch": Mismatch, "ROOT": plan.module}
+    constants: dict[str, Any] = {"Mismatch": Mismatch}
     lines = ["def read(data):", "    l0 = data"]
-    for level, size in enumerate(plan.sizes):
-        if level:
-            parent, _, key, is_dict = nodes[level - 1]
-            lines.append(f"    l{level} = l{parent}[{key!r}]{'' if is_dict else '._data'}")
-        lines.append(f"    if len(l{level}) != {size}: raise Mismatch")
+    for level in range(1, len(plan.sizes)):
+        parent, _, key, is_dict = nodes[level - 1]
+        lines.append(f"    l{level} = l{parent}[{key!r}]{'' if is_dict else '._data'}")
     read_at: dict = {}
     for value, (level, key) in enumerate(zip(built.leaf_levels, built.leaf_keys)):
         read_at[(level, key)] = value
@@ -74,20 +69,23 @@ def _straight_line(
             for key in level_keys
             if (level, key) not in read_at
         ]
-    lines.append("    root = ROOT()")
+    # Every key of the plan is read from its level above, so no level is smaller than
+    # the plan's: one comparison of the total size finds a level with more keys.
+    sizes = " + ".join(f"len(l{level})" for level in range(len(plan.sizes)))
+    lines.append(f"    if {sizes} != {sum(plan.sizes)}: raise Mismatch")
     seen: set = set()
-    held: dict = {}  # id(module) -> the local holding its _modules
+    held: dict = {}  # id(module) -> the constant naming its _modules dict
     for number, (module, name, child) in enumerate(built.steps):
         if (id(module), name) in seen:
             continue
         seen.add((id(module), name))
         local = held.get(id(module))
         if local is None:
-            local = held[id(module)] = f"m{len(held)}"
-            holder = "root" if module is root else f"M{number}"
-            if module is not root:  # the plan must not keep the root module alive
-                constants[holder] = module
-            lines.append(f"    {local} = {holder}._modules")
+            # the dict, not the module: reading ``module._modules`` runs nn.Module's
+            # slow attribute path (it defines __getattr__), and the dict does not keep
+            # the root module alive
+            local = held[id(module)] = f"D{len(held)}"
+            constants[local] = module._modules
         constants[f"C{number}"] = child
         lines.append(f"    if {local}[{name!r}] is not C{number}: raise Mismatch")
     for slot, name in enumerate(plan.names):
@@ -166,3 +164,10 @@ def _by_columns(plan: SwapPlan) -> None:
     plan.own_slots = [new_slot[slot] for slot in values]
     plan.tied = [(new_slot[a], new_slot[b]) for a, b in plan.tied]
     plan.columns = columns
+    runs: list = []
+    for slot, name in enumerate(plan.names):
+        if not runs or runs[-1][1] != name:
+            runs.append(([], name))
+        runs[-1][0].append(plan.owners[slot])
+    if len(runs) <= _MAX_COLUMNS:
+        plan.name_runs = [(owners, itemgetter(name)) for owners, name in runs]

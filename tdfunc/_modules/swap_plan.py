@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import weakref
 from itertools import chain, islice
-from operator import attrgetter, getitem, setitem
+from operator import attrgetter, getitem, is_not, setitem
 from typing import Any
 
 from torch import nn
@@ -50,7 +50,6 @@ from .slots import iter_slots
 from .swap_fast import Mismatch, _by_columns, _picker, _straight_line
 
 _data_of = attrgetter("_data")  # a nested TensorDict's (or TensorClass's) dict
-_modules_of = attrgetter("_modules")
 
 
 # Parameters, buffers and submodules registered so far, in any module
@@ -99,9 +98,16 @@ class SwapPlan:
             still be metadata (a level of the right size then has exactly the
             plan's keys, and a tensor put there gets the fresh plan's error).
         owners, names: the slots (distinct ``(owner dict, name)`` pairs).
-        parents, child_counts, child_names, children: the modules the keys
-            walk through (``None`` stands for the root, held weakly) and what
-            their ``_modules`` held when the plan was built.
+        name_runs: ``(owners, read the name)`` per run of consecutive slots of one
+            name (a large plan's slots are ordered by key, so a few runs), or
+            ``None``: the old objects are then read one ``(owner, name)`` pair at
+            a time.
+        held, child_counts, child_names, children: the ``_modules`` dicts of
+            the modules the keys walk through and what they held when the plan
+            was built. The plan holds these dicts, as it holds the slots'
+            ``_parameters``/``_buffers`` dicts: reading ``module._modules`` goes
+            through ``nn.Module.__getattr__``'s slow attribute path on every
+            swap, and torch never rebinds those dicts (it assigns into them).
         tied: ``(slot, slot)`` pairs that must still hold one object.
         same_key: ``((level, key), (level, key), error)``: two keys naming one tie.
         nodes: per level past the root: ``(parent level, position, key, is_dict)``.
@@ -129,15 +135,16 @@ class SwapPlan:
         "complete_at",
         "depths",
         "enter",
+        "held",
         "keys",
         "leaf_keys",
         "leaf_levels",
         "module",
+        "name_runs",
         "names",
         "nodes",
         "own_slots",
         "owners",
-        "parents",
         "read",
         "restore",
         "same_key",
@@ -160,6 +167,7 @@ class SwapPlan:
     def __init__(self) -> None:
         self.complete_at: Any = None  # REGISTRATIONS when no slot was missing
         self.slot_index: Any = None
+        self.name_runs: Any = None  # set for large plans (swap_fast._by_columns)
         self.swap: Any = None  # set by the caller, or generated (small plans)
         self.read = self.read_passes  # small plans: generated straight-line functions
         self.enter = self.enter_passes
@@ -208,23 +216,27 @@ class SwapPlan:
         # sum, from levels the reads above brought into the cache).
         if sum(map(len, levels)) != self.total:
             raise Mismatch
-        parents = self.parents
-        if parents:
-            if parents[0] is None:  # the root, held weakly
-                parents = [self.module(), *parents[1:]]
-            if len(parents) == 1:  # one walked module (a Sequential): two list comparisons
-                held = parents[0]._modules
-                if list(held) != self.child_names or list(held.values()) != self.children:
+        held = self.held
+        if held:
+            # Children are compared by identity: ``==`` on a list would call a new
+            # child's own ``__eq__``, which may call it equal to the one it replaced.
+            if len(held) == 1:  # one walked module (a Sequential)
+                held = held[0]
+                if list(held) != self.child_names or any(map(is_not, held.values(), self.children)):
                     raise Mismatch
-            else:
-                held = list(map(_modules_of, parents))
-                if (
-                    list(map(len, held)) != self.child_counts
-                    or list(chain.from_iterable(held)) != self.child_names
-                    or list(chain.from_iterable(map(dict.values, held))) != self.children
-                ):
-                    raise Mismatch
-        olds = list(map(getitem, self.owners, self.names))
+            elif (
+                list(map(len, held)) != self.child_counts
+                or list(chain.from_iterable(held)) != self.child_names
+                or any(map(is_not, chain.from_iterable(map(dict.values, held)), self.children))
+            ):
+                raise Mismatch
+        runs = self.name_runs
+        if runs is None:
+            olds = list(map(getitem, self.owners, self.names))
+        else:  # one pass of one getter per run of slots of one name
+            olds = []
+            for owners, get in runs:
+                olds += map(get, owners)
         for first_slot, other in self.tied:
             if olds[first_slot] is not olds[other]:
                 raise Mismatch
@@ -479,12 +491,12 @@ class _Builder:
         plan.child_counts = [len(parent._modules) for parent in parents]
         plan.child_names = [name for parent in parents for name in parent._modules]
         plan.children = [child for parent in parents for child in parent._modules.values()]
-        plan.parents = [None if parent is module else parent for parent in parents]
+        plan.held = [parent._modules for parent in parents]
         plan.signature = (sizes, plan.keys, self.spread)  # lists: compared, never hashed
         plan.columns = None
         if not traced:
             if len(self.owners) + len(sizes) <= SMALL:
-                _straight_line(plan, module, keys, nodes, self, recording)
+                _straight_line(plan, keys, nodes, self, recording)
             else:
                 _by_columns(plan)
         return plan

@@ -35,11 +35,22 @@ class _Buffers(nn.Module):
         self.register_buffer("scale", torch.ones(1), persistent=False)
 
 
+class _ManyNames(nn.Module):
+    """More distinct slot names than a large plan reads by column (one pass per name)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for index in range(70):
+            self.register_parameter(f"p{index}", nn.Parameter(torch.randn(2)))
+        self.inner = nn.Linear(2, 2)
+
+
 MODULES = {
     "linear": lambda: nn.Linear(3, 2),
     "mlp": lambda: nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)),
     "tied": _Tied,
     "buffers and nesting": _Buffers,
+    "many names": _ManyNames,
 }
 
 
