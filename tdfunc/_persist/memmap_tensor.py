@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .._core.helpers.tracing import compiling as _compiling
 from .files import (
     _bytes_of,
     allocate_file,
@@ -139,6 +140,11 @@ class MemoryMappedTensor(torch.Tensor):
     returns a plain tensor (a view of the mapping for basic indexing); in-place
     writes reach the file. Operations return plain tensors.
 
+    ``torch.compile``'s AOT backends (``inductor``, ``aot_eager``) refuse a tensor
+    subclass input on a compiled function's first call: pass
+    ``t.as_subclass(torch.Tensor)`` (the same mapping, no copy), or ``td.as_tensor()``
+    for a container of them.
+
     Example:
         >>> import os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "x.memmap")
@@ -229,9 +235,13 @@ class MemoryMappedTensor(torch.Tensor):
         Every view keeps the file's name and identity, so that sending it to
         another process sends its place in the file (offset, strides), not a copy
         that torch's own pickling would make (or worse, a detached storage).
+        In a traced program (``torch.compile``, ``torch.export``) views are plain
+        tensors: a graph holds no file, and reading storage addresses there would
+        break the graph.
         """
         if (
-            not self.numel()
+            _compiling()
+            or not self.numel()
             or out.untyped_storage().data_ptr() != self.untyped_storage().data_ptr()
         ):
             return out

@@ -69,6 +69,9 @@ _ALL_TENSORS: dict[int, tuple] = {}  # width -> (True,) * width, shared by every
 # entries keep them from evicting each other on every flatten.
 _CONTEXTS: dict[tuple, list] = {}
 _CONTEXTS_MAX = 4096  # emptied when full: a bound on memory, at the price of rebuilds
+# The contexts of :func:`flatten_shallow` (one level each: optree's nodes, key paths), by
+# (class, keys, batch size, device, names, functorch level), reused on the same terms.
+_SHALLOW: dict[tuple, NodeContext] = {}
 
 
 class NodeContext:
@@ -85,6 +88,7 @@ class NodeContext:
         "device",
         "feature_shapes",
         "keys",
+        "leaf_shapes",
         "level",
         "names",
         "nested",
@@ -130,6 +134,7 @@ class NodeContext:
         # every key in the container's order, where a non-tensor entry sits before a
         # child (None: the children's keys, then the non-tensor ones, as they were)
         self.order = order
+        self.leaf_shapes = leaf_shapes(self)
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -152,6 +157,29 @@ class NodeContext:
             f"NodeContext({self.cls.__name__}, keys={list(self.keys)}, "
             f"batch_size={list(self.batch_size)})"
         )
+
+
+def leaf_shapes(context: NodeContext) -> tuple | None:
+    """The shape of every leaf below ``context``'s level, in leaf order, or ``None``
+    when a leaf is not a tensor (an ``in_dims`` value, a nested container of optree's
+    own level). Unflatten compares the leaves' shapes with it in one step.
+    """
+    kinds = context.tensor_children
+    nested = context.nested
+    if nested is None:
+        return context.shapes if False not in kinds else None
+    out: list = []
+    for shape, is_tensor, inner in zip(context.shapes, kinds, nested):
+        if inner is not None:
+            below = inner.leaf_shapes
+            if below is None:
+                return None
+            out += below
+        elif is_tensor:
+            out.append(shape)
+        else:
+            return None
+    return tuple(out)
 
 
 def _same_non_tensor(left: tuple, right: tuple) -> bool:
@@ -220,16 +248,25 @@ def _built(
     context.nested = nested
     context.width = width
     context.order = order
+    context.leaf_shapes = leaf_shapes(context)
     return context
 
 
 def _inline(
-    view: Any, cls: type, out: list, level: int | None, cache: dict | None, depth: int = 0
+    view: Any,
+    cls: type,
+    out: list,
+    level: int | None,
+    cache: dict | None,
+    depth: int = 0,
+    cache_key: tuple | None = None,
+    pair: list | None = None,
 ) -> NodeContext:
     """Append the leaves of ``view`` and of its nested containers to ``out``.
 
     ``cache``: :data:`_CONTEXTS`, or ``None`` where contexts must be new; ``depth``:
     how deep ``view`` is nested in the container flattened (part of the cache key).
+    ``cache_key`` and ``pair``: the key and its entry, when the caller looked them up.
     """
     data = view._data
     values = data.values()
@@ -237,8 +274,9 @@ def _inline(
     ndim = len(batch_size)
     found = found_nested = None
     if cache is not None:
-        cache_key = (cls, tuple(data), batch_size, view._device, view._names, level, depth)
-        pair = cache.get(cache_key)
+        if cache_key is None:
+            cache_key = (cls, tuple(data), batch_size, view._device, view._names, level, depth)
+            pair = cache.get(cache_key)
         if pair is not None:
             found, found_nested = pair
         if found is not None:
@@ -421,15 +459,52 @@ def _as_before(
     return True
 
 
-def _flatten_view(view: Any, cls: type) -> tuple[list, NodeContext]:
+def _concrete(context: NodeContext) -> None:
+    """Record the example values of symbolic sizes, on every level (``concrete``)."""
+    concrete(context)
+    _relist(context)
+
+
+def _relist(context: NodeContext) -> None:
+    if context.nested is not None:
+        for inner in context.nested:
+            if inner is not None:
+                _relist(inner)
+    context.leaf_shapes = leaf_shapes(context)
+
+
+def _flatten_view(view: Any, cls: type | None = None) -> tuple[list, NodeContext]:
+    """The leaves and context of ``view`` (a TensorDict: the container itself, or the
+    one a TensorClass ``cls`` holds)."""
+    if cls is None:
+        cls = type(view)
     leaves: list = []
     if _dynamo_compiling():
         return leaves, _inline(view, cls, leaves, None, None)
     if _get_mode(_FAKE) is None:
-        return leaves, _inline(view, cls, leaves, _current_level(), _CONTEXTS)
+        level = _current_level()
+        data = view._data
+        key = (cls, tuple(data), view._batch_size, view._device, view._names, level, 0)
+        pair = _CONTEXTS.get(key)
+        if pair is not None:
+            found = pair[0]
+            if found is not None:  # the first check of ``_inline``, without a call
+                leaves = list(data.values())
+                shapes = found.shapes
+                try:
+                    if (
+                        tuple(map(_tensor_shape, leaves)) == shapes
+                        if len(shapes) <= _FEW
+                        else all(map(eq, map(_tensor_shape, leaves), shapes))
+                    ):
+                        return leaves, found
+                except TypeError:
+                    pass
+                leaves = []
+        return leaves, _inline(view, cls, leaves, level, _CONTEXTS, 0, key, pair)
     context = _inline(view, cls, leaves, _current_level(), None)
     if symbolic(leaves):
-        concrete(context)  # symbolic sizes are recorded as their example values
+        _concrete(context)  # symbolic sizes are recorded as their example values
     return leaves, context
 
 
@@ -438,14 +513,49 @@ def flatten_node(container) -> tuple[list, NodeContext]:
     return _flatten_view(container._to_tensordict_view(), type(container))
 
 
-def _flatten_tensordict(container) -> tuple[list, NodeContext]:
-    """:func:`flatten_node` for TensorDict classes (the container is its own view)."""
-    return _flatten_view(container, type(container))
+def _shallow_as_before(children: list, found: NodeContext) -> bool:
+    """Whether the children of one level, some of them containers, have the kinds and
+    shapes (a container: its batch size) that ``found``, the cached context of the
+    level's keys, records."""
+    for child, shape, is_tensor in zip(children, found.shapes, found.tensor_children):
+        if is_tensor:
+            if not isinstance(child, _Tensor) or child.shape != shape:
+                return False
+        elif not getattr(type(child), "_is_tensor_collection", False) or child.batch_size != shape:
+            return False
+    return True
 
 
 def flatten_shallow(container) -> tuple[list, NodeContext]:
-    """Children of one level: tensors and nested containers (for key paths and optree)."""
+    """Children of one level: tensors and nested containers (for key paths and optree).
+
+    As in :func:`_inline`, the context of a level seen before is reused when its
+    children have the recorded kinds and shapes (:data:`_SHALLOW`; never while dynamo
+    or fake tensors trace, never for a level with non-tensor values).
+    """
     view = container._to_tensordict_view()
+    data = view._data
+    cache_key = None
+    if not _dynamo_compiling() and _get_mode(_FAKE) is None:
+        cache_key = (
+            type(container),
+            tuple(data),
+            view._batch_size,
+            view._device,
+            view._names,
+            _current_level(),
+        )
+        found = _SHALLOW.get(cache_key)
+        if found is not None:
+            children = list(data.values())
+            if found.leaf_shapes is not None:  # tensors only: the first check, without a call
+                try:
+                    if tuple(map(_tensor_shape, children)) == found.shapes:
+                        return children, found
+                except TypeError:
+                    pass
+            elif _shallow_as_before(children, found):
+                return children, found
     batch_size = view._batch_size
     ndim = len(batch_size)
     keys = []
@@ -480,7 +590,12 @@ def flatten_shallow(container) -> tuple[list, NodeContext]:
         order=_order(view._data, keys, non_tensor) if non_tensor else None,
     )
     if fake_tracing() and symbolic(children):
-        concrete(context)
+        _concrete(context)
+    elif cache_key is not None and not non_tensor and None not in shapes:
+        # (``None``: an object that is neither a tensor nor a container)
+        if len(_SHALLOW) >= _CONTEXTS_MAX:
+            _SHALLOW.clear()
+        _SHALLOW[cache_key] = context
     return children, context
 
 
@@ -571,7 +686,8 @@ def register(cls: type) -> None:
     """Register ``cls`` (TensorDict or a TensorClass subclass) with both pytree libraries."""
     torch_pytree.register_pytree_node(
         cls,
-        _flatten_tensordict if getattr(cls, "_is_tensordict", False) else flatten_node,
+        # a TensorDict is its own view: one call less on every flatten
+        _flatten_view if getattr(cls, "_is_tensordict", False) else flatten_node,
         unflatten,
         serialized_type_name=class_name(cls),
         to_dumpable_context=to_dumpable_context,

@@ -181,6 +181,42 @@ def unflatten(children, context: NodeContext):
     """Rebuild a container; children that are not tensors are held without validation."""
     if type(children) is not list:
         children = list(children)
+    shapes = context.leaf_shapes
+    if (
+        children
+        and type(children[0]) not in _UNSHAPED
+        and not _dynamo_compiling()
+        and _get_mode(_FAKE) is None
+    ):
+        level = _current_level()
+        # only a deeper level than at flatten time can be vmap's input boundary
+        if level is None or (context.level is not None and level <= context.level):
+            if shapes is None:  # nested containers as children (optree, key paths)
+                if context.nested is None and _as_recorded(children, context):
+                    return _assemble(children, context, context.batch_size, None, None)
+            elif type(children[0]) in _TENSOR_TYPES:
+                # The shape getter refuses anything but a tensor: one read per leaf checks
+                # its kind and its shape; every leaf as recorded is what the inference
+                # would conclude without inferring (``_unchanged``).
+                known = None
+                try:
+                    if len(shapes) <= _FEW:
+                        known = tuple(map(_tensor_shape, children))
+                        same = known == shapes
+                    else:
+                        same = all(map(_eq, map(_tensor_shape, children), shapes))
+                except TypeError:
+                    same = False
+                if same:
+                    if context.nested is not None or context.non_tensor or context.order:
+                        return _unchanged(children, 0, context)[0]
+                    # ``_unchanged`` of a level of tensors only, without a call
+                    device = context.device
+                    if device is not None:
+                        device = children[0].device
+                    data = dict(zip(context.keys, children))
+                    return context.cls._from_pytree(data, context.batch_size, device, context.names)
+                return _rebuild(children, 0, context, False, False, known)[0]
     # an in_dims tree (ints and None) is recognised by its first child
     if children and type(children[0]) in _UNSHAPED and _UNSHAPED.issuperset(map(type, children)):
         return _recorded(children, 0, context)  # nothing to infer from
@@ -196,6 +232,66 @@ def unflatten(children, context: NodeContext):
     # only a deeper level than at flatten time can be vmap's input boundary
     check = level is not None and (context.level is None or level > context.level)
     return _rebuild(children, 0, context, check, False)[0]
+
+
+def _as_recorded(children: list, context: NodeContext) -> bool:
+    """Whether every child of a level whose nested containers came back as children
+    (optree's nodes, torch's key paths) has its recorded kind and shape (a container:
+    its recorded batch size). The inference then concludes the recorded batch size;
+    ``tests/pytree/test_unchanged_leaves.py`` compares with it.
+    """
+    if len(children) != context.width:
+        return False
+    for child, shape, is_tensor in zip(children, context.shapes, context.tensor_children):
+        if is_tensor:
+            if type(child) not in _TENSOR_TYPES or child.shape != shape:
+                return False
+        elif (
+            shape is None
+            or not getattr(type(child), "_is_tensor_collection", False)
+            or child.batch_size != shape
+        ):
+            return False
+    return True
+
+
+def _unchanged(leaves: list, start: int, context: NodeContext) -> tuple:
+    """The container of ``context``'s level when every leaf below it has its recorded
+    shape: every level keeps its recorded batch size and names, as the inference
+    concludes (step 1), and takes its device from its first tensor, as
+    :func:`_rebuild` and :func:`_assemble` do. Returns the container and the next
+    position. ``tests/pytree/test_unchanged_leaves.py`` compares it with the
+    inference's path (:func:`_rebuild`) over a corpus.
+    """
+    nested = context.nested
+    first = None  # the first tensor of this level (not of a nested one)
+    if nested is None:
+        end = start + context.width
+        children = leaves if not start and end == len(leaves) else leaves[start:end]
+        data = dict(zip(context.keys, children))
+        if children:
+            first = children[0]
+    else:
+        data = {}
+        for key, inner in zip(context.keys, nested):
+            if inner is None:
+                child = leaves[start]
+                start += 1
+                if first is None:
+                    first = child
+                data[key] = child
+            else:
+                data[key], start = _unchanged(leaves, start, inner)
+        end = start
+    batch_size = context.batch_size
+    for key, value, kind in context.non_tensor:
+        data[key] = _non_tensor(kind, value, batch_size, context)
+    if context.order is not None:
+        data = {key: data[key] for key in context.order}
+    device = context.device
+    if device is not None and first is not None:
+        device = first.device
+    return context.cls._from_pytree(data, batch_size, device, context.names), end
 
 
 def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
@@ -220,7 +316,14 @@ def _recorded(leaves: list, start: int, context: NodeContext) -> Any:
     return context.cls._from_pytree(data, batch_size, context.device, context.names)
 
 
-def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, traced: bool) -> tuple:
+def _rebuild(
+    leaves: list,
+    start: int,
+    context: NodeContext,
+    check: bool,
+    traced: bool,
+    known: tuple | None = None,
+) -> tuple:
     """The container of ``context``'s level from ``leaves[start:]``.
 
     Returns ``(container, holds a tensor, batch size, exact)``; ``exact`` is
@@ -229,6 +332,7 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, traced
     the inference) is recognised by comparing all shapes at once; see
     :func:`_rebuild_nested` for levels with nested containers and
     :func:`_rebuild_general` for anything else. ``traced``: dynamo traces this call.
+    ``known``: the shapes of all of ``leaves``, already read by the caller.
     """
     if context.nested is not None:
         return _rebuild_nested(leaves, start, context, check, traced)
@@ -250,7 +354,9 @@ def _rebuild(leaves: list, start: int, context: NodeContext, check: bool, traced
             # object held by a transform), which the general rules handle: one read per
             # child, no separate type check, one size at a time in the common case.
             try:
-                if len(children) <= _FEW:
+                if known is not None and children is leaves:
+                    shapes = known  # read by unflatten: not equal to the recorded ones
+                elif len(children) <= _FEW:
                     shapes = tuple(map(_tensor_shape, children))
                     if shapes == context.shapes:
                         batch_size = recorded  # unchanged (grad, a shape-preserving tree_map)
