@@ -80,3 +80,25 @@ def test_reshape_error_names_the_nested_key():
     with pytest.raises(RuntimeError, match="no reshape here") as info:
         td.reshape(2, 2)
     assert "('n', 'bad')" in "".join(info.value.__notes__)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("separator", [".", "/", "__"])
+def test_flatten_keys_matches_joined_walk(seed, separator):
+    # twin: the key walk ``_iter_items((), True, True)`` with each key path joined
+    td = random_tree(random.Random(seed))
+    flat = td.flatten_keys(separator)
+    expected = {
+        key if type(key) is str else separator.join(key): value
+        for key, value in td._iter_items((), True, True)
+    }
+    assert list(flat._data) == list(expected)
+    for name, value in expected.items():
+        assert flat._data[name] is value
+    assert flat.batch_size == td.batch_size and flat.names == td.names
+
+
+def test_flatten_keys_bad_separator_keeps_its_error():
+    td = TensorDict({"a": {"b": torch.zeros(())}})
+    with pytest.raises(AttributeError):
+        td.flatten_keys(None)
