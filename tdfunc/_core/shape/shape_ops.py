@@ -311,7 +311,8 @@ class ShapeOpsMixin(ContainerMixin):
         count = size[dim]
         if count == -1:
             refuse_ragged_dim(size, dim, f"{type(self).__name__}.unbind")
-        new_size = size[:dim] + size[dim + 1 :]
+        # slicing a Size builds a Size (costly): dim 0, the common case, slices once
+        new_size = size[1:] if not dim else size[:dim] + size[dim + 1 :]
         names = self._names
         if names is not None:
             names = _clean(names[:dim] + names[dim + 1 :])
