@@ -138,3 +138,45 @@ def test_unbind_matches_plain_tensors(seed):
             assert piece.batch_size == size
             for path, leaf in _leaves(td).items():
                 assert torch.equal(piece.get(path).detach(), leaf.unbind(positive)[index].detach())
+
+
+_APPLY_FUNCTIONS = {
+    "add": lambda x: x + 1,
+    "drop ints": lambda x: x if x.is_floating_point() else None,
+    "drop all": lambda x: None,
+    "reduce a dim": lambda x: x.sum(-1) if x.dim() else x,
+}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_clone_detach_apply_match_apply_tree(seed):
+    # twin: the general engine, ``_apply_tree(fn, (), None, None, filter_empty, check=...)``
+    rng = random.Random(seed)
+    td = random_tree(rng)
+    assert_same(td.clone(), td._apply_tree(torch.Tensor.clone, (), None, None, False, check=False))
+    assert_same(
+        td.detach(), td._apply_tree(torch.Tensor.detach, (), None, None, False, check=False)
+    )
+    clone = td.clone()
+    for path, leaf in _leaves(td).items():
+        copy = clone.get(path)
+        assert copy.data_ptr() != leaf.data_ptr() or leaf.numel() == 0
+        assert copy.stride() == leaf.stride()  # clone keeps the strides
+        assert copy.requires_grad == leaf.requires_grad
+    for name, fn in _APPLY_FUNCTIONS.items():
+        for filter_empty in (None, False, True):
+            try:
+                expected = td._apply_tree(fn, (), None, None, filter_empty is not False)
+                if filter_empty and not expected._data and td._data:
+                    expected = None
+            except Exception as error:  # the same error is expected of apply
+                with pytest.raises(type(error)) as info:
+                    td.apply(fn, filter_empty=filter_empty)
+                assert str(info.value) == str(error), name
+                assert getattr(info.value, "__notes__", None) == getattr(error, "__notes__", None)
+                continue
+            result = td.apply(fn, filter_empty=filter_empty)
+            if expected is None:
+                assert result is None, name
+            else:
+                assert_same(result, expected)
