@@ -15,7 +15,7 @@ import pytest
 import torch
 from hot_trees import assert_same, random_tree
 
-from tdfunc import TensorDict
+from tdfunc import NonTensorData, TensorDict
 from tdfunc._core.helpers import torch_functions
 from tdfunc._core.shape import shape_ops
 
@@ -180,3 +180,61 @@ def test_clone_detach_apply_match_apply_tree(seed):
                 assert result is None, name
             else:
                 assert_same(result, expected)
+
+
+def _lock_states(td, prefix=()) -> dict:
+    """``{key path: is_locked}`` of every level (a TensorClass by its inner TensorDict)."""
+    out = {prefix: td._to_tensordict_view()._is_locked}
+    for key, value in td.items():
+        if hasattr(value, "_to_tensordict_view") and not isinstance(value, NonTensorData):
+            out.update(_lock_states(value, (*prefix, key)))
+    return out
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_lock_walks_match_the_lock_model(seed):
+    # reference: the lock rules written out per level (lock_ locks every level, unlock_
+    # unlocks every level, a `with` block restores each level's own state, a level locked
+    # by its parent refuses unlock_)
+    rng = random.Random(seed)
+    td = random_tree(rng)
+    for _ in range(6):
+        before = _lock_states(td)
+        op = rng.choice(["lock", "unlock", "with lock", "with unlock", "nested unlock"])
+        if op == "lock":
+            td.lock_()
+            assert all(_lock_states(td).values())
+        elif op == "unlock":
+            td.unlock_()
+            assert not any(_lock_states(td).values())
+        elif op in ("with lock", "with unlock"):
+            with td.lock_() if op == "with lock" else td.unlock_():
+                assert all(map((op == "with lock").__eq__, map(bool, _lock_states(td).values())))
+            assert _lock_states(td) == before
+        else:
+            nested = [v for v in td.values() if type(v) is TensorDict]
+            if nested and td.is_locked:
+                with pytest.raises(RuntimeError, match="locked TensorDict, which keeps it locked"):
+                    nested[0].unlock_()
+                assert _lock_states(td) == before
+        states = _lock_states(td)
+        for path in td.keys(include_nested=True):
+            value = td.get(path)
+            if isinstance(value, NonTensorData):  # a leaf is locked with its container
+                level = path[:-1] if isinstance(path, tuple) else ()
+                assert getattr(value, "_is_locked", False) == bool(states[level]), path
+
+
+def test_lock_unlock_keeps_pickling_and_ends_consolidation():
+    import pickle
+
+    td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, [2])
+    td.lock_().unlock_()  # the unset slots are read, and set to None, here
+    again = pickle.loads(pickle.dumps(td))
+    assert_same(again, td)
+    packed = td.consolidate()
+    assert packed.is_locked and getattr(packed, "_consolidation", None) is not None
+    packed.unlock_()
+    assert getattr(packed, "_consolidation", None) is None
+    packed.lock_()
+    assert getattr(packed, "_consolidation", None) is None  # ended for good
