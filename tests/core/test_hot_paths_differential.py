@@ -238,3 +238,35 @@ def test_lock_unlock_keeps_pickling_and_ends_consolidation():
     assert getattr(packed, "_consolidation", None) is None
     packed.lock_()
     assert getattr(packed, "_consolidation", None) is None  # ended for good
+
+
+def _plain_dict(td) -> dict:
+    """The tensors and nested TensorDicts of ``td`` as nested dicts (others left out)."""
+    out = {}
+    for key, value in td.items():
+        if type(value) is TensorDict:
+            out[key] = _plain_dict(value)
+        elif isinstance(value, torch.Tensor):
+            out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_constructor_fast_path_matches_full_path(seed):
+    # twin: the same entries through a read-only mapping, which the constructor's fast
+    # path (plain dicts only) leaves to the validated write engine
+    from types import MappingProxyType
+
+    td = random_tree(random.Random(seed))
+    source = _plain_dict(td)
+    size = list(td.batch_size)
+    general = TensorDict(MappingProxyType(source), batch_size=size)
+    for batch_size in (size, tuple(size), torch.Size(size)):
+        assert_same(TensorDict(source, batch_size=batch_size), general)
+    if size:  # a batch the leaves do not start with: the same error both ways
+        wrong = [size[0] + 1, *size[1:]]
+        with pytest.raises(ValueError) as fast_error:
+            TensorDict(source, batch_size=torch.Size(wrong))
+        with pytest.raises(ValueError) as full_error:
+            TensorDict(MappingProxyType(source), batch_size=wrong)
+        assert str(fast_error.value) == str(full_error.value)
