@@ -33,6 +33,7 @@ from .ops import TensorOps
 
 _NO_DEFAULT = MISSING
 _Tensor = torch.Tensor
+_Size = torch.Size
 
 
 class TensorDictCore(TensorOps):
@@ -82,7 +83,8 @@ class TensorDictCore(TensorOps):
         if type(source) is dict and device is None:
             # fast path: str keys, plain tensors and dicts (anything else takes the full path)
             info = None
-            if type(batch_size) is list:  # size_key inlined (it says why only ints)
+            kind = type(batch_size)
+            if kind is list or kind is tuple or kind is _Size:  # size_key inlined (why only ints)
                 for item in batch_size:
                     if type(item) is not int:
                         break

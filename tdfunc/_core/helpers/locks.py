@@ -13,7 +13,16 @@ if TYPE_CHECKING:
 def end_consolidation(container: Any) -> None:
     """Forget that ``container`` is consolidated (``unlock_``: its structure may change)."""
     view = container._to_tensordict_view()
-    if getattr(view, "_consolidation", None) is not None:
+    try:
+        storage = view._consolidation
+    except AttributeError:
+        # unset: from now on None (read without the cost of raising, as parents.parent_ref)
+        try:  # noqa: SIM105 (contextlib.suppress costs more on this path)
+            view._consolidation = None
+        except AttributeError:  # a container without the slot
+            pass
+        return
+    if storage is not None:
         del view._consolidation
 
 

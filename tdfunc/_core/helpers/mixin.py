@@ -132,6 +132,17 @@ class ContainerMixin:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         node_kind[cls]  # classified now, not while dynamo traces (see fastpath)
+        if "__torch_function__" not in vars(cls):
+            # torch looks this name up with a string it builds per call, which Python's type
+            # cache (keyed on the string object) never holds: every torch.stack / cat /
+            # unbind of containers walked the MRO (40 classes) to the mixin defining it,
+            # once per container in the list. A copy in the class's own dict ends the walk
+            # at the first class. It is the inherited descriptor itself (same behaviour).
+            for base in cls.__mro__[1:]:
+                found = base.__dict__.get("__torch_function__")
+                if found is not None:
+                    cls.__torch_function__ = found
+                    break
         if cls.__module__.startswith("tdfunc."):
             for name, value in list(vars(cls).items()):
                 if _is_mutator(name, value):

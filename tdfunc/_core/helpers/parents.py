@@ -58,9 +58,26 @@ def record_parent(parent_ref: Any, child: Any) -> None:
         pass
 
 
+def parent_ref(view: Any) -> Any:
+    """The weak reference to the container known to hold ``view`` (a TensorDict), or None.
+
+    An unset slot reads as None and is then set to None: reading an unset slot raises
+    (and ``getattr`` with a default catches) an ``AttributeError``, which costs more
+    than the rest of a lock walk's visit of the level; a level is read once that way.
+    """
+    try:
+        return view._parent
+    except AttributeError:
+        try:  # noqa: SIM105 (contextlib.suppress costs more on this path)
+            view._parent = None
+        except AttributeError:  # a container without the slot
+            pass
+        return None
+
+
 def locking_parent(child: Any) -> Any:
     """The locked container that holds ``child`` and locked it, or None."""
-    ref = getattr(child, "_parent", None)
+    ref = parent_ref(child)
     parent = None if ref is None else ref()
     if parent is None or not parent._is_locked:
         return None
@@ -80,7 +97,7 @@ def hand_out(parent: Any, child: Any) -> None:
 def holding_parent(child: Any) -> tuple[Any, Any] | None:
     """``(parent, key)`` of the container known to hold ``child`` (still holding it), or None."""
     view = child._to_tensordict_view()
-    ref = getattr(view, "_parent", None)
+    ref = parent_ref(view)
     parent = None if ref is None else ref()
     if parent is None:
         return None
@@ -119,13 +136,13 @@ def save_level(view: Any, saved: dict) -> None:
     unless it was recorded already: a level held twice is reached again after the
     walk changed it, and what it was before the walk is what must come back."""
     if id(view) not in saved:
-        saved[id(view)] = (view, view._is_locked, getattr(view, "_parent", None))
+        saved[id(view)] = (view, view._is_locked, parent_ref(view))
 
 
 def save_tree(node: Any, saved: dict) -> None:
     """:func:`save_level` for ``node`` and every container nested in it."""
     view = node._to_tensordict_view()
-    saved[id(view)] = (view, view._is_locked, getattr(view, "_parent", None))
+    saved[id(view)] = (view, view._is_locked, parent_ref(view))
     for value in view._data.values():
         kind = type(value)
         # tensors first: most values are, and a set lookup is cheaper than the class test

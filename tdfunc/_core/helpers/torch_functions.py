@@ -124,6 +124,8 @@ def _check_sizes(sizes: list, dim: int, stacking: bool, api: str) -> torch.Size:
     size = sizes[0]
     if stacking:
         if sizes.count(size) == len(sizes):  # one C pass in the common case
+            if not dim:  # slicing a Size builds a Size: the common case does without
+                return torch.Size((len(sizes), *size))
             return torch.Size((*size[:dim], len(sizes), *size[dim:]))
         for position, other in enumerate(sizes[1:], start=1):
             if other != size:

@@ -63,6 +63,15 @@ _weak = weakref.ref  # one ref object per container, reused by CPython on each c
 _read = read_value
 
 
+def _not_a_key(td: Any, key: Any) -> KeyTypeError:
+    # `0 in td` is a mistake, not a missing key
+    return KeyTypeError(
+        f"{type(td).__name__}.__contains__: a key must be a NestedKey (a str or a "
+        f"tuple of str), got {type(key).__name__} {key!r}. To test values, compare "
+        f"leaves: (td == value).any()."
+    )
+
+
 class AccessMixin(ContainerMixin):
     """Entries of a container by key (methods of ``TensorDict`` and ``TensorClass``)."""
 
@@ -230,23 +239,21 @@ class AccessMixin(ContainerMixin):
         return KeyError(f"{name}: key {full_key(prefix, parts)!r} not found.")
 
     def __contains__(self, key) -> bool:
-        if type(key) is str:
+        kind = type(key)
+        if kind is str:
             return key in self._data
-        if isinstance(key, str):  # a subclass of str
-            return str(key) in self._data
-        if isinstance(key, tuple):
-            if lookup_nested(self, key) is not _NO_DEFAULT:
-                return True
-            try:
-                return contains_missed(self, key)
-            except (TypeError, KeyError):  # ("a", 0) or () in td: as much a mistake as 0
-                pass
-        # `0 in td` is a mistake, not a missing key
-        raise KeyTypeError(
-            f"{type(self).__name__}.__contains__: a key must be a NestedKey (a str or a "
-            f"tuple of str), got {type(key).__name__} {key!r}. To test values, compare "
-            f"leaves: (td == value).any()."
-        )
+        if kind is not tuple:  # (a tuple, the common nested key, goes on with no call)
+            if isinstance(key, str):  # a subclass of str
+                return str(key) in self._data
+            if not isinstance(key, tuple):
+                raise _not_a_key(self, key)
+        if lookup_nested(self, key) is not _NO_DEFAULT:
+            return True
+        try:
+            return contains_missed(self, key)
+        except (TypeError, KeyError):  # ("a", 0) or () in td: as much a mistake as 0
+            pass
+        raise _not_a_key(self, key)
 
     def keys(
         self,

@@ -224,16 +224,17 @@ class KeyViewsMixin(ContainerMixin):
         if inplace:  # the lock is the error to report, before a clash of keys
             self._check_writable("flatten_keys", separator)
         data: dict = {}
-        pairs = self._iter_items((), True, True) if is_leaf is None else _leaf_items(self, is_leaf)
-        for key, value in pairs:
-            name = key if type(key) is str else separator.join(key)
-            if name in data:
-                raise KeyError(
-                    f"{type(self).__name__}.flatten_keys: Flattening keys in tensordict causes "
-                    f"keys to clash: two keys flatten to {name!r}; choose another separator "
-                    f"than {separator!r}."
-                )
-            data[name] = value
+        if is_leaf is None and type(separator) is str:
+            _flatten_into(data, self, "", separator, self._plain_tensordict(), self)
+        else:
+            pairs = (
+                self._iter_items((), True, True) if is_leaf is None else _leaf_items(self, is_leaf)
+            )
+            for key, value in pairs:
+                name = key if type(key) is str else separator.join(key)
+                if name in data:
+                    raise _clash(self, name, separator)
+                data[name] = value
         if inplace:
             self._data = data
             return self
@@ -375,6 +376,36 @@ class KeyViewsMixin(ContainerMixin):
 def unravel_key_tuple(key) -> tuple:
     """``key`` (a ``str`` or a tuple) as a tuple."""
     return (key,) if type(key) is str else tuple(key)
+
+
+def _clash(td: Any, name: str, separator: str) -> KeyError:
+    return KeyError(
+        f"{type(td).__name__}.flatten_keys: Flattening keys in tensordict causes "
+        f"keys to clash: two keys flatten to {name!r}; choose another separator "
+        f"than {separator!r}."
+    )
+
+
+def _flatten_into(data: dict, node: Any, prefix: str, separator: str, plain: type, top) -> None:
+    """``flatten_keys``: every leaf below ``node`` into ``data``, named by its joined path.
+
+    Its twin is the walk of ``_iter_items(prefix, True, True)`` with each key tuple
+    joined by ``separator``: the same leaves in the same order, the names built while
+    descending instead of joined per leaf. ``prefix`` is the joined path of ``node``
+    followed by the separator (``""`` at the top).
+    """
+    for key, value in node._data.items():
+        kind = type(value)
+        if kind is plain:
+            _flatten_into(data, value, prefix + key + separator, separator, plain, top)
+        elif getattr(kind, "_is_tensor_collection", False):  # a TensorClass: its fields
+            view = value._to_tensordict_view()
+            _flatten_into(data, view, prefix + key + separator, separator, plain, top)
+        else:
+            name = prefix + key if prefix else key
+            if name in data:
+                raise _clash(top, name, separator)
+            data[name] = value
 
 
 def _leaf_items(td, is_leaf, prefix: tuple = ()):

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..helpers.fastpath import is_tensor_kind
 from ..helpers.frozen import refuse_frozen_inside
 from ..helpers.leaf_errors import each_leaf, note_key
 from ..helpers.mixin import ContainerMixin
@@ -87,6 +88,47 @@ def _non_tensor_result(value: NonTensorData, new_size, ndim: int, key: str) -> N
     )
 
 
+def map_tensors(node: Any, fn: Callable, check: bool, filter_empty: bool) -> Any:
+    """``fn`` applied to every tensor leaf of ``node``, the batch size kept.
+
+    The twin of ``node._apply_tree(fn, (), None, None, filter_empty, check=check)``
+    for the common call (no other containers, no keys passed, no ``is_leaf``, no new
+    batch size), without the branches those need: the same results, errors and
+    notes naming the key. ``check`` validates what ``fn`` returns (a user function).
+    """
+    size = node._batch_size
+    count = len(size)
+    data = {}
+    key = None
+    try:
+        for key, value in node._data.items():
+            kind = type(value)
+            if kind is _Tensor or is_tensor_kind[kind]:
+                result = fn(value)
+                if result is None:
+                    continue
+                if check and (
+                    not isinstance(result, _Tensor)
+                    or (count and leaf_shape(result)[:count] != size)
+                ):
+                    raise _result_error(result, key, size)
+            elif getattr(kind, "_is_tensor_collection", False):
+                view = value._to_tensordict_view()
+                sub = map_tensors(view, fn, check, filter_empty)
+                if filter_empty and not sub._data and view._data:
+                    continue
+                result = rewrap(value, sub)
+            elif isinstance(value, NonTensorData):
+                result = value.clone()  # (_non_tensor_result with the batch size kept)
+            else:
+                result = value
+            data[key] = result
+    except Exception as error:
+        note_key(error, key)
+        raise
+    return node._like(data, None, node._names)
+
+
 def _canonical(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` with row-major strides (a copy only when its strides are not)."""
     expected = torch.empty(tensor.shape, device="meta").stride()
@@ -143,17 +185,20 @@ class ApplyMixin(ContainerMixin):
             is_leaf = _is_any_value
         if inplace:
             return self.apply_(fn, *others, default=default, is_leaf=is_leaf)
-        new_size = None if batch_size is None else torch.Size(batch_size)
-        views = _container_views(others, "apply")
-        out_tree = self._apply_tree(
-            fn,
-            views,
-            new_size,
-            None,
-            filter_empty is not False,
-            is_leaf=is_leaf,
-            default=default,
-        )
+        if others or is_leaf is not None or batch_size is not None:
+            new_size = None if batch_size is None else torch.Size(batch_size)
+            views = _container_views(others, "apply")
+            out_tree = self._apply_tree(
+                fn,
+                views,
+                new_size,
+                None,
+                filter_empty is not False,
+                is_leaf=is_leaf,
+                default=default,
+            )
+        else:  # one function of one leaf, the batch kept: the lean twin of _apply_tree
+            out_tree = map_tensors(self, fn, True, filter_empty is not False)
         if filter_empty and not out_tree._data and self._data:
             return None  # type: ignore[return-value]
         if names is not _KEEP:
@@ -373,11 +418,11 @@ class ApplyMixin(ContainerMixin):
         """
         if not recurse:
             return self._shallow_copy()
-        return self._apply_tree(_Tensor.clone, (), None, None, False, check=False)
+        return map_tensors(self, _Tensor.clone, False, False)
 
     def detach(self) -> Self:
         """A copy whose tensors are detached from the autograd graph (sharing storage)."""
-        return self._apply_tree(_Tensor.detach, (), None, None, False, check=False)
+        return map_tensors(self, _Tensor.detach, False, False)
 
     def detach_(self) -> Self:
         """Detach every tensor leaf in place; returns self."""

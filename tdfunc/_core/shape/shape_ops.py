@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..helpers.leaf_errors import map_values
+from ..helpers.leaf_errors import map_values, note_key
 from ..helpers.mixin import ContainerMixin
 from ..helpers.mixin import is_tensor_collection as _collection
 from ..helpers.parents import write_back as _write_back
@@ -65,11 +65,9 @@ class ShapeOpsMixin(ContainerMixin):
         """
         shape = _shape_arg(shape, size, "reshape")
         new_size = resolve_shape(self._batch_size, shape, f"{type(self).__name__}.reshape")
-        ndim = len(self._batch_size)
-        if new_size:  # sizes as separate ints: torch parses them faster than one Size
-            out = self._map(lambda v: v.reshape(*new_size, *v.shape[ndim:]), new_size)
-        else:
-            out = self._map(lambda v: v.reshape(v.shape[ndim:]), new_size)
+        plain = self._plain_tensordict()
+        # nested plain TensorDicts take the trusted path unless a subclass redefines reshape
+        out = _reshaped(self, new_size, plain if plain.reshape is _RESHAPE else None)
         if inplace:
             return _become(self, out, "reshape")
         return write_back(out, self)
@@ -313,7 +311,8 @@ class ShapeOpsMixin(ContainerMixin):
         count = size[dim]
         if count == -1:
             refuse_ragged_dim(size, dim, f"{type(self).__name__}.unbind")
-        new_size = size[:dim] + size[dim + 1 :]
+        # slicing a Size builds a Size (costly): dim 0, the common case, slices once
+        new_size = size[1:] if not dim else size[:dim] + size[dim + 1 :]
         names = self._names
         if names is not None:
             names = _clean(names[:dim] + names[dim + 1 :])
@@ -366,6 +365,38 @@ class ShapeOpsMixin(ContainerMixin):
         if not size:
             return self.split([0] * chunks, dim)
         return self.split(-(-size // chunks), dim)
+
+
+_RESHAPE = ShapeOpsMixin.reshape
+
+
+def _reshaped(node: Any, new_size: torch.Size, plain: type | None) -> Any:
+    """``node`` with its batch dims reshaped to ``new_size`` (resolved by the caller).
+
+    A nested level of class ``plain`` (unlocked) is reshaped here again, with the shape
+    its parent's implies; its twin is its own :meth:`~ShapeOpsMixin.reshape`, which
+    resolves and checks that shape once more and links the result back to it (as
+    done below). Other values (TensorClass, non-tensor leaves, locked levels) use their
+    own ``reshape``. An error names the key path it was raised at, as ``map_values`` does.
+    """
+    ndim = len(node._batch_size)
+    data = {}
+    key = None
+    try:
+        for key, value in node._data.items():
+            kind = type(value)
+            if kind is plain and not value._is_locked:
+                sub = _reshaped(value, new_size + value._batch_size[ndim:], plain)
+                sub._last_op = (value, None)  # write_back(sub, value), as its reshape does
+                data[key] = sub
+            elif new_size:  # sizes as separate ints: torch parses them faster than one Size
+                data[key] = value.reshape(*new_size, *value.shape[ndim:])
+            else:
+                data[key] = value.reshape(value.shape[ndim:])
+    except Exception as error:
+        note_key(error, key)
+        raise
+    return node._like(data, new_size, None)  # names: as _map gives them (none)
 
 
 def _view_dtype(self: Any, dtype: torch.dtype, batch_size: Any) -> Any:

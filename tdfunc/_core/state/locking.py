@@ -10,17 +10,17 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING
 
+from ..helpers.fastpath import node_kind
 from ..helpers.frozen import FROZEN
 from ..helpers.locks import end_consolidation
-from ..helpers.mixin import ContainerMixin, is_tensor_collection
+from ..helpers.mixin import ContainerMixin
 from ..helpers.nontensor import NonTensorData
 from ..helpers.parents import (
     PLAIN_TENSORS,
     LockState,
     locking_parent,
-    record_parent,
+    parent_ref,
     remember,
-    save_level,
     save_tree,
 )
 
@@ -70,20 +70,28 @@ class LockingMixin(ContainerMixin):
 
 
 def _lock_tree(node, saved: dict) -> None:
-    save_level(node._to_tensordict_view(), saved)
+    view = node._to_tensordict_view()
+    if id(view) not in saved:  # (save_level, inlined: this walk visits every level)
+        saved[id(view)] = (view, view._is_locked, parent_ref(view))
     if node._is_locked != FROZEN:
         node._is_locked = True
     ref = None
     for value in node._data.values():
-        if type(value) in PLAIN_TENSORS:
+        kind = type(value)
+        if kind in PLAIN_TENSORS:
             continue
-        if isinstance(value, NonTensorData):
-            value._is_locked = True  # its update() refuses, as a locked entry's set does
-        elif is_tensor_collection(value):
+        how = node_kind[kind]  # 1: a TensorDict (its own view), 2: a TensorClass, 0: a leaf
+        if how:
             _lock_tree(value, saved)
             if ref is None:
                 ref = weakref.ref(node)
-            record_parent(ref, value._to_tensordict_view())  # a TensorClass: its inner one
+            # (record_parent, inlined) a TensorClass: its inner TensorDict
+            try:  # noqa: SIM105 (contextlib.suppress costs more on this path)
+                (value if how == 1 else value._to_tensordict_view())._parent = ref
+            except AttributeError:  # a container without the slot
+                pass
+        elif isinstance(value, NonTensorData):
+            value._is_locked = True  # its update() refuses, as a locked entry's set does
 
 
 def _unlock_tree(node, checked: bool = False, saved: dict | None = None) -> None:
@@ -91,23 +99,28 @@ def _unlock_tree(node, checked: bool = False, saved: dict | None = None) -> None
         if saved is not None:  # left as it is, but restored on exit like every level
             save_tree(node, saved)
         return
-    if saved is not None:
-        save_level(node._to_tensordict_view(), saved)
+    view = node._to_tensordict_view()
+    if saved is not None and id(view) not in saved:  # (save_level, inlined)
+        saved[id(view)] = (view, view._is_locked, parent_ref(view))
     if not checked:  # (unlock_ has checked the container it was called on)
-        _refuse_locked_by_parent(node)
+        _refuse_locked_by_parent(view)
     node._is_locked = False
-    end_consolidation(node)
+    end_consolidation(view)
     for value in node._data.values():
-        if type(value) in PLAIN_TENSORS:
+        kind = type(value)
+        if kind in PLAIN_TENSORS:
             continue
-        if isinstance(value, NonTensorData):
-            value.__dict__.pop("_is_locked", None)
-        elif is_tensor_collection(value):
+        if node_kind[kind]:  # a TensorDict or a TensorClass
             _unlock_tree(value, False, saved)
+        elif isinstance(value, NonTensorData):
+            value.__dict__.pop("_is_locked", None)
 
 
 def _refuse_locked_by_parent(node) -> None:
-    if locking_parent(node._to_tensordict_view()) is not None:
+    view = node._to_tensordict_view()
+    ref = parent_ref(view)  # (the common answer, no parent or an unlocked one, inlined)
+    parent = None if ref is None else ref()
+    if parent is not None and parent._is_locked and locking_parent(view) is not None:
         raise RuntimeError(
             "TensorDict.unlock_: this TensorDict is an entry of a locked TensorDict, which "
             "keeps it locked; unlock that parent first (with parent.unlock_(): ...)."
