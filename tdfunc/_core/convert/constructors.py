@@ -90,7 +90,7 @@ class ConstructorsMixin(ContainerMixin):
     Example:
         >>> td = TensorDict({"a": torch.ones(2, 3)}, [2])
         >>> td.new_zeros(4)["a"].shape, td.dtype, td.depth
-        (torch.Size([4]), torch.float32, 0)
+        (torch.Size([4, 3]), torch.float32, 0)
     """
 
     __slots__ = ()
@@ -99,30 +99,45 @@ class ConstructorsMixin(ContainerMixin):
     def _new(self, size: torch.Size, make: Any):
         return map_leaves(self, make, size, False, no_names)
 
+    def _new_batch(self, size: torch.Size, make: Any):
+        """A container of batch size ``size`` whose leaves are ``make(leaf, shape)``.
+
+        Each leaf keeps its feature dims: ``(*batch_size, *f)`` becomes ``(*size, *f)``,
+        and nested containers keep their extra batch dims, as in tensordict.
+        """
+        ndim = len(self._batch_size)
+        return map_leaves(self, lambda t: make(t, size + t.shape[ndim:]), size, True, no_names)
+
     def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False):
-        """A container with the same keys whose leaves are zeros of shape ``size``.
+        """A container of batch size ``size`` with the same keys, its leaves zeros.
+
+        Each leaf keeps its feature dims: ``(*batch_size, *f)`` becomes ``(*size, *f)``.
 
         Example:
             >>> TensorDict({"a": torch.ones(2, 3)}, [2]).new_zeros(4, 5)["a"].shape
-            torch.Size([4, 5])
+            torch.Size([4, 5, 3])
         """
-        shape = _size_arg(size)
-        return self._new(
-            shape,
-            lambda t: t.new_zeros(shape, dtype=dtype, device=device, requires_grad=requires_grad),
+        return self._new_batch(
+            _size_arg(size),
+            lambda t, shape: t.new_zeros(
+                shape, dtype=dtype, device=device, requires_grad=requires_grad
+            ),
         )
 
     def new_ones(self, *size, dtype=None, device=None, requires_grad: bool = False):
-        """A container with the same keys whose leaves are ones of shape ``size``.
+        """A container of batch size ``size`` with the same keys, its leaves ones.
+
+        Each leaf keeps its feature dims: ``(*batch_size, *f)`` becomes ``(*size, *f)``.
 
         Example:
             >>> TensorDict({"a": torch.ones(2)}, [2]).new_ones(3)["a"].tolist()
             [1.0, 1.0, 1.0]
         """
-        shape = _size_arg(size)
-        return self._new(
-            shape,
-            lambda t: t.new_ones(shape, dtype=dtype, device=device, requires_grad=requires_grad),
+        return self._new_batch(
+            _size_arg(size),
+            lambda t, shape: t.new_ones(
+                shape, dtype=dtype, device=device, requires_grad=requires_grad
+            ),
         )
 
     def new_empty(
@@ -133,7 +148,9 @@ class ConstructorsMixin(ContainerMixin):
         requires_grad: bool = False,
         empty_lazy: bool = False,
     ):
-        """A container with the same keys whose leaves are uninitialised, of shape ``size``.
+        """A container of batch size ``size`` with the same keys, its leaves uninitialised.
+
+        Each leaf keeps its feature dims: ``(*batch_size, *f)`` becomes ``(*size, *f)``.
 
         ``empty_lazy=True`` also empties the ``NonTensorStack`` entries (one value per
         element, which cannot be resized): like the tensors, they become stacks of
@@ -148,25 +165,30 @@ class ConstructorsMixin(ContainerMixin):
         if empty_lazy:
             stacks = [k for k, v in self.items(True) if isinstance(v, NonTensorStack)]
             source = self.exclude(*stacks)
-        out = source._new(
+        out = source._new_batch(
             shape,
-            lambda t: t.new_empty(shape, dtype=dtype, device=device, requires_grad=requires_grad),
+            lambda t, leaf_shape: t.new_empty(
+                leaf_shape, dtype=dtype, device=device, requires_grad=requires_grad
+            ),
         )
+        ndim = len(self._batch_size)
         for key in stacks:
-            out.set(key, NonTensorStack(_nones(shape), batch_size=shape))
+            stack_shape = shape + self.get(key).batch_size[ndim:]
+            out.set(key, NonTensorStack(_nones(stack_shape), batch_size=stack_shape))
         return out
 
     def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad: bool = False):
-        """A container with the same keys whose leaves hold ``fill_value``, of shape ``size``.
+        """A container of batch size ``size`` with the same keys, its leaves ``fill_value``.
+
+        Each leaf keeps its feature dims: ``(*batch_size, *f)`` becomes ``(*size, *f)``.
 
         Example:
             >>> TensorDict({"a": torch.ones(2)}, [2]).new_full([2], 7.0)["a"].tolist()
             [7.0, 7.0]
         """
-        shape = torch.Size(size)
-        return self._new(
-            shape,
-            lambda t: t.new_full(
+        return self._new_batch(
+            torch.Size(size),
+            lambda t, shape: t.new_full(
                 shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad
             ),
         )
