@@ -184,13 +184,16 @@ def _convert(td, key, value: Any, batch_size: torch.Size, api: str) -> Any:
                 tensor = tensor.to(td._device)
             check_batch_dims(api, key, tensor.shape, batch_size)
             return tensor
-        try:
-            tensor = torch.as_tensor(value, device=td._device)
-        except (TypeError, ValueError, RuntimeError):
-            pass  # not numbers: kept as a Python value
-        else:
-            check_batch_dims(api, key, tensor.shape, batch_size)
-            return tensor
+        # tensordict: tensors mixed with other values (numbers included) are values, one per
+        # element; torch.as_tensor would silently turn 0-d tensors and numbers into one tensor
+        if not _holds_tensor(value):
+            try:
+                tensor = torch.as_tensor(value, device=td._device)
+            except (TypeError, ValueError, RuntimeError):
+                pass  # not numbers: kept as a Python value
+            else:
+                check_batch_dims(api, key, tensor.shape, batch_size)
+                return tensor
         stack = stacked_list(value, batch_size, td._device, f"TensorDict.{api}", key)
         if stack is not None:
             return stack
@@ -218,6 +221,13 @@ def _named_like(td, key, value: Any, api: str) -> Any:
     value = value.clone(False)
     value._set_names([*names, *given[ndim:]], f"TensorDict.{api}")  # a frozen copy too
     return value
+
+
+def _holds_tensor(value: list | tuple) -> bool:
+    return any(
+        isinstance(item, torch.Tensor) or (type(item) in (list, tuple) and _holds_tensor(item))
+        for item in value
+    )
 
 
 def stacked_tensors(value: list | tuple) -> torch.Tensor | None:
