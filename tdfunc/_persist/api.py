@@ -266,6 +266,13 @@ def load_collection(
     return loaded
 
 
+def _memmap_leaf_checked(leaf, prefix, *, api: str, num_threads: Any = 0, **options: Any):
+    """``memmap_leaf`` with ``num_threads`` checked as ``TensorDict.memmap`` checks it (a
+    leaf has no tensor to write in threads, but a bad count is still a mistake)."""
+    _check_num_threads(api, num_threads)
+    return memmap_leaf(leaf, prefix, api=api, **options)
+
+
 class PersistMixin(MakeMemmapMixin, SchemaMixin):
     """Methods of ``TensorDict``: memmap, memmap_, memmap_like, load_memmap, save, load."""
 
@@ -273,7 +280,7 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
 
     # what NonTensorData.memmap / memmap_ / load_memmap call: the core reaches the
     # persistence floor through the registered TensorDict class, never by an import
-    _memmap_leaf = staticmethod(memmap_leaf)
+    _memmap_leaf = staticmethod(_memmap_leaf_checked)
     _load_leaf = staticmethod(load_leaf)
 
     # ------------------------------------------------------------------ saving
