@@ -56,6 +56,18 @@ from ._assembly import stack as stack
 from ._assembly import tensorclass as tensorclass
 from ._assembly import unravel_key as unravel_key
 
+# tensordict's small helpers, at its top level too
+from .utils import capture_non_tensor_stack as capture_non_tensor_stack  # isort: skip
+from .utils import default_is_leaf as default_is_leaf  # isort: skip
+from .utils import is_bool as is_bool  # isort: skip
+from .utils import is_floating as is_floating  # isort: skip
+from .utils import is_inexact as is_inexact  # isort: skip
+from .utils import is_integer as is_integer  # isort: skip
+from .utils import is_leaf_nontensor as is_leaf_nontensor  # isort: skip
+from .utils import list_to_stack as list_to_stack  # isort: skip
+from .utils import unravel_key_list as unravel_key_list  # isort: skip
+from .utils import unravel_key_to_tuple as unravel_key_to_tuple  # isort: skip
+
 # the top floor, built on the public API above
 # DataLoader collation of containers, registered once at import
 from . import _collate as _collate  # isort: skip

@@ -1,0 +1,96 @@
+"""tensordict's small public helpers (``tdfunc.utils``, also at the top level): dtype
+predicates, leaf rules, right-expansion and lenient key unravelling, checked against
+torch's own dtype properties and plain tensor ops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tdfunc
+from tdfunc import NonTensorData, NonTensorStack, TensorClass, TensorDict
+from tdfunc.utils import (
+    default_is_leaf,
+    expand_as_right,
+    expand_right,
+    is_bool,
+    is_floating,
+    is_inexact,
+    is_integer,
+    is_leaf_nontensor,
+    unravel_key_list,
+    unravel_key_to_tuple,
+)
+
+DTYPES = [
+    torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
+    torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dtype_predicates_read_the_last_argument(dtype):
+    t = torch.zeros(2, dtype=dtype)
+    expected = {
+        is_bool: dtype == torch.bool,
+        is_floating: dtype.is_floating_point,
+        is_integer: not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool),
+        is_inexact: dtype.is_floating_point or dtype.is_complex,
+    }
+    for predicate, answer in expected.items():
+        assert predicate(t) is answer
+        assert predicate("key", t) is answer  # as a (key, value) filter
+
+
+def test_the_helpers_are_at_the_top_level_too():
+    for name in ("is_bool", "is_floating", "is_integer", "is_inexact", "default_is_leaf",
+                 "is_leaf_nontensor", "unravel_key_list", "unravel_key_to_tuple",
+                 "list_to_stack", "capture_non_tensor_stack"):  # fmt: skip
+        assert getattr(tdfunc, name) is getattr(tdfunc.utils, name)
+
+
+def test_leaf_rules():
+    class Point(TensorClass):
+        x: torch.Tensor
+
+    assert default_is_leaf(torch.Tensor) and is_leaf_nontensor(torch.Tensor)
+    for container in (TensorDict, Point):
+        assert not default_is_leaf(container) and not is_leaf_nontensor(container)
+    for leaf in (NonTensorData, NonTensorStack):
+        assert not default_is_leaf(leaf) and is_leaf_nontensor(leaf)
+    td = TensorDict(a={}, b="a string!", c=torch.zeros(()))
+    assert list(td.keys(leaves_only=True, is_leaf=default_is_leaf)) == ["c"]
+    assert list(td.keys(leaves_only=True, is_leaf=is_leaf_nontensor)) == ["b", "c"]
+    seen = []
+    td.apply(lambda x: seen.append(type(x).__name__), is_leaf=is_leaf_nontensor)
+    assert sorted(seen) == ["NonTensorData", "Tensor"]
+
+
+def test_expand_right_adds_dims_on_the_right():
+    x = torch.arange(3)
+    out = expand_right(x, (3, 2, 4))
+    assert torch.equal(out, x[:, None, None].expand(3, 2, 4))
+    assert out.data_ptr() == x.data_ptr()  # a view
+    assert torch.equal(expand_as_right(x, torch.zeros(3, 2)), x[:, None].expand(3, 2))
+    td = TensorDict(a=torch.zeros(3, 2, 5), batch_size=[3, 2])
+    assert expand_as_right(x, td).shape == torch.Size([3, 2])  # a container: its batch size
+    with pytest.raises(RuntimeError, match=r"expand_as_right: .*\(4,\).*\(3, 2\)"):
+        expand_as_right(torch.arange(4), torch.zeros(3, 2))
+    with pytest.raises(RuntimeError, match="expand_as_right"):
+        expand_as_right(torch.zeros(3, 2), torch.zeros(3))
+
+
+def test_unravel_key_to_tuple_is_lenient():
+    assert unravel_key_to_tuple("a") == ("a",)
+    assert unravel_key_to_tuple(("a", ("b", ("c",)))) == ("a", "b", "c")
+    for invalid in (("a", 1), 1, (), None, ("a", ())):
+        assert unravel_key_to_tuple(invalid) == ()
+
+
+def test_unravel_key_list():
+    assert unravel_key_list(["a", ("b",), ("c", ("d",))]) == ["a", "b", ("c", "d")]
+    assert unravel_key_list(()) == []
+    with pytest.raises(TypeError, match="unravel_key_list: expected a list or a tuple"):
+        unravel_key_list("a")
+    with pytest.raises(TypeError, match="unravel_key_list"):
+        unravel_key_list(["a", ("b", 1)])
