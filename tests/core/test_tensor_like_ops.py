@@ -552,3 +552,16 @@ def test_clamp_takes_container_bounds_paired_key_by_key():
     assert_leafwise(td.clone().clamp_(low, 0.25), expected, BATCH[2])
     with pytest.raises(TypeError, match="lerp: weight must be a number or a tensor"):
         td.lerp(high, low)  # a weight per entry: td.apply(torch.lerp, end, weight)
+
+
+def test_from_namedtuple_takes_torch_return_types():
+    # torch's return types are struct sequences, not collections.namedtuple
+    x = torch.tensor([[2.0, 0.0, 1.0], [0.0, 5.0, 1.0]])
+    result = x.max(dim=1)
+    for td in (TensorDict.from_namedtuple(result), tdfunc.from_namedtuple(result)):
+        assert list(td.keys()) == ["values", "indices"]
+        assert torch.equal(td["values"], result.values)
+        assert torch.equal(td["indices"], result.indices)
+    assert TensorDict.from_namedtuple(result, auto_batch_size=True).batch_size == (2,)
+    with pytest.raises(TypeError, match="from_namedtuple: expected a named tuple, got tuple"):
+        TensorDict.from_namedtuple((x, x))

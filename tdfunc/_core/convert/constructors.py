@@ -66,7 +66,16 @@ def _is_dataframe(obj: Any) -> bool:
 
 
 def _is_namedtuple(obj: Any) -> bool:
-    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+    """A ``collections.namedtuple``, or a struct sequence such as torch's return types
+    (``torch.max(x, 0)``), whose field names are its ``__match_args__``."""
+    cls = type(obj)
+    return isinstance(obj, tuple) and (hasattr(cls, "_fields") or hasattr(cls, "n_sequence_fields"))
+
+
+def _named_fields(obj: tuple) -> dict:
+    if hasattr(type(obj), "_fields"):
+        return obj._asdict()
+    return dict(zip(type(obj).__match_args__, obj, strict=False))
 
 
 def _plain(obj: Any) -> Any:
@@ -76,7 +85,7 @@ def _plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if _is_namedtuple(obj):
-        return {k: _plain(v) for k, v in obj._asdict().items()}
+        return {k: _plain(v) for k, v in _named_fields(obj).items()}
     if isinstance(obj, np.ndarray):
         return struct_leaf(obj)
     if isinstance(obj, Mapping):
