@@ -50,15 +50,6 @@ def _regular_shape(values: list) -> torch.Size:
     return torch.Size(shape)
 
 
-def _tuples_as_dicts(obj: Any) -> Any:
-    """``obj`` with plain tuples turned into dicts keyed ``"0"``, ``"1"``, ... (``from_any``)."""
-    if type(obj) is tuple:
-        return {str(i): _tuples_as_dicts(v) for i, v in enumerate(obj)}
-    if isinstance(obj, Mapping) and not is_collection(obj):
-        return {k: _tuples_as_dicts(v) for k, v in obj.items()}
-    return obj
-
-
 def _is_dataframe(obj: Any) -> bool:
     """Whether ``obj`` is a pandas DataFrame (pandas is not imported to find out)."""
     pandas = sys.modules.get("pandas")
@@ -78,18 +69,22 @@ def _named_fields(obj: tuple) -> dict:
     return dict(zip(type(obj).__match_args__, obj, strict=False))
 
 
-def _plain(obj: Any) -> Any:
-    """``obj`` with dataclasses, named tuples and structured arrays turned into dicts."""
+def _plain(obj: Any, tuples: bool = False) -> Any:
+    """``obj`` with dataclasses, named tuples and structured arrays turned into dicts;
+    with ``tuples`` (``from_any``), plain tuples too, keyed ``"0"``, ``"1"``, ... at any
+    depth (inside a dataclass field as well)."""
     if is_collection(obj):
         return obj
+    if tuples and type(obj) is tuple:
+        return {str(i): _plain(v, tuples) for i, v in enumerate(obj)}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: _plain(getattr(obj, f.name), tuples) for f in dataclasses.fields(obj)}
     if _is_namedtuple(obj):
-        return {k: _plain(v) for k, v in _named_fields(obj).items()}
+        return {k: _plain(v, tuples) for k, v in _named_fields(obj).items()}
     if isinstance(obj, np.ndarray):
         return struct_leaf(obj)
     if isinstance(obj, Mapping):
-        return {k: _plain(v) for k, v in obj.items()}
+        return {k: _plain(v, tuples) for k, v in obj.items()}
     return obj
 
 
@@ -356,7 +351,7 @@ class ConstructorsMixin(ContainerMixin):
                 from ..helpers.nontensor import stack_of_list
 
                 return stack_of_list(obj, _regular_shape(obj), device)
-        plain = _plain(_tuples_as_dicts(obj))
+        plain = _plain(obj, tuples=True)
         if not isinstance(plain, Mapping):
             raise TypeError(
                 f"TensorDict.from_any: cannot build a container from a {type(obj).__name__}; "
