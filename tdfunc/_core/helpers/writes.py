@@ -613,13 +613,14 @@ def check_batch_dims(api: str, key, shape, batch_size, scalar: bool = False) -> 
 
 
 def shape_error(api: str, key, shape, batch_size, scalar: bool = False) -> ValueError:
+    # both a ValueError (a bad value) and the RuntimeError tensordict raises there
     hint = (
         " Python scalars are stored as 0-dim tensors: expand the value to the batch size "
         "(torch.full(batch_size, value)) or wrap it in NonTensorData."
         if scalar
         else " The leading dims of every value must equal the batch size."
     )
-    return ValueError(
+    return BatchSizeMismatchError(
         f"TensorDict.{api}: the value at key {key!r} has shape {list(shape)}, which does not "
         f"start with the batch size {list(batch_size)}.{hint}"
     )
