@@ -19,6 +19,7 @@ from ._assembly import NonTensorData as NonTensorData
 from ._assembly import NonTensorStack as NonTensorStack
 from ._assembly import TensorAttrs as TensorAttrs
 from ._assembly import TensorClass as TensorClass
+from ._assembly import TensorCollection as TensorCollection
 from ._assembly import TensorDict as TensorDict
 from ._assembly import TensorDictBase as TensorDictBase
 from ._assembly import cat as cat
@@ -43,6 +44,8 @@ from ._assembly import get_printoptions as get_printoptions
 from ._assembly import is_non_tensor as is_non_tensor
 from ._assembly import is_tensor_collection as is_tensor_collection
 from ._assembly import is_tensorclass as is_tensorclass
+from ._assembly import make_tensordict as make_tensordict
+from ._assembly import memmap as memmap
 from ._assembly import merge_tensordicts as merge_tensordicts
 from ._assembly import pad as pad
 from ._assembly import pad_sequence as pad_sequence

@@ -94,3 +94,42 @@ def test_unravel_key_list():
         unravel_key_list("a")
     with pytest.raises(TypeError, match="unravel_key_list"):
         unravel_key_list(["a", ("b", 1)])
+
+
+def test_tensor_collection_is_for_isinstance_checks():
+    from tdfunc import TensorCollection
+
+    class Point(TensorClass):
+        x: torch.Tensor
+
+    for value in (TensorDict(), Point(x=torch.zeros(3), batch_size=[3]), NonTensorData(1)):
+        assert isinstance(value, TensorCollection)
+    for value in (torch.zeros(3), {}, 1, None):
+        assert not isinstance(value, TensorCollection)
+    assert issubclass(TensorDict, TensorCollection) and issubclass(Point, TensorCollection)
+    assert not issubclass(torch.Tensor, TensorCollection)
+    with pytest.raises(TypeError, match="isinstance checks"):
+        TensorCollection()
+
+
+def test_memmap_function_writes_a_locked_memory_mapped_copy(tmp_path):
+    td = TensorDict({"a": torch.arange(3.0), "b": {"c": torch.ones(3)}}, [3])
+    saved = tdfunc.memmap(td, tmp_path / "saved")
+    assert type(saved["a"]).__name__ == "MemoryMappedTensor" and saved.is_locked
+    assert torch.equal(TensorDict.load_memmap(tmp_path / "saved")["b", "c"], td["b", "c"])
+    assert not td.is_locked  # the source is unchanged
+    with pytest.raises(TypeError, match="memmap: expected a TensorDict or a TensorClass"):
+        tdfunc.memmap(torch.zeros(3))
+
+
+def test_make_tensordict():
+    from tdfunc.functional import make_tensordict
+
+    assert make_tensordict is tdfunc.make_tensordict
+    td = make_tensordict(a=torch.zeros(3, 4), b=torch.zeros(3))
+    assert td.batch_size == torch.Size([]) and set(td.keys()) == {"a", "b"}
+    td = make_tensordict({"a": torch.zeros(3), "b": {"c": torch.zeros(3, 4)}}, auto_batch_size=True)
+    assert td.batch_size == torch.Size([3]) and td["b"].batch_size == torch.Size([3, 4])
+    # input_dict wins on a shared key
+    td = make_tensordict({"a": torch.ones(2)}, a=torch.zeros(2), batch_size=[2])
+    assert td["a"].tolist() == [1.0, 1.0] and td.batch_size == torch.Size([2])
