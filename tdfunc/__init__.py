@@ -19,6 +19,7 @@ from ._assembly import NonTensorData as NonTensorData
 from ._assembly import NonTensorStack as NonTensorStack
 from ._assembly import TensorAttrs as TensorAttrs
 from ._assembly import TensorClass as TensorClass
+from ._assembly import TensorCollection as TensorCollection
 from ._assembly import TensorDict as TensorDict
 from ._assembly import TensorDictBase as TensorDictBase
 from ._assembly import cat as cat
@@ -43,6 +44,8 @@ from ._assembly import get_printoptions as get_printoptions
 from ._assembly import is_non_tensor as is_non_tensor
 from ._assembly import is_tensor_collection as is_tensor_collection
 from ._assembly import is_tensorclass as is_tensorclass
+from ._assembly import make_tensordict as make_tensordict
+from ._assembly import memmap as memmap
 from ._assembly import merge_tensordicts as merge_tensordicts
 from ._assembly import pad as pad
 from ._assembly import pad_sequence as pad_sequence
@@ -55,6 +58,18 @@ from ._assembly import shard_range as shard_range
 from ._assembly import stack as stack
 from ._assembly import tensorclass as tensorclass
 from ._assembly import unravel_key as unravel_key
+
+# tensordict's small helpers, at its top level too
+from .utils import capture_non_tensor_stack as capture_non_tensor_stack  # isort: skip
+from .utils import default_is_leaf as default_is_leaf  # isort: skip
+from .utils import is_bool as is_bool  # isort: skip
+from .utils import is_floating as is_floating  # isort: skip
+from .utils import is_inexact as is_inexact  # isort: skip
+from .utils import is_integer as is_integer  # isort: skip
+from .utils import is_leaf_nontensor as is_leaf_nontensor  # isort: skip
+from .utils import list_to_stack as list_to_stack  # isort: skip
+from .utils import unravel_key_list as unravel_key_list  # isort: skip
+from .utils import unravel_key_to_tuple as unravel_key_to_tuple  # isort: skip
 
 # the top floor, built on the public API above
 # DataLoader collation of containers, registered once at import

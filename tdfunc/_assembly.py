@@ -41,6 +41,7 @@ from ._core.container import TensorDictCore
 from ._core.helpers.class_names import register_class
 from ._core.helpers.hooks import bind as bind_core_hooks
 from ._core.helpers.legacy_paths import register as register_legacy_paths
+from ._core.helpers.mixin import TensorCollection as TensorCollection
 from ._core.helpers.mixin import is_tensor_collection_or_class as is_tensor_collection  # noqa: F401 - re-exported by tdfunc/__init__.py
 from ._core.helpers.nested_keys import NestedKey as NestedKey
 from ._core.helpers.nested_keys import unravel_key as unravel_key
@@ -67,6 +68,7 @@ from ._modules.module_swap import ModuleSwapMixin
 from ._modules.swap_handle import SwapHandle
 from ._persist import MemoryMappedTensor as MemoryMappedTensor
 from ._persist import PersistMixin
+from ._persist import memmap as memmap
 from ._persist.to_process import reduce_collection_for_process
 from ._pytree.dims import dims_like as dims_like
 from ._pytree.node import register as register_pytree_node
@@ -385,9 +387,32 @@ from_struct_array = TensorDict.from_struct_array
 from_tuple = TensorDict.from_tuple
 
 
+def make_tensordict(
+    input_dict=None, batch_size=None, device=None, auto_batch_size=None, **kwargs
+) -> TensorDict:
+    """A TensorDict from ``input_dict`` and keyword entries (``input_dict`` wins on a shared
+    key), as :meth:`TensorDict.from_dict` builds it; the batch size is ``[]`` unless given
+    or ``auto_batch_size``.
+
+    Example:
+        >>> import torch
+        >>> td = make_tensordict({"a": torch.zeros(3)}, b={"c": torch.zeros(3, 4)},
+        ...                      auto_batch_size=True)
+        >>> td.batch_size, td["b"].batch_size
+        (torch.Size([3]), torch.Size([3, 4]))
+    """
+    entries = dict(kwargs)
+    if input_dict is not None:
+        entries.update(input_dict.items())
+    return TensorDict.from_dict(
+        entries, batch_size=batch_size, device=device, auto_batch_size=bool(auto_batch_size)
+    )
+
+
 # The composed classes say ``__module__ = "tdfunc"``, so doctest would not look for
 # their examples here: name them.
 __test__ = {
+    "make_tensordict": make_tensordict,
     "TensorDict": TensorDict,
     "ModuleSwap": ModuleSwap,
     "TensorClass": TensorClass,

@@ -8,10 +8,11 @@ Example:
     [1.0, 1.0, 0.0]
 """
 
+from ._assembly import make_tensordict as make_tensordict
 from ._core.helpers.padding import pad as pad
 from ._core.helpers.padding import pad_sequence as pad_sequence
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
 from ._core.shape.combine import stack as stack
 
-__all__ = ["cat", "merge_tensordicts", "pad", "pad_sequence", "stack"]
+__all__ = ["cat", "make_tensordict", "merge_tensordicts", "pad", "pad_sequence", "stack"]

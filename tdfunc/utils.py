@@ -6,7 +6,7 @@ Example:
     >>> from tdfunc.utils import print_directory_tree
     >>> path = tempfile.mkdtemp()
     >>> _ = TensorDict({"a": torch.zeros(2)}, [2]).memmap(path)
-    >>> print_directory_tree(path)  # doctest: +ELLIPSIS
+    >>> _ = print_directory_tree(path)  # doctest: +ELLIPSIS
     tmp.../
         a.memmap
         meta.json
@@ -29,6 +29,18 @@ from ._core.helpers.options import (
     set_printoptions,
     strtobool,
 )
+from ._core.helpers.predicates import (
+    default_is_leaf,
+    expand_as_right,
+    expand_right,
+    is_bool,
+    is_floating,
+    is_inexact,
+    is_integer,
+    is_leaf_nontensor,
+    unravel_key_list,
+    unravel_key_to_tuple,
+)
 from ._core.helpers.repr import parse_tensor_dict_string
 
 logger = logging.getLogger("tdfunc")
@@ -40,7 +52,15 @@ __all__ = [
     "LinkedList",
     "TensorDictFuture",
     "capture_non_tensor_stack",
+    "default_is_leaf",
+    "expand_as_right",
+    "expand_right",
     "get_printoptions",
+    "is_bool",
+    "is_floating",
+    "is_inexact",
+    "is_integer",
+    "is_leaf_nontensor",
     "is_non_tensor",
     "list_to_stack",
     "parse_tensor_dict_string",
@@ -49,6 +69,8 @@ __all__ = [
     "set_list_to_stack",
     "set_printoptions",
     "strtobool",
+    "unravel_key_list",
+    "unravel_key_to_tuple",
 ]
 
 
@@ -70,7 +92,7 @@ def _format_size(size: float) -> str:
 
 def print_directory_tree(
     path: str | os.PathLike, indent: str = "", display_metadata: bool = True
-) -> None:
+) -> str:
     """Print a directory as an indented tree: ``name/`` for directories, files beneath.
 
     This is how the files of a memory-mapped TensorDict are laid out. Entries are
@@ -85,6 +107,9 @@ def print_directory_tree(
             ``"Directory size: ..."`` record on the ``"tdfunc"`` logger at INFO level
             (the printed tree stays exactly the documentation's; enable logging to see it).
 
+    Returns:
+        The printed lines, joined by newlines (as tensordict returns them).
+
     Raises:
         FileNotFoundError: ``path`` does not exist.
 
@@ -93,25 +118,35 @@ def print_directory_tree(
         >>> from tdfunc import TensorDict
         >>> path = tempfile.mkdtemp()
         >>> _ = TensorDict({"a": torch.zeros(2), "b": {"c": torch.zeros(2)}}, [2]).memmap(path)
-        >>> print_directory_tree(path)  # doctest: +ELLIPSIS
+        >>> tree = print_directory_tree(path)  # doctest: +ELLIPSIS
         tmp.../
             b/
                 c.memmap
                 meta.json
             a.memmap
             meta.json
+        >>> tree.splitlines()[1:3]
+        ['    b/', '        c.memmap']
     """
     path = os.fspath(path)
     if not os.path.lexists(path):
         raise FileNotFoundError(f"print_directory_tree: no such file or directory: {path!r}.")
     if display_metadata and os.path.isdir(path):
         logger.info("Directory size: %s", _format_size(_directory_size(path)))
+    lines: list[str] = []
+    _tree_lines(path, indent, lines)
+    for line in lines:
+        print(line)
+    return "\n".join(lines)
+
+
+def _tree_lines(path: str, indent: str, lines: list[str]) -> None:
     name = os.path.basename(os.path.normpath(path))
     if not os.path.isdir(path):
-        print(indent + name)
+        lines.append(indent + name)
         return
-    print(indent + name + "/")
+    lines.append(indent + name + "/")
     with os.scandir(path) as scan:
         entries = sorted(scan, key=lambda entry: (not entry.is_dir(), entry.name))
     for entry in entries:
-        print_directory_tree(entry.path, indent + "    ", display_metadata=False)
+        _tree_lines(entry.path, indent + "    ", lines)

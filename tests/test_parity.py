@@ -428,6 +428,7 @@ CASES: dict[str, tuple[Callable, str]] = {
     "rename": (lambda o: (o.rename("a", "b").rename(b="t").names, o.rename(None).names), "sample"),
     "rename_": (lambda o: o.rename_("a", ...).names, "sample"),
     "rename_key_": (lambda o: o.rename_key_(("extra", "value"), ("extra", "v")), "sample"),
+    "rename_keys": (lambda o: o.rename_keys({("extra", "value"): ("extra", "v")}), "sample"),
     "reshape": (lambda o: o.reshape(12), "sample"),
     "save": (_saved("save"), "sample"),
     "saved_path": (lambda o, tmp_path: o.memmap(str(tmp_path / "p")).saved_path, "sample"),

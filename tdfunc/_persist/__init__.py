@@ -18,4 +18,5 @@ May import: ``tdfunc._core`` (classes are found by their stable names in
 """
 
 from .api import PersistMixin as PersistMixin
+from .api import memmap as memmap
 from .memmap_tensor import MemoryMappedTensor as MemoryMappedTensor

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .._core.helpers.frozen import refuse_frozen_inside
+from .._core.helpers.mixin import is_tensor_collection_or_class
 from .._core.helpers.nested_keys import unravel_key
 from .._core.helpers.nontensor import is_non_tensor
 from . import load as _persist_load
@@ -266,6 +267,30 @@ def load_collection(
     return loaded
 
 
+def memmap(data, prefix=None, copy_existing: bool = False, **kwargs: Any):
+    """``data.memmap(prefix, copy_existing, **kwargs)``: the container (TensorDict or
+    TensorClass) written to memory-mapped files, returned locked (tensordict's function).
+
+    Example:
+        >>> import tdfunc
+        >>> saved = tdfunc.memmap(TensorDict({"a": torch.zeros(3)}, [3]))
+        >>> type(saved["a"]).__name__, saved.is_locked
+        ('MemoryMappedTensor', True)
+    """
+    if not is_tensor_collection_or_class(type(data)):
+        raise TypeError(
+            f"memmap: expected a TensorDict or a TensorClass instance, got {type(data).__name__}."
+        )
+    return data.memmap(prefix, copy_existing, **kwargs)
+
+
+def _memmap_leaf_checked(leaf, prefix, *, api: str, num_threads: Any = 0, **options: Any):
+    """``memmap_leaf`` with ``num_threads`` checked as ``TensorDict.memmap`` checks it (a
+    leaf has no tensor to write in threads, but a bad count is still a mistake)."""
+    _check_num_threads(api, num_threads)
+    return memmap_leaf(leaf, prefix, api=api, **options)
+
+
 class PersistMixin(MakeMemmapMixin, SchemaMixin):
     """Methods of ``TensorDict``: memmap, memmap_, memmap_like, load_memmap, save, load."""
 
@@ -273,7 +298,7 @@ class PersistMixin(MakeMemmapMixin, SchemaMixin):
 
     # what NonTensorData.memmap / memmap_ / load_memmap call: the core reaches the
     # persistence floor through the registered TensorDict class, never by an import
-    _memmap_leaf = staticmethod(memmap_leaf)
+    _memmap_leaf = staticmethod(_memmap_leaf_checked)
     _load_leaf = staticmethod(load_leaf)
 
     # ------------------------------------------------------------------ saving

@@ -50,6 +50,7 @@ def map_file(
     st: os.stat_result | None = None,
     api: str = "",
     sizes: list | None = None,
+    mode: str | None = None,
 ) -> MemoryMappedTensor:
     """Map ``path`` as a tensor of ``dtype`` and ``shape`` (size checked unless ``st`` given).
 
@@ -74,13 +75,21 @@ def map_file(
         if sizes is not None:
             base = nested_view(base, "strided", sizes)
         return _wrap(base, path, (st.st_dev, st.st_ino))
-    try:
-        base = torch.from_file(path, shared=True, size=numel, dtype=dtype)
-    except RuntimeError:
-        if os.access(path, os.W_OK):
-            raise
-        # a read-only file: a private (copy-on-write) mapping still reads it
+    if mode == "r":  # copy-on-write: writes stay in memory
         base = torch.from_file(path, shared=False, size=numel, dtype=dtype)
+    elif mode == "r+" and not os.access(path, os.W_OK):
+        raise PermissionError(
+            f"{api or 'MemoryMappedTensor.from_filename'}: mode='r+' maps {path} shared, "
+            "but the file is not writable; pass mode='r' to map it copy-on-write."
+        )
+    else:
+        try:
+            base = torch.from_file(path, shared=True, size=numel, dtype=dtype)
+        except RuntimeError:
+            if mode == "r+" or os.access(path, os.W_OK):
+                raise
+            # a read-only file: a private (copy-on-write) mapping still reads it
+            base = torch.from_file(path, shared=False, size=numel, dtype=dtype)
     if sizes is not None:
         base = nested_view(base, "strided", sizes)
     elif len(shape) != 1:
@@ -407,21 +416,38 @@ class MemoryMappedTensor(torch.Tensor):
         )
 
     @classmethod
-    def from_filename(cls, filename, dtype: torch.dtype, shape, index=None) -> MemoryMappedTensor:
+    def from_filename(
+        cls, filename, dtype: torch.dtype, shape, index=None, mode: str | None = None
+    ) -> MemoryMappedTensor:
         """Map an existing file as a tensor of ``dtype`` and ``shape`` (then ``[index]``).
 
         The file must hold at least the bytes the shape needs (a shorter file is
         a ``ValueError``, never a crash); a longer one is mapped from its start. A 2-D
         integer tensor as ``shape`` (one row per component) maps the file as a nested
         tensor whose components lie back to back.
+
+        ``mode="r"`` maps the file copy-on-write (in-place writes stay in memory);
+        ``mode="r+"`` maps it shared (writes reach the file; ``PermissionError`` if it
+        is not writable); ``None`` maps it shared when it is writable.
+
+        Example:
+            >>> t = MemoryMappedTensor.from_tensor(torch.arange(3))
+            >>> x = MemoryMappedTensor.from_filename(t.filename, torch.int64, (3,), mode="r")
+            >>> x[0] = 100
+            >>> MemoryMappedTensor.from_filename(t.filename, torch.int64, (3,)).tolist()
+            [0, 1, 2]
         """
+        if mode not in (None, "r", "r+"):
+            raise ValueError(
+                f"MemoryMappedTensor.from_filename: mode must be None, 'r' or 'r+', got {mode!r}."
+            )
         if not isinstance(dtype, torch.dtype):
             raise TypeError(
                 f"MemoryMappedTensor.from_filename: dtype must be a torch.dtype, got {dtype!r}."
             )
         sizes = shape_sizes(shape, "from_filename")
         shape = _size_arg((shape,), "from_filename") if sizes is None else None
-        out = map_file(os.path.abspath(os.fspath(filename)), dtype, shape, sizes=sizes)
+        out = map_file(os.path.abspath(os.fspath(filename)), dtype, shape, sizes=sizes, mode=mode)
         return out if index is None else out[index]
 
     @classmethod

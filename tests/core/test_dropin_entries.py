@@ -273,6 +273,26 @@ def test_from_any_tuples_and_lists():
     assert stack.tolist() == ragged
 
 
+def test_from_any_converts_tuples_inside_dataclasses_and_named_tuples():
+    import collections
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Data:
+        obs: torch.Tensor
+        extra: tuple
+
+    extra = (torch.ones(3), {"x": torch.ones(3) * 2})
+    td = TensorDict.from_any(Data(obs=torch.zeros(3, 4), extra=extra), auto_batch_size=True)
+    # before, the tuple was one non-tensor value and the batch size took the obs' 4 too
+    assert td.batch_size == torch.Size([3])
+    assert sorted(td.keys(True, True), key=str) == [("extra", "0"), ("extra", "1", "x"), "obs"]
+    assert torch.equal(td["extra", "1", "x"], extra[1]["x"])
+    Pair = collections.namedtuple("Pair", ["a", "b"])
+    td = TensorDict.from_any(Pair(a=(torch.zeros(2),), b=torch.ones(2)))
+    assert set(td.keys(True, True)) == {("a", "0"), "b"}
+
+
 def test_from_tuple_keys_by_position():
     import collections
 

@@ -93,3 +93,18 @@ def test_consolidate_refuses_an_existing_file_unless_existsok(tmp_path):
     assert torch.equal(new["a"], torch.zeros(3, 2))
     assert torch.equal(old["a"], torch.ones(3, 2))  # replaced, not written through
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.bin", "d.bin"]
+
+
+def test_a_batch_mismatch_is_caught_as_tensordict_catches_it():
+    # tensordict raises RuntimeError; tdfunc's error is a ValueError too
+    td = TensorDict({"y": torch.zeros(3, 4, 5)}, batch_size=[3, 4])
+    writes = {
+        "set": lambda: td.set("z", torch.ones(5)),
+        "set inplace": lambda: td.set("y", torch.ones(5), inplace=True),
+        "setitem": lambda: td.__setitem__("z", torch.ones(5)),
+        "constructor": lambda: TensorDict({"a": torch.ones(5)}, [3]),
+    }
+    for name, write in writes.items():
+        with pytest.raises(RuntimeError, match="does not start with the batch size") as caught:
+            write()
+        assert isinstance(caught.value, ValueError), name

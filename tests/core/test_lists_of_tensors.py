@@ -44,6 +44,11 @@ cases = {{
     "batch mismatch": ([t(3), t(3)], [3]),
     "uneven shapes": ([t(3), t(2)], [2]),
     "strings": (["a", "b"], [2]),
+    "0-d tensor and float": ([torch.tensor(1.0), 2.0], [2]),
+    "float and 0-d tensor": ([2.0, torch.tensor(1.0)], [2]),
+    "0-d tensor and int": ([torch.tensor(1), 2], [2]),
+    "nested, tensors and floats": ([[torch.tensor(1.0), 2.0], [3.0, torch.tensor(4.0)]], [2, 2]),
+    "tensor and string": ([torch.tensor(1.0), "a"], [2]),
     "numbers": ([1, 2], [2]),
 }}
 out = {{}}
@@ -99,3 +104,25 @@ def test_a_list_of_nested_tensors_stays_a_list_of_values():
     td = TensorDict(b=[nested, nested], batch_size=[2])
     assert type(td.get("b")).__name__ == "NonTensorStack"
     assert td["b"][1] is nested
+
+
+def test_tensors_mixed_with_numbers_are_one_value_per_element():
+    # torch.as_tensor would turn [tensor(1.), 2.0] into one tensor; tensordict keeps the values
+    td = TensorDict(b=[torch.tensor(1.0), 2.0], batch_size=[2])
+    assert type(td.get("b")).__name__ == "NonTensorStack"
+    assert td["b"].tolist() == [torch.tensor(1.0), 2.0]
+    td["c"] = [[torch.tensor(1.0), 2.0], [3.0, 4.0]]
+    assert td.get("c").batch_size == torch.Size([2]) and td["c"][1] == [3.0, 4.0]
+    assert type(TensorDict(b=[1.0, 2.0], batch_size=[2])["b"]) is torch.Tensor  # numbers alone
+
+
+def test_the_list_read_from_a_stack_gives_plain_lists():
+    td = TensorDict(batch_size=[2, 2])
+    td["names"] = [["a", "b"], ["c", "d"]]
+    values = td["names"]
+    values[0][0] = "z"
+    plain = values.tolist()
+    assert plain == [["z", "b"], ["c", "d"]] and type(plain) is list
+    assert all(type(row) is list for row in plain)
+    plain[1][1] = "y"  # a copy: the stack keeps its value
+    assert td["names"][1][1] == "d"

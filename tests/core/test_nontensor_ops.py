@@ -33,10 +33,11 @@ def test_new_empty_empty_lazy_empties_stacks():
     td["t"] = torch.zeros(2, 3)
     out = td.new_empty((4,), empty_lazy=True)
     assert isinstance(out.get("a"), NonTensorStack)
-    assert out.get("a").batch_size == torch.Size([4])  # shaped like the tensors
-    assert out.get("a").tolist() == [None] * 4
+    # the batch dims are replaced, the stack's own extra dims kept (as tensordict does)
+    assert out.get("a").batch_size == torch.Size([4, 1])
+    assert out.get("a").tolist() == [[None]] * 4
     assert out.get(("n", "s")).tolist() == [None] * 4
-    assert out["t"].shape == torch.empty(2, 3).new_empty((4,)).shape
+    assert out["t"].shape == torch.Size([4, 3])
     assert td["a"] == [["a"], ["b"]]  # the source is unchanged
     with pytest.raises(TypeError, match="NonTensorStack"):
         td.new_empty((4,))

@@ -240,16 +240,33 @@ def test_top_level_cat_and_stack():
 
 
 # ---------------------------------------------------------------- constructors and conversions
-def test_new_constructors():
-    td, plain = make(1)
-    for name, ref in (
-        ("new_zeros", torch.zeros),
-        ("new_ones", torch.ones),
-    ):
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_new_constructors_replace_the_batch_dims_and_keep_the_feature_dims(rank):
+    # tensordict's documentation: a leaf of shape (*batch_size, *f) becomes (*size, *f)
+    td, plain = make(rank)
+    nd = len(BATCH[rank])
+    for name, ref in (("new_zeros", torch.zeros), ("new_ones", torch.ones)):
         out = getattr(td, name)(2, 5)
-        assert_leafwise(out, {k: ref(2, 5) for k in plain}, [2, 5])
-    assert_leafwise(td.new_full([4], 3.0), {k: torch.full((4,), 3.0) for k in plain}, [4])
-    assert td.new_empty(4)["a"].shape == torch.Size([4])
+        assert_leafwise(out, {k: ref(2, 5, *v.shape[nd:]) for k, v in plain.items()}, [2, 5])
+    full = td.new_full([4], 3.0)
+    assert_leafwise(full, {k: torch.full((4, *v.shape[nd:]), 3.0) for k, v in plain.items()}, [4])
+    empty = td.new_empty(4)
+    assert {k: v.shape for k, v in empty.items(True, True)} == {
+        k if len(k) > 1 else k[0]: torch.Size([4, *v.shape[nd:]]) for k, v in plain.items()
+    }
+    assert empty.batch_size == torch.Size([4])
+
+
+def test_new_constructors_keep_the_extra_batch_dims_of_nested_containers():
+    td = TensorDict({"n": TensorDict({"b": torch.ones(2, 3, 7)}, [2, 3]), "s": "x"}, [2])
+    out = td.new_zeros(4, 1)
+    assert out["n"].batch_size == torch.Size([4, 1, 3])
+    assert out["n", "b"].shape == torch.Size([4, 1, 3, 7])
+    assert out.get("s").batch_size == torch.Size([4, 1]) and out["s"] == "x"
+
+
+def test_new_constructors():
+    td, _ = make(1)
     ints = TensorDict({"i": torch.zeros(2, dtype=torch.int64), "f": torch.zeros(2)}, [2])
     out = ints.new_tensor([1.5, 2.5])
     assert out["i"].tolist() == [1, 2] and out["f"].tolist() == [1.5, 2.5]
@@ -535,3 +552,16 @@ def test_clamp_takes_container_bounds_paired_key_by_key():
     assert_leafwise(td.clone().clamp_(low, 0.25), expected, BATCH[2])
     with pytest.raises(TypeError, match="lerp: weight must be a number or a tensor"):
         td.lerp(high, low)  # a weight per entry: td.apply(torch.lerp, end, weight)
+
+
+def test_from_namedtuple_takes_torch_return_types():
+    # torch's return types are struct sequences, not collections.namedtuple
+    x = torch.tensor([[2.0, 0.0, 1.0], [0.0, 5.0, 1.0]])
+    result = x.max(dim=1)
+    for td in (TensorDict.from_namedtuple(result), tdfunc.from_namedtuple(result)):
+        assert list(td.keys()) == ["values", "indices"]
+        assert torch.equal(td["values"], result.values)
+        assert torch.equal(td["indices"], result.indices)
+    assert TensorDict.from_namedtuple(result, auto_batch_size=True).batch_size == (2,)
+    with pytest.raises(TypeError, match="from_namedtuple: expected a named tuple, got tuple"):
+        TensorDict.from_namedtuple((x, x))

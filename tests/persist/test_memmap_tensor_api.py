@@ -45,6 +45,32 @@ def test_from_filename_with_index(tmp_path):
     assert type(out) is MemoryMappedTensor and out.tolist() == values.reshape(3, 4)[1].tolist()
 
 
+def test_from_filename_mode(tmp_path):
+    values = np.arange(6, dtype=np.int64)
+    path = _file(tmp_path, values)
+    private = MemoryMappedTensor.from_filename(path, torch.int64, (2, 3), mode="r")
+    private[0, 0] = 100  # copy-on-write: the file keeps its bytes
+    assert private[0, 0] == 100
+    np.testing.assert_array_equal(np.fromfile(path, dtype=np.int64), values)
+    shared = MemoryMappedTensor.from_filename(path, torch.int64, (2, 3), mode="r+")
+    shared[0, 0] = 7
+    assert np.fromfile(path, dtype=np.int64)[0] == 7
+    default = MemoryMappedTensor.from_filename(path, torch.int64, (2, 3))
+    default[0, 1] = 8  # a writable file is mapped shared
+    assert np.fromfile(path, dtype=np.int64)[1] == 8
+    with pytest.raises(ValueError, match="from_filename: mode must be None, 'r' or 'r\\+'"):
+        MemoryMappedTensor.from_filename(path, torch.int64, (2, 3), mode="w")
+    os.chmod(path, 0o444)
+    try:
+        if not os.access(path, os.W_OK):  # root can write to any file
+            with pytest.raises(PermissionError, match="mode='r\\+'"):
+                MemoryMappedTensor.from_filename(path, torch.int64, (2, 3), mode="r+")
+        read_only = MemoryMappedTensor.from_filename(path, torch.int64, (2, 3), mode="r")
+        assert read_only.tolist() == [[7, 8, 2], [3, 4, 5]]
+    finally:
+        os.chmod(path, 0o644)
+
+
 def test_from_handler_maps_an_open_file(tmp_path):
     values = np.arange(6, dtype=np.int32)
     with open(_file(tmp_path, values), "r+b") as handle:

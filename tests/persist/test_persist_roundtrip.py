@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from tdfunc import MemoryMappedTensor, NonTensorData, TensorClass, TensorDict
+from tdfunc import MemoryMappedTensor, NonTensorData, NonTensorStack, TensorClass, TensorDict
 from tdfunc._persist.directory import wait_for_cleanup
 
 
@@ -404,6 +404,14 @@ def test_num_threads_is_checked_by_every_entry_point(tmp_path, num_threads, erro
             td.memmap(tmp_path / fmt, num_threads=num_threads, format=fmt)
         assert not (tmp_path / fmt).exists()
     assert sorted(os.listdir(tmp_path / "saved")) == before
+    # a non-tensor leaf saved on its own takes the same keywords, checked the same way
+    for leaf in (NonTensorData("a"), NonTensorStack("a", "b")):
+        for fmt in ("tdfunc", "tensordict"):
+            for method in ("memmap", "memmap_"):
+                target = tmp_path / f"{type(leaf).__name__}-{fmt}-{method}"
+                with pytest.raises(error, match=f"{type(leaf).__name__}.{method}: num_threads"):
+                    getattr(leaf, method)(target, num_threads=num_threads, format=fmt)
+                assert not target.exists()
 
 
 def test_num_threads_takes_any_integer_type(tmp_path):

@@ -90,7 +90,7 @@ class CastsMixin(ContainerMixin):
         return out
 
     def _set_device(self, device) -> None:
-        self._device = as_device(device)  # type: ignore[misc]
+        self._device = None if device is None else as_device(device)  # type: ignore[misc]
         data = self._data
         for key, value in data.items():
             if isinstance(value, NonTensorData):
@@ -99,6 +99,36 @@ class CastsMixin(ContainerMixin):
                 moved.device = self._device
             elif _collection(value):
                 value._to_tensordict_view()._set_device(device)
+
+    def clear_device_(self) -> Self:
+        """Set the device of this container and its nested ones to ``None`` (the leaves
+        stay where they are); entries may then be written on any device. Returns self.
+
+        Example:
+            >>> td = TensorDict(a=torch.zeros(3), batch_size=[3], device="cpu").clear_device_()
+            >>> print(td.device)
+            None
+        """
+        self._check_mutable("clear_device_")
+        self._set_device(None)
+        return self
+
+    def auto_device_(self) -> Self:
+        """Set the device to the one every tensor leaf is on (``None`` when they are on
+        several, or there is none), for the nested containers too. Returns self.
+
+        Example:
+            >>> TensorDict(a=torch.zeros(3), batch_size=[3]).auto_device_().device
+            device(type='cpu')
+        """
+        self._check_mutable("auto_device_")
+        devices = {
+            leaf.device
+            for _, leaf in self.items(include_nested=True, leaves_only=True)  # type: ignore[attr-defined]
+            if isinstance(leaf, torch.Tensor)
+        }
+        self._set_device(devices.pop() if len(devices) == 1 else None)
+        return self
 
     def cpu(self) -> Self:
         return self.to("cpu")

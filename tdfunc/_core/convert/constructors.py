@@ -50,15 +50,6 @@ def _regular_shape(values: list) -> torch.Size:
     return torch.Size(shape)
 
 
-def _tuples_as_dicts(obj: Any) -> Any:
-    """``obj`` with plain tuples turned into dicts keyed ``"0"``, ``"1"``, ... (``from_any``)."""
-    if type(obj) is tuple:
-        return {str(i): _tuples_as_dicts(v) for i, v in enumerate(obj)}
-    if isinstance(obj, Mapping) and not is_collection(obj):
-        return {k: _tuples_as_dicts(v) for k, v in obj.items()}
-    return obj
-
-
 def _is_dataframe(obj: Any) -> bool:
     """Whether ``obj`` is a pandas DataFrame (pandas is not imported to find out)."""
     pandas = sys.modules.get("pandas")
@@ -66,21 +57,34 @@ def _is_dataframe(obj: Any) -> bool:
 
 
 def _is_namedtuple(obj: Any) -> bool:
-    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+    """A ``collections.namedtuple``, or a struct sequence such as torch's return types
+    (``torch.max(x, 0)``), whose field names are its ``__match_args__``."""
+    cls = type(obj)
+    return isinstance(obj, tuple) and (hasattr(cls, "_fields") or hasattr(cls, "n_sequence_fields"))
 
 
-def _plain(obj: Any) -> Any:
-    """``obj`` with dataclasses, named tuples and structured arrays turned into dicts."""
+def _named_fields(obj: tuple) -> dict:
+    if hasattr(type(obj), "_fields"):
+        return obj._asdict()
+    return dict(zip(type(obj).__match_args__, obj, strict=False))
+
+
+def _plain(obj: Any, tuples: bool = False) -> Any:
+    """``obj`` with dataclasses, named tuples and structured arrays turned into dicts;
+    with ``tuples`` (``from_any``), plain tuples too, keyed ``"0"``, ``"1"``, ... at any
+    depth (inside a dataclass field as well)."""
     if is_collection(obj):
         return obj
+    if tuples and type(obj) is tuple:
+        return {str(i): _plain(v, tuples) for i, v in enumerate(obj)}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: _plain(getattr(obj, f.name), tuples) for f in dataclasses.fields(obj)}
     if _is_namedtuple(obj):
-        return {k: _plain(v) for k, v in obj._asdict().items()}
+        return {k: _plain(v, tuples) for k, v in _named_fields(obj).items()}
     if isinstance(obj, np.ndarray):
         return struct_leaf(obj)
     if isinstance(obj, Mapping):
-        return {k: _plain(v) for k, v in obj.items()}
+        return {k: _plain(v, tuples) for k, v in obj.items()}
     return obj
 
 
@@ -90,7 +94,7 @@ class ConstructorsMixin(ContainerMixin):
     Example:
         >>> td = TensorDict({"a": torch.ones(2, 3)}, [2])
         >>> td.new_zeros(4)["a"].shape, td.dtype, td.depth
-        (torch.Size([4]), torch.float32, 0)
+        (torch.Size([4, 3]), torch.float32, 0)
     """
 
     __slots__ = ()
@@ -99,30 +103,45 @@ class ConstructorsMixin(ContainerMixin):
     def _new(self, size: torch.Size, make: Any):
         return map_leaves(self, make, size, False, no_names)
 
+    def _new_batch(self, size: torch.Size, make: Any):
+        """A container of batch size ``size`` whose leaves are ``make(leaf, shape)``.
+
+        Each leaf keeps its feature dims: ``(*batch_size, *f)`` becomes ``(*size, *f)``,
+        and nested containers keep their extra batch dims, as in tensordict.
+        """
+        ndim = len(self._batch_size)
+        return map_leaves(self, lambda t: make(t, size + t.shape[ndim:]), size, True, no_names)
+
     def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False):
-        """A container with the same keys whose leaves are zeros of shape ``size``.
+        """A container of batch size ``size`` with the same keys, its leaves zeros.
+
+        Each leaf keeps its feature dims: ``(*batch_size, *f)`` becomes ``(*size, *f)``.
 
         Example:
             >>> TensorDict({"a": torch.ones(2, 3)}, [2]).new_zeros(4, 5)["a"].shape
-            torch.Size([4, 5])
+            torch.Size([4, 5, 3])
         """
-        shape = _size_arg(size)
-        return self._new(
-            shape,
-            lambda t: t.new_zeros(shape, dtype=dtype, device=device, requires_grad=requires_grad),
+        return self._new_batch(
+            _size_arg(size),
+            lambda t, shape: t.new_zeros(
+                shape, dtype=dtype, device=device, requires_grad=requires_grad
+            ),
         )
 
     def new_ones(self, *size, dtype=None, device=None, requires_grad: bool = False):
-        """A container with the same keys whose leaves are ones of shape ``size``.
+        """A container of batch size ``size`` with the same keys, its leaves ones.
+
+        Each leaf keeps its feature dims: ``(*batch_size, *f)`` becomes ``(*size, *f)``.
 
         Example:
             >>> TensorDict({"a": torch.ones(2)}, [2]).new_ones(3)["a"].tolist()
             [1.0, 1.0, 1.0]
         """
-        shape = _size_arg(size)
-        return self._new(
-            shape,
-            lambda t: t.new_ones(shape, dtype=dtype, device=device, requires_grad=requires_grad),
+        return self._new_batch(
+            _size_arg(size),
+            lambda t, shape: t.new_ones(
+                shape, dtype=dtype, device=device, requires_grad=requires_grad
+            ),
         )
 
     def new_empty(
@@ -133,7 +152,9 @@ class ConstructorsMixin(ContainerMixin):
         requires_grad: bool = False,
         empty_lazy: bool = False,
     ):
-        """A container with the same keys whose leaves are uninitialised, of shape ``size``.
+        """A container of batch size ``size`` with the same keys, its leaves uninitialised.
+
+        Each leaf keeps its feature dims: ``(*batch_size, *f)`` becomes ``(*size, *f)``.
 
         ``empty_lazy=True`` also empties the ``NonTensorStack`` entries (one value per
         element, which cannot be resized): like the tensors, they become stacks of
@@ -148,25 +169,30 @@ class ConstructorsMixin(ContainerMixin):
         if empty_lazy:
             stacks = [k for k, v in self.items(True) if isinstance(v, NonTensorStack)]
             source = self.exclude(*stacks)
-        out = source._new(
+        out = source._new_batch(
             shape,
-            lambda t: t.new_empty(shape, dtype=dtype, device=device, requires_grad=requires_grad),
+            lambda t, leaf_shape: t.new_empty(
+                leaf_shape, dtype=dtype, device=device, requires_grad=requires_grad
+            ),
         )
+        ndim = len(self._batch_size)
         for key in stacks:
-            out.set(key, NonTensorStack(_nones(shape), batch_size=shape))
+            stack_shape = shape + self.get(key).batch_size[ndim:]
+            out.set(key, NonTensorStack(_nones(stack_shape), batch_size=stack_shape))
         return out
 
     def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad: bool = False):
-        """A container with the same keys whose leaves hold ``fill_value``, of shape ``size``.
+        """A container of batch size ``size`` with the same keys, its leaves ``fill_value``.
+
+        Each leaf keeps its feature dims: ``(*batch_size, *f)`` becomes ``(*size, *f)``.
 
         Example:
             >>> TensorDict({"a": torch.ones(2)}, [2]).new_full([2], 7.0)["a"].tolist()
             [7.0, 7.0]
         """
-        shape = torch.Size(size)
-        return self._new(
-            shape,
-            lambda t: t.new_full(
+        return self._new_batch(
+            torch.Size(size),
+            lambda t, shape: t.new_full(
                 shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad
             ),
         )
@@ -325,7 +351,7 @@ class ConstructorsMixin(ContainerMixin):
                 from ..helpers.nontensor import stack_of_list
 
                 return stack_of_list(obj, _regular_shape(obj), device)
-        plain = _plain(_tuples_as_dicts(obj))
+        plain = _plain(obj, tuples=True)
         if not isinstance(plain, Mapping):
             raise TypeError(
                 f"TensorDict.from_any: cannot build a container from a {type(obj).__name__}; "

@@ -66,6 +66,34 @@ def is_tensor_collection_or_class(obj: object) -> bool:
     return bool(getattr(cls, "_is_tensor_collection", False)) or issubclass(cls, NonTensorData)
 
 
+class _CollectionCheck(type):
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return is_tensor_collection_or_class(type(instance))
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return isinstance(subclass, type) and is_tensor_collection_or_class(subclass)
+
+
+class TensorCollection(metaclass=_CollectionCheck):
+    """ "A TensorDict or a TensorClass", for ``isinstance`` checks and type hints.
+
+    True for ``TensorDict``, every ``TensorClass`` and the non-tensor leaves (as
+    ``is_tensor_collection``); it is not a base to inherit from or to instantiate.
+
+    Example:
+        >>> import torch
+        >>> from tdfunc import TensorCollection, TensorDict
+        >>> isinstance(TensorDict(), TensorCollection), isinstance(torch.zeros(3), TensorCollection)
+        (True, False)
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        raise TypeError(
+            "TensorCollection is for isinstance checks and type hints; build a TensorDict "
+            "or a TensorClass instance instead."
+        )
+
+
 def read_value(value: Any) -> Any:
     """What reading a stored value returns: non-tensor leaves give their Python value."""
     if isinstance(value, NonTensorData):

@@ -184,13 +184,16 @@ def _convert(td, key, value: Any, batch_size: torch.Size, api: str) -> Any:
                 tensor = tensor.to(td._device)
             check_batch_dims(api, key, tensor.shape, batch_size)
             return tensor
-        try:
-            tensor = torch.as_tensor(value, device=td._device)
-        except (TypeError, ValueError, RuntimeError):
-            pass  # not numbers: kept as a Python value
-        else:
-            check_batch_dims(api, key, tensor.shape, batch_size)
-            return tensor
+        # tensordict: tensors mixed with other values (numbers included) are values, one per
+        # element; torch.as_tensor would silently turn 0-d tensors and numbers into one tensor
+        if not _holds_tensor(value):
+            try:
+                tensor = torch.as_tensor(value, device=td._device)
+            except (TypeError, ValueError, RuntimeError):
+                pass  # not numbers: kept as a Python value
+            else:
+                check_batch_dims(api, key, tensor.shape, batch_size)
+                return tensor
         stack = stacked_list(value, batch_size, td._device, f"TensorDict.{api}", key)
         if stack is not None:
             return stack
@@ -218,6 +221,13 @@ def _named_like(td, key, value: Any, api: str) -> Any:
     value = value.clone(False)
     value._set_names([*names, *given[ndim:]], f"TensorDict.{api}")  # a frozen copy too
     return value
+
+
+def _holds_tensor(value: list | tuple) -> bool:
+    return any(
+        isinstance(item, torch.Tensor) or (type(item) in (list, tuple) and _holds_tensor(item))
+        for item in value
+    )
 
 
 def stacked_tensors(value: list | tuple) -> torch.Tensor | None:
@@ -603,13 +613,14 @@ def check_batch_dims(api: str, key, shape, batch_size, scalar: bool = False) -> 
 
 
 def shape_error(api: str, key, shape, batch_size, scalar: bool = False) -> ValueError:
+    # both a ValueError (a bad value) and the RuntimeError tensordict raises there
     hint = (
         " Python scalars are stored as 0-dim tensors: expand the value to the batch size "
         "(torch.full(batch_size, value)) or wrap it in NonTensorData."
         if scalar
         else " The leading dims of every value must equal the batch size."
     )
-    return ValueError(
+    return BatchSizeMismatchError(
         f"TensorDict.{api}: the value at key {key!r} has shape {list(shape)}, which does not "
         f"start with the batch size {list(batch_size)}.{hint}"
     )

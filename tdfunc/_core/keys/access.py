@@ -41,6 +41,7 @@ from ..helpers.nested_keys import (
 )
 from ..helpers.nontensor import NonTensorData
 from ..helpers.parents import hand_out
+from ..helpers.renames import rename_keys
 from ..helpers.update import (
     check_batch_sizes,
     merge_rule,
@@ -558,6 +559,23 @@ class AccessMixin(ContainerMixin):
             self._check_writable("clear", list(self._data))
         self._data.clear()
         return self
+
+    def rename_keys(self, mapping, *, strict: bool = True) -> Self:
+        """A new container with several keys renamed at once (this one is unchanged).
+
+        Every source is read before any destination is written, so swaps
+        (``{"a": "b", "b": "a"}``) and chains work; keys may be nested on both sides. The
+        result shares the leaves, is not locked, and drops the nested containers the
+        renaming empties. ``strict=False`` skips missing sources (``KeyError`` otherwise);
+        a destination already present and not renamed away is a ``ValueError``.
+
+        Example:
+            >>> td = TensorDict(raw=TensorDict(p=torch.zeros(3), u=torch.ones(3)))
+            >>> out = td.rename_keys({("raw", "p"): "pressure", ("raw", "u"): "velocity"})
+            >>> sorted(out.keys(include_nested=True))
+            ['pressure', 'velocity']
+        """
+        return rename_keys(self, mapping, strict)
 
     def rename_key_(self, old_key, new_key, safe: bool = False) -> Self:
         """Rename ``old_key`` to ``new_key`` in place (atomic); returns self.

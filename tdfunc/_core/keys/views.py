@@ -163,14 +163,34 @@ class KeyViewsMixin(ContainerMixin):
 
     __copy__ = copy
 
-    def empty(self, recurse: bool = False) -> Self:
-        """A TensorDict with the same batch size and no keys (no leaves with ``recurse``)."""
+    def empty(
+        self, recurse: bool = False, *, batch_size=None, device: Any = MISSING, names=MISSING
+    ) -> Self:
+        """A container with no keys (no leaves with ``recurse``: nested containers stay,
+        empty), with this one's batch size, device and names unless given.
+
+        With ``recurse``, the nested containers keep their own batch sizes, which must start
+        with the new one.
+
+        Example:
+            >>> td = TensorDict({"a": torch.zeros(3), "b": {"c": torch.ones(3)}}, [3])
+            >>> td.empty(batch_size=[]).batch_size, td.empty(recurse=True)["b"].batch_size
+            (torch.Size([]), torch.Size([3]))
+        """
         if not recurse:
-            return self._like({})
-        # a nested TensorClass stays one (with its fields unset), as in tensordict
-        return self._like(
-            {k: v.empty(True) for k, v in self._data.items() if is_tensor_collection(v)}
-        )
+            out = self._like({})
+        else:
+            # a nested TensorClass stays one (with its fields unset), as in tensordict
+            out = self._like(
+                {k: v.empty(True) for k, v in self._data.items() if is_tensor_collection(v)}
+            )
+        if batch_size is not None:
+            out.batch_size = batch_size  # checked against the nested containers kept
+        if names is not MISSING:
+            out.names = names
+        if device is not MISSING:
+            out._set_device(device)
+        return out
 
     def create_nested(self, key: Any) -> Self:
         """Set an empty TensorDict at ``key``, with this container's batch size, device

@@ -84,10 +84,11 @@ class BatchMixin(ContainerMixin):
             >>> td = TensorDict({"a": torch.zeros(3, 4)}, [3])
             >>> td._check_batch_size()
             >>> _ = td.get("a").resize_(2, 4)
-            >>> td._check_batch_size()
-            Traceback (most recent call last):
-            ...
-            ValueError: TensorDict._check_batch_size: the value at key 'a' has shape [2, 4], ...
+            >>> try:
+            ...     td._check_batch_size()
+            ... except ValueError as error:
+            ...     print(error)
+            TensorDict._check_batch_size: the value at key 'a' has shape [2, 4], ...
         """
         _check_batch(self, self._batch_size, ())
 

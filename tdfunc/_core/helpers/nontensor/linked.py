@@ -66,6 +66,10 @@ class LinkedList(list):
     __imul__ = _detached("__imul__")
     del _detached
 
+    def tolist(self) -> list:
+        """The values as plain nested lists (a copy: writes to it reach nothing)."""
+        return _plain_lists(self)
+
     def __repr__(self) -> str:
         return f"LinkedList({list.__repr__(self)})"
 
@@ -73,3 +77,9 @@ class LinkedList(list):
 
     def __reduce__(self) -> Any:  # pickles as the plain list it holds
         return list, (list(self),)
+
+
+def _plain_lists(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_plain_lists(item) for item in value]
+    return value

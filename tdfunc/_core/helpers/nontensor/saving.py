@@ -50,7 +50,8 @@ class _Saving:
         ``TensorDict.load_memmap(prefix)`` (or ``type(leaf).load_memmap``) gives it back;
         ``format="tensordict"`` writes tensordict's layout (JSON values only). The keywords
         are ``TensorDict.memmap``'s; those about tensors (threads, early return, key
-        checks) have nothing to act on in a leaf with no tensor.
+        checks) have nothing to act on in a leaf with no tensor; ``num_threads`` is still
+        checked as there (an int >= 0).
 
         Example:
             >>> import tempfile
@@ -59,7 +60,7 @@ class _Saving:
             >>> saved.is_memmap(), NonTensorStack.load_memmap(path).tolist()
             (True, ['a', 'b'])
         """
-        return self._save(prefix, False, existsok, fsync, format)
+        return self._save(prefix, False, existsok, fsync, format, num_threads)
 
     def memmap_(
         self,
@@ -85,9 +86,9 @@ class _Saving:
             >>> NonTensorStack.load_memmap(path).tolist()
             ['c', 'd']
         """
-        return self._save(prefix, True, existsok, fsync, format)
+        return self._save(prefix, True, existsok, fsync, format, num_threads)
 
-    def _save(self, prefix, inplace: bool, existsok: bool, fsync: bool, format: str):
+    def _save(self, prefix, inplace, existsok: bool, fsync: bool, format: str, num_threads):
         # the persistence layer sits above the core: reach it through the registered class
         return HOOKS.tensordict._memmap_leaf(
             self,
@@ -97,6 +98,7 @@ class _Saving:
             existsok=existsok,
             fsync=fsync,
             format=format,
+            num_threads=num_threads,
         )
 
     @classmethod
