@@ -244,6 +244,13 @@ def check_tree(api: str, name: str, value: Any, kind: str | None = None, tree: b
     return check(api, name, value, kind)
 
 
+def check_flag(api: str, name: str, value: Any) -> bool:
+    """A switch (``amsgrad``, ``maximize``) given as a bool, as ``torch.optim`` documents it."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{api}: {name} must be True or False, got {type(value).__name__}.")
+    return value
+
+
 def check_momentum(
     api: str, momentum: Any, dampening: Any, nesterov: bool, needs_momentum: bool = True
 ) -> dict:

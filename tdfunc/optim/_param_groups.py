@@ -25,6 +25,8 @@ class ParamGroups:
     _hypers: dict[str, Any] = {}
     # group keys that must be Python numbers
     _numbers: tuple[str, ...] = ()
+    # group keys that are switches (bools, False where missing)
+    _flags: tuple[str, ...] = ()
     _checked: list
 
     @property
@@ -47,7 +49,9 @@ class ParamGroups:
                     if isinstance(value, torch.Tensor) and not isinstance(value, PerMember):
                         # a bad value is refused by the next step; the groups stay readable
                         with contextlib.suppress(TypeError, ValueError):
-                            check_group(type(self).__name__, group, self._hypers, self._numbers)
+                            check_group(
+                                type(self).__name__, group, self._hypers, self._numbers, self._flags
+                            )
                         break
         return groups
 
@@ -59,7 +63,7 @@ class ParamGroups:
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         group.setdefault("member_dim", True)
-        check_group(type(self).__name__, group, self._hypers, self._numbers)
+        check_group(type(self).__name__, group, self._hypers, self._numbers, self._flags)
         # resolved now, eagerly: a compiled step then finds them ready
         self._checked = []
         self._resolved()
@@ -83,7 +87,9 @@ class ParamGroups:
         for index, group in enumerate(groups):
             seen = checked[index]
             if seen is None or seen[0] is not group or not _same_values(seen[1], group):
-                check_group(f"{type(self).__name__}.step", group, self._hypers, self._numbers)
+                check_group(
+                    f"{type(self).__name__}.step", group, self._hypers, self._numbers, self._flags
+                )
                 seen = checked[index] = (group, dict(group), _plain_views(group))
             out.append(seen[2])
         return out

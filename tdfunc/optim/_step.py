@@ -105,6 +105,7 @@ class Steps:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._check_states()
         for group, hypers in zip(self.param_groups, self._resolved()):
             self._prepare(group)
             if members is None or not group["member_dim"]:
@@ -185,6 +186,9 @@ class Steps:
 
     def _check_rows(self, api: str, group: dict) -> None:
         """Refuse what a step of some members cannot follow (none by default)."""
+
+    def _check_states(self) -> None:
+        """Refuse, before any group steps, states that this step cannot continue."""
 
     def _prepare(self, group: dict) -> None:
         """Called with each group before its step."""

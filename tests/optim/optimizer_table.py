@@ -6,10 +6,13 @@ A row says how to build an optimizer four ways from the same keyword arguments
 transforms, and the ``torch.optim`` reference; which state entries it keeps; and
 the hyperparameter values the random tests draw from. Adding an optimizer to
 ``tdfunc.optim`` is one rule and one row here: every contract test picks it up.
+A row named ``family-option`` is its family's optimizer with ``torch.optim``
+options (``amsgrad``, ``maximize``) bound in all four builders.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,29 +30,43 @@ class Row:
     moments: tuple[str, ...]  # state entries besides the step count (torch.optim's names)
     draw: Callable  # draw(hyper, draw) -> keyword arguments; hyper(values) draws a value
     contract: dict  # the keyword arguments the fixed-value contract tests use (besides lr)
+    maximize: bool = False  # whether the builders ascend (torch.optim's maximize=True)
+
+
+def _first(maximize: bool) -> list:
+    # torch.optim negates the gradient before anything else reads it
+    return [optim.negate()] if maximize else []
 
 
 def _adam_chain(decoupled: bool) -> Callable:
-    def build(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=None):
+    def build(
+        lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=None, amsgrad=False, maximize=False
+    ):
         if weight_decay is None:
             weight_decay = 1e-2 if decoupled else 0.0
-        adam = optim.scale_by_adam(*betas, eps)
+        adam = optim.scale_by_adam(*betas, eps, amsgrad=amsgrad)
         decay = optim.add_decayed_weights(weight_decay)
         scale = optim.scale_by_learning_rate(lr)
-        return optim.chain(adam, decay, scale) if decoupled else optim.chain(decay, adam, scale)
+        steps = [adam, decay] if decoupled else [decay, adam]
+        return optim.chain(*_first(maximize), *steps, scale)
 
     return build
 
 
-def _sgd_chain(lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
-    steps = [optim.add_decayed_weights(weight_decay)]
+def _sgd_chain(
+    lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, maximize=False
+):
+    steps = [*_first(maximize), optim.add_decayed_weights(weight_decay)]
     if isinstance(momentum, torch.Tensor) or momentum != 0:
         steps.append(optim.scale_by_momentum(momentum, dampening, nesterov))
     return optim.chain(*steps, optim.scale_by_learning_rate(lr))
 
 
-def _rmsprop_chain(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False):
+def _rmsprop_chain(
+    lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, maximize=False
+):
     return optim.chain(
+        *_first(maximize),
         optim.add_decayed_weights(weight_decay),
         optim.scale_by_rms(alpha, eps, centered, momentum),
         optim.scale_by_learning_rate(lr),
@@ -91,6 +108,19 @@ def _draw_rmsprop(hyper, draw) -> dict:
 
 WD = 0.05
 ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
+AMSGRAD_MOMENTS = (*ADAM_MOMENTS, "max_exp_avg_sq")
+
+
+def _with(row: Row, moments: tuple | None = None, **options) -> Row:
+    """``row`` with ``torch.optim`` options bound in every builder (the same for all four)."""
+    bound = {
+        name: functools.partial(getattr(row, name), **options)
+        for name in ("functional", "stateful", "chain", "torch")
+    }
+    fields = {**row.__dict__, **bound, "moments": moments or row.moments}
+    return Row(**{**fields, "maximize": options.get("maximize", row.maximize)})
+
+
 OPTIMIZERS: dict[str, Row] = {
     "sgd": Row(
         optim.sgd, optim.SGD, _sgd_chain, torch.optim.SGD, ("momentum_buffer",), _draw_sgd,
@@ -110,3 +140,14 @@ OPTIMIZERS: dict[str, Row] = {
         {"alpha": 0.9, "centered": True, "weight_decay": WD, "momentum": 0.5},
     ),
 }  # fmt: skip
+OPTIMIZERS.update({
+    "adam-amsgrad": _with(OPTIMIZERS["adam"], AMSGRAD_MOMENTS, amsgrad=True, maximize=True),
+    "adamw-amsgrad": _with(OPTIMIZERS["adamw"], AMSGRAD_MOMENTS, amsgrad=True),
+    "sgd-maximize": _with(OPTIMIZERS["sgd"], maximize=True),
+    "rmsprop-maximize": _with(OPTIMIZERS["rmsprop"], maximize=True),
+})  # fmt: skip
+
+
+def family(name: str) -> str:
+    """The optimizer a row's name starts with (``"adam-amsgrad"`` -> ``"adam"``)."""
+    return name.split("-")[0]
