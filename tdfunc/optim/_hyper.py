@@ -173,14 +173,18 @@ class PerLeaf:
     Calling it on a hyperparameter gives a float for a float, and for a tensor
     one ``[N, 1, ...]`` view per leaf: the tensor is converted once per leaf
     dtype and viewed once per leaf rank, the views shared by the leaves of that
-    rank. :class:`Leaves` values are converted to their leaf's dtype.
+    rank. :class:`Leaves` values are converted to their leaf's dtype. The leaves'
+    ranks and dtypes are read at the first tensor: float hyperparameters need none.
     """
 
     __slots__ = ("dtypes", "kinds", "leaves", "ranks")
 
     def __init__(self, leaves: list) -> None:
         self.leaves = leaves
-        self.kinds = kinds = [(leaf.dim(), leaf.dtype) for leaf in leaves]
+        self.kinds = None
+
+    def _read_kinds(self) -> None:
+        self.kinds = kinds = [(leaf.dim(), leaf.dtype) for leaf in self.leaves]
         self.ranks = tuple(dict.fromkeys(kinds))  # distinct (rank, dtype), in order
         self.dtypes = tuple(dict.fromkeys(dtype for _, dtype in self.ranks))
 
@@ -194,6 +198,8 @@ class PerLeaf:
                 value.to(dtype=leaf.dtype) if isinstance(value, torch.Tensor) else value
                 for value, leaf in zip(hyper.values, self.leaves)
             ]
+        if self.kinds is None:
+            self._read_kinds()
         converted = {dtype: hyper.to(dtype=dtype) for dtype in self.dtypes}
         views = {key: lead(converted[key[1]], key[0]) for key in self.ranks}
         return [views[key] for key in self.kinds]

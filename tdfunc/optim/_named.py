@@ -52,22 +52,28 @@ def _maximized(maximize: bool, stages: tuple) -> tuple:
     return (NEGATE, *stages) if maximize else stages
 
 
-def _with_plan(stages: tuple) -> tuple:
-    return stages, _compose.plan(stages)
+def _tables(make) -> tuple[dict, dict]:
+    """The stages by every option that changes them, and the stateful steps' segments.
+
+    The segments are keyed by the same options and whether weight decay is on: with
+    ``weight_decay`` the number 0, ``add_decayed_weights`` adds nothing, and a step
+    leaves it out (one stage call fewer; the same numbers).
+    """
+    stages = {flags: make(*flags) for flags in itertools.product(_FLAGS, repeat=3)}
+    segments = {}
+    for flags, own in stages.items():
+        without = tuple(stage for stage in own if stage is not DECAYED_WEIGHTS)
+        segments[(*flags, True)] = _compose.plan(own)
+        segments[(*flags, False)] = _compose.plan(without)
+    return stages, segments
 
 
 _FLAGS = (False, True)
-# (stages, segments) by every option that changes them, made once: the stateful optimizers
-# look theirs up on every step (also while torch.compile traces the step)
-ADAM = {
-    flags: _with_plan(_adam_stages(*flags)) for flags in itertools.product(_FLAGS, repeat=3)
-}  # (decoupled, amsgrad, maximize)
-SGD = {
-    flags: _with_plan(_sgd_stages(*flags)) for flags in itertools.product(_FLAGS, repeat=3)
-}  # (with momentum, nesterov, maximize)
-RMSPROP = {
-    flags: _with_plan(_rmsprop_stages(*flags)) for flags in itertools.product(_FLAGS, repeat=3)
-}  # (centered, with momentum, maximize)
+# made once: the stateful optimizers look theirs up when a group's values change (also
+# while torch.compile traces the step)
+ADAM, ADAM_SEGMENTS = _tables(_adam_stages)  # (decoupled, amsgrad, maximize)
+SGD, SGD_SEGMENTS = _tables(_sgd_stages)  # (with momentum, nesterov, maximize)
+RMSPROP, RMSPROP_SEGMENTS = _tables(_rmsprop_stages)  # (centered, with momentum, maximize)
 
 
 def adam(
@@ -164,7 +170,7 @@ def _adam(
         "weight_decay": H.check_tree(api, "weight_decay", weight_decay),
         "eps_root": H.check_tree(api, "eps_root", eps_root),
     }
-    return GradientTransformation(name, ADAM[flags][0], hypers)
+    return GradientTransformation(name, ADAM[flags], hypers)
 
 
 def sgd(
@@ -203,7 +209,7 @@ def sgd(
     hypers.update(H.check_momentum(api, momentum, dampening, nesterov))
     with_momentum = not H.is_zero(hypers["momentum"])
     check = functools.partial(momentum_fixed, with_momentum)
-    stages = SGD[with_momentum, bool(nesterov), H.check_flag(api, "maximize", maximize)][0]
+    stages = SGD[with_momentum, bool(nesterov), H.check_flag(api, "maximize", maximize)]
     return GradientTransformation("sgd", stages, hypers, check)
 
 
@@ -241,5 +247,5 @@ def rmsprop(
     }
     with_momentum = not H.is_zero(hypers["momentum"])
     check = functools.partial(momentum_fixed, with_momentum)
-    stages = RMSPROP[bool(centered), with_momentum, H.check_flag(api, "maximize", maximize)][0]
+    stages = RMSPROP[bool(centered), with_momentum, H.check_flag(api, "maximize", maximize)]
     return GradientTransformation("rmsprop", stages, hypers, check)

@@ -68,15 +68,18 @@ class ParamGroups:
         self._checked = []
         self._resolved()
 
-    def _resolved(self) -> list[dict]:
-        """Each group's hyperparameters for the rules, checked again where one was replaced.
+    def _resolved(self) -> list[tuple[dict, dict]]:
+        """``(group, plan)`` per group: its hyperparameters for the rules, checked again
+        where one was replaced, with what they decide made once (:meth:`_plan`).
 
         ``group["lr"] = value`` between steps is a door too (the group is the plain
         dict that ``torch.optim`` and ``torch.compile`` expect, so it cannot check
-        writes itself). A group is checked again when any of its values is new
-        (identity), a few comparisons per step. Per-member tensors are handed to the
-        rules as plain tensors sharing the kept :class:`PerMember`'s memory (a
-        scheduler's ``fill_`` reaches them): ``torch.compile`` traces plain tensors.
+        writes itself). A group is checked again, and its plan made again, when any of
+        its values is new (identity for tensors, value and type for numbers and flags):
+        the plan is keyed on every value of the group, a few comparisons per step.
+        Per-member tensors are handed to the rules as plain tensors sharing the kept
+        :class:`PerMember`'s memory (a scheduler's ``fill_`` reaches them):
+        ``torch.compile`` traces plain tensors.
         """
         # torch.optim's __getstate__ leaves it out of copies and pickles: made again here
         checked = self.__dict__.setdefault("_checked", [])
@@ -90,9 +93,17 @@ class ParamGroups:
                 check_group(
                     f"{type(self).__name__}.step", group, self._hypers, self._numbers, self._flags
                 )
-                seen = checked[index] = (group, dict(group), _plain_views(group))
-            out.append(seen[2])
+                seen = checked[index] = (group, dict(group), self._plan(_plain_views(group)))
+            out.append((group, seen[2]))
         return out
+
+    def _plan(self, views: dict) -> dict:
+        """What a step reads of a group (``views``: its values, params left out).
+
+        Subclasses add what the values decide (the stages to run, derived names),
+        so that a step looks nothing up that its group has not changed.
+        """
+        return views
 
 
 def _same_values(seen: dict, group: dict) -> bool:

@@ -43,6 +43,11 @@ class _Stacked(Steps, ParamGroups, StateDict, torch.optim.Optimizer):
         _compose.run(segments, _kernels.INPLACE, params, grads, moments, step, hypers)
 
 
+def _decays(views: dict) -> bool:
+    """Whether weight decay changes anything (a tensor may be learned: never skipped)."""
+    return not H.is_zero(views["weight_decay"])
+
+
 def _fresh_adam(group: dict, param: torch.Tensor) -> dict:
     state = {
         "step": None,  # set by Adam._on_new_states
@@ -132,10 +137,10 @@ class Adam(_Stacked):
                 # older torch.optim state dicts hold the count as a Python number
                 state["step"] = torch.tensor(float(step), dtype=torch.float32)
 
-    def _check_states(self) -> None:
+    def _check_states(self, resolved: list) -> None:
         # every group before any steps: a refused step leaves every state as it was
-        for group in self.param_groups:
-            if not group["amsgrad"]:
+        for group, plan in resolved:
+            if not plan["amsgrad"]:
                 continue
             for param in group["params"]:
                 state = self.state.get(param)
@@ -191,23 +196,27 @@ class Adam(_Stacked):
         }
         super().__init__(params, defaults)
 
-    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
-        amsgrad = group["amsgrad"]
+    def _plan(self, views: dict) -> dict:
+        beta1, beta2 = views["betas"]
+        amsgrad = views["amsgrad"]
+        return {
+            "lr": views["lr"], "beta1": beta1, "beta2": beta2, "eps": views["eps"],
+            "weight_decay": views["weight_decay"], "eps_root": 0.0, "amsgrad": amsgrad,
+            "segments": _named.ADAM_SEGMENTS[
+                self._decoupled, amsgrad, views["maximize"], _decays(views)
+            ],
+        }  # fmt: skip
+
+    def _update(self, plan: dict, params: list, grads: list, states: list) -> None:
         moments = [
             [state["exp_avg"] for state in states],
             [state["exp_avg_sq"] for state in states],
         ]
-        if amsgrad:
+        if plan["amsgrad"]:
             moments.append([state["max_exp_avg_sq"] for state in states])
-        beta1, beta2 = group["betas"]
         steps = [state["step"] for state in states]
         _advance(steps)
-        hypers = {
-            "lr": group["lr"], "beta1": beta1, "beta2": beta2, "eps": group["eps"],
-            "weight_decay": group["weight_decay"], "eps_root": 0.0,
-        }  # fmt: skip
-        segments = _named.ADAM[self._decoupled, amsgrad, group["maximize"]][1]
-        self._run(segments, hypers, params, grads, moments, _step_count(steps[0]))
+        self._run(plan["segments"], plan, params, grads, moments, _step_count(steps[0]))
 
 
 class AdamW(Adam):
@@ -315,12 +324,16 @@ class SGD(_Stacked):
                 f"step all members, or use dampening=0."
             )
 
-    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
-        with_momentum = not H.is_zero(group["momentum"])
+    def _plan(self, views: dict) -> dict:
+        with_momentum = not H.is_zero(views["momentum"])
+        flags = (with_momentum, views["nesterov"], views["maximize"], _decays(views))
+        return {**views, "with_momentum": with_momentum, "segments": _named.SGD_SEGMENTS[flags]}
+
+    def _update(self, plan: dict, params: list, grads: list, states: list) -> None:
+        with_momentum = plan["with_momentum"]
         unstarted = not states[0].get("_started", True)
         moments = [[state["momentum_buffer"] for state in states]] if with_momentum else []
-        segments = _named.SGD[with_momentum, group["nesterov"], group["maximize"]][1]
-        self._run(segments, group, params, grads, moments, 1 if unstarted else 2)
+        self._run(plan["segments"], plan, params, grads, moments, 1 if unstarted else 2)
         for state in states:
             state["_started"] = True
 
@@ -393,18 +406,23 @@ class RMSprop(_Stacked):
             state["grad_avg"] = torch.zeros_like(param)
         return state
 
-    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
+    def _plan(self, views: dict) -> dict:
+        with_momentum = not H.is_zero(views["momentum"])
+        flags = (views["centered"], with_momentum, views["maximize"], _decays(views))
+        segments = _named.RMSPROP_SEGMENTS[flags]
+        return {**views, "with_momentum": with_momentum, "segments": segments}
+
+    def _update(self, plan: dict, params: list, grads: list, states: list) -> None:
         _advance([state["step"] for state in states])
-        with_momentum = not H.is_zero(group["momentum"])
+        with_momentum = plan["with_momentum"]
         if with_momentum:
             for state, param in zip(states, params):
                 # momentum switched on after the first steps: its buffer starts at zero
                 if state.get("momentum_buffer") is None:
                     state["momentum_buffer"] = torch.zeros_like(param)
         moments = [[state["square_avg"] for state in states]]
-        if group["centered"]:
+        if plan["centered"]:
             moments.append([state["grad_avg"] for state in states])
         if with_momentum:
             moments.append([state["momentum_buffer"] for state in states])
-        segments = _named.RMSPROP[group["centered"], with_momentum, group["maximize"]][1]
-        self._run(segments, group, params, grads, moments, None)
+        self._run(plan["segments"], plan, params, grads, moments, None)

@@ -374,3 +374,32 @@ def test_amsgrad_divides_by_the_running_maximum():
         assert float(state["max_exp_avg_sq"]["w"]) == pytest.approx(v_max, rel=1e-12)
         assert float(params["w"]) == pytest.approx(w, rel=1e-12)
     assert float(state["max_exp_avg_sq"]["w"]) > float(state["exp_avg_sq"]["w"])
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "changes"),
+    [
+        (optim.Adam, torch.optim.Adam, [("maximize", True), ("amsgrad", False), ("lr", 0.2)]),
+        (optim.SGD, torch.optim.SGD, [("maximize", True), ("momentum", 0.9), ("nesterov", True)]),
+        (optim.RMSprop, torch.optim.RMSprop, [("maximize", True), ("centered", False)]),
+    ],
+)
+def test_group_values_changed_between_steps_take_effect_as_in_torch_optim(ours, theirs, changes):
+    """What a group's values decide (the stages to run) is made once per change, never stale."""
+    generator = torch.Generator().manual_seed(8)
+    start = torch.randn(3, 4, dtype=torch.float64, generator=generator)
+    kwargs = {"amsgrad": True} if ours is optim.Adam else {}
+    kwargs.update({"centered": True} if ours is optim.RMSprop else {})
+    param = torch.nn.Parameter(start.clone())
+    reference = torch.nn.Parameter(start.clone())
+    opt = ours([param], lr=0.1, **kwargs)
+    torch_opt = theirs([reference], lr=0.1, foreach=False, **kwargs)
+    for change in [None, *changes]:
+        if change is not None:
+            opt.param_groups[0][change[0]] = torch_opt.param_groups[0][change[0]] = change[1]
+        for _ in range(2):
+            grad = torch.randn(3, 4, dtype=torch.float64, generator=generator)
+            param.grad, reference.grad = grad.clone(), grad.clone()
+            opt.step()
+            torch_opt.step()
+        assert torch.equal(param.detach(), reference.detach()), change
