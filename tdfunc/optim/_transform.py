@@ -311,12 +311,12 @@ class GradientTransformation:
 
     def _compute(self, api, grads, grad_leaves, param_leaves, step, moments, members, followers):
         """The stages on flat lists: update leaves, the new step count, the new moments."""
-        hypers, tensor_hypers = self._resolve(api, grad_leaves, grads)
+        hypers, tensor_hypers = self._resolve(api, grad_leaves, grads, param_leaves)
         segments = self._segments
         if followers:
             for follower in followers:
                 own, own_tensors = follower._resolve(
-                    f"tdfunc.optim.{follower._name}(...).update", grad_leaves, grads
+                    f"tdfunc.optim.{follower._name}(...).update", grad_leaves, grads, param_leaves
                 )
                 hypers.update(own)
                 tensor_hypers += own_tensors
@@ -401,7 +401,9 @@ class GradientTransformation:
             return _state_like(state, {"step": new_step})
         return {"step": new_step}
 
-    def _resolve(self, api: str, leaves: list, grads: Any) -> tuple[dict, list]:
+    def _resolve(
+        self, api: str, leaves: list, grads: Any, params: list | None = None
+    ) -> tuple[dict, list]:
         """The hyperparameters for this step, and their tensors (checked against the leaves).
 
         Numbers need no check; tensors and pytrees are read and checked on every
@@ -410,6 +412,7 @@ class GradientTransformation:
         resolved = dict(self.hyperparameters)
         tensors = []
         paths = None
+        shared_checked = False
         for name, value in resolved.items():
             if value is None:
                 continue
@@ -425,6 +428,9 @@ class GradientTransformation:
             if paths is None:
                 paths = _paths(grads)
             H.check_leading(api, name, value, leaves, paths)
+            if not shared_checked and isinstance(value, torch.Tensor) and value.dim():
+                shared_checked = True  # one pass over the leaves, for the first such value
+                H.check_not_shared(api, name, value, leaves, paths, params)
             if isinstance(value, H.Leaves):
                 resolved[name] = H.full_rank(value, leaves)
         return resolved, tensors

@@ -131,6 +131,56 @@ def test_ensemble_groups_declare_shared_tensors_without_a_member_dim():
         optim.SGD(ensemble[[0, 1]], lr=LRS)
 
 
+def shared_and_stacked(ensemble) -> dict:
+    """The ensemble's stacked weight and its shared bias (its size equals N), as given."""
+    stacked, shared = (g["params"] for g in optim.Adam(ensemble).param_groups)
+    return {"weight": stacked[0], "bias": shared[0]}
+
+
+def test_functional_update_refuses_a_per_member_value_for_a_shared_parameter():
+    """The gradients are fresh tensors: only the parameters carry what the ensemble shares."""
+    ensemble = Ensemble(*shared_models(), shared=["bias"])
+    params = shared_and_stacked(ensemble)  # as a user collects them: the tensors themselves
+    grads = {k: torch.ones_like(v) for k, v in params.items()}
+    opt = optim.sgd(lr=LRS)
+    with pytest.raises(
+        ValueError, match=r"sgd\(\.\.\.\)\.update: lr has shape \[4\].*'bias'.*shared"
+    ):
+        opt.update(grads, opt.init(params), params)
+    per_leaf = optim.sgd(lr={"weight": LRS.reshape(N, 1, 1), "bias": torch.tensor(0.1)})
+    per_leaf.update(grads, per_leaf.init(params), params)  # a per-leaf tree is the way
+
+
+def test_compiled_update_checks_shared_parameters_and_compiles_once():
+    """Under torch.compile the mark is checked (it was skipped: only shapes were), without
+    a graph per step for fresh parameters and gradients."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    ensemble = Ensemble(*shared_models(), shared=["bias"])
+    shared = shared_and_stacked(ensemble)
+    opt = optim.adam(lr=LRS)
+    counter = CompileCounter()
+    update = torch.compile(opt.update, backend=counter, fullgraph=True)
+    params = {"weight": torch.randn(N, N, 3), "bias": torch.randn(N, 1)}
+    state = eager_state = opt.init(params)
+    eager = params
+    for seed in range(3):  # fresh parameters and gradients every step
+        generator = torch.Generator().manual_seed(seed)
+        grads = {k: torch.randn(v.shape, generator=generator) for k, v in params.items()}
+        updates, state = update(grads, state, params)
+        params = optim.apply_updates(params, updates)
+        expected, eager_state = opt.update(grads, eager_state, eager)
+        eager = optim.apply_updates(eager, expected)
+        for key in params:
+            torch.testing.assert_close(params[key], eager[key])
+    assert counter.frame_count == 1
+    marked = {"weight": params["weight"], "bias": shared["bias"]}
+    grads = {k: torch.ones_like(v) for k, v in marked.items()}
+    with pytest.raises(Exception, match="keeps shared"):
+        update(grads, opt.init(marked), marked)
+
+
 def test_per_member_lr_with_a_shared_tensor_matches_a_loop():
     models = shared_models()
     ensemble = Ensemble(*copy.deepcopy(models), shared=["bias"])
