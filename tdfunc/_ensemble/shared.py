@@ -52,6 +52,11 @@ def is_shared(tensor: torch.Tensor) -> bool:
     return ref is not None and ref() is tensor
 
 
+def is_marked_shared(tensor: torch.Tensor) -> bool:
+    """:func:`is_shared` by the mark alone: what ``torch.compile`` can check without an id."""
+    return getattr(tensor, _MARK, False) is True
+
+
 def replaced(old: object, new: object) -> None:
     """``new`` takes the place of ``old`` in an ensemble (``load_state_dict(assign=True)``,
     an attribute set on a stacked module): it is shared if ``old`` was."""

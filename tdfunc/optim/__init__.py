@@ -26,6 +26,7 @@ from ._chain import Chain as Chain
 from ._chain import add_decayed_weights as add_decayed_weights
 from ._chain import chain as chain
 from ._chain import clip_by_global_norm as clip_by_global_norm
+from ._chain import negate as negate
 from ._chain import scale_by_adam as scale_by_adam
 from ._chain import scale_by_learning_rate as scale_by_learning_rate
 from ._chain import scale_by_momentum as scale_by_momentum
@@ -58,6 +59,7 @@ __all__ = [
     "apply_updates",
     "chain",
     "clip_by_global_norm",
+    "negate",
     "rmsprop",
     "scale_by_adam",
     "scale_by_learning_rate",

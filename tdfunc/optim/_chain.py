@@ -22,11 +22,14 @@ from ._transform import GradientTransformation, _brief
 
 
 # ------------------------------------------------------------------ stages
-def _adam_rule(K, params, updates, moments, step, h, lr, decay):
-    updates, exp_avg, exp_avg_sq = _rules.adam(
+def _adam_rule(K, params, updates, moments, step, h, lr, decay, *, amsgrad=False):
+    updates, exp_avg, exp_avg_sq, max_exp_avg_sq = _rules.adam(
         K, params, updates, moments[0], moments[1], step, lr=lr, beta1=h["beta1"],
         beta2=h["beta2"], eps=h["eps"], decay=decay, eps_root=h["eps_root"],
+        max_exp_avg_sq=moments[2] if amsgrad else None,
     )  # fmt: skip
+    if amsgrad:
+        return updates, (exp_avg, exp_avg_sq, max_exp_avg_sq)
     return updates, (exp_avg, exp_avg_sq)
 
 
@@ -52,11 +55,17 @@ def _momentum_rule(K, params, updates, moments, step, h, lr, decay, *, nesterov)
 
 
 # rules are module functions (options bound by ``partial``): transformations pickle
-def adam_stage() -> _compose.Stage:
-    """The Adam moments and direction; folds a learning rate and decoupled weight decay."""
-    return _compose.Stage(
-        "scale_by_adam", ("exp_avg", "exp_avg_sq"), _adam_rule, _compose.SCALE, folds_decay=True
-    )
+def adam_stage(amsgrad: bool = False) -> _compose.Stage:
+    """The Adam moments and direction; folds a learning rate and decoupled weight decay.
+
+    ``amsgrad`` keeps ``torch.optim``'s ``max_exp_avg_sq`` as a third moment.
+    """
+    if amsgrad:
+        moments = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+        rule = functools.partial(_adam_rule, amsgrad=True)
+    else:
+        moments, rule = ("exp_avg", "exp_avg_sq"), _adam_rule
+    return _compose.Stage("scale_by_adam", moments, rule, _compose.SCALE, folds_decay=True)
 
 
 def rms_stage(centered: bool, with_momentum: bool = False) -> _compose.Stage:
@@ -84,10 +93,16 @@ def _learning_rate_rule(K, params, updates, moments, step, h, lr, decay):
     return K.descend_add(params, updates, H.PerLeaf(updates)(H.neg(h["lr"]))), ()
 
 
+def _negate_rule(K, params, updates, moments, step, h, lr, decay):
+    return K.neg(updates), ()
+
+
 DECAYED_WEIGHTS = _compose.Stage("add_decayed_weights", (), _decay_rule, _compose.DECAY)
 LEARNING_RATE = _compose.Stage(
     "scale_by_learning_rate", (), _learning_rate_rule, _compose.LEARNING_RATE
 )
+# torch.optim's ``maximize=True``: the gradient negated first, before weight decay is added
+NEGATE = _compose.Stage("negate", (), _negate_rule)
 
 
 def momentum_fixed(with_momentum: bool, api: str, hypers: dict) -> None:
@@ -103,9 +118,18 @@ def momentum_fixed(with_momentum: bool, api: str, hypers: dict) -> None:
 
 # ------------------------------------------------------------------ transformations
 def scale_by_adam(
-    b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8, *, eps_root: float = 0.0
+    b1: Any = 0.9,
+    b2: Any = 0.999,
+    eps: Any = 1e-8,
+    *,
+    eps_root: float = 0.0,
+    amsgrad: bool = False,
 ) -> GradientTransformation:
-    """The bias-corrected Adam direction ``m_hat / (sqrt(v_hat) + eps)``."""
+    """The bias-corrected Adam direction ``m_hat / (sqrt(v_hat) + eps)``.
+
+    ``amsgrad=True`` divides by the running maximum of the second moment instead
+    (``torch.optim.Adam(amsgrad=True)``; the state keeps it as ``max_exp_avg_sq``).
+    """
     api = "tdfunc.optim.scale_by_adam"
     hypers = {
         "beta1": H.check_tree(api, "b1", b1, "beta1"),
@@ -113,7 +137,18 @@ def scale_by_adam(
         "eps": H.check_tree(api, "eps", eps),
         "eps_root": H.check_tree(api, "eps_root", eps_root),
     }
-    return GradientTransformation("scale_by_adam", (adam_stage(),), hypers)
+    amsgrad = H.check_flag(api, "amsgrad", amsgrad)
+    return GradientTransformation("scale_by_adam", (adam_stage(amsgrad),), hypers)
+
+
+def negate() -> GradientTransformation:
+    """``-updates``: gradient ascent, as ``torch.optim``'s ``maximize=True``.
+
+    Put it first, where ``torch.optim`` negates the gradient (before weight decay):
+    ``chain(negate(), add_decayed_weights(wd), scale_by_adam(), scale_by_learning_rate(lr))``
+    is ``adam(lr, weight_decay=wd, maximize=True)``, bit for bit.
+    """
+    return GradientTransformation("negate", (NEGATE,), {})
 
 
 def scale_by_rms(

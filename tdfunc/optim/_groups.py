@@ -84,13 +84,19 @@ def plain(value: Any) -> Any:
     return value
 
 
-def check_group(api: str, group: dict, names: dict[str, str | tuple], numbers: tuple) -> None:
+def check_group(
+    api: str, group: dict, names: dict[str, str | tuple], numbers: tuple, flags: tuple = ()
+) -> None:
     """Check every hyperparameter of ``group`` and store it in its kept form, in place.
 
     ``names`` maps the group keys that may hold tensors to their range kind (a
     tuple of kinds for a tuple such as ``betas``); ``numbers`` are the keys that
-    must be Python numbers.
+    must be Python numbers; ``flags`` the switches (``maximize``, ``amsgrad``), bools
+    that default to ``False`` where a group lacks them (a state dict saved before
+    the switch existed, as ``torch.optim`` loads one).
     """
+    for name in flags:
+        H.check_flag(api, name, group.setdefault(name, False))
     for name in numbers:
         value = group[name]
         if isinstance(value, torch.Tensor):

@@ -27,7 +27,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .._core.helpers.tracing import compiling as _is_compiling
-from .._ensemble.shared import is_shared
+from .._ensemble.shared import is_marked_shared, is_shared
 
 
 class Leaves:
@@ -173,14 +173,18 @@ class PerLeaf:
     Calling it on a hyperparameter gives a float for a float, and for a tensor
     one ``[N, 1, ...]`` view per leaf: the tensor is converted once per leaf
     dtype and viewed once per leaf rank, the views shared by the leaves of that
-    rank. :class:`Leaves` values are converted to their leaf's dtype.
+    rank. :class:`Leaves` values are converted to their leaf's dtype. The leaves'
+    ranks and dtypes are read at the first tensor: float hyperparameters need none.
     """
 
     __slots__ = ("dtypes", "kinds", "leaves", "ranks")
 
     def __init__(self, leaves: list) -> None:
         self.leaves = leaves
-        self.kinds = kinds = [(leaf.dim(), leaf.dtype) for leaf in leaves]
+        self.kinds = None
+
+    def _read_kinds(self) -> None:
+        self.kinds = kinds = [(leaf.dim(), leaf.dtype) for leaf in self.leaves]
         self.ranks = tuple(dict.fromkeys(kinds))  # distinct (rank, dtype), in order
         self.dtypes = tuple(dict.fromkeys(dtype for _, dtype in self.ranks))
 
@@ -194,6 +198,8 @@ class PerLeaf:
                 value.to(dtype=leaf.dtype) if isinstance(value, torch.Tensor) else value
                 for value, leaf in zip(hyper.values, self.leaves)
             ]
+        if self.kinds is None:
+            self._read_kinds()
         converted = {dtype: hyper.to(dtype=dtype) for dtype in self.dtypes}
         views = {key: lead(converted[key[1]], key[0]) for key in self.ranks}
         return [views[key] for key in self.kinds]
@@ -242,6 +248,13 @@ def check_tree(api: str, name: str, value: Any, kind: str | None = None, tree: b
             check(api, f"every leaf of {name}", leaf, kind or name)
         return value
     return check(api, name, value, kind)
+
+
+def check_flag(api: str, name: str, value: Any) -> bool:
+    """A switch (``amsgrad``, ``maximize``) given as a bool, as ``torch.optim`` documents it."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{api}: {name} must be True or False, got {type(value).__name__}.")
+    return value
 
 
 def check_momentum(
@@ -294,22 +307,38 @@ def check_number(
         raise ValueError(f"{api}: {name} must be >= {low}{upper}, got {value!r}.")
 
 
+def check_not_shared(
+    api: str, name: str, hyper: torch.Tensor, leaves: list, paths: Callable, params: Any = None
+) -> None:
+    """A per-member value is refused for a tensor an Ensemble keeps shared.
+
+    Such a tensor has no member dim, whatever its size; ``leaves`` are the gradients
+    and ``params`` the parameters (in the same order; they are what an Ensemble
+    marks). Eagerly a shared tensor is known by its mark or its identity; under
+    ``torch.compile`` by its mark only, which dynamo guards as an attribute of the
+    tensor (fresh tensors compile once, a marked one is caught when traced), where an
+    identity lookup would guard on every leaf's id and compile again per step. An
+    Ensemble marks every tensor it declares shared; only a tensor class that refuses
+    attributes is known by identity alone, and so only eagerly. Under ``vmap`` the
+    leaves are batched wrappers, without the mark: nothing is known shared there.
+    """
+    shared = is_marked_shared if _is_compiling() else is_shared
+    for index, leaf in (*enumerate(leaves), *enumerate(params or ())):
+        if shared(leaf):
+            raise ValueError(
+                f"{api}: {name} has shape {list(hyper.shape)} (one value per member), but "
+                f"the leaf {paths(index)} is a tensor an Ensemble keeps shared: it has no "
+                f"member dim, whatever its size. Give shared tensors a hyperparameter without "
+                f"a member dim (a per-leaf tree of {name}, or a float)."
+            )
+
+
 def check_leading(api: str, name: str, hyper: Hyper, leaves: list, paths: Callable) -> None:
     """A tensor hyperparameter's shape must be a prefix of every leaf's shape."""
     if isinstance(hyper, torch.Tensor):
         prefix = hyper.shape
         width = len(prefix)
-        # shared tensors are known by identity: traced, the lookup guards on each leaf's id and
-        # compiles again for every fresh gradient, so under torch.compile only shapes are checked
-        by_identity = width and not _is_compiling()
         for index, leaf in enumerate(leaves):
-            if by_identity and is_shared(leaf):
-                raise ValueError(
-                    f"{api}: {name} has shape {list(prefix)} (one value per member), but the "
-                    f"leaf {paths(index)} is a tensor an Ensemble keeps shared: it has no member "
-                    f"dim, whatever its size. Give shared tensors a hyperparameter without a "
-                    f"member dim (a per-leaf tree of {name}, or a float)."
-                )
             if leaf.shape[:width] != prefix:
                 raise ValueError(
                     f"{api}: {name} has shape {list(prefix)}, but the leaf {paths(index)} has "

@@ -70,6 +70,12 @@ class _Foreach:
     def sqrt(self, xs):
         return torch._foreach_sqrt(xs)
 
+    def neg(self, xs):
+        return torch._foreach_neg(xs)
+
+    def maximum_(self, xs, ys):
+        return torch._foreach_maximum(xs, ys)
+
     def div(self, xs, scale):
         return torch._foreach_div(xs, scale)
 
@@ -139,6 +145,10 @@ class _InPlace(_Foreach):
     addcmul_ = _Foreach.addcmul_tmp
     addcdiv_ = _Foreach.addcdiv_tmp
 
+    def maximum_(self, xs, ys):
+        torch._foreach_maximum_(xs, ys)
+        return xs
+
     def descend(self, params, num, denom, value, decay):
         """``params = params * (1 - decay) + value * num / denom``, in place."""
         if decay is not None:
@@ -202,6 +212,12 @@ class _Tensorwise:
 
     def sqrt(self, xs):
         return [torch.sqrt(x) for x in xs]
+
+    def neg(self, xs):
+        return [torch.neg(x) for x in xs]
+
+    def maximum_(self, xs, ys):
+        return [torch.maximum(x, y) for x, y in zip(xs, ys)]
 
     def div(self, xs, scale):
         return [x / s for x, s in zip(xs, _pairs(scale, len(xs)))]

@@ -13,6 +13,7 @@ the in-place kernel.
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 from . import _compose
@@ -20,6 +21,7 @@ from . import _hyper as H
 from ._chain import (
     DECAYED_WEIGHTS,
     LEARNING_RATE,
+    NEGATE,
     adam_stage,
     momentum_fixed,
     momentum_stage,
@@ -28,32 +30,50 @@ from ._chain import (
 from ._transform import GradientTransformation
 
 
-def _adam_stages(decoupled: bool) -> tuple:
-    if decoupled:
-        return (adam_stage(), DECAYED_WEIGHTS, LEARNING_RATE)
-    return (DECAYED_WEIGHTS, adam_stage(), LEARNING_RATE)
+def _adam_stages(decoupled: bool, amsgrad: bool, maximize: bool) -> tuple:
+    adam = adam_stage(amsgrad)
+    stages = (adam, DECAYED_WEIGHTS) if decoupled else (DECAYED_WEIGHTS, adam)
+    return _maximized(maximize, stages + (LEARNING_RATE,))
 
 
-def _sgd_stages(with_momentum: bool, nesterov: bool) -> tuple:
+def _sgd_stages(with_momentum: bool, nesterov: bool, maximize: bool) -> tuple:
     if not with_momentum:
-        return (DECAYED_WEIGHTS, LEARNING_RATE)
-    return (DECAYED_WEIGHTS, momentum_stage(nesterov), LEARNING_RATE)
+        return _maximized(maximize, (DECAYED_WEIGHTS, LEARNING_RATE))
+    return _maximized(maximize, (DECAYED_WEIGHTS, momentum_stage(nesterov), LEARNING_RATE))
 
 
-def _rmsprop_stages(centered: bool, with_momentum: bool) -> tuple:
-    return (DECAYED_WEIGHTS, rms_stage(centered, with_momentum), LEARNING_RATE)
+def _rmsprop_stages(centered: bool, with_momentum: bool, maximize: bool) -> tuple:
+    stages = (DECAYED_WEIGHTS, rms_stage(centered, with_momentum), LEARNING_RATE)
+    return _maximized(maximize, stages)
 
 
-def _with_plan(stages: tuple) -> tuple:
-    return stages, _compose.plan(stages)
+def _maximized(maximize: bool, stages: tuple) -> tuple:
+    # torch.optim negates the gradient before anything else reads it
+    return (NEGATE, *stages) if maximize else stages
+
+
+def _tables(make) -> tuple[dict, dict]:
+    """The stages by every option that changes them, and the stateful steps' segments.
+
+    The segments are keyed by the same options and whether weight decay is on: with
+    ``weight_decay`` the number 0, ``add_decayed_weights`` adds nothing, and a step
+    leaves it out (one stage call fewer; the same numbers).
+    """
+    stages = {flags: make(*flags) for flags in itertools.product(_FLAGS, repeat=3)}
+    segments = {}
+    for flags, own in stages.items():
+        without = tuple(stage for stage in own if stage is not DECAYED_WEIGHTS)
+        segments[(*flags, True)] = _compose.plan(own)
+        segments[(*flags, False)] = _compose.plan(without)
+    return stages, segments
 
 
 _FLAGS = (False, True)
-# (stages, segments) by the options that change them, made once: the stateful optimizers
-# look theirs up on every step (also while torch.compile traces the step)
-ADAM = {decoupled: _with_plan(_adam_stages(decoupled)) for decoupled in _FLAGS}
-SGD = {(m, n): _with_plan(_sgd_stages(m, n)) for m in _FLAGS for n in _FLAGS}
-RMSPROP = {(c, m): _with_plan(_rmsprop_stages(c, m)) for c in _FLAGS for m in _FLAGS}
+# made once: the stateful optimizers look theirs up when a group's values change (also
+# while torch.compile traces the step)
+ADAM, ADAM_SEGMENTS = _tables(_adam_stages)  # (decoupled, amsgrad, maximize)
+SGD, SGD_SEGMENTS = _tables(_sgd_stages)  # (with momentum, nesterov, maximize)
+RMSPROP, RMSPROP_SEGMENTS = _tables(_rmsprop_stages)  # (centered, with momentum, maximize)
 
 
 def adam(
@@ -61,7 +81,9 @@ def adam(
     betas: tuple = (0.9, 0.999),
     eps: float = 1e-8,
     weight_decay: Any = 0.0,
+    amsgrad: bool = False,
     *,
+    maximize: bool = False,
     eps_root: float = 0.0,
 ) -> GradientTransformation:
     """Adam, as ``torch.optim.Adam`` computes it (L2 weight decay added to the gradient).
@@ -74,8 +96,13 @@ def adam(
     it (e.g. ``1e-16``) when differentiating through steps where a gradient entry
     can be exactly zero, where ``sqrt`` has no derivative.
 
-    The same as ``chain(add_decayed_weights(weight_decay), scale_by_adam(*betas, eps),
-    scale_by_learning_rate(lr))``, with one state.
+    ``amsgrad=True`` divides by the running maximum of the second moment (the
+    state keeps ``max_exp_avg_sq``) and ``maximize=True`` ascends the gradient, as
+    the same options of ``torch.optim.Adam``.
+
+    The same as ``chain(add_decayed_weights(weight_decay), scale_by_adam(*betas, eps,
+    amsgrad=amsgrad), scale_by_learning_rate(lr))`` (after ``negate()`` to maximize),
+    with one state.
 
     Example:
         >>> import torch
@@ -88,7 +115,9 @@ def adam(
         >>> apply_updates(params, updates)["w"][:, 0]
         tensor([0.9000, 0.9900, 1.0000])
     """
-    return _adam("adam", lr, betas, eps, weight_decay, eps_root, decoupled=False)
+    return _adam(
+        "adam", lr, betas, eps, weight_decay, eps_root, False, amsgrad, maximize
+    )  # fmt: skip
 
 
 def adamw(
@@ -96,13 +125,16 @@ def adamw(
     betas: tuple = (0.9, 0.999),
     eps: float = 1e-8,
     weight_decay: Any = 1e-2,
+    amsgrad: bool = False,
     *,
+    maximize: bool = False,
     eps_root: float = 0.0,
 ) -> GradientTransformation:
     """AdamW: Adam with decoupled weight decay, as ``torch.optim.AdamW``.
 
-    Hyperparameters as in :func:`adam`; the same as ``chain(scale_by_adam(*betas, eps),
-    add_decayed_weights(weight_decay), scale_by_learning_rate(lr))``, with one state.
+    Hyperparameters and options as in :func:`adam`; the same as ``chain(scale_by_adam(
+    *betas, eps, amsgrad=amsgrad), add_decayed_weights(weight_decay),
+    scale_by_learning_rate(lr))`` (after ``negate()`` to maximize), with one state.
 
     Example:
         >>> import torch
@@ -114,11 +146,20 @@ def adamw(
         >>> apply_updates(params, updates)["w"]
         tensor([0.9500, 0.9500])
     """
-    return _adam("adamw", lr, betas, eps, weight_decay, eps_root, decoupled=True)
+    return _adam(
+        "adamw", lr, betas, eps, weight_decay, eps_root, True, amsgrad, maximize
+    )  # fmt: skip
 
 
-def _adam(name, lr, betas, eps, weight_decay, eps_root, decoupled) -> GradientTransformation:
+def _adam(
+    name, lr, betas, eps, weight_decay, eps_root, decoupled, amsgrad, maximize
+) -> GradientTransformation:
     api = f"tdfunc.optim.{name}"
+    flags = (
+        decoupled,
+        H.check_flag(api, "amsgrad", amsgrad),
+        H.check_flag(api, "maximize", maximize),
+    )
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise TypeError(f"{api}: betas must be a pair (beta1, beta2), got {betas!r}.")
     hypers = {
@@ -129,7 +170,7 @@ def _adam(name, lr, betas, eps, weight_decay, eps_root, decoupled) -> GradientTr
         "weight_decay": H.check_tree(api, "weight_decay", weight_decay),
         "eps_root": H.check_tree(api, "eps_root", eps_root),
     }
-    return GradientTransformation(name, ADAM[decoupled][0], hypers)
+    return GradientTransformation(name, ADAM[flags], hypers)
 
 
 def sgd(
@@ -138,6 +179,8 @@ def sgd(
     nesterov: bool = False,
     weight_decay: Any = 0.0,
     dampening: float = 0.0,
+    *,
+    maximize: bool = False,
 ) -> GradientTransformation:
     """SGD with optional (Nesterov) momentum and L2 weight decay, as ``torch.optim.SGD``.
 
@@ -145,7 +188,7 @@ def sgd(
     :func:`adam`); ``lr`` may be a pytree shaped like the parameters (Meta-SGD).
     The same as ``chain(add_decayed_weights(weight_decay), scale_by_momentum(momentum,
     dampening, nesterov), scale_by_learning_rate(lr))`` (without the momentum when it
-    is 0), with one state.
+    is 0), with one state; ``maximize=True`` ascends (``negate()`` first in the chain).
 
     Example:
         >>> import torch
@@ -166,7 +209,7 @@ def sgd(
     hypers.update(H.check_momentum(api, momentum, dampening, nesterov))
     with_momentum = not H.is_zero(hypers["momentum"])
     check = functools.partial(momentum_fixed, with_momentum)
-    stages = SGD[with_momentum, bool(nesterov)][0]
+    stages = SGD[with_momentum, bool(nesterov), H.check_flag(api, "maximize", maximize)]
     return GradientTransformation("sgd", stages, hypers, check)
 
 
@@ -177,11 +220,14 @@ def rmsprop(
     weight_decay: Any = 0.0,
     momentum: Any = 0.0,
     centered: bool = False,
+    *,
+    maximize: bool = False,
 ) -> GradientTransformation:
     """RMSprop, as ``torch.optim.RMSprop``; hyperparameters as in :func:`adam`.
 
     The same as ``chain(add_decayed_weights(weight_decay), scale_by_rms(alpha, eps,
-    centered, momentum), scale_by_learning_rate(lr))``, with one state.
+    centered, momentum), scale_by_learning_rate(lr))``, with one state;
+    ``maximize=True`` ascends (``negate()`` first in the chain).
 
     Example:
         >>> import torch
@@ -201,5 +247,5 @@ def rmsprop(
     }
     with_momentum = not H.is_zero(hypers["momentum"])
     check = functools.partial(momentum_fixed, with_momentum)
-    stages = RMSPROP[bool(centered), with_momentum][0]
+    stages = RMSPROP[bool(centered), with_momentum, H.check_flag(api, "maximize", maximize)]
     return GradientTransformation("rmsprop", stages, hypers, check)

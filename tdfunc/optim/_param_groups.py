@@ -25,6 +25,8 @@ class ParamGroups:
     _hypers: dict[str, Any] = {}
     # group keys that must be Python numbers
     _numbers: tuple[str, ...] = ()
+    # group keys that are switches (bools, False where missing)
+    _flags: tuple[str, ...] = ()
     _checked: list
 
     @property
@@ -47,7 +49,9 @@ class ParamGroups:
                     if isinstance(value, torch.Tensor) and not isinstance(value, PerMember):
                         # a bad value is refused by the next step; the groups stay readable
                         with contextlib.suppress(TypeError, ValueError):
-                            check_group(type(self).__name__, group, self._hypers, self._numbers)
+                            check_group(
+                                type(self).__name__, group, self._hypers, self._numbers, self._flags
+                            )
                         break
         return groups
 
@@ -59,20 +63,23 @@ class ParamGroups:
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         group.setdefault("member_dim", True)
-        check_group(type(self).__name__, group, self._hypers, self._numbers)
+        check_group(type(self).__name__, group, self._hypers, self._numbers, self._flags)
         # resolved now, eagerly: a compiled step then finds them ready
         self._checked = []
         self._resolved()
 
-    def _resolved(self) -> list[dict]:
-        """Each group's hyperparameters for the rules, checked again where one was replaced.
+    def _resolved(self) -> list[tuple[dict, dict]]:
+        """``(group, plan)`` per group: its hyperparameters for the rules, checked again
+        where one was replaced, with what they decide made once (:meth:`_plan`).
 
         ``group["lr"] = value`` between steps is a door too (the group is the plain
         dict that ``torch.optim`` and ``torch.compile`` expect, so it cannot check
-        writes itself). A group is checked again when any of its values is new
-        (identity), a few comparisons per step. Per-member tensors are handed to the
-        rules as plain tensors sharing the kept :class:`PerMember`'s memory (a
-        scheduler's ``fill_`` reaches them): ``torch.compile`` traces plain tensors.
+        writes itself). A group is checked again, and its plan made again, when any of
+        its values is new (identity for tensors, value and type for numbers and flags):
+        the plan is keyed on every value of the group, a few comparisons per step.
+        Per-member tensors are handed to the rules as plain tensors sharing the kept
+        :class:`PerMember`'s memory (a scheduler's ``fill_`` reaches them):
+        ``torch.compile`` traces plain tensors.
         """
         # torch.optim's __getstate__ leaves it out of copies and pickles: made again here
         checked = self.__dict__.setdefault("_checked", [])
@@ -83,10 +90,20 @@ class ParamGroups:
         for index, group in enumerate(groups):
             seen = checked[index]
             if seen is None or seen[0] is not group or not _same_values(seen[1], group):
-                check_group(f"{type(self).__name__}.step", group, self._hypers, self._numbers)
-                seen = checked[index] = (group, dict(group), _plain_views(group))
-            out.append(seen[2])
+                check_group(
+                    f"{type(self).__name__}.step", group, self._hypers, self._numbers, self._flags
+                )
+                seen = checked[index] = (group, dict(group), self._plan(_plain_views(group)))
+            out.append((group, seen[2]))
         return out
+
+    def _plan(self, views: dict) -> dict:
+        """What a step reads of a group (``views``: its values, params left out).
+
+        Subclasses add what the values decide (the stages to run, derived names),
+        so that a step looks nothing up that its group has not changed.
+        """
+        return views
 
 
 def _same_values(seen: dict, group: dict) -> bool:

@@ -22,10 +22,15 @@ import torch
 from . import _hyper as H
 
 
-def adam(K, params, grads, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, decay, eps_root):
+def adam(
+    K, params, grads, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, decay, eps_root,
+    max_exp_avg_sq=None,
+):  # fmt: skip
     """The Adam step ``-lr * m_hat / (sqrt(v_hat) + eps)``, minus ``lr * decay * params``.
 
-    ``decay`` is AdamW's decoupled weight decay (``None``: none).
+    ``decay`` is AdamW's decoupled weight decay (``None``: none). With
+    ``max_exp_avg_sq`` (AMSGrad), the running maximum of the second moment takes
+    its place in the denominator, as in ``torch.optim.Adam(amsgrad=True)``.
     """
     # every hyperparameter first, then the kernels back to back: small operations
     # between big kernels run on caches the kernels have just evicted. Derived values
@@ -55,13 +60,16 @@ def adam(K, params, grads, exp_avg, exp_avg_sq, step, *, lr, beta1, beta2, eps, 
 
     exp_avg = K.lerp_(exp_avg, grads, average_weight)
     exp_avg_sq = K.addcmul_tmp(K.mul_(exp_avg_sq, square_decay), grads, grads, square_weight)
+    second = exp_avg_sq
+    if max_exp_avg_sq is not None:
+        second = max_exp_avg_sq = K.maximum_(max_exp_avg_sq, exp_avg_sq)
     if root_eps is None:
-        denom = K.shift_tmp(K.div_tmp(K.sqrt(exp_avg_sq), root_correction2), eps)
+        denom = K.shift_tmp(K.div_tmp(K.sqrt(second), root_correction2), eps)
     else:
-        corrected = K.shift_tmp(K.div(exp_avg_sq, correction2), root_eps)
+        corrected = K.shift_tmp(K.div(second, correction2), root_eps)
         denom = K.shift_tmp(K.sqrt(corrected), eps)
     updates = K.descend(params, exp_avg, denom, neg_step_size, decay)
-    return updates, exp_avg, exp_avg_sq
+    return updates, exp_avg, exp_avg_sq, max_exp_avg_sq
 
 
 def momentum(K, params, grads, momentum_buffer, step, *, lr, momentum, dampening, nesterov):

@@ -2,8 +2,8 @@
 
 A state dict saved by ``torch.optim`` (or by another class of ``tdfunc.optim``)
 loads only if it describes the same update: its groups are checked against the
-parameters they will drive before anything is loaded, and options this class
-does not implement are refused by name.
+parameters they will drive before anything is loaded. As in ``torch.optim``, the
+saved groups' options (``maximize``, ``amsgrad``) replace the optimizer's own.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ class StateDict:
 
     _hypers: dict[str, Any]
     _numbers: tuple[str, ...]
+    _flags: tuple[str, ...]
     _checked: list
 
     def state_dict(self) -> dict[str, Any]:
@@ -35,24 +36,13 @@ class StateDict:
             # checked against the parameters it will drive, before anything is loaded
             trial = {**saved, "params": group["params"]}
             trial.setdefault("member_dim", group.get("member_dim", True))
-            check_group(api, trial, self._hypers, self._numbers)
+            check_group(api, trial, self._hypers, self._numbers, self._flags)
         super().load_state_dict(state_dict)
         for group in self.param_groups:
             group.setdefault("member_dim", True)
-            check_group(api, group, self._hypers, self._numbers)
+            check_group(api, group, self._hypers, self._numbers, self._flags)
         self._checked = []
         self._resolved()
 
-    # options of torch.optim's optimizers that change the update and that this class does
-    # not implement: a state dict saved with one set would be followed without it
-    _unsupported_options: tuple[str, ...] = ("maximize",)
-
     def _check_loaded_group(self, group: dict) -> None:
-        api = f"{type(self).__name__}.load_state_dict"
-        for name in self._unsupported_options:
-            if group.get(name):
-                raise ValueError(
-                    f"{api}: the state dict was saved with {name}={group[name]!r}, which "
-                    f"{type(self).__name__} does not implement; load it into the torch.optim "
-                    f"optimizer that saved it, or save it with {name}=False."
-                )
+        """Refuse a saved group that describes another update (none by default)."""

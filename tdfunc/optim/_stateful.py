@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .._ensemble.members import optimizer_groups
-from . import _complex, _compose, _kernels, _named
+from . import _complex, _compose, _kernels, _named, _options
 from . import _hyper as H
 from ._groups import PerMember as PerMember
 from ._param_groups import ParamGroups
@@ -43,12 +43,29 @@ class _Stacked(Steps, ParamGroups, StateDict, torch.optim.Optimizer):
         _compose.run(segments, _kernels.INPLACE, params, grads, moments, step, hypers)
 
 
+def _decays(views: dict) -> bool:
+    """Whether weight decay changes anything (a tensor may be learned: never skipped)."""
+    return not H.is_zero(views["weight_decay"])
+
+
 def _fresh_adam(group: dict, param: torch.Tensor) -> dict:
-    return {
+    state = {
         "step": None,  # set by Adam._on_new_states
         "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
         "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format),
     }
+    if group["amsgrad"]:
+        state["max_exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+    return state
+
+
+def _amsgrad_state_missing(api: str, where: str) -> ValueError:
+    return ValueError(
+        f"{api}: amsgrad=True, but the state of {where} has no 'max_exp_avg_sq' (it was "
+        f"made while amsgrad was off). The running maximum of the earlier steps is unknown, "
+        f"and torch.optim cannot continue such a state either: keep amsgrad as the state "
+        f"was made, or start a new optimizer with amsgrad=True."
+    )
 
 
 class Adam(_Stacked):
@@ -65,6 +82,12 @@ class Adam(_Stacked):
         betas: as in ``torch.optim.Adam``; floats or ``[N]`` tensors.
         eps: as in ``torch.optim.Adam``.
         weight_decay: as in ``torch.optim.Adam``; a float or an ``[N]`` tensor.
+        amsgrad: as in ``torch.optim.Adam``: divide by the running maximum of the
+            second moment (kept as ``max_exp_avg_sq``).
+        maximize: as in ``torch.optim.Adam``: ascend the gradient.
+        foreach, capturable, differentiable, fused: ``torch.optim``'s implementation
+            switches: ``foreach`` is accepted (the step always runs foreach kernels
+            with the single-tensor arithmetic); the others are refused when set.
 
     Example:
         >>> import torch
@@ -79,9 +102,9 @@ class Adam(_Stacked):
 
     _hypers = {"lr": "lr", "betas": ("beta1", "beta2"), "weight_decay": "weight_decay"}
     _numbers = ("eps",)
+    _flags = ("amsgrad", "maximize")
     _fresh = staticmethod(_fresh_adam)
     _decoupled = False
-    _unsupported_options = ("maximize", "amsgrad")
 
     def _check_loaded_group(self, group: dict) -> None:
         super()._check_loaded_group(group)
@@ -95,6 +118,16 @@ class Adam(_Stacked):
             )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        states = state_dict.get("state", {})
+        for saved in state_dict.get("param_groups", ()):
+            if saved.get("amsgrad"):
+                for index in saved.get("params", ()):
+                    state = states.get(index)
+                    if state and "max_exp_avg_sq" not in state:
+                        where = f"parameter {index} of the state dict"
+                        raise _amsgrad_state_missing(
+                            f"{type(self).__name__}.load_state_dict", where
+                        )
         super().load_state_dict(state_dict)
         for group in self.param_groups:
             group.setdefault("decoupled_weight_decay", self._decoupled)
@@ -103,6 +136,17 @@ class Adam(_Stacked):
             if step is not None and not isinstance(step, torch.Tensor):
                 # older torch.optim state dicts hold the count as a Python number
                 state["step"] = torch.tensor(float(step), dtype=torch.float32)
+
+    def _check_states(self, resolved: list) -> None:
+        # every group before any steps: a refused step leaves every state as it was
+        for group, plan in resolved:
+            if not plan["amsgrad"]:
+                continue
+            for param in group["params"]:
+                state = self.state.get(param)
+                if state and param.grad is not None and "max_exp_avg_sq" not in state:
+                    where = f"a parameter of shape {list(param.shape)}"
+                    raise _amsgrad_state_missing(f"{type(self).__name__}.step", where)
 
     def _on_new_states(self, states: list) -> None:
         # the step counters of parameters started together are the elements of one
@@ -118,32 +162,61 @@ class Adam(_Stacked):
         betas: tuple = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: Any = 0.0,
+        amsgrad: bool = False,
+        *,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
+        decoupled_weight_decay: bool = False,
     ) -> None:
+        api = type(self).__name__
+        _options.check(
+            api, api.lower(), foreach=foreach, capturable=capturable,
+            differentiable=differentiable, fused=fused,
+        )  # fmt: skip
+        if decoupled_weight_decay is not self._decoupled:
+            H.check_flag(api, "decoupled_weight_decay", decoupled_weight_decay)
+            other = "AdamW" if decoupled_weight_decay else "Adam"
+            raise ValueError(
+                f"{api}: decoupled_weight_decay={decoupled_weight_decay} is "
+                f"tdfunc.optim.{other}'s weight decay; use tdfunc.optim.{other}."
+            )
         defaults = {
             "lr": lr,
             "betas": betas,
             "eps": eps,
             "weight_decay": weight_decay,
+            "amsgrad": amsgrad,
+            "maximize": maximize,
             # saved with the state dict, so that a load into the other class is refused
             # (torch.optim.Adam saves it too)
             "decoupled_weight_decay": self._decoupled,
         }
         super().__init__(params, defaults)
 
-    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
-        beta1, beta2 = group["betas"]
-        steps = [state["step"] for state in states]
-        _advance(steps)
-        hypers = {
-            "lr": group["lr"], "beta1": beta1, "beta2": beta2, "eps": group["eps"],
-            "weight_decay": group["weight_decay"], "eps_root": 0.0,
+    def _plan(self, views: dict) -> dict:
+        beta1, beta2 = views["betas"]
+        amsgrad = views["amsgrad"]
+        return {
+            "lr": views["lr"], "beta1": beta1, "beta2": beta2, "eps": views["eps"],
+            "weight_decay": views["weight_decay"], "eps_root": 0.0, "amsgrad": amsgrad,
+            "segments": _named.ADAM_SEGMENTS[
+                self._decoupled, amsgrad, views["maximize"], _decays(views)
+            ],
         }  # fmt: skip
+
+    def _update(self, plan: dict, params: list, grads: list, states: list) -> None:
         moments = [
             [state["exp_avg"] for state in states],
             [state["exp_avg_sq"] for state in states],
         ]
-        segments = _named.ADAM[self._decoupled][1]
-        self._run(segments, hypers, params, grads, moments, _step_count(steps[0]))
+        if plan["amsgrad"]:
+            moments.append([state["max_exp_avg_sq"] for state in states])
+        steps = [state["step"] for state in states]
+        _advance(steps)
+        self._run(plan["segments"], plan, params, grads, moments, _step_count(steps[0]))
 
 
 class AdamW(Adam):
@@ -168,8 +241,19 @@ class AdamW(Adam):
         betas: tuple = (0.9, 0.999),
         eps: float = 1e-8,
         weight_decay: Any = 1e-2,
+        amsgrad: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        capturable: bool = False,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ) -> None:
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        super().__init__(
+            params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+            maximize=maximize, foreach=foreach, capturable=capturable,
+            differentiable=differentiable, fused=fused, decoupled_weight_decay=True,
+        )  # fmt: skip
 
 
 class SGD(_Stacked):
@@ -190,6 +274,7 @@ class SGD(_Stacked):
 
     _hypers = {"lr": "lr", "momentum": "momentum", "weight_decay": "weight_decay"}
     _numbers = ("dampening",)
+    _flags = ("maximize",)
 
     def __init__(
         self,
@@ -199,7 +284,15 @@ class SGD(_Stacked):
         dampening: float = 0.0,
         weight_decay: Any = 0.0,
         nesterov: bool = False,
+        *,
+        maximize: bool = False,
+        foreach: bool | None = None,
+        differentiable: bool = False,
+        fused: bool | None = None,
     ) -> None:
+        _options.check(
+            "SGD", "sgd", foreach=foreach, differentiable=differentiable, fused=fused
+        )  # fmt: skip
         checked = H.check_momentum(type(self).__name__, momentum, dampening, nesterov)
         momentum, dampening = checked["momentum"], checked["dampening"]
         defaults = {
@@ -208,6 +301,7 @@ class SGD(_Stacked):
             "dampening": dampening,
             "weight_decay": weight_decay,
             "nesterov": bool(nesterov),
+            "maximize": maximize,
         }
         super().__init__(params, defaults)
 
@@ -230,12 +324,16 @@ class SGD(_Stacked):
                 f"step all members, or use dampening=0."
             )
 
-    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
-        with_momentum = not H.is_zero(group["momentum"])
+    def _plan(self, views: dict) -> dict:
+        with_momentum = not H.is_zero(views["momentum"])
+        flags = (with_momentum, views["nesterov"], views["maximize"], _decays(views))
+        return {**views, "with_momentum": with_momentum, "segments": _named.SGD_SEGMENTS[flags]}
+
+    def _update(self, plan: dict, params: list, grads: list, states: list) -> None:
+        with_momentum = plan["with_momentum"]
         unstarted = not states[0].get("_started", True)
         moments = [[state["momentum_buffer"] for state in states]] if with_momentum else []
-        segments = _named.SGD[with_momentum, group["nesterov"]][1]
-        self._run(segments, group, params, grads, moments, 1 if unstarted else 2)
+        self._run(plan["segments"], plan, params, grads, moments, 1 if unstarted else 2)
         for state in states:
             state["_started"] = True
 
@@ -269,6 +367,7 @@ class RMSprop(_Stacked):
 
     _hypers = {"lr": "lr", "alpha": "alpha", "weight_decay": "weight_decay", "momentum": "momentum"}
     _numbers = ("eps",)
+    _flags = ("maximize",)
 
     def __init__(
         self,
@@ -279,7 +378,15 @@ class RMSprop(_Stacked):
         weight_decay: Any = 0.0,
         momentum: Any = 0.0,
         centered: bool = False,
+        capturable: bool = False,
+        foreach: bool | None = None,
+        maximize: bool = False,
+        differentiable: bool = False,
     ) -> None:
+        _options.check(
+            "RMSprop", "rmsprop", foreach=foreach, capturable=capturable,
+            differentiable=differentiable,
+        )  # fmt: skip
         defaults = {
             "lr": lr,
             "alpha": alpha,
@@ -287,6 +394,7 @@ class RMSprop(_Stacked):
             "weight_decay": weight_decay,
             "momentum": momentum,
             "centered": bool(centered),
+            "maximize": maximize,
         }
         super().__init__(params, defaults)
 
@@ -298,18 +406,23 @@ class RMSprop(_Stacked):
             state["grad_avg"] = torch.zeros_like(param)
         return state
 
-    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
+    def _plan(self, views: dict) -> dict:
+        with_momentum = not H.is_zero(views["momentum"])
+        flags = (views["centered"], with_momentum, views["maximize"], _decays(views))
+        segments = _named.RMSPROP_SEGMENTS[flags]
+        return {**views, "with_momentum": with_momentum, "segments": segments}
+
+    def _update(self, plan: dict, params: list, grads: list, states: list) -> None:
         _advance([state["step"] for state in states])
-        with_momentum = not H.is_zero(group["momentum"])
+        with_momentum = plan["with_momentum"]
         if with_momentum:
             for state, param in zip(states, params):
                 # momentum switched on after the first steps: its buffer starts at zero
                 if state.get("momentum_buffer") is None:
                     state["momentum_buffer"] = torch.zeros_like(param)
         moments = [[state["square_avg"] for state in states]]
-        if group["centered"]:
+        if plan["centered"]:
             moments.append([state["grad_avg"] for state in states])
         if with_momentum:
             moments.append([state["momentum_buffer"] for state in states])
-        segments = _named.RMSPROP[group["centered"], with_momentum][1]
-        self._run(segments, group, params, grads, moments, None)
+        self._run(plan["segments"], plan, params, grads, moments, None)

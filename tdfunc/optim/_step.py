@@ -105,7 +105,9 @@ class Steps:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group, hypers in zip(self.param_groups, self._resolved()):
+        resolved = self._resolved()
+        self._check_states(resolved)
+        for group, hypers in resolved:
             self._prepare(group)
             if members is None or not group["member_dim"]:
                 for params, grads, states in self._gather(group).values():
@@ -186,13 +188,19 @@ class Steps:
     def _check_rows(self, api: str, group: dict) -> None:
         """Refuse what a step of some members cannot follow (none by default)."""
 
+    def _check_states(self, resolved: list) -> None:
+        """Refuse, before any group steps, states that this step cannot continue.
+
+        ``resolved``: ``(group, plan)`` per group, as :meth:`_resolved` gives them.
+        """
+
     def _prepare(self, group: dict) -> None:
         """Called with each group before its step."""
 
     def _fresh(self, group: dict, param: torch.Tensor) -> dict:
         raise NotImplementedError
 
-    def _update(self, group: dict, params: list, grads: list, states: list) -> None:
+    def _update(self, plan: dict, params: list, grads: list, states: list) -> None:
         raise NotImplementedError
 
     def _on_new_states(self, states: list) -> None:

@@ -207,7 +207,7 @@ class GradientTransformation:
             for name in self._moments
         }
         if is_tensor_collection(params):
-            return TensorDict({"step": step, **moments}, batch_size=batch_size)
+            return _state_like(params, {"step": step, **moments})
         return {"step": step, **moments}
 
     def update(
@@ -270,7 +270,7 @@ class GradientTransformation:
         for name, moment in zip(self._moments, new_moments):
             new_state[name] = pytree.tree_unflatten(moment, grad_spec)
         if is_tensor_collection(state):
-            new_state = TensorDict(new_state, batch_size=state.batch_size)
+            new_state = _state_like(state, new_state)
         return pytree.tree_unflatten(updates, grad_spec), new_state
 
     def _update_tensordicts(
@@ -311,12 +311,12 @@ class GradientTransformation:
 
     def _compute(self, api, grads, grad_leaves, param_leaves, step, moments, members, followers):
         """The stages on flat lists: update leaves, the new step count, the new moments."""
-        hypers, tensor_hypers = self._resolve(api, grad_leaves, grads)
+        hypers, tensor_hypers = self._resolve(api, grad_leaves, grads, param_leaves)
         segments = self._segments
         if followers:
             for follower in followers:
                 own, own_tensors = follower._resolve(
-                    f"tdfunc.optim.{follower._name}(...).update", grad_leaves, grads
+                    f"tdfunc.optim.{follower._name}(...).update", grad_leaves, grads, param_leaves
                 )
                 hypers.update(own)
                 tensor_hypers += own_tensors
@@ -398,10 +398,12 @@ class GradientTransformation:
         if members is not None:
             new_step = torch.where(_member_mask(api, members, step), new_step, step)
         if is_tensor_collection(state):
-            return TensorDict({"step": new_step}, batch_size=state.batch_size)
+            return _state_like(state, {"step": new_step})
         return {"step": new_step}
 
-    def _resolve(self, api: str, leaves: list, grads: Any) -> tuple[dict, list]:
+    def _resolve(
+        self, api: str, leaves: list, grads: Any, params: list | None = None
+    ) -> tuple[dict, list]:
         """The hyperparameters for this step, and their tensors (checked against the leaves).
 
         Numbers need no check; tensors and pytrees are read and checked on every
@@ -410,6 +412,7 @@ class GradientTransformation:
         resolved = dict(self.hyperparameters)
         tensors = []
         paths = None
+        shared_checked = False
         for name, value in resolved.items():
             if value is None:
                 continue
@@ -425,9 +428,22 @@ class GradientTransformation:
             if paths is None:
                 paths = _paths(grads)
             H.check_leading(api, name, value, leaves, paths)
+            if not shared_checked and isinstance(value, torch.Tensor) and value.dim():
+                shared_checked = True  # one pass over the leaves, for the first such value
+                H.check_not_shared(api, name, value, leaves, paths, params)
             if isinstance(value, H.Leaves):
                 resolved[name] = H.full_rank(value, leaves)
         return resolved, tensors
+
+
+def _state_like(like: Any, entries: dict) -> Any:
+    """A state TensorDict with ``like``'s batch size and dim names.
+
+    The names are carried, not inferred from the entries: a state of a step count
+    alone has no nested entry to infer them from (the direct path keeps them too).
+    """
+    names = getattr(like, "_names", None)
+    return TensorDict(entries, batch_size=like.batch_size, names=list(names) if names else None)
 
 
 def _member_mask(api: str, members: Any, step: torch.Tensor) -> torch.Tensor:

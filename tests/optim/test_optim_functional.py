@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from optimizer_table import OPTIMIZERS, cases, member_kwargs
 from torch import nn
 from torch.func import grad, vmap
 
@@ -31,13 +32,13 @@ def batches(steps: int):
     return [torch.randn(6, 3, generator=generator) for _ in range(steps)]
 
 
-def run_functional(make_opt, kwargs, steps=4):
+def run_functional(make_opt, kwargs, steps=4, sign=1.0):
     models = make_models()
     params = TensorDict.from_modules(*models).detach()
     template = models[0]
 
     def loss(p, x):
-        return vmap(lambda q: functional_call(template, q, (x,)))(p).pow(2).sum()
+        return sign * vmap(lambda q: functional_call(template, q, (x,)))(p).pow(2).sum()
 
     opt = make_opt(**kwargs)
     state = opt.init(params)
@@ -47,7 +48,7 @@ def run_functional(make_opt, kwargs, steps=4):
     return params, state
 
 
-def run_torch(torch_cls, kwargs, steps=4):
+def run_torch(torch_cls, kwargs, steps=4, sign=1.0):
     models = make_models()
     optimizers = [
         torch_cls(m.parameters(), **{k: member(v, i) for k, v in kwargs.items()})
@@ -56,7 +57,7 @@ def run_torch(torch_cls, kwargs, steps=4):
     for x in batches(steps):
         for model, opt in zip(models, optimizers):
             opt.zero_grad()
-            model(x).pow(2).sum().backward()
+            (sign * model(x).pow(2).sum()).backward()
             opt.step()
     return models, optimizers
 
@@ -72,66 +73,30 @@ def torch_state(models, optimizers, key):
     return TensorDict(stacked, batch_size=[N]).unflatten_keys(".")
 
 
-CASES = [
-    (optim.sgd, torch.optim.SGD, {"lr": LRS}, {}),
-    (
-        optim.sgd,
-        torch.optim.SGD,
-        {"lr": LRS, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
-        {"momentum_buffer": "momentum_buffer"},
-    ),
-    (
-        optim.sgd,
-        torch.optim.SGD,
-        {"lr": 0.05, "momentum": torch.tensor([0.1, 0.5, 0.9, 0.99]), "dampening": 0.3},
-        {"momentum_buffer": "momentum_buffer"},
-    ),
-    (
-        optim.adam,
-        torch.optim.Adam,
-        {"lr": LRS, "weight_decay": 0.1},
-        {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"},
-    ),
-    (
-        optim.adam,
-        torch.optim.Adam,
-        {
-            "lr": 0.01,
-            "betas": (torch.tensor([0.8, 0.85, 0.9, 0.95]), torch.tensor([0.9, 0.99, 0.999, 0.5])),
-            "weight_decay": torch.tensor([0.0, 0.1, 0.2, 0.3]),
-        },
-        {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"},
-    ),
-    (
-        optim.adamw,
-        torch.optim.AdamW,
-        {"lr": LRS, "weight_decay": torch.tensor([0.0, 0.01, 0.1, 1.0])},
-        {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"},
-    ),
-    (
-        optim.rmsprop,
-        torch.optim.RMSprop,
-        {"lr": LRS, "alpha": 0.9, "weight_decay": 0.01},
-        {"square_avg": "square_avg"},
-    ),
-    (
-        optim.rmsprop,
-        torch.optim.RMSprop,
-        {"lr": 0.01, "momentum": torch.tensor([0.1, 0.5, 0.9, 0.0]), "centered": True},
-        {"square_avg": "square_avg", "grad_avg": "grad_avg"},
-    ),
-]
+def torch_moments(row, optimizers) -> list:
+    """The moments of ``row`` that torch.optim keeps for every member (not None)."""
+    # torch.optim.SGD keeps no state for a member without momentum
+    return [
+        key
+        for key in row.moments
+        if all(
+            opt.state and all(state.get(key) is not None for state in opt.state.values())
+            for opt in optimizers
+        )
+    ]
 
 
-@pytest.mark.parametrize(("make_opt", "torch_cls", "kwargs", "keys"), CASES)
-def test_matches_torch_optim_per_member(make_opt, torch_cls, kwargs, keys):
-    params, state = run_functional(make_opt, kwargs)
-    models, optimizers = run_torch(torch_cls, kwargs)
+@pytest.mark.parametrize(("name", "kwargs"), cases(N))
+def test_matches_torch_optim_per_member(name, kwargs):
+    row = OPTIMIZERS[name]
+    sign = -1.0 if row.maximize else 1.0  # an ascending optimizer: the negated loss
+    params, state = run_functional(row.functional, kwargs, sign=sign)
+    models, optimizers = run_torch(row.torch, kwargs, sign=sign)
     torch.testing.assert_close(params, TensorDict.from_modules(*models).detach())
     assert isinstance(state, TensorDict) and state.batch_size == torch.Size([N])
     assert torch.equal(state["step"], torch.full((N,), 4.0))
-    for ours, theirs in keys.items():
-        torch.testing.assert_close(state[ours], torch_state(models, optimizers, theirs))
+    for key in torch_moments(row, optimizers):
+        torch.testing.assert_close(state[key], torch_state(models, optimizers, key))
 
 
 def test_plain_dict_params_single_model():
@@ -155,19 +120,11 @@ def test_plain_dict_params_single_model():
         torch.testing.assert_close(state["exp_avg_sq"][name], torch_opt.state[value]["exp_avg_sq"])
 
 
-@pytest.mark.parametrize(
-    "make_opt",
-    [
-        lambda: optim.adam(lr=LRS, weight_decay=0.1),
-        lambda: optim.adamw(lr=0.1),
-        lambda: optim.sgd(lr=LRS, momentum=0.9, weight_decay=0.1),
-        lambda: optim.rmsprop(lr=0.1, momentum=0.5, centered=True),
-    ],
-)
-def test_nothing_passed_in_is_mutated(make_opt):
+@pytest.mark.parametrize(("name", "kwargs"), cases(N))
+def test_nothing_passed_in_is_mutated(name, kwargs):
     params = TensorDict.from_modules(*make_models()).detach()
     grads = params.apply(torch.randn_like)
-    opt = make_opt()
+    opt = OPTIMIZERS[name].functional(**kwargs)
     state = opt.init(params)
     _, state = opt.update(grads, state, params)  # a state with non-zero moments
     copies = [t.clone() for t in (params, grads, state)]
@@ -277,24 +234,19 @@ def test_init_puts_the_step_counter_beside_the_leaves(make):
 SUBSETS = ([0, 2], [1], [0, 1, 2], [2])
 
 
-@pytest.mark.parametrize(
-    ("name", "kwargs"),
-    [
-        ("adam", {"lr": 0.1, "weight_decay": 0.1}),
-        ("sgd", {"lr": 0.1, "momentum": 0.9}),
-        ("rmsprop", {"lr": 0.01, "centered": True, "momentum": 0.5}),
-    ],
-)
+@pytest.mark.parametrize(("name", "kwargs"), cases(3))
 @pytest.mark.parametrize("as_mask", [False, True])
 def test_update_of_some_members_matches_a_loop_stepping_those(name, kwargs, as_mask):
     generator = torch.Generator().manual_seed(0)
     start = torch.randn(3, 4, generator=generator)
-    opt = getattr(optim, name)(**kwargs)
+    row = OPTIMIZERS[name]
+    opt = row.functional(**kwargs)
     params = TensorDict({"w": start.clone()}, batch_size=[3])
     state = opt.init(params)
     references = [torch.nn.Parameter(start[i].clone()) for i in range(3)]
-    torch_cls = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD, "rmsprop": torch.optim.RMSprop}
-    loops = [torch_cls[name]([p], foreach=False, **kwargs) for p in references]
+    loops = [
+        row.torch([p], foreach=False, **member_kwargs(kwargs, i)) for i, p in enumerate(references)
+    ]
     for subset in SUBSETS:
         grad = torch.randn(3, 4, generator=generator)
         members = torch.tensor([i in subset for i in range(3)]) if as_mask else subset

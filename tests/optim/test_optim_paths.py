@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from optimizer_table import OPTIMIZERS, cases
 from torch.utils._pytree import tree_map
 
 from tdfunc import NonTensorData, TensorDict, optim
@@ -56,17 +57,18 @@ def assert_identical(ours: TensorDict, theirs: TensorDict) -> None:
             assert_identical(ours[key], theirs[key])
 
 
-OPTIMIZERS = [
-    lambda: optim.adam(lr=torch.tensor([0.1, 0.01, 0.001]), weight_decay=0.1),
-    lambda: optim.adamw(lr=0.05, betas=(torch.tensor([0.8, 0.9, 0.95]), 0.99)),
-    lambda: optim.adam(lr=0.01, eps_root=1e-16),
-    lambda: optim.sgd(lr=torch.tensor([0.1, 0.2, 0.3]), momentum=0.9, nesterov=True),
-    lambda: optim.rmsprop(lr=0.01, momentum=0.5, centered=True),
+# every case of the table, and optax's eps_root, which torch.optim does not have
+PATH_CASES = [
+    *cases(N),
+    pytest.param("adam", {"lr": 0.01, "eps_root": 1e-16}, id="adam-eps_root"),
 ]
 
 
-@pytest.mark.parametrize("make_opt", OPTIMIZERS)
-def test_tensordict_path_equals_generic_path(make_opt, monkeypatch):
+@pytest.mark.parametrize(("name", "kwargs"), PATH_CASES)
+def test_tensordict_path_equals_generic_path(name, kwargs, monkeypatch):
+    def make_opt():
+        return OPTIMIZERS[name].functional(**kwargs)
+
     params = make_params()
     params.names = ["member"]
     assert _leaves.read(params, [params.clone()]) is not None  # the direct path is taken

@@ -7,6 +7,7 @@ import io
 
 import pytest
 import torch
+from optimizer_table import OPTIMIZERS, cases
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -35,8 +36,11 @@ def member_kwargs(kwargs: dict, index: int) -> dict:
     return out
 
 
-def train_both(ours, theirs, kwargs: dict, steps: int = 5):
-    """Run ``ours`` over an Ensemble and ``theirs`` over N modules; return both."""
+def train_both(ours, theirs, kwargs: dict, steps: int = 5, sign: float = 1.0):
+    """Run ``ours`` over an Ensemble and ``theirs`` over N modules; return both.
+
+    ``sign=-1`` gives an ascending optimizer the negated loss: a bounded run either way.
+    """
     models = make_models()
     ensemble = Ensemble(*copy.deepcopy(models))
     opt = ours(ensemble.parameters(), **kwargs)
@@ -45,11 +49,11 @@ def train_both(ours, theirs, kwargs: dict, steps: int = 5):
     for _ in range(steps):
         x = torch.randn(6, 3, generator=generator)
         opt.zero_grad()
-        ensemble(x).pow(2).sum().backward()
+        (sign * ensemble(x).pow(2).sum()).backward()
         opt.step()
         for model, reference in zip(models, references):
             reference.zero_grad()
-            model(x).pow(2).sum().backward()
+            (sign * model(x).pow(2).sum()).backward()
             reference.step()
     return ensemble, opt, models, references
 
@@ -69,58 +73,25 @@ def assert_same(ensemble, opt, models, references, state_keys):
                 torch.testing.assert_close(ours, theirs)
 
 
-CASES = [
-    (optim.SGD, torch.optim.SGD, {"lr": 0.05}, ()),
-    (optim.SGD, torch.optim.SGD, {"lr": LRS}, ()),
-    (optim.SGD, torch.optim.SGD, {"lr": LRS, "momentum": 0.9}, ("momentum_buffer",)),
-    (
-        optim.SGD,
-        torch.optim.SGD,
-        {"lr": LRS, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
-        ("momentum_buffer",),
-    ),
-    (
-        optim.SGD,
-        torch.optim.SGD,
-        {"lr": 0.05, "momentum": torch.tensor([0.0, 0.5, 0.9, 0.99]), "dampening": 0.3},
-        (),  # member 0 takes plain steps: torch keeps no buffer for it
-    ),
-    (
-        optim.SGD,
-        torch.optim.SGD,
-        {"lr": LRS, "momentum": torch.tensor([0.1, 0.5, 0.9, 0.99]), "dampening": 0.3},
-        ("momentum_buffer",),
-    ),
-    (optim.Adam, torch.optim.Adam, {"lr": 0.01}, ("step", "exp_avg", "exp_avg_sq")),
-    (
-        optim.Adam,
-        torch.optim.Adam,
-        {"lr": LRS, "weight_decay": 0.1},
-        ("step", "exp_avg", "exp_avg_sq"),
-    ),
-    (
-        optim.Adam,
-        torch.optim.Adam,
-        {
-            "lr": LRS,
-            "betas": (torch.tensor([0.8, 0.85, 0.9, 0.95]), torch.tensor([0.9, 0.99, 0.999, 0.5])),
-            "weight_decay": torch.tensor([0.0, 0.1, 0.2, 0.3]),
-        },
-        ("step", "exp_avg", "exp_avg_sq"),
-    ),
-    (optim.AdamW, torch.optim.AdamW, {"lr": 0.01}, ("step", "exp_avg", "exp_avg_sq")),
-    (
-        optim.AdamW,
-        torch.optim.AdamW,
-        {"lr": LRS, "weight_decay": torch.tensor([0.0, 0.01, 0.1, 1.0]), "eps": 1e-6},
-        ("step", "exp_avg", "exp_avg_sq"),
-    ),
-]
+def torch_keys(row, references) -> tuple:
+    """The state entries torch.optim keeps for every member (torch.optim.SGD keeps no
+    state for a member without momentum)."""
+    return tuple(
+        key
+        for key in ("step", *row.moments)
+        if all(
+            ref.state and all(state.get(key) is not None for state in ref.state.values())
+            for ref in references
+        )
+    )
 
 
-@pytest.mark.parametrize(("ours", "theirs", "kwargs", "state_keys"), CASES)
-def test_matches_torch_optim_per_member(ours, theirs, kwargs, state_keys):
-    assert_same(*train_both(ours, theirs, kwargs), state_keys)
+@pytest.mark.parametrize(("name", "kwargs"), cases(N))
+def test_matches_torch_optim_per_member(name, kwargs):
+    row = OPTIMIZERS[name]
+    sign = -1.0 if row.maximize else 1.0
+    ensemble, opt, models, references = train_both(row.stateful, row.torch, kwargs, sign=sign)
+    assert_same(ensemble, opt, models, references, torch_keys(row, references))
 
 
 def test_is_a_torch_optimizer_with_hooks():
