@@ -114,12 +114,14 @@ def test_to_module_baseline(benchmark):
         owner, _, attribute = name.rpartition(".")
         slots.append((modules[owner]._parameters, attribute, value))
 
-    def enter_exit():
+    def enter_exit():  # restores in finally, as ``with`` does on an exception
         olds = [owner[attribute] for owner, attribute, _ in slots]
-        for owner, attribute, value in slots:
-            owner[attribute] = value
-        for (owner, attribute, _), old in zip(slots, olds):
-            owner[attribute] = old
+        try:
+            for owner, attribute, value in slots:
+                owner[attribute] = value
+        finally:
+            for (owner, attribute, _), old in zip(slots, olds):
+                owner[attribute] = old
 
     benchmark(enter_exit)
     _check_swapped(model, values, inside=False)

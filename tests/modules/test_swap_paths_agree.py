@@ -45,12 +45,25 @@ class _ManyNames(nn.Module):
         self.inner = nn.Linear(2, 2)
 
 
+class _TiedNames(nn.Module):
+    """One tensor under two names (two slot names, one value), beside a tied Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(3, 3)
+        self.second = nn.Linear(3, 3)
+        self.second.bias = self.first.bias
+        self.register_buffer("left", torch.ones(3))
+        self.register_buffer("right", self.left)
+
+
 MODULES = {
     "linear": lambda: nn.Linear(3, 2),
     "mlp": lambda: nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)),
     "tied": _Tied,
     "buffers and nesting": _Buffers,
     "many names": _ManyNames,
+    "one tensor under two names": _TiedNames,
 }
 
 
