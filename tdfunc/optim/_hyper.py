@@ -308,22 +308,22 @@ def check_number(
 
 
 def check_not_shared(
-    api: str, name: str, hyper: torch.Tensor, leaves: list, paths: Callable, params: Any = None
+    api: str, name: str, hyper: torch.Tensor, leaves: list, paths: Callable
 ) -> None:
     """A per-member value is refused for a tensor an Ensemble keeps shared.
 
-    Such a tensor has no member dim, whatever its size; ``leaves`` are the gradients
-    and ``params`` the parameters (in the same order; they are what an Ensemble
-    marks). Eagerly a shared tensor is known by its mark or its identity; under
-    ``torch.compile`` by its mark only, which dynamo guards as an attribute of the
-    tensor (fresh tensors compile once, a marked one is caught when traced), where an
-    identity lookup would guard on every leaf's id and compile again per step. An
-    Ensemble marks every tensor it declares shared; only a tensor class that refuses
-    attributes is known by identity alone, and so only eagerly. Under ``vmap`` the
-    leaves are batched wrappers, without the mark: nothing is known shared there.
+    Such a tensor has no member dim, whatever its size. ``leaves`` are the parameters
+    (what an Ensemble marks; the gradients where no parameters are given). Eagerly a
+    shared tensor is known by its mark or its identity; under ``torch.compile`` by its
+    mark only, which dynamo guards as an attribute of the tensor (fresh tensors compile
+    once, a marked one is caught when traced), where an identity lookup would guard on
+    every leaf's id and compile again per step. An Ensemble marks every tensor it
+    declares shared; only a tensor class that refuses attributes is known by identity
+    alone, and so only eagerly. Under ``vmap`` the leaves are batched wrappers, without
+    the mark: nothing is known shared there.
     """
     shared = is_marked_shared if _is_compiling() else is_shared
-    for index, leaf in (*enumerate(leaves), *enumerate(params or ())):
+    for index, leaf in enumerate(leaves):
         if shared(leaf):
             raise ValueError(
                 f"{api}: {name} has shape {list(hyper.shape)} (one value per member), but "

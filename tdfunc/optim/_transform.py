@@ -430,7 +430,8 @@ class GradientTransformation:
             H.check_leading(api, name, value, leaves, paths)
             if not shared_checked and isinstance(value, torch.Tensor) and value.dim():
                 shared_checked = True  # one pass over the leaves, for the first such value
-                H.check_not_shared(api, name, value, leaves, paths, params)
+                # the parameters are what an Ensemble marks (gradients are fresh tensors)
+                H.check_not_shared(api, name, value, leaves if params is None else params, paths)
             if isinstance(value, H.Leaves):
                 resolved[name] = H.full_rank(value, leaves)
         return resolved, tensors

@@ -403,3 +403,30 @@ def test_group_values_changed_between_steps_take_effect_as_in_torch_optim(ours, 
             opt.step()
             torch_opt.step()
         assert torch.equal(param.detach(), reference.detach()), change
+
+
+def test_a_state_without_the_maximum_is_refused_by_the_functional_amsgrad():
+    params = {"w": torch.zeros(2)}
+    plain_state = optim.adam(lr=0.1).init(params)
+    with pytest.raises(ValueError, match=r"state must hold \['step', 'exp_avg', 'exp_avg_sq', "):
+        optim.adam(lr=0.1, amsgrad=True).update({"w": torch.ones(2)}, plain_state, params)
+
+
+def test_amsgrad_is_the_sixth_positional_argument_as_in_torch_optim():
+    param = torch.nn.Parameter(torch.ones(2, 3))
+    for cls in (optim.Adam, optim.AdamW):
+        opt = cls([param], 1e-3, (0.9, 0.999), 1e-8, 0.0, True)
+        assert opt.param_groups[0]["amsgrad"] is True
+    assert optim.adam(1e-3, (0.9, 0.999), 1e-8, 0.0, True)._moments[-1] == "max_exp_avg_sq"
+
+
+@pytest.mark.parametrize("lr", [float("nan"), -0.1, torch.tensor([1, 2])])
+@pytest.mark.parametrize(("ours", "theirs"), STATEFUL)
+def test_hostile_learning_rates_with_maximize_are_refused(ours, theirs, lr):
+    param = torch.nn.Parameter(torch.ones(2, 3))
+    error = TypeError if isinstance(lr, torch.Tensor) else ValueError
+    with pytest.raises(error, match="lr"):
+        ours([param], lr=lr, maximize=True)
+    name = ours.__name__.lower()
+    with pytest.raises(error, match=rf"tdfunc.optim.{name}: .*lr"):
+        getattr(optim, name)(lr=lr, maximize=True)
