@@ -195,6 +195,23 @@ def test_routes_that_bypass_the_ensemble_itself_are_seen():
     assert ensemble.stacked["0"].weight.grad is not None
 
 
+def test_a_move_that_swaps_tensors_is_seen():
+    """With torch's swap-on-conversion setting, ``.double()`` swaps each parameter's
+    memory under the same Python object (``torch.utils.swap_tensors``), which torch
+    refuses while another tensor (a cached view) holds the parameter."""
+    ensemble, x = _members_and_ensemble()
+    ensemble(x).sum().backward()
+    previous = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        weight = ensemble.stacked["2"].weight
+        ensemble.double()
+        assert ensemble.stacked["2"].weight is weight and weight.dtype == torch.float64
+        _check(ensemble, x.double())
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(previous)
+
+
 def test_an_optimizer_step_keeps_the_cached_views_right():
     """Optimizer steps edit the parameters in place: the cached views see them, so
     the entry stays valid across steps (and the outputs follow the loop)."""

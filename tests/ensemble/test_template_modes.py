@@ -111,3 +111,14 @@ def test_a_copy_keeps_following_its_own_template():
     for model in models:
         model.inner.eval()
     _check(twin, models, x)
+
+
+def test_a_compiled_ensemble_follows_a_switched_submodule():
+    ensemble, models = _pair()
+    x = torch.randn(5, 3)
+    compiled = torch.compile(ensemble, backend="eager")
+    _check(compiled, models, x)
+    ensemble.template.inner.eval()
+    for model in models:
+        model.inner.eval()
+    _check(compiled, models, x)
