@@ -270,3 +270,21 @@ def test_constructor_fast_path_matches_full_path(seed):
         with pytest.raises(ValueError) as full_error:
             TensorDict(MappingProxyType(source), batch_size=wrong)
         assert str(fast_error.value) == str(full_error.value)
+
+
+@pytest.mark.parametrize("stacking", [True, False])
+def test_join_dims_out_of_range_are_refused(stacking):
+    # the dims the inlined range test lets through are exactly normalize_dim's
+    from tdfunc._core.helpers.sizes import normalize_dim
+
+    tds = [TensorDict({"a": torch.zeros(2, 3, 4)}, [2, 3]) for _ in range(2)]
+    join = torch.stack if stacking else torch.cat
+    limit = 3 if stacking else 2
+    for dim in (-limit - 1, -limit, -1, 0, limit - 1, limit):
+        try:
+            expected = normalize_dim(dim, limit, join.__name__)
+        except Exception as error:  # the same refusal from the join
+            with pytest.raises(type(error)):
+                join(tds, dim)
+            continue
+        assert join(tds, dim).batch_size == join([t["a"] for t in tds], expected).shape[:limit]
