@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -288,3 +289,19 @@ def test_join_dims_out_of_range_are_refused(stacking):
                 join(tds, dim)
             continue
         assert join(tds, dim).batch_size == join([t["a"] for t in tds], expected).shape[:limit]
+
+
+@pytest.mark.parametrize("join", [torch.stack, torch.cat])
+def test_join_refuses_different_keys_at_every_level(join):
+    def make(**leaves):
+        return TensorDict({k: torch.zeros(2) for k in leaves}, [2])
+
+    base = TensorDict({"a": torch.zeros(2), "n": make(b=1)}, [2])
+    extra = TensorDict({"a": torch.zeros(2), "n": make(b=1, c=1)}, [2])
+    other = TensorDict({"a": torch.zeros(2), "n": make(c=1)}, [2])
+    more = TensorDict({"a": torch.zeros(2), "z": torch.zeros(2), "n": make(b=1)}, [2])
+    for pair, missing in (([base, extra], "['c']"), ([base, other], "['b', 'c']")):
+        with pytest.raises(KeyError, match="different keys.*" + re.escape(missing)):
+            join(pair, 0)
+    with pytest.raises(KeyError, match=re.escape("['z']")):
+        join([base, more, base], 0)
