@@ -108,7 +108,7 @@ def _combined(views: list, dim: int, stacking: bool, api: str, path: tuple = ())
             continue
         kind = type(value)
         # one class at every position is one kind: the per-value names are for errors
-        if len(set(map(type, values))) != 1:
+        if list(map(type, values)).count(kind) != len(values):
             _same_kinds(values, (*path, key), api)
         if getattr(kind, "_is_tensordict", False):
             data[key] = _join(values, dim, stacking, api, (*path, key))
@@ -176,7 +176,7 @@ def _public_join(items, dim: int, out, stacking: bool):
         raise ValueError(f"{api}: expected a non-empty list of TensorDicts.")
     first = items[0]
     kind = type(first)
-    if getattr(kind, "_is_tensordict", False) and len(set(map(type, items))) == 1:
+    if getattr(kind, "_is_tensordict", False) and list(map(type, items)).count(kind) == len(items):
         views = items  # one TensorDict class: each is its own view
     elif all(getattr(kind, "_is_tensordict", False) for kind in set(map(type, items))):
         views = items
