@@ -307,3 +307,24 @@ def test_join_refuses_different_keys_at_every_level(join):
             join(pair, 0)
     with pytest.raises(KeyError, match=re.escape("['z']")):
         join([base, more, base], 0)
+
+
+def test_torch_function_overrides_of_subclasses_are_kept():
+    # each container class keeps a copy of the inherited __torch_function__ in its own
+    # dict (torch's lookup of it is uncached): a subclass's own override must still win
+    calls = []
+
+    class Traced(TensorDict):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            calls.append(func)
+            return super().__torch_function__(func, types, args, kwargs)
+
+    class Below(Traced):
+        pass
+
+    for kind in (Traced, Below):
+        tds = [kind({"a": torch.zeros(2, 3)}, [2]) for _ in range(3)]
+        out = torch.stack(tds, 0)
+        assert type(out) is kind and out.batch_size == (3, 2)
+    assert calls == [torch.stack, torch.stack]
