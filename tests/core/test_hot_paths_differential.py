@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -145,6 +146,8 @@ _APPLY_FUNCTIONS = {
     "drop ints": lambda x: x if x.is_floating_point() else None,
     "drop all": lambda x: None,
     "reduce a dim": lambda x: x.sum(-1) if x.dim() else x,
+    "not a tensor": lambda x: 1.0,
+    "raises": lambda x: x.bernoulli_(2.0),
 }
 
 
@@ -270,3 +273,58 @@ def test_constructor_fast_path_matches_full_path(seed):
         with pytest.raises(ValueError) as full_error:
             TensorDict(MappingProxyType(source), batch_size=wrong)
         assert str(fast_error.value) == str(full_error.value)
+
+
+@pytest.mark.parametrize("stacking", [True, False])
+def test_join_dims_out_of_range_are_refused(stacking):
+    # the dims the inlined range test lets through are exactly normalize_dim's
+    from tdfunc._core.helpers.sizes import normalize_dim
+
+    tds = [TensorDict({"a": torch.zeros(2, 3, 4)}, [2, 3]) for _ in range(2)]
+    join = torch.stack if stacking else torch.cat
+    limit = 3 if stacking else 2
+    for dim in (-limit - 1, -limit, -1, 0, limit - 1, limit):
+        try:
+            expected = normalize_dim(dim, limit, join.__name__)
+        except Exception as error:  # the same refusal from the join
+            with pytest.raises(type(error)):
+                join(tds, dim)
+            continue
+        assert join(tds, dim).batch_size == join([t["a"] for t in tds], expected).shape[:limit]
+
+
+@pytest.mark.parametrize("join", [torch.stack, torch.cat])
+def test_join_refuses_different_keys_at_every_level(join):
+    def make(**leaves):
+        return TensorDict({k: torch.zeros(2) for k in leaves}, [2])
+
+    base = TensorDict({"a": torch.zeros(2), "n": make(b=1)}, [2])
+    extra = TensorDict({"a": torch.zeros(2), "n": make(b=1, c=1)}, [2])
+    other = TensorDict({"a": torch.zeros(2), "n": make(c=1)}, [2])
+    more = TensorDict({"a": torch.zeros(2), "z": torch.zeros(2), "n": make(b=1)}, [2])
+    for pair, missing in (([base, extra], "['c']"), ([base, other], "['b', 'c']")):
+        with pytest.raises(KeyError, match="different keys.*" + re.escape(missing)):
+            join(pair, 0)
+    with pytest.raises(KeyError, match=re.escape("['z']")):
+        join([base, more, base], 0)
+
+
+def test_torch_function_overrides_of_subclasses_are_kept():
+    # each container class keeps a copy of the inherited __torch_function__ in its own
+    # dict (torch's lookup of it is uncached): a subclass's own override must still win
+    calls = []
+
+    class Traced(TensorDict):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            calls.append(func)
+            return super().__torch_function__(func, types, args, kwargs)
+
+    class Below(Traced):
+        pass
+
+    for kind in (Traced, Below):
+        tds = [kind({"a": torch.zeros(2, 3)}, [2]) for _ in range(3)]
+        out = torch.stack(tds, 0)
+        assert type(out) is kind and out.batch_size == (3, 2)
+    assert calls == [torch.stack, torch.stack]

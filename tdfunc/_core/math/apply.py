@@ -107,10 +107,7 @@ def map_tensors(node: Any, fn: Callable, check: bool, filter_empty: bool) -> Any
                 result = fn(value)
                 if result is None:
                     continue
-                if check and (
-                    not isinstance(result, _Tensor)
-                    or (count and leaf_shape(result)[:count] != size)
-                ):
+                if check and (not isinstance(result, _Tensor) or (count and _off(result, size))):
                     raise _result_error(result, key, size)
             elif getattr(kind, "_is_tensor_collection", False):
                 view = value._to_tensordict_view()
@@ -127,6 +124,18 @@ def map_tensors(node: Any, fn: Callable, check: bool, filter_empty: bool) -> Any
         note_key(error, key)
         raise
     return node._like(data, None, node._names)
+
+
+def _off(result: torch.Tensor, size: torch.Size) -> bool:
+    """``leaf_shape(result)[:len(size)] != size``, dim by dim for one or two batch dims
+    (slicing a Size builds a Size, the costliest step of the test)."""
+    shape = leaf_shape(result) if result.is_nested else result.shape
+    count = len(size)
+    if count > 2:
+        return shape[:count] != size
+    if len(shape) < count or shape[0] != size[0]:
+        return True
+    return count == 2 and shape[1] != size[1]
 
 
 def _canonical(tensor: torch.Tensor) -> torch.Tensor:
