@@ -265,6 +265,13 @@ def test_new_constructors_keep_the_extra_batch_dims_of_nested_containers():
     assert out.get("s").batch_size == torch.Size([4, 1]) and out["s"] == "x"
 
 
+def test_new_constructors_keep_the_names_of_a_batch_with_as_many_dims():
+    td = TensorDict(a=torch.zeros(3, 4), n={"b": torch.zeros(3, 2)}, batch_size=[3], names=["x"])
+    for out in (td.new_zeros(2), td.new_ones(2), td.new_empty(2), td.new_full((2,), 1.0)):
+        assert out.names == ["x"] and out["n"].names == ["x"]
+    assert td.new_zeros(2, 5).names == [None, None]  # which old dim a new one is: unknown
+
+
 def test_new_constructors():
     td, _ = make(1)
     ints = TensorDict({"i": torch.zeros(2, dtype=torch.int64), "f": torch.zeros(2)}, [2])
