@@ -89,11 +89,8 @@ KNOWN: dict[tuple[str, str], str] = {
     ("tensordict.tensorclass.from_dataclass", "print(x2)"): PAGE + "the class from_dataclass builds keeps the dataclass's name",
     ("tensordict.tensorclass.tensorclass", "@tensorclass(cast_filter=is_inexact)"): CAST_FILTER,
     ("tensordict.tensorclass.tensorclass", "@tensorclass(skip_post_init_on_rebuild=True)"): POST_INIT,
-    ("tensordict.utils.assert_close", "from tensordict import TensorDict, assert_close"): MISSING + "assert_close",
     ("tensordict.utils.is_inexact", "td_bf16 = td.bfloat16(cast_filter=is_inexact)"): CAST_FILTER,
-    ("tensordict.utils.isin", "from tensordict.utils import isin"): MISSING + "utils.isin",
     ("tensordict.utils.print_directory_tree", "with tempfile.TemporaryDirectory() as path:"): PAGE + "print_directory_tree prints the tree (tensordict logs it)",
-    ("tensordict.utils.remove_duplicates", "from tensordict.utils import remove_duplicates"): MISSING + "utils.remove_duplicates",
     ("tensordict.utils.set_capture_non_tensor_stack", "type(stack).__name__, stack.data"): STACK_DATA,
     ("tensordict.utils.unravel_key", 'unravel_key(("a", 1))'): PAGE + "an invalid key raises TypeError (unravel_key_to_tuple gives ())",
 }  # fmt: skip
