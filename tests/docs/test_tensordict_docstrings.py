@@ -42,7 +42,6 @@ PACK = MISSING + "pack() and PackLayout (every leaf in one flat tensor)"
 POST_INIT = MISSING + "the skip_post_init_on_rebuild flag of TensorClass"
 CAST_FILTER = MISSING + "cast_filter (a TensorClass option and a keyword of the casts)"
 SPLIT = MISSING + "split_keys with predicates on (key, value)"
-PAD = MISSING + "pad_sequence's padding_value per key, return_mask and padding_side"
 
 # (docstring, statement) -> reason. The statement is the first line of the example's source.
 KNOWN: dict[tuple[str, str], str] = {
@@ -73,9 +72,7 @@ KNOWN: dict[tuple[str, str], str] = {
     ("tensordict.base.TensorDictBase.split_keys", "sorted(rest.keys(True, True), key=str)"): SPLIT,
     ("tensordict.functional.collate", "from tensordict import TensorDict, collate"): MISSING + "functional.collate (DataLoader's default collate already batches containers)",
     ("tensordict.functional.group_by", "from tensordict import TensorDict, group_by"): MISSING + "functional.group_by",
-    ("tensordict.functional.pad_sequence", 'padded = pad_sequence(samples, padding_value={"ids": 7, "labels": -100})'): PAD,
     ("tensordict.functional.unpad_sequence", "from tensordict import TensorDict, pad_sequence, unpad_sequence"): MISSING + "functional.unpad_sequence",
-    ("tensordict.functional.unpad_sequence", 'padded = pad_sequence(list_td, return_mask=True, padding_side="left")'): PAD,
     ("tensordict.tensorclass.NonTensorData", "a == b"): NON_TENSOR_COMPARE,
     ("tensordict.tensorclass.NonTensorData", "a ^ b"): NON_TENSOR_COMPARE,
     ("tensordict.tensorclass.NonTensorData", "with tempfile.TemporaryDirectory() as tmpdir:"): NON_TENSOR_SAVE,
