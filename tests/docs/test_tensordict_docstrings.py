@@ -41,7 +41,6 @@ LAZY = PAGE + "Not in tdfunc: lazy stacks (containers of different structures do
 PACK = MISSING + "pack() and PackLayout (every leaf in one flat tensor)"
 POST_INIT = MISSING + "the skip_post_init_on_rebuild flag of TensorClass"
 CAST_FILTER = MISSING + "cast_filter (a TensorClass option and a keyword of the casts)"
-SPLIT = MISSING + "split_keys with predicates on (key, value)"
 
 # (docstring, statement) -> reason. The statement is the first line of the example's source.
 KNOWN: dict[tuple[str, str], str] = {
@@ -67,9 +66,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("tensordict._nestedkey.NestedKey", 'isinstance(("a", 1), NestedKey), isinstance((), NestedKey)'): PAGE + "NestedKey is the type alias str | tuple",
     ("tensordict._td._TensorDictKeysView", "list(keys)"): KEY_ORDER,
     ("tensordict.base.TensorDictBase.create_nested", "list(data.keys(include_nested=True))"): KEY_ORDER,
-    ("tensordict.base.TensorDictBase.split_keys", "nested, vectors, rest = td.split_keys("): SPLIT,
-    ("tensordict.base.TensorDictBase.split_keys", "scalars, vectors, rest = td.split_keys("): SPLIT,
-    ("tensordict.base.TensorDictBase.split_keys", "sorted(rest.keys(True, True), key=str)"): SPLIT,
     ("tensordict.functional.collate", "from tensordict import TensorDict, collate"): MISSING + "functional.collate (DataLoader's default collate already batches containers)",
     ("tensordict.functional.group_by", "from tensordict import TensorDict, group_by"): MISSING + "functional.group_by",
     ("tensordict.functional.unpad_sequence", "from tensordict import TensorDict, pad_sequence, unpad_sequence"): MISSING + "functional.unpad_sequence",
