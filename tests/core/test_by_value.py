@@ -43,6 +43,7 @@ print(assert_close(TensorDict(x=torch.tensor([float("nan")])), TensorDict(x=torc
 """
 
 
+@pytest.mark.slow  # a tensordict process
 def test_the_results_are_tensordict_s():
     done = tensordict_peer.run(PROBE.replace("LIB", "tensordict"))
     assert done.returncode == 0, done.stderr[-2000:]

@@ -45,6 +45,7 @@ print(run(lambda: foo.rename_keys({"x": "y"})))
 """
 
 
+@pytest.mark.slow  # a tensordict process
 def test_rename_keys_renames_as_tensordict_does():
     done = tensordict_peer.run(PROBE.replace("LIB", "tensordict"))
     assert done.returncode == 0, done.stderr[-2000:]

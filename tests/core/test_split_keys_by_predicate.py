@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import tensordict_peer
 import torch
 
@@ -32,6 +33,7 @@ p = td.clone().split_keys(lambda k, v: k == ("s",), inplace=True); print([ks(x) 
 """
 
 
+@pytest.mark.slow  # a tensordict process
 def test_split_keys_with_functions_as_tensordict():
     done = tensordict_peer.run(PROBE.replace("LIB", "tensordict"))
     assert done.returncode == 0, done.stderr[-2000:]
