@@ -74,8 +74,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("tensordict._base.serialization._Serialization.state_dict", "print(dict(sd._metadata))"): PAGE + "state_dict()._metadata holds tdfunc's own description",
     ("tensordict._base.shape.PackLayout", "flat, layout = td.pack()"): PACK,
     ("tensordict._base.shape.PackLayout.unpack", "flat, layout = td.pack()"): PACK,
-    ("tensordict._base.shape._ShapeOps.masked_select", "td.batch_size"): MISSING + "masked_select(inplace=True)",
-    ("tensordict._base.shape._ShapeOps.masked_select", "td.masked_select(mask, inplace=True) is td"): MISSING + "masked_select(inplace=True)",
     ("tensordict._base.shape._ShapeOps.maybe_dense_stack", "type(TensorDict.maybe_dense_stack([a, c])).__name__"): LAZY,
     ("tensordict._nestedkey.NestedKey", 'isinstance(("a", 1), NestedKey), isinstance((), NestedKey)'): PAGE + "NestedKey is the type alias str | tuple",
     ("tensordict._td._TensorDictKeysView", "list(keys)"): KEY_ORDER,

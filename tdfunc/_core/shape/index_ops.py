@@ -156,8 +156,11 @@ class IndexOpsMixin(ContainerMixin):
         )
         return self
 
-    def masked_select(self, mask: _Tensor):
+    def masked_select(self, mask: _Tensor, *, inplace: bool = False):
         """The elements where ``mask`` (over the leading batch dims) is true, in one batch dim.
+
+        ``inplace=True`` makes this container the selection (its batch size changes) and
+        returns it.
 
         Example:
             >>> td = TensorDict({"a": torch.arange(3.0)}, [3])
@@ -168,7 +171,8 @@ class IndexOpsMixin(ContainerMixin):
         size = self._batch_size
         new_size = torch.Size([int(mask.sum())]) + size[mask.dim() :]
         # a selection: a NonTensorStack follows it, value by value
-        return map_leaves(self, lambda t: t[mask], new_size, True, no_names, moves=True)
+        result = map_leaves(self, lambda t: t[mask], new_size, True, no_names, moves=True)
+        return _become(self, result, "masked_select") if inplace else result
 
     # ------------------------------------------------------------------ reordering
     def movedim(self, source: Any, destination: Any):
