@@ -60,6 +60,7 @@ from ._assembly import tensorclass as tensorclass
 from ._assembly import unravel_key as unravel_key
 
 # tensordict's small helpers, at its top level too
+from .utils import assert_close as assert_close  # isort: skip
 from .utils import capture_non_tensor_stack as capture_non_tensor_stack  # isort: skip
 from .utils import default_is_leaf as default_is_leaf  # isort: skip
 from .utils import is_bool as is_bool  # isort: skip

@@ -377,7 +377,25 @@ from_consolidated = TensorDict.from_consolidated
 from_csv = TensorDict.from_csv
 from_dict = TensorDict.from_dict
 from_json = TensorDict.from_json
-from_module = TensorDict.from_module
+
+
+def from_module(
+    module, as_module: bool = False, lock: bool = True, use_state_dict: bool = False
+) -> TensorDict:
+    """``TensorDict.from_module``, locked by default (``lock=True``) as tensordict's
+    function is; the method's default is ``lock=False``.
+
+    Example:
+        >>> from torch import nn
+        >>> params = from_module(nn.Linear(2, 3))
+        >>> params.is_locked, TensorDict.from_module(nn.Linear(2, 3)).is_locked
+        (True, False)
+    """
+    return TensorDict.from_module(
+        module, as_module=as_module, lock=lock, use_state_dict=use_state_dict
+    )
+
+
 from_modules = TensorDict.from_modules
 from_namedtuple = TensorDict.from_namedtuple
 from_pandas = TensorDict.from_pandas
@@ -412,6 +430,7 @@ def make_tensordict(
 # The composed classes say ``__module__ = "tdfunc"``, so doctest would not look for
 # their examples here: name them.
 __test__ = {
+    "from_module": from_module,
     "make_tensordict": make_tensordict,
     "TensorDict": TensorDict,
     "ModuleSwap": ModuleSwap,

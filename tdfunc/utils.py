@@ -18,6 +18,7 @@ import logging
 import os
 
 from ._core.convert.consolidate import TensorDictFuture
+from ._core.helpers.by_value import assert_close, isin, remove_duplicates
 from ._core.helpers.mixin import LOCK_ERROR as _LOCK_ERROR
 from ._core.helpers.nontensor import LinkedList, is_non_tensor
 from ._core.helpers.options import (
@@ -51,6 +52,7 @@ __all__ = [
     "_LOCK_ERROR",
     "LinkedList",
     "TensorDictFuture",
+    "assert_close",
     "capture_non_tensor_stack",
     "default_is_leaf",
     "expand_as_right",
@@ -62,9 +64,11 @@ __all__ = [
     "is_integer",
     "is_leaf_nontensor",
     "is_non_tensor",
+    "isin",
     "list_to_stack",
     "parse_tensor_dict_string",
     "print_directory_tree",
+    "remove_duplicates",
     "set_capture_non_tensor_stack",
     "set_list_to_stack",
     "set_printoptions",

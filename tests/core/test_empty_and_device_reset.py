@@ -53,6 +53,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # a tensordict process
 def test_empty_and_device_resets_behave_as_in_tensordict():
     done = tensordict_peer.run(PROBE.format(lib="tensordict"))
     assert done.returncode == 0, done.stderr[-2000:]

@@ -126,3 +126,9 @@ def test_the_list_read_from_a_stack_gives_plain_lists():
     assert all(type(row) is list for row in plain)
     plain[1][1] = "y"  # a copy: the stack keeps its value
     assert td["names"][1][1] == "d"
+
+
+def test_the_mixed_rule_is_for_lists():
+    # a tuple of a 0-d tensor and a number is still one tensor (tensordict makes one too)
+    td = TensorDict(b=(torch.tensor(1.0), 2.0), batch_size=[2])
+    assert type(td["b"]) is torch.Tensor and td["b"].tolist() == [1.0, 2.0]

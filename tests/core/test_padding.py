@@ -313,3 +313,30 @@ def test_pad_inplace_refuses_a_locked_container():
     with pytest.raises(RuntimeError, match="locked"):
         td.pad([0, 1], inplace=True)
     assert td["s"] == ["a", "b"] and td.batch_size == torch.Size([2])
+
+
+def test_pad_sequence_padding_value_per_key_and_left_padding():
+    # a reference written with torch.nn.functional.pad per sample, then torch.stack
+    pad_sequence = tdfunc.pad_sequence
+    lengths = (2, 3)
+    samples = [
+        TensorDict(ids=torch.arange(1, n + 1), n={"f": torch.ones(n, 3)}, s="a") for n in lengths
+    ]
+    out = pad_sequence(samples, padding_value={"ids": 7, ("n", "f"): 5.0})
+    expected = torch.stack([F.pad(torch.arange(1, n + 1), [0, 3 - n], value=7) for n in lengths])
+    assert torch.equal(out["ids"], expected)
+    expected = torch.stack([F.pad(torch.ones(n, 3), [0, 0, 0, 3 - n], value=5.0) for n in lengths])
+    assert torch.equal(out["n", "f"], expected)
+    # a key that names no tensor entry is refused, not ignored
+    with pytest.raises(KeyError, match=r"padding_value names keys .*\('zz',\)"):
+        pad_sequence(samples, padding_value={"zz": 1})
+    left = pad_sequence(samples, padding_side="left", return_mask=True, padding_value=9)
+    expected = torch.stack([F.pad(torch.arange(1, n + 1), [3 - n, 0], value=9) for n in lengths])
+    assert torch.equal(left["ids"], expected)
+    assert left["masks", "ids"].tolist() == [[False, True, True], [True, True, True]]
+    with pytest.raises(ValueError, match="padding_side must be 'left' or 'right'"):
+        pad_sequence(samples, padding_side="middle")
+    batched = [TensorDict(a=torch.arange(n), s=["x"] * n, batch_size=[n]) for n in lengths]
+    left = pad_sequence(batched, padding_side="left")
+    assert left["a"].tolist() == [[0, 0, 1], [0, 1, 2]]
+    assert left["s"] == [[None, "x", "x"], ["x", "x", "x"]]  # non-tensor values padded first

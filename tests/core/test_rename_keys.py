@@ -45,6 +45,7 @@ print(run(lambda: foo.rename_keys({"x": "y"})))
 """
 
 
+@pytest.mark.slow  # a tensordict process
 def test_rename_keys_renames_as_tensordict_does():
     done = tensordict_peer.run(PROBE.replace("LIB", "tensordict"))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -75,3 +76,28 @@ def test_a_refused_renaming_names_the_keys():
         td.rename_keys({"zz": "y"})
     with pytest.raises(TypeError, match="expected a mapping"):
         td.rename_keys([("a", "b")])
+
+
+def test_a_frozen_tensorclass_gives_a_new_frozen_instance():
+    import dataclasses
+
+    from tdfunc import TensorClass
+
+    class Frozen(TensorClass["frozen"]):
+        x: torch.Tensor
+        y: torch.Tensor
+        n: TensorDict = None
+
+    source = Frozen(
+        x=torch.zeros(2), y=torch.ones(2), n=TensorDict(a=torch.zeros(2), batch_size=[2]),
+        batch_size=[2],
+    )  # fmt: skip
+    out = source.rename_keys({"x": "y", "y": "x", ("n", "a"): ("n", "b")})
+    assert type(out) is Frozen and out.x is source.y and out.y is source.x
+    assert list(out.n.keys()) == ["b"] and list(source.n.keys()) == ["a"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out.x = torch.zeros(2)
+    with pytest.raises(RuntimeError):
+        out.n["c"] = torch.zeros(2)  # frozen is deep in the result too
+    with pytest.raises(AttributeError, match="'z' is not a field of Frozen"):
+        source.rename_keys({"x": "z"})

@@ -217,6 +217,10 @@ def test_module_level_functions_and_from_any(tmp_path):
     assert tdfunc.from_tuple((torch.zeros(2),))["0"].shape == (2,)
     model = torch.nn.Linear(2, 3)
     assert tdfunc.from_module(model)["weight"] is model.weight
+    # tensordict's function locks its result; the method does not
+    assert tdfunc.from_module(model).is_locked
+    assert not tdfunc.from_module(model, lock=False).is_locked
+    assert not TensorDict.from_module(model).is_locked
 
 
 def test_multiindex_columns_are_nested_keys():

@@ -265,6 +265,13 @@ def test_new_constructors_keep_the_extra_batch_dims_of_nested_containers():
     assert out.get("s").batch_size == torch.Size([4, 1]) and out["s"] == "x"
 
 
+def test_new_constructors_keep_the_names_of_a_batch_with_as_many_dims():
+    td = TensorDict(a=torch.zeros(3, 4), n={"b": torch.zeros(3, 2)}, batch_size=[3], names=["x"])
+    for out in (td.new_zeros(2), td.new_ones(2), td.new_empty(2), td.new_full((2,), 1.0)):
+        assert out.names == ["x"] and out["n"].names == ["x"]
+    assert td.new_zeros(2, 5).names == [None, None]  # which old dim a new one is: unknown
+
+
 def test_new_constructors():
     td, _ = make(1)
     ints = TensorDict({"i": torch.zeros(2, dtype=torch.int64), "f": torch.zeros(2)}, [2])
@@ -565,3 +572,21 @@ def test_from_namedtuple_takes_torch_return_types():
     assert TensorDict.from_namedtuple(result, auto_batch_size=True).batch_size == (2,)
     with pytest.raises(TypeError, match="from_namedtuple: expected a named tuple, got tuple"):
         TensorDict.from_namedtuple((x, x))
+
+
+def test_masked_select_in_place():
+    mask = torch.tensor([True, False, True])
+    a = torch.arange(6.0).view(3, 2)
+    td = TensorDict(a=a, n={"b": torch.arange(3)}, s="x", batch_size=[3])
+    assert td.masked_select(mask, inplace=True) is td
+    assert td.batch_size == torch.Size([2]) and td["n"].batch_size == torch.Size([2])
+    assert torch.equal(td["a"], a[mask]) and td["n", "b"].tolist() == [0, 2] and td["s"] == "x"
+    locked = TensorDict(a=torch.arange(3.0), batch_size=[3]).lock_()
+    with pytest.raises(RuntimeError):
+        locked.masked_select(mask, inplace=True)
+    assert locked.batch_size == torch.Size([3])
+    # a nested level cannot leave its parent's batch size behind
+    parent = TensorDict(n={"b": torch.arange(3)}, batch_size=[3])
+    with pytest.raises(ValueError, match="masked_select"):
+        parent["n"].masked_select(mask, inplace=True)
+    assert parent["n"].batch_size == torch.Size([3])

@@ -19,6 +19,7 @@ from ..helpers.build import _build, struct_leaf
 from ..helpers.leafwise import (
     check_in_place_write,
     is_collection,
+    keep_names,
     map_leaves,
     no_names,
     tensor_leaves,
@@ -110,7 +111,9 @@ class ConstructorsMixin(ContainerMixin):
         and nested containers keep their extra batch dims, as in tensordict.
         """
         ndim = len(self._batch_size)
-        return map_leaves(self, lambda t: make(t, size + t.shape[ndim:]), size, True, no_names)
+        # the dim names stay when the batch keeps its number of dims (as in tensordict)
+        names = keep_names if len(size) == ndim else no_names
+        return map_leaves(self, lambda t: make(t, size + t.shape[ndim:]), size, True, names)
 
     def new_zeros(self, *size, dtype=None, device=None, requires_grad: bool = False):
         """A container of batch size ``size`` with the same keys, its leaves zeros.

@@ -13,15 +13,15 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .leafwise import is_collection
-from .nested_keys import unravel_key
+from .nested_keys import key_parts, unravel_key
 from .nontensor import NonTensorData, NonTensorStack, from_array, padded
 from .reshape import _become
 from .rewrap import rewrap
@@ -118,6 +118,7 @@ def pad_sequence(
     out: Any = None,
     device: Any = None,
     return_mask: bool | str | tuple = False,
+    padding_side: str = "right",
 ) -> Any:
     """Pad the leaves of containers to a common length along ``pad_dim``, then stack them.
 
@@ -127,6 +128,9 @@ def pad_sequence(
     With ``return_mask`` (``True``, or the key to use instead of ``"masks"``), a
     TensorDict of boolean masks of the valid values is stored too: one per tensor
     leaf, over the stacked batch dims and the leaf's dims up to ``pad_dim``.
+    ``padding_value`` may map keys to values (the entries it does not name get ``0``; a
+    key that names no entry is a ``KeyError``); ``padding_side="left"`` pads before the
+    data.
 
     Example:
         >>> tds = [TensorDict({"a": torch.ones(n, 8)}, []) for n in (3, 5)]
@@ -157,8 +161,14 @@ def pad_sequence(
                 f"{api}: {mask_key!r} is already an entry of the TensorDicts; pass another "
                 f"key as return_mask=..."
             )
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"{api}: padding_side must be 'left' or 'right', got {padding_side!r}.")
+    how = _Padding(_values_by_path(padding_value, api), padding_side == "left", set())
     views = [item._to_tensordict_view() for item in items]
-    data, masks, size = _pad_views(views, pad_dim, padding_value, mask_key is not None, ())
+    data, masks, size = _pad_views(views, pad_dim, how, mask_key is not None, ())
+    if isinstance(how.value, dict) and how.value.keys() - how.used:
+        unknown = sorted(how.value.keys() - how.used)
+        raise KeyError(f"{api}: padding_value names keys that are no tensor entry: {unknown}.")
     result = items[0]._like(data, size, None)
     if mask_key is not None:
         result.set(mask_key, views[0]._like(masks, size, None))
@@ -170,7 +180,19 @@ def pad_sequence(
     return result
 
 
-def _pad_views(views: list, pad_dim: int, value: float, masks: bool, prefix: tuple):
+class _Padding(NamedTuple):
+    value: Any  # one value, or {key path: value}
+    left: bool
+    used: set  # the key paths of ``value`` that named an entry
+
+
+def _values_by_path(padding_value: Any, api: str) -> Any:
+    if not isinstance(padding_value, Mapping):
+        return padding_value
+    return {key_parts(key, api): value for key, value in padding_value.items()}
+
+
+def _pad_views(views: list, pad_dim: int, how: _Padding, masks: bool, prefix: tuple):
     """``(data, mask data, batch size)`` of the padded stack of ``views`` (one level)."""
     api = "tdfunc.pad_sequence"
     size = _padded_batch(views, pad_dim, prefix)
@@ -189,17 +211,17 @@ def _pad_views(views: list, pad_dim: int, value: float, masks: bool, prefix: tup
         path = prefix + (key,)
         values = [view._data[key] for view in views]
         if all(isinstance(v, _Tensor) for v in values):
-            data[key], mask = _pad_tensors(values, pad_dim, value, ndim, masks, path)
+            data[key], mask = _pad_tensors(values, pad_dim, how, ndim, masks, path)
             if masks:
                 mask_data[key] = mask
         elif all(is_collection(v) for v in values):
             inner = [v._to_tensordict_view() for v in values]
-            sub, sub_masks, sub_size = _pad_views(inner, pad_dim, value, masks, path)
+            sub, sub_masks, sub_size = _pad_views(inner, pad_dim, how, masks, path)
             data[key] = rewrap(values[0], inner[0]._like(sub, sub_size, None))
             if masks:
                 mask_data[key] = inner[0]._like(sub_masks, sub_size, None)
         elif all(isinstance(v, NonTensorData) for v in values):
-            data[key] = _stack_non_tensor(values, size, ndim, path)
+            data[key] = _stack_non_tensor(values, size, ndim, path, how.left)
         else:
             kinds = sorted({type(v).__name__ for v in values})
             raise TypeError(f"{api}: the entries at {path} are of different kinds: {kinds}.")
@@ -226,8 +248,13 @@ def _padded_batch(views: list, pad_dim: int, prefix: tuple) -> torch.Size:
     return torch.Size([len(views), *longest])
 
 
-def _pad_tensors(values: list, pad_dim: int, value: float, ndim: int, masks: bool, path):
+def _pad_tensors(values: list, pad_dim: int, how: _Padding, ndim: int, masks: bool, path):
     """The stacked padded leaves, and their mask (or None)."""
+    value = how.value
+    if isinstance(value, dict):
+        if path in value:
+            how.used.add(path)
+        value = value.get(path, 0)
     dims = {v.dim() for v in values}
     if len(dims) > 1:
         raise ValueError(
@@ -243,7 +270,7 @@ def _pad_tensors(values: list, pad_dim: int, value: float, ndim: int, masks: boo
         )
     length = max(v.shape[dim] for v in values)
     try:
-        stacked = torch.stack([_pad_to(v, dim, length, value) for v in values])
+        stacked = torch.stack([_pad_to(v, dim, length, value, how.left) for v in values])
     except RuntimeError as error:
         raise RuntimeError(
             f"tdfunc.pad_sequence: cannot stack the leaves at {path} after padding dim {dim}: "
@@ -253,22 +280,23 @@ def _pad_tensors(values: list, pad_dim: int, value: float, ndim: int, masks: boo
         return stacked, None
     lead = max(ndim, dim + 1)  # the batch dims, and the leaf's dims up to the padded one
     valid = [torch.ones(v.shape[:lead], dtype=torch.bool, device=v.device) for v in values]
-    return stacked, torch.stack([_pad_to(m, dim, length, False) for m in valid])
+    return stacked, torch.stack([_pad_to(m, dim, length, False, how.left) for m in valid])
 
 
-def _pad_to(leaf: torch.Tensor, dim: int, length: int, value: Any) -> torch.Tensor:
+def _pad_to(leaf: torch.Tensor, dim: int, length: int, value: Any, left: bool) -> torch.Tensor:
     missing = length - leaf.shape[dim]
     if not missing:
         return leaf
-    return F.pad(leaf, [0, 0] * (leaf.dim() - 1 - dim) + [0, missing], value=value)
+    sides = [missing, 0] if left else [0, missing]
+    return F.pad(leaf, [0, 0] * (leaf.dim() - 1 - dim) + sides, value=value)
 
 
-def _stack_non_tensor(values: list, size: torch.Size, ndim: int, path) -> NonTensorStack:
+def _stack_non_tensor(values: list, size: torch.Size, ndim: int, path, left: bool):
     """The non-tensor leaves padded with ``None`` to the stacked batch size, one stack."""
     arrays = []
     for leaf in values:
         target = torch.Size([*size[1:], *leaf.batch_size[ndim:]])
-        pairs = [(0, t - s) for t, s in zip(target[:ndim], leaf.batch_size)]
+        pairs = [(t - s, 0) if left else (0, t - s) for t, s in zip(target[:ndim], leaf.batch_size)]
         arrays.append(padded(leaf, pairs, target)._array())
     try:
         stacked = np.stack(arrays)

@@ -67,9 +67,16 @@ def rename_keys(td: Any, mapping: Mapping, strict: bool) -> Any:
             present.append((old, new))
         elif strict:
             td._get_leaf(old, "rename_keys")  # the KeyError that names the closest keys
-    out = td.copy()  # a new tree of containers holding the same leaves
-    if out.is_locked:
-        out.unlock_()
+    frozen = getattr(td, "_frozen", False)
+    if frozen:
+        # a frozen instance gives a new frozen instance: rename in a thawed copy of its
+        # levels (new objects nobody else holds), then build the instance from them
+        out = td._to_tensordict_view().copy()
+        _thaw(out)
+    else:
+        out = td.copy()  # a new tree of containers holding the same leaves
+        if out.is_locked:
+            out.unlock_()
     moved = [(new, _node(out, old)) for old, new in present]
     emptied = set()
     for old, _ in present:
@@ -91,7 +98,17 @@ def rename_keys(td: Any, mapping: Mapping, strict: bool) -> Any:
                 f"renamed away; rename or exclude it first."
             )
         parent = _node(out, new[:-1]) if len(new) > 1 and new[:-1] in out else out
-        check_field(parent, new[-1] if parent is not out else new[0], "rename_keys")
+        if parent is out:
+            check_field(td if frozen else out, new[0], "rename_keys")
+        else:
+            check_field(parent, new[-1], "rename_keys")
     for new, value in moved:
         out.set(new, value)
-    return out
+    return td._like(out._data) if frozen else out
+
+
+def _thaw(node: Any) -> None:
+    node._is_locked = False
+    for value in node._data.values():
+        if is_tensor_collection(value):
+            _thaw(value._to_tensordict_view())

@@ -184,9 +184,10 @@ def _convert(td, key, value: Any, batch_size: torch.Size, api: str) -> Any:
                 tensor = tensor.to(td._device)
             check_batch_dims(api, key, tensor.shape, batch_size)
             return tensor
-        # tensordict: tensors mixed with other values (numbers included) are values, one per
-        # element; torch.as_tensor would silently turn 0-d tensors and numbers into one tensor
-        if not _holds_tensor(value):
+        # tensordict: in a list, tensors mixed with other values (numbers included) are
+        # values, one per element; torch.as_tensor would turn 0-d tensors and numbers into
+        # one tensor (a tuple still does, in both libraries)
+        if type(value) is not list or not _holds_tensor(value):
             try:
                 tensor = torch.as_tensor(value, device=td._device)
             except (TypeError, ValueError, RuntimeError):
@@ -223,9 +224,9 @@ def _named_like(td, key, value: Any, api: str) -> Any:
     return value
 
 
-def _holds_tensor(value: list | tuple) -> bool:
+def _holds_tensor(value: list) -> bool:
     return any(
-        isinstance(item, torch.Tensor) or (type(item) in (list, tuple) and _holds_tensor(item))
+        isinstance(item, torch.Tensor) or (type(item) is list and _holds_tensor(item))
         for item in value
     )
 

@@ -24,6 +24,7 @@ from ..helpers.leafwise import (
     no_names,
 )
 from ..helpers.mixin import ContainerMixin
+from ..helpers.nested_keys import key_parts
 from ..helpers.nontensor import NonTensorData
 from ..helpers.padding import pad_container
 from ..helpers.reshape import _become
@@ -155,8 +156,11 @@ class IndexOpsMixin(ContainerMixin):
         )
         return self
 
-    def masked_select(self, mask: _Tensor):
+    def masked_select(self, mask: _Tensor, *, inplace: bool = False):
         """The elements where ``mask`` (over the leading batch dims) is true, in one batch dim.
+
+        ``inplace=True`` makes this container the selection (its batch size changes) and
+        returns it.
 
         Example:
             >>> td = TensorDict({"a": torch.arange(3.0)}, [3])
@@ -167,7 +171,8 @@ class IndexOpsMixin(ContainerMixin):
         size = self._batch_size
         new_size = torch.Size([int(mask.sum())]) + size[mask.dim() :]
         # a selection: a NonTensorStack follows it, value by value
-        return map_leaves(self, lambda t: t[mask], new_size, True, no_names, moves=True)
+        result = map_leaves(self, lambda t: t[mask], new_size, True, no_names, moves=True)
+        return _become(self, result, "masked_select") if inplace else result
 
     # ------------------------------------------------------------------ reordering
     def movedim(self, source: Any, destination: Any):
@@ -490,14 +495,23 @@ class IndexOpsMixin(ContainerMixin):
     def split_keys(self, *key_sets, inplace: bool = False, default_key: Any = None, strict=True):
         """Split by keys: one container per key set, then one with the keys left over.
 
+        A key set is a list of keys, or a function ``fn(key, value) -> bool`` that takes
+        every tensor leaf no earlier set took and for which it returns True (``key`` is
+        the leaf's key as a tuple of str; it is not called on nested containers or
+        non-tensor data).
+
         Example:
             >>> td = TensorDict({"a": torch.zeros(()), "b": torch.zeros(()), "c": torch.zeros(())})
             >>> [sorted(part.keys()) for part in td.split_keys(["a"], ["b"])]
             [['a'], ['b'], ['c']]
+            >>> [sorted(part.keys()) for part in td.split_keys(lambda key, value: key < ("b",))]
+            [['a'], ['b', 'c']]
         """
         parts = []
         used: list = []
         for keys in key_sets:
+            if callable(keys):
+                keys = _chosen_leaves(self, keys, used)
             keys = [keys] if isinstance(keys, str) else list(keys)
             parts.append(self.select(*keys, strict=strict))
             used.extend(keys)
@@ -506,6 +520,19 @@ class IndexOpsMixin(ContainerMixin):
         if default_key is not None:
             rest = rest.select(default_key, strict=False)
         return (*parts, rest)
+
+
+def _chosen_leaves(self: Any, choose: Any, used: list) -> list:
+    """The tensor leaves that no earlier key set took and ``choose(key, value)`` accepts."""
+    taken = [key_parts(key, "split_keys") for key in used]
+    chosen = []
+    for key, value in self.items(True, True):
+        parts = key if type(key) is tuple else (key,)
+        if not isinstance(value, _Tensor) or any(parts[: len(t)] == t for t in taken):
+            continue
+        if choose(parts, value):
+            chosen.append(key)
+    return chosen
 
 
 def _drop_emptied(rest: Any, moved: list) -> None:
