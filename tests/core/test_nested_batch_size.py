@@ -61,3 +61,13 @@ def test_a_level_removed_from_its_parent_is_free_again():
     del td["e"]
     child.batch_size = [7]
     assert child.batch_size == (7,)
+
+
+@pytest.mark.parametrize("error", [ValueError, RuntimeError])
+def test_setting_a_batch_size_the_values_do_not_start_with_raises_either_error(error):
+    # tensordict raises RuntimeError here, and tdfunc's writes raise an error that is
+    # both: code written against either library catches it
+    td = TensorDict({"a": torch.zeros(3, 4)}, [3])
+    with pytest.raises(error, match=r"batch_size: cannot set batch size \[4\].*'a'"):
+        td.batch_size = [4]
+    assert td.batch_size == torch.Size([3])

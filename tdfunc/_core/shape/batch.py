@@ -21,7 +21,7 @@ import torch
 from ..helpers.mixin import ContainerMixin
 from ..helpers.nontensor import NonTensorData, NonTensorStack
 from ..helpers.parents import check_parent_batch
-from ..helpers.sizes import as_size, checked_names, leaf_shape
+from ..helpers.sizes import BatchSizeMismatchError, as_size, checked_names, leaf_shape
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -48,7 +48,7 @@ class BatchMixin(ContainerMixin):
                 continue
             shape = leaf_shape(item) if isinstance(item, torch.Tensor) else item.shape
             if shape[:ndim] != size:
-                raise ValueError(
+                raise BatchSizeMismatchError(
                     f"{type(self).__name__}.batch_size: cannot set batch size {list(size)}: "
                     f"the value at "
                     f"key {key!r} has shape {list(shape)}."
@@ -57,7 +57,7 @@ class BatchMixin(ContainerMixin):
             if type(item) is NonTensorData:
                 self._data[key] = NonTensorData._make(item.data, size, item.device)
             elif isinstance(item, NonTensorStack) and item.batch_size[:ndim] != size:
-                raise ValueError(
+                raise BatchSizeMismatchError(
                     f"{type(self).__name__}.batch_size: cannot set batch size {list(size)}: the "
                     f"non-tensor stack at key {key!r} has batch size {list(item.batch_size)}."
                 )
