@@ -31,6 +31,13 @@ the module's ties with the plan's (:func:`ties_of`) before trusting it again.
 The count is checked by the caller before a cached plan's swap, not by the
 swap: a plan just built is used once whatever another thread registers
 meanwhile (a check there could be failed forever by a thread building modules).
+
+A plan holds each walked module's ``_parameters``, ``_buffers`` and ``_modules``
+dicts, not the module: reading them through the module on every swap is the
+slowest part of a small swap. Every route nn.Module offers (``setattr``,
+``register_*``, ``del``, item writes into those dicts) is seen; rebinding one of
+those dicts wholesale (``module._modules = {...}``, ``module.__dict__.update``)
+bypasses nn.Module's own bookkeeping and is not.
 """
 
 from __future__ import annotations
