@@ -335,7 +335,7 @@ def _rebuild(
     ``known``: the shapes of all of ``leaves``, already read by the caller.
     """
     if context.nested is not None:
-        return _rebuild_nested(leaves, start, context, check, traced)
+        return _rebuild_nested(leaves, start, context, check, traced, known)
     end = start + context.width
     children = leaves if not start and end == len(leaves) else leaves[start:end]
     if False not in context.tensor_children:
@@ -354,8 +354,10 @@ def _rebuild(
             # object held by a transform), which the general rules handle: one read per
             # child, no separate type check, one size at a time in the common case.
             try:
-                if known is not None and children is leaves:
-                    shapes = known  # read by unflatten: not equal to the recorded ones
+                if known is not None:  # read by unflatten
+                    shapes = known if children is leaves else known[start:end]
+                    if shapes == context.shapes:
+                        batch_size = recorded
                 elif len(children) <= _FEW:
                     shapes = tuple(map(_tensor_shape, children))
                     if shapes == context.shapes:
@@ -396,11 +398,16 @@ def _rebuild(
 
 
 def _rebuild_nested(
-    leaves: list, start: int, context: NodeContext, check: bool, traced: bool
+    leaves: list,
+    start: int,
+    context: NodeContext,
+    check: bool,
+    traced: bool,
+    known: tuple | None = None,
 ) -> tuple:
     """:func:`_rebuild` for a level with nested containers: step 1 of the inference
     as the children are rebuilt, when they are tensors of their recorded kind,
-    nested containers, or values without a shape."""
+    nested containers, or values without a shape. ``known``: as for :func:`_rebuild`."""
     recorded = context.batch_size
     shapes, features, kinds = context.shapes, context.feature_shapes, context.tensor_children
     children: list = []
@@ -419,7 +426,7 @@ def _rebuild_nested(
             children.append(child)
             if isinstance(child, _Tensor) and kinds[index]:
                 tensorful = True
-                shape = child.shape
+                shape = child.shape if known is None else known[start - 1]
                 if not checked and _get_bdim(child) >= len(recorded):
                     checked = None  # check every child once they are all here
             elif type(child) in _UNSHAPED:
@@ -430,7 +437,9 @@ def _rebuild_nested(
                     hollow.append(index)
                 continue
         elif inner.width:
-            child, child_tensorful, shape, exact = _rebuild(leaves, start, inner, check, traced)
+            child, child_tensorful, shape, exact = _rebuild(
+                leaves, start, inner, check, traced, known
+            )
             start += inner.width
             children.append(child)
             if not child_tensorful:
