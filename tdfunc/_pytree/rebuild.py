@@ -182,41 +182,44 @@ def unflatten(children, context: NodeContext):
     if type(children) is not list:
         children = list(children)
     shapes = context.leaf_shapes
+    # Leaves (or, for a level whose nested containers came back as children, children)
+    # that all have their recorded kinds and shapes: the inference concludes the
+    # recorded batch sizes at any functorch level (vmap's input check refuses only a
+    # leaf with one dim less than recorded), so they are rebuilt without it.
     if (
         children
         and type(children[0]) not in _UNSHAPED
         and not _dynamo_compiling()
         and _get_mode(_FAKE) is None
     ):
-        level = _current_level()
-        # only a deeper level than at flatten time can be vmap's input boundary
-        if level is None or (context.level is not None and level <= context.level):
-            if shapes is None:  # nested containers as children (optree, key paths)
-                if context.nested is None and _as_recorded(children, context):
-                    return _assemble(children, context, context.batch_size, None, None)
-            elif type(children[0]) in _TENSOR_TYPES:
-                # The shape getter refuses anything but a tensor: one read per leaf checks
-                # its kind and its shape; every leaf as recorded is what the inference
-                # would conclude without inferring (``_unchanged``).
-                known = None
-                try:
-                    if len(shapes) <= _FEW:
-                        known = tuple(map(_tensor_shape, children))
-                        same = known == shapes
-                    else:
-                        same = all(map(_eq, map(_tensor_shape, children), shapes))
-                except TypeError:
-                    same = False
-                if same:
-                    if context.nested is not None or context.non_tensor or context.order:
-                        return _unchanged(children, 0, context)[0]
-                    # ``_unchanged`` of a level of tensors only, without a call
-                    device = context.device
-                    if device is not None:
-                        device = children[0].device
-                    data = dict(zip(context.keys, children))
-                    return context.cls._from_pytree(data, context.batch_size, device, context.names)
-                return _rebuild(children, 0, context, False, False, known)[0]
+        if shapes is None:  # nested containers as children (optree, key paths)
+            if context.nested is None and _as_recorded(children, context):
+                return _assemble(children, context, context.batch_size, None, None)
+        elif type(children[0]) in _TENSOR_TYPES:
+            # the shape getter refuses anything but a tensor: one read per leaf checks
+            # its kind and its shape
+            known = None
+            try:
+                if len(shapes) <= _FEW:
+                    known = tuple(map(_tensor_shape, children))
+                    same = known == shapes
+                else:
+                    same = all(map(_eq, map(_tensor_shape, children), shapes))
+            except TypeError:
+                same = False
+            if same:
+                if context.nested is not None or context.non_tensor or context.order:
+                    return _unchanged(children, 0, context)[0]
+                # ``_unchanged`` of a level of tensors only, without a call
+                device = context.device
+                if device is not None:
+                    device = children[0].device
+                data = dict(zip(context.keys, children))
+                return context.cls._from_pytree(data, context.batch_size, device, context.names)
+            level = _current_level()
+            # only a deeper level than at flatten time can be vmap's input boundary
+            check = level is not None and (context.level is None or level > context.level)
+            return _rebuild(children, 0, context, check, False, known)[0]
     # an in_dims tree (ints and None) is recognised by its first child
     if children and type(children[0]) in _UNSHAPED and _UNSHAPED.issuperset(map(type, children)):
         return _recorded(children, 0, context)  # nothing to infer from
