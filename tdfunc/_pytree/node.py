@@ -501,6 +501,7 @@ def _flatten_view(view: Any, cls: type | None = None) -> tuple[list, NodeContext
                 except TypeError:
                     pass
                 leaves = []
+                pair = [None, pair[1]]  # checked: the general walk would not reuse it
         return leaves, _inline(view, cls, leaves, level, _CONTEXTS, 0, key, pair)
     context = _inline(view, cls, leaves, _current_level(), None)
     if symbolic(leaves):

@@ -182,41 +182,44 @@ def unflatten(children, context: NodeContext):
     if type(children) is not list:
         children = list(children)
     shapes = context.leaf_shapes
+    # Leaves (or, for a level whose nested containers came back as children, children)
+    # that all have their recorded kinds and shapes: the inference concludes the
+    # recorded batch sizes at any functorch level (vmap's input check refuses only a
+    # leaf with one dim less than recorded), so they are rebuilt without it.
     if (
         children
         and type(children[0]) not in _UNSHAPED
         and not _dynamo_compiling()
         and _get_mode(_FAKE) is None
     ):
-        level = _current_level()
-        # only a deeper level than at flatten time can be vmap's input boundary
-        if level is None or (context.level is not None and level <= context.level):
-            if shapes is None:  # nested containers as children (optree, key paths)
-                if context.nested is None and _as_recorded(children, context):
-                    return _assemble(children, context, context.batch_size, None, None)
-            elif type(children[0]) in _TENSOR_TYPES:
-                # The shape getter refuses anything but a tensor: one read per leaf checks
-                # its kind and its shape; every leaf as recorded is what the inference
-                # would conclude without inferring (``_unchanged``).
-                known = None
-                try:
-                    if len(shapes) <= _FEW:
-                        known = tuple(map(_tensor_shape, children))
-                        same = known == shapes
-                    else:
-                        same = all(map(_eq, map(_tensor_shape, children), shapes))
-                except TypeError:
-                    same = False
-                if same:
-                    if context.nested is not None or context.non_tensor or context.order:
-                        return _unchanged(children, 0, context)[0]
-                    # ``_unchanged`` of a level of tensors only, without a call
-                    device = context.device
-                    if device is not None:
-                        device = children[0].device
-                    data = dict(zip(context.keys, children))
-                    return context.cls._from_pytree(data, context.batch_size, device, context.names)
-                return _rebuild(children, 0, context, False, False, known)[0]
+        if shapes is None:  # nested containers as children (optree, key paths)
+            if context.nested is None and _as_recorded(children, context):
+                return _assemble(children, context, context.batch_size, None, None)
+        elif type(children[0]) in _TENSOR_TYPES:
+            # the shape getter refuses anything but a tensor: one read per leaf checks
+            # its kind and its shape
+            known = None
+            try:
+                if len(shapes) <= _FEW:
+                    known = tuple(map(_tensor_shape, children))
+                    same = known == shapes
+                else:
+                    same = all(map(_eq, map(_tensor_shape, children), shapes))
+            except TypeError:
+                same = False
+            if same:
+                if context.nested is not None or context.non_tensor or context.order:
+                    return _unchanged(children, 0, context)[0]
+                # ``_unchanged`` of a level of tensors only, without a call
+                device = context.device
+                if device is not None:
+                    device = children[0].device
+                data = dict(zip(context.keys, children))
+                return context.cls._from_pytree(data, context.batch_size, device, context.names)
+            level = _current_level()
+            # only a deeper level than at flatten time can be vmap's input boundary
+            check = level is not None and (context.level is None or level > context.level)
+            return _rebuild(children, 0, context, check, False, known)[0]
     # an in_dims tree (ints and None) is recognised by its first child
     if children and type(children[0]) in _UNSHAPED and _UNSHAPED.issuperset(map(type, children)):
         return _recorded(children, 0, context)  # nothing to infer from
@@ -335,7 +338,7 @@ def _rebuild(
     ``known``: the shapes of all of ``leaves``, already read by the caller.
     """
     if context.nested is not None:
-        return _rebuild_nested(leaves, start, context, check, traced)
+        return _rebuild_nested(leaves, start, context, check, traced, known)
     end = start + context.width
     children = leaves if not start and end == len(leaves) else leaves[start:end]
     if False not in context.tensor_children:
@@ -354,8 +357,10 @@ def _rebuild(
             # object held by a transform), which the general rules handle: one read per
             # child, no separate type check, one size at a time in the common case.
             try:
-                if known is not None and children is leaves:
-                    shapes = known  # read by unflatten: not equal to the recorded ones
+                if known is not None:  # read by unflatten
+                    shapes = known if children is leaves else known[start:end]
+                    if shapes == context.shapes:
+                        batch_size = recorded
                 elif len(children) <= _FEW:
                     shapes = tuple(map(_tensor_shape, children))
                     if shapes == context.shapes:
@@ -396,11 +401,16 @@ def _rebuild(
 
 
 def _rebuild_nested(
-    leaves: list, start: int, context: NodeContext, check: bool, traced: bool
+    leaves: list,
+    start: int,
+    context: NodeContext,
+    check: bool,
+    traced: bool,
+    known: tuple | None = None,
 ) -> tuple:
     """:func:`_rebuild` for a level with nested containers: step 1 of the inference
     as the children are rebuilt, when they are tensors of their recorded kind,
-    nested containers, or values without a shape."""
+    nested containers, or values without a shape. ``known``: as for :func:`_rebuild`."""
     recorded = context.batch_size
     shapes, features, kinds = context.shapes, context.feature_shapes, context.tensor_children
     children: list = []
@@ -419,7 +429,7 @@ def _rebuild_nested(
             children.append(child)
             if isinstance(child, _Tensor) and kinds[index]:
                 tensorful = True
-                shape = child.shape
+                shape = child.shape if known is None else known[start - 1]
                 if not checked and _get_bdim(child) >= len(recorded):
                     checked = None  # check every child once they are all here
             elif type(child) in _UNSHAPED:
@@ -430,7 +440,9 @@ def _rebuild_nested(
                     hollow.append(index)
                 continue
         elif inner.width:
-            child, child_tensorful, shape, exact = _rebuild(leaves, start, inner, check, traced)
+            child, child_tensorful, shape, exact = _rebuild(
+                leaves, start, inner, check, traced, known
+            )
             start += inner.width
             children.append(child)
             if not child_tensorful:

@@ -206,3 +206,41 @@ def test_unflatten_inside_vmap_of_a_spec_recorded_outside_checks_the_batch_dims(
     out = torch.func.vmap(lambda t: t.apply(lambda x: x * 2))(batched)
     assert out.batch_size == torch.Size([3])
     torch.testing.assert_close(out["a"], batched["a"] * 2)
+
+
+@pytest.mark.parametrize("name", ["one leaf", "batched", "named", "nested", "tensorclass"])
+def test_unchanged_leaves_inside_a_deeper_transform_rebuild_as_the_checked_inference(name):
+    """A spec recorded outside, unflattened inside ``vmap`` with leaves of the recorded
+    shapes (batched ones among them): the fast path and the inference with vmap's
+    input check agree."""
+    container = _corpus()[name]
+    leaves, spec = torch_pytree.tree_flatten(container)
+    results = []
+
+    def inside(x):
+        batched = [leaf + x.sum() * 0 for leaf in leaves]  # BatchedTensors, same shapes
+        for children in (list(leaves), batched):
+            fast = rebuild.unflatten(children, spec.context)
+            general = rebuild._rebuild(list(children), 0, spec.context, True, False)[0]
+            results.append((fast, general, children))
+        return x
+
+    torch.func.vmap(inside)(torch.zeros(3, 2))
+    for fast, general, children in results:
+        assert type(fast) is type(general)
+        assert fast.batch_size == general.batch_size == container.batch_size
+        assert fast.names == general.names
+        assert all(a is b for a, b in zip(torch_pytree.tree_leaves(fast), children))
+
+
+def test_a_wide_tree_of_changed_shapes_infers_its_batch_size():
+    """Past the width where sizes are compared one at a time, nothing is kept from the
+    first check: the inference reads the shapes itself."""
+    td = TensorDict({f"k{i}": torch.arange(4.0 * 2).view(4, 2) + i for i in range(300)}, [4])
+    out = torch.func.vmap(lambda t: t.apply(lambda x: x * 2))(td)
+    assert out.batch_size == torch.Size([4])
+    torch.testing.assert_close(out["k299"], td["k299"] * 2)
+    leaves, spec = torch_pytree.tree_flatten(td)
+    summed = torch_pytree.tree_unflatten([leaf.sum(-1) for leaf in leaves], spec)
+    assert summed.batch_size == torch.Size([4])
+    torch.testing.assert_close(summed["k7"], td["k7"].sum(-1))
