@@ -85,9 +85,11 @@ class Adam(_Stacked):
         amsgrad: as in ``torch.optim.Adam``: divide by the running maximum of the
             second moment (kept as ``max_exp_avg_sq``).
         maximize: as in ``torch.optim.Adam``: ascend the gradient.
-        foreach, capturable, differentiable, fused: ``torch.optim``'s implementation
-            switches: ``foreach`` is accepted (the step always runs foreach kernels
-            with the single-tensor arithmetic); the others are refused when set.
+        foreach: accepted, as ``torch.optim``'s implementation switch: the step
+            always runs foreach kernels with the single-tensor arithmetic.
+        capturable: refused when True (compile the step instead).
+        differentiable: refused when True (use the functional optimizer).
+        fused: refused when True (leave it unset).
 
     Example:
         >>> import torch

@@ -132,3 +132,12 @@ def test_the_mixed_rule_is_for_lists():
     # a tuple of a 0-d tensor and a number is still one tensor (tensordict makes one too)
     td = TensorDict(b=(torch.tensor(1.0), 2.0), batch_size=[2])
     assert type(td["b"]) is torch.Tensor and td["b"].tolist() == [1.0, 2.0]
+
+
+def test_a_list_that_holds_itself_is_kept_as_one_value():
+    # the check for tensors inside a list walks it with its own stack and must not
+    # loop on a list that contains itself
+    value: list = [1.0]
+    value.append(value)
+    td = TensorDict({"v": value})
+    assert td.get("v").data is value

@@ -225,10 +225,18 @@ def _named_like(td, key, value: Any, api: str) -> Any:
 
 
 def _holds_tensor(value: list) -> bool:
-    return any(
-        isinstance(item, torch.Tensor) or (type(item) is list and _holds_tensor(item))
-        for item in value
-    )
+    # a walk with its own stack: a list may nest deeper than Python's recursion limit
+    # (the save path refuses such a value with a clear error, after this)
+    # and may hold itself
+    pending, seen = [value], {id(value)}
+    while pending:
+        for item in pending.pop():
+            if isinstance(item, torch.Tensor):
+                return True
+            if type(item) is list and id(item) not in seen:
+                seen.add(id(item))
+                pending.append(item)
+    return False
 
 
 def stacked_tensors(value: list | tuple) -> torch.Tensor | None:
