@@ -140,3 +140,21 @@ def run(code: str, *args: str, cwd=None, timeout: float = 300) -> subprocess.Com
         timeout=timeout,
         check=False,
     )
+
+
+def printed_by_both(probe: str) -> tuple[list[str], list[str]]:
+    """The non-empty lines ``probe`` prints with tensordict and with tdfunc.
+
+    ``probe`` names the library ``LIB`` (``from LIB import TensorDict``); tensordict's
+    run must succeed (its stderr is shown if not), and so must tdfunc's.
+    """
+    done = run(probe.replace("LIB", "tensordict"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    mine = subprocess.run(
+        [sys.executable, "-c", probe.replace("LIB", "tdfunc")],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    )  # fmt: skip
+    return (
+        [line for line in done.stdout.splitlines() if line],
+        [line for line in mine.stdout.splitlines() if line],
+    )

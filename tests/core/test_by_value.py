@@ -5,9 +5,6 @@ tensordict 0.15.3 run in its own process over random values, and their errors.""
 # ruff: noqa: E501
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import tensordict_peer
 import torch
@@ -45,13 +42,8 @@ print(assert_close(TensorDict(x=torch.tensor([float("nan")])), TensorDict(x=torc
 
 @pytest.mark.slow  # a tensordict process
 def test_the_results_are_tensordict_s():
-    done = tensordict_peer.run(PROBE.replace("LIB", "tensordict"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = subprocess.run(
-        [sys.executable, "-c", PROBE.replace("LIB", "tdfunc")],
-        capture_output=True, text=True, cwd=tensordict_peer.ROOT, check=True,
-    )  # fmt: skip
-    assert got.stdout.splitlines() == [line for line in done.stdout.splitlines() if line]
+    expected, got = tensordict_peer.printed_by_both(PROBE)
+    assert got == expected
 
 
 def test_remove_duplicates_against_a_python_loop():

@@ -47,14 +47,8 @@ print(run(lambda: foo.rename_keys({"x": "y"})))
 
 @pytest.mark.slow  # a tensordict process
 def test_rename_keys_renames_as_tensordict_does():
-    done = tensordict_peer.run(PROBE.replace("LIB", "tensordict"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    expected = [line for line in done.stdout.splitlines() if line]
-    got = tensordict_peer.subprocess.run(
-        [tensordict_peer.sys.executable, "-c", PROBE.replace("LIB", "tdfunc")],
-        capture_output=True, text=True, cwd=tensordict_peer.ROOT, check=True,
-    ).stdout.splitlines()  # fmt: skip
-    assert [line for line in got if line] == expected
+    expected, got = tensordict_peer.printed_by_both(PROBE)
+    assert got == expected
 
 
 def test_the_source_is_unchanged_and_the_leaves_are_shared():

@@ -5,9 +5,6 @@ run in its own process, and with a loop over the leaves."""
 # ruff: noqa: E501
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import tensordict_peer
 import torch
@@ -35,13 +32,8 @@ p = td.clone().split_keys(lambda k, v: k == ("s",), inplace=True); print([ks(x) 
 
 @pytest.mark.slow  # a tensordict process
 def test_split_keys_with_functions_as_tensordict():
-    done = tensordict_peer.run(PROBE.replace("LIB", "tensordict"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = subprocess.run(
-        [sys.executable, "-c", PROBE.replace("LIB", "tdfunc")],
-        capture_output=True, text=True, cwd=tensordict_peer.ROOT, check=True,
-    )  # fmt: skip
-    assert got.stdout.splitlines() == [line for line in done.stdout.splitlines() if line]
+    expected, got = tensordict_peer.printed_by_both(PROBE)
+    assert got == expected
 
 
 def test_each_leaf_goes_to_the_first_set_that_takes_it():
