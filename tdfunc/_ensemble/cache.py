@@ -63,7 +63,8 @@ def _aliases(derived: torch.Tensor, source: torch.Tensor) -> bool:
 class DerivedCache:
     """Derived leaves per (grad mode, inference mode), reused under the rules above."""
 
-    __slots__ = ("entries",)
+    # __weakref__: the stacked modules find the cache to clear it (layout.py)
+    __slots__ = ("__weakref__", "entries")
 
     def __init__(self) -> None:
         # index grad mode + 2 * inference mode: (leaves, requires_grad per leaf or

@@ -58,6 +58,7 @@ from .layout import (
     _slots,
     _store_linear_weights_transposed,
     _to_meta,
+    bind_cache,
 )
 from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slice_members
 from .plan import vmap_call
@@ -206,6 +207,7 @@ class Ensemble(nn.Module):
         self.randomness = randomness
         self.chunk_size = chunk_size
         self._derived = DerivedCache()
+        bind_cache(self.stacked, self._derived)
         # __call__ goes straight to _run unless a subclass has its own forward
         self._own_forward = type(self).forward is Ensemble.forward
         self._plan_for_mode()
@@ -684,6 +686,7 @@ class Ensemble(nn.Module):
         super().__setstate__(state)
         self._own_forward = type(self).forward is Ensemble.forward
         self._prepare_swap()  # a copy (deepcopy, pickle) has a new template
+        bind_cache(self.stacked, self._derived)
         self._plan_for_mode()
 
     def __getstate__(self) -> dict:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +48,19 @@ class _Stacked(nn.Module):
     """
 
     _children_names: tuple = ()
+    # A weak reference to the owning ensemble's cache of derived leaves (or None).
+    _derived_ref: Callable | None = None
+
+    def _apply(self, fn, recurse: bool = True):
+        # The cache's derived leaves (weight.mT, ...) are views that hold each
+        # parameter: with swap-on-conversion (torch.__future__, or a tensor subclass
+        # such as DTensor) torch refuses to swap a tensor that another one holds, and
+        # without it the entry would be rebuilt on the next call anyway. A conversion
+        # of any level (ens.stacked[0].double()) drops them first.
+        cache = self._derived_ref() if self._derived_ref is not None else None
+        if cache is not None:
+            cache.clear()
+        return super()._apply(fn, recurse)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # load_state_dict(assign=True) sets each entry as an attribute: a tensor that
@@ -64,6 +78,7 @@ class _Stacked(nn.Module):
     def __getstate__(self) -> dict:
         # a copy (deepcopy, pickle) gets new tensors: it re-declares its shared ones by name
         state = dict(super().__getstate__())
+        state.pop("_derived_ref", None)  # a copy is bound to its own ensemble's cache
         entries = {**self._parameters, **self._buffers}
         state["_shared_entries"] = tuple(
             name for name, value in entries.items() if value is not None and is_shared(value)
@@ -113,6 +128,14 @@ class _Stacked(nn.Module):
             if b is not None
         ]
         return ", ".join(shapes)
+
+
+def bind_cache(stacked: nn.Module, cache: Any) -> None:
+    """Let every level of ``stacked`` clear ``cache`` before a conversion (``_apply``)."""
+    ref = weakref.ref(cache)
+    for module in stacked.modules():
+        if isinstance(module, _Stacked):
+            object.__setattr__(module, "_derived_ref", ref)
 
 
 def _reset_parameters(model: nn.Module, shared: frozenset = frozenset()) -> None:

@@ -1,0 +1,110 @@
+"""Dtype moves of one stacked level (``ens.stacked[i].double()``), against a loop of
+ordinary modules given the same moves.
+
+With torch's swap-on-conversion setting, ``Module._apply`` swaps each parameter's
+memory under the same Python object (``torch.utils.swap_tensors``), which torch
+refuses while another tensor holds the parameter, such as a view the ensemble kept
+from an earlier call.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+from tdfunc import Ensemble
+
+
+@pytest.fixture
+def swap_on_conversion():
+    previous = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    yield
+    torch.__future__.set_swap_module_params_on_conversion(previous)
+
+
+def _models() -> list[nn.Module]:
+    torch.manual_seed(0)
+    return [
+        nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 2))
+        for _ in range(3)
+    ]
+
+
+def _compare(ensemble: Ensemble, models: list[nn.Module], x: torch.Tensor) -> None:
+    """Outputs and gradients of the ensemble equal those of the loop."""
+    ensemble.zero_grad()
+    for model in models:
+        model.zero_grad()
+    out = ensemble(x)
+    expected = torch.stack([model(x) for model in models])
+    assert out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    for name, stacked in ensemble.named_parameters():
+        key = name.removeprefix("stacked.")
+        grads = torch.stack([model.get_parameter(key).grad for model in models])
+        torch.testing.assert_close(stacked.grad, grads, msg=name)
+
+
+def _convert(module: nn.Module, how: str) -> None:
+    if how == "double":
+        module.double()
+    elif how == "to":
+        module.to(torch.float64)
+    else:
+        module.to(dtype=torch.float64)
+
+
+@pytest.mark.parametrize("how", ["double", "to", "to_dtype"])
+@pytest.mark.parametrize("grad", [True, False])
+def test_a_level_converted_after_a_call_equals_the_loop(swap_on_conversion, how, grad):
+    models = _models()
+    ensemble = Ensemble(*copy.deepcopy(models))
+    x = torch.randn(5, 3)
+    with torch.set_grad_enabled(grad):
+        ensemble(x)  # fills the cache of derived views for this grad mode
+    ensemble(x).sum().backward()
+    weight = ensemble.stacked[0].weight
+    for index in (0, 2, 4):
+        _convert(ensemble.stacked[index], how)
+        for model in models:
+            _convert(model[index], how)
+    assert ensemble.stacked[0].weight is weight and weight.dtype == torch.float64
+    _compare(ensemble, models, x.double())
+    # and back, one level at a time, after a call made in float64
+    for index in (0, 2, 4):
+        ensemble.stacked[index].float()
+        for model in models:
+            model[index].float()
+    _compare(ensemble, models, x)
+
+
+def test_a_copy_clears_its_own_cache_before_a_conversion(swap_on_conversion):
+    models = _models()
+    ensemble = Ensemble(*copy.deepcopy(models))
+    x = torch.randn(5, 3)
+    ensemble(x).sum().backward()
+    buffer = io.BytesIO()
+    torch.save(ensemble, buffer)
+    buffer.seek(0)
+    for other in (
+        copy.deepcopy(ensemble),
+        pickle.loads(pickle.dumps(ensemble)),
+        torch.load(buffer, weights_only=False),
+    ):
+        other(x).sum().backward()
+        ensemble(x).sum().backward()  # the original's cache is full as well
+        for index in (0, 2, 4):
+            other.stacked[index].double()
+        reference = copy.deepcopy(models)
+        for model in reference:
+            model.double()
+        _compare(other, reference, x.double())
+        _compare(ensemble, models, x)  # the original is untouched
