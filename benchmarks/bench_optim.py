@@ -10,6 +10,9 @@ Groups (read ratios of medians within a group, from one run, one CPU thread):
   kernels' scalar arguments, no step counters kept; tdfunc's step keeps
   ``torch.optim``'s per-parameter step counters and rounds ``lr / (1 - beta1**t)``
   per member exactly as ``torch.optim`` does).
+- ``adam-amsgrad-ensemble``: the same Adam step with ``amsgrad=True`` (tdfunc's
+  against 64 ``torch.optim.Adam(amsgrad=True, foreach=True)``): the check that every
+  state has its running maximum runs where a state can lose it, not on every step.
 - ``adam-functional``: the functional step ``update`` + ``apply_updates`` over a
   TensorDict of the same stacked parameters, per-member learning rates; the
   same out-of-place math in ``torch._foreach_*`` ops on a flat list (``baseline``).
@@ -90,6 +93,29 @@ def test_adam_ensemble_torch_optim(benchmark, members):
             opt.step()
 
     benchmark.group = "adam-ensemble"
+    benchmark.pedantic(step, **PEDANTIC)
+
+
+def test_adam_amsgrad_ensemble_tdfunc(benchmark, members):
+    ensemble = Ensemble(*copy.deepcopy(members))
+    fill_grads(ensemble.parameters())
+    opt = optim.Adam(ensemble.parameters(), lr=lrs(), amsgrad=True)
+    benchmark.group = "adam-amsgrad-ensemble"
+    benchmark.pedantic(opt.step, **PEDANTIC)
+
+
+def test_adam_amsgrad_ensemble_torch_optim(benchmark, members):
+    models = copy.deepcopy(members)
+    optimizers = []
+    for lr, model in zip(lrs().tolist(), models):
+        fill_grads(model.parameters())
+        optimizers.append(torch.optim.Adam(model.parameters(), lr=lr, amsgrad=True, foreach=True))
+
+    def step():
+        for opt in optimizers:
+            opt.step()
+
+    benchmark.group = "adam-amsgrad-ensemble"
     benchmark.pedantic(step, **PEDANTIC)
 
 

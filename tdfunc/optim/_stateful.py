@@ -35,6 +35,67 @@ class _Stacked(Steps, ParamGroups, StateDict, torch.optim.Optimizer):
         self._checked: list = []
         super().__init__(params if groups is None else groups, defaults)
 
+    # (switch, state entry it needs, what the entry keeps): a state made while the switch
+    # was off has no such entry, and torch.optim cannot continue it once it is on
+    _needs: tuple = ()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        states = state_dict.get("state", {})
+        for saved in state_dict.get("param_groups", ()):
+            for flag, entry, kept in self._needs:
+                if not saved.get(flag):
+                    continue
+                for index in saved.get("params", ()):
+                    state = states.get(index)
+                    if state and entry not in state:
+                        raise _state_missing(
+                            f"{type(self).__name__}.load_state_dict",
+                            (flag, entry, kept),
+                            f"parameter {index} of the state dict",
+                        )
+        super().load_state_dict(state_dict)
+
+    def _check_states(self, resolved: list) -> None:
+        # Every group before any steps: a refused step leaves every state as it was.
+        # A state without an entry that a switch needs is made only by a step while
+        # the switch is off, or comes with a load (a new self.state): a group's states
+        # are walked when a switch was off at its last check, or the states were
+        # replaced, and the states found lacking are kept (checked again while they
+        # have no gradient, as torch.optim skips those).
+        if not self._needs:
+            return
+        states = self.state
+        checked = self.__dict__.setdefault("_states_checked", {})
+        for group, plan in resolved:
+            key = id(group)
+            needed = tuple(need for need in self._needs if plan[need[0]])
+            if not needed:
+                checked.pop(key, None)
+                continue
+            seen = checked.get(key)
+            if seen is None or seen[0] is not group or seen[1] is not states or seen[2] != needed:
+                lacking = tuple(
+                    (param, need)
+                    for param in group["params"]
+                    if states.get(param)
+                    for need in needed
+                    if need[1] not in states[param]
+                )
+                seen = checked[key] = (group, states, needed, lacking)
+            for param, need in seen[3]:
+                state = states.get(param)
+                if state and param.grad is not None and need[1] not in state:
+                    where = f"a parameter of shape {list(param.shape)}"
+                    raise _state_missing(f"{type(self).__name__}.step", need, where)
+
+    def _moment(self, plan: dict, states: list, params: list, need: tuple) -> list:
+        """The entry ``need`` names, of every state (a clear error where one lacks it)."""
+        try:
+            return [state[need[1]] for state in states]
+        except KeyError:  # a state written into self.state by hand
+            where = f"a parameter of shape {list(params[0].shape)}"
+            raise _state_missing(f"{type(self).__name__}.step", need, where) from None
+
     def _run(self, segments: tuple, hypers: dict, params, grads, moments: list, step) -> None:
         """The segments on the in-place kernel; complex leaves as real pairs (as torch.optim)."""
         if _complex.any_complex(params):
@@ -59,13 +120,18 @@ def _fresh_adam(group: dict, param: torch.Tensor) -> dict:
     return state
 
 
-def _amsgrad_state_missing(api: str, where: str) -> ValueError:
+def _state_missing(api: str, need: tuple, where: str) -> ValueError:
+    flag, entry, kept = need
     return ValueError(
-        f"{api}: amsgrad=True, but the state of {where} has no 'max_exp_avg_sq' (it was "
-        f"made while amsgrad was off). The running maximum of the earlier steps is unknown, "
-        f"and torch.optim cannot continue such a state either: keep amsgrad as the state "
-        f"was made, or start a new optimizer with amsgrad=True."
+        f"{api}: {flag}=True, but the state of {where} has no {entry!r} (it was made "
+        f"while {flag} was off). The {kept} of the earlier steps is unknown, and "
+        f"torch.optim cannot continue such a state either: keep {flag} as the state was "
+        f"made, or start a new optimizer with {flag}=True."
     )
+
+
+_AMSGRAD = ("amsgrad", "max_exp_avg_sq", "running maximum of the second moment")
+_CENTERED = ("centered", "grad_avg", "running average of the gradients")
 
 
 class Adam(_Stacked):
@@ -105,6 +171,7 @@ class Adam(_Stacked):
     _hypers = {"lr": "lr", "betas": ("beta1", "beta2"), "weight_decay": "weight_decay"}
     _numbers = ("eps",)
     _flags = ("amsgrad", "maximize")
+    _needs = (_AMSGRAD,)
     _fresh = staticmethod(_fresh_adam)
     _decoupled = False
 
@@ -120,16 +187,6 @@ class Adam(_Stacked):
             )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        states = state_dict.get("state", {})
-        for saved in state_dict.get("param_groups", ()):
-            if saved.get("amsgrad"):
-                for index in saved.get("params", ()):
-                    state = states.get(index)
-                    if state and "max_exp_avg_sq" not in state:
-                        where = f"parameter {index} of the state dict"
-                        raise _amsgrad_state_missing(
-                            f"{type(self).__name__}.load_state_dict", where
-                        )
         super().load_state_dict(state_dict)
         for group in self.param_groups:
             group.setdefault("decoupled_weight_decay", self._decoupled)
@@ -138,17 +195,6 @@ class Adam(_Stacked):
             if step is not None and not isinstance(step, torch.Tensor):
                 # older torch.optim state dicts hold the count as a Python number
                 state["step"] = torch.tensor(float(step), dtype=torch.float32)
-
-    def _check_states(self, resolved: list) -> None:
-        # every group before any steps: a refused step leaves every state as it was
-        for group, plan in resolved:
-            if not plan["amsgrad"]:
-                continue
-            for param in group["params"]:
-                state = self.state.get(param)
-                if state and param.grad is not None and "max_exp_avg_sq" not in state:
-                    where = f"a parameter of shape {list(param.shape)}"
-                    raise _amsgrad_state_missing(f"{type(self).__name__}.step", where)
 
     def _on_new_states(self, states: list) -> None:
         # the step counters of parameters started together are the elements of one
@@ -215,7 +261,7 @@ class Adam(_Stacked):
             [state["exp_avg_sq"] for state in states],
         ]
         if plan["amsgrad"]:
-            moments.append([state["max_exp_avg_sq"] for state in states])
+            moments.append(self._moment(plan, states, params, _AMSGRAD))
         steps = [state["step"] for state in states]
         _advance(steps)
         self._run(plan["segments"], plan, params, grads, moments, _step_count(steps[0]))
@@ -370,6 +416,7 @@ class RMSprop(_Stacked):
     _hypers = {"lr": "lr", "alpha": "alpha", "weight_decay": "weight_decay", "momentum": "momentum"}
     _numbers = ("eps",)
     _flags = ("maximize",)
+    _needs = (_CENTERED,)
 
     def __init__(
         self,
@@ -415,7 +462,6 @@ class RMSprop(_Stacked):
         return {**views, "with_momentum": with_momentum, "segments": segments}
 
     def _update(self, plan: dict, params: list, grads: list, states: list) -> None:
-        _advance([state["step"] for state in states])
         with_momentum = plan["with_momentum"]
         if with_momentum:
             for state, param in zip(states, params):
@@ -424,7 +470,8 @@ class RMSprop(_Stacked):
                     state["momentum_buffer"] = torch.zeros_like(param)
         moments = [[state["square_avg"] for state in states]]
         if plan["centered"]:
-            moments.append([state["grad_avg"] for state in states])
+            moments.append(self._moment(plan, states, params, _CENTERED))
         if with_momentum:
             moments.append([state["momentum_buffer"] for state in states])
+        _advance([state["step"] for state in states])  # once nothing can be refused
         self._run(plan["segments"], plan, params, grads, moments, None)
