@@ -63,6 +63,7 @@ from .layout import (
 from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slice_members
 from .plan import vmap_call
 from .shared import declare_shared
+from .template_watch import slot_names, template_state, unchanged
 
 _RANDOMNESS = ("error", "different", "same")
 # torch's global module hooks (dicts filled in place by register_module_*_hook).
@@ -258,6 +259,7 @@ class Ensemble(nn.Module):
             state.get("_in_dims") is None
             and state.get("_chunk_size") is None
             and state.get("_batched") is not None
+            and "_template_seen" not in state  # _run checks the template first
         )
 
     @property
@@ -270,8 +272,43 @@ class Ensemble(nn.Module):
 
     @property
     def template(self) -> nn.Module:
-        """The module the members' parameters are swapped into (its own tensors are on ``meta``)."""
+        """The module the members' parameters are swapped into (its own tensors are on ``meta``).
+
+        Changing it (an attribute, a hook, a submodule of the same parameters) changes
+        every member: the next call builds its plan again.
+        """
+        self._watch_template()
         return self._template
+
+    def _watch_template(self) -> None:
+        # Handed out: from now on every call checks that the plan still describes it.
+        state = self.__dict__
+        if "_template_seen" not in state:
+            template = state["_template"]
+            state["_template_seen"] = (template_state(template), slot_names(template))
+            self._refresh_fast()
+
+    def _check_template(self) -> None:
+        """Build the plans again if the template changed since they were built."""
+        recorded, names = self.__dict__["_template_seen"]
+        template = self._template
+        if unchanged(recorded, template):
+            return
+        now = slot_names(template)
+        if now != names:
+            added = sorted(set(now) - set(names))
+            removed = sorted(set(names) - set(now))
+            raise ValueError(
+                f"Ensemble: the template's parameters and buffers changed (added {added}, "
+                f"removed {removed}); the stacked tensors were made for the template as it "
+                f"was. Build a new Ensemble from members of the new structure."
+            )
+        self._prepare_swap()  # a submodule may have been replaced
+        self._derived.clear()
+        for name in _PLAN_STATE:
+            self.__dict__.pop(name, None)
+        self._plan_for_mode()
+        self.__dict__["_template_seen"] = (template_state(template), now)
 
     @property
     def params(self) -> TensorDict:
@@ -415,6 +452,7 @@ class Ensemble(nn.Module):
             >>> ensemble.explain().fallbacks
             ()
         """
+        self._watch_template()  # the rows hold the template's modules
         return Explanation(self._report.routes)
 
     def _plan_for_mode(self) -> None:
@@ -485,6 +523,8 @@ class Ensemble(nn.Module):
         ``None`` for the registered ones (their derived views are cached).
         """
         state = self.__dict__
+        if "_template_seen" in state:
+            self._check_template()
         modal = state["_modal"]
         if modal and [module.training for module in modal] != state["_modal_flags"]:
             self._plan_for_mode()
@@ -557,6 +597,9 @@ class Ensemble(nn.Module):
         for name in _PLAN_STATE:
             self.__dict__.pop(name, None)
         self._plan_for_mode()
+        if "_template_seen" in self.__dict__:
+            template = self._template
+            self.__dict__["_template_seen"] = (template_state(template), slot_names(template))
         fn(self)
         return self
 
@@ -692,6 +735,7 @@ class Ensemble(nn.Module):
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["_derived"] = DerivedCache()
+        state.pop("_template_seen", None)  # a copy's template has not been handed out
         for name in _PLAN_STATE:  # closures over the template, its modules
             state.pop(name, None)
         return state

@@ -96,6 +96,11 @@ class Planner:
 
     def module_step(self, module: nn.Module, path: str) -> Callable:
         """The step for ``module`` at ``path`` (``""`` for the template itself)."""
+        hooks = _hooks_of(module)
+        if hooks:
+            # a batched form (or a chain of the children) never calls the module, so its
+            # hooks would not run: a loop of the members runs them on every call
+            return self.vmapped_step(module, path, f"it has {hooks}")
         planner = planner_for(module)
         if planner is not None:
             if not getattr(planner, "mode_free", False):
@@ -138,6 +143,32 @@ class Planner:
                 names.append(slot.path)
                 positions.append(self.slot_index[(id(slot.module), slot.name)])
         return vmapped_call(module, tuple(names), tuple(positions), self.context)
+
+
+def _hooks_of(module: nn.Module) -> str:
+    """The kinds of hooks ``module`` holds (``""`` for none)."""
+    kinds = [
+        kind
+        for kind, hooks in (
+            ("forward pre-hooks", module._forward_pre_hooks),
+            ("forward hooks", module._forward_hooks),
+        )
+        if hooks
+    ]
+    return " and ".join(kinds)
+
+
+def _refuse_backward_hooks(template: nn.Module) -> None:
+    """Module backward hooks cannot run per member on any route: refuse them."""
+    for path, module in template.named_modules():
+        if module._backward_hooks or module._backward_pre_hooks:
+            raise ValueError(
+                f"Ensemble: the submodule {path or '<template>'!r} ({type(module).__name__}) "
+                f"has backward hooks: torch.func.vmap does not run them once per member as "
+                f"a loop of the members would, and the batched kernels never call the "
+                f"module. Remove them, or hook the ensemble's output (or a tensor, with "
+                f"tensor.register_hook) instead."
+            )
 
 
 # longest chain run as generated straight-line code (bounded source, bounded compile cost)
@@ -319,6 +350,7 @@ def build_batched_plan(
     """The batched forward of ``template`` (``run(leaves, *inputs, **kwargs)``), its
     report, and the modules whose train/eval flags it was built for (see the module
     docstring); ``run`` is ``None`` when the whole forward must run under vmap."""
+    _refuse_backward_hooks(template)
     planner = Planner(template, slot_index, context)
     try:
         run = planner.module_step(template, "")
