@@ -63,7 +63,7 @@ from .layout import (
 from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slice_members
 from .plan import vmap_call
 from .shared import declare_shared
-from .template_watch import slot_names, template_state, unchanged
+from .template_watch import only_modes_changed, slot_names, template_state, unchanged
 
 _RANDOMNESS = ("error", "different", "same")
 # torch's global module hooks (dicts filled in place by register_module_*_hook).
@@ -259,7 +259,6 @@ class Ensemble(nn.Module):
             state.get("_in_dims") is None
             and state.get("_chunk_size") is None
             and state.get("_batched") is not None
-            and "_template_seen" not in state  # _run checks the template first
         )
 
     @property
@@ -286,13 +285,15 @@ class Ensemble(nn.Module):
         if "_template_seen" not in state:
             template = state["_template"]
             state["_template_seen"] = (template_state(template), slot_names(template))
-            self._refresh_fast()
 
     def _check_template(self) -> None:
         """Build the plans again if the template changed since they were built."""
         recorded, names = self.__dict__["_template_seen"]
         template = self._template
-        if unchanged(recorded, template):
+        if unchanged(recorded):
+            return
+        if only_modes_changed(recorded, template):  # the plans are kept per mode
+            self.__dict__["_template_seen"] = (template_state(template), names)
             return
         now = slot_names(template)
         if now != names:
@@ -392,6 +393,8 @@ class Ensemble(nn.Module):
             and not _is_compiling()
             and not _tracing()
         ):
+            if "_template_seen" in state:  # handed out: the plan may be stale
+                self._check_template()
             if kwargs:
                 in_dims = kwargs.pop("in_dims", DEFAULT)
             elif (
@@ -452,7 +455,6 @@ class Ensemble(nn.Module):
             >>> ensemble.explain().fallbacks
             ()
         """
-        self._watch_template()  # the rows hold the template's modules
         return Explanation(self._report.routes)
 
     def _plan_for_mode(self) -> None:

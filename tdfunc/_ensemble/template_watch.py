@@ -6,44 +6,73 @@ the Python values it read (``self.scale``), a batched layer its settings
 template has been handed out, a user may change any of these, and the members
 (``member(k)``, copies of the template) would compute something the plan does not.
 So, from then on, every call compares the template's state with the one the plan
-was built from: every module's attributes by identity, and the dicts and sets among
-them (submodules, hooks, parameters) item by item. The values are kept alive with
-the record, so an identity cannot be reused by a new object.
+was built from: every module's attribute values and children by identity, and the
+sizes of its hook, parameter and buffer dicts. The values are kept alive with the
+record, so an identity cannot be reused by a new object. (A container attribute of
+the user's edited in place, such as a config dict, is not seen.)
 """
 
 from __future__ import annotations
 
+from itertools import chain
 from operator import is_
 
 from torch import nn
 
 from .._modules.slots import iter_slots
 
-_CONTAINERS = (set, frozenset, list)
+# the containers nn.Module fills in place that change a forward: tensors and hooks
+_CONTAINERS = (
+    "_parameters",
+    "_buffers",
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
+_values = dict.values
 
 
-def template_state(template: nn.Module) -> list:
-    """The flat list of every module's attribute names and values (containers opened)."""
-    out: list = []
+def template_state(template: nn.Module) -> tuple:
+    """The attribute dicts and submodule dicts of every module, their values in order,
+    its parameter, buffer and hook dicts and their sizes."""
+    dicts = []
+    containers = []
     for module in template.modules():
-        out.append(module)
-        for name, value in module.__dict__.items():
-            if name == "training":  # the plans are kept per mode (Ensemble._plan_for_mode)
-                continue
-            out.append(name)
-            out.append(value)
-            if isinstance(value, dict):
-                out.extend(value.keys())
-                out.extend(value.values())
-            elif isinstance(value, _CONTAINERS):
-                out.extend(value)
-    return out
+        attributes = module.__dict__
+        children = module._modules
+        dicts.append(attributes)
+        dicts.append(children)
+        containers.extend(attributes[name] for name in _CONTAINERS if name in attributes)
+    values = tuple(chain.from_iterable(map(_values, dicts)))
+    return tuple(dicts), values, tuple(containers), tuple(map(len, containers))
 
 
-def unchanged(recorded: list, template: nn.Module) -> bool:
-    """Whether the template holds what ``recorded`` (:func:`template_state`) holds."""
-    now = template_state(template)
-    return len(now) == len(recorded) and all(map(is_, now, recorded))
+def unchanged(recorded: tuple) -> bool:
+    """Whether every module holds what ``recorded`` (:func:`template_state`) holds:
+    every attribute value and child the same object, every container of the same size.
+    A few C-level passes in all (this runs on every call of a watched ensemble)."""
+    dicts, values, containers, sizes = recorded
+    now = tuple(chain.from_iterable(map(_values, dicts)))
+    return (
+        len(now) == len(values)
+        and all(map(is_, now, values))
+        and tuple(map(len, containers)) == sizes
+    )
+
+
+def only_modes_changed(recorded: tuple, template: nn.Module) -> bool:
+    """Whether the template differs from ``recorded`` in train/eval flags only (the
+    plans are kept per mode): compared again, without the flags."""
+    fresh = template_state(template)
+    if len(fresh[0]) != len(recorded[0]) or not all(map(is_, fresh[0], recorded[0])):
+        return False
+    if fresh[3] != recorded[3] or not all(map(is_, fresh[2], recorded[2])):
+        return False
+    keys = tuple(chain.from_iterable(map(dict.keys, fresh[0])))
+    if len(keys) != len(recorded[1]):
+        return False
+    return all(a is b or key == "training" for key, a, b in zip(keys, fresh[1], recorded[1]))
 
 
 def slot_names(template: nn.Module) -> list:
