@@ -287,7 +287,11 @@ class Ensemble(nn.Module):
             state["_template_seen"] = (template_state(template), slot_names(template))
 
     def _check_template(self) -> None:
-        """Build the plans again if the template changed since they were built."""
+        """Build the plans again if the template changed since they were built.
+
+        Not while ``torch.compile`` traces a call: a change made after the last eager
+        call reaches a compiled ensemble at its next eager call, or ``torch._dynamo.reset()``.
+        """
         recorded, names = self.__dict__["_template_seen"]
         template = self._template
         if unchanged(recorded):
@@ -525,7 +529,9 @@ class Ensemble(nn.Module):
         ``None`` for the registered ones (their derived views are cached).
         """
         state = self.__dict__
-        if "_template_seen" in state:
+        # (a compiled call is traced: dynamo reads no dict views, and the eager calls
+        # around it have checked; see _check_template)
+        if "_template_seen" in state and not _is_compiling():
             self._check_template()
         modal = state["_modal"]
         if modal and [module.training for module in modal] != state["_modal_flags"]:

@@ -160,3 +160,13 @@ def test_a_copy_of_a_watched_ensemble_follows_its_own_template():
     for model in models:
         model.scale = 4.0
     _check(other, models, x)
+
+
+def test_a_watched_ensemble_compiles_in_one_graph_and_follows_after_an_eager_call():
+    models, ensemble, x = _pair()
+    ensemble.template  # handed out
+    compiled = torch.compile(ensemble, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), torch.stack([model(x) for model in models]))
+    _change(ensemble, models, CHANGES["attribute read by the traced forward"])
+    ensemble(x)  # an eager call sees the change and builds the plan again
+    torch.testing.assert_close(compiled(x), torch.stack([model(x) for model in models]))
