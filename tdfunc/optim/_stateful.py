@@ -360,8 +360,26 @@ class SGD(_Stacked):
         return {"momentum_buffer": torch.zeros_like(param), "_started": False}
 
     def _prepare(self, group: dict) -> None:
-        if not H.is_zero(group["momentum"]):
-            self._start_buffers(group)
+        # A state without a buffer is made only by a step while momentum is 0, or comes
+        # with a load (a new self.state): the group's states are walked when momentum
+        # was 0 at the last step, or the states were replaced; the ones found without
+        # a buffer are kept until a step with their gradient starts it.
+        checked = self.__dict__.setdefault("_buffers_checked", {})
+        key = id(group)
+        if H.is_zero(group["momentum"]):
+            checked.pop(key, None)
+            return
+        states = self.state
+        seen = checked.get(key)
+        if seen is None or seen[0] is not group or seen[1] is not states:
+            lacking = [
+                param
+                for param in group["params"]
+                if states.get(param) and states[param].get("momentum_buffer") is None
+            ]
+            seen = checked[key] = (group, states, lacking)
+        if seen[2]:
+            seen[2][:] = self._start_buffers(seen[2])
 
     def _check_rows(self, api: str, group: dict) -> None:
         if group["dampening"] != 0 and not H.is_zero(group["momentum"]):
@@ -380,21 +398,41 @@ class SGD(_Stacked):
     def _update(self, plan: dict, params: list, grads: list, states: list) -> None:
         with_momentum = plan["with_momentum"]
         unstarted = not states[0].get("_started", True)
-        moments = [[state["momentum_buffer"] for state in states]] if with_momentum else []
+        moments = []
+        if with_momentum:
+            buffers = [state.get("momentum_buffer") for state in states]
+            if any(buffer is None for buffer in buffers):
+                # a state edited by hand since the last check: started from this step's
+                # gradient, as torch.optim does, in a step of its own
+                self._start_buffers(params)
+                started = [i for i, state in enumerate(states) if state.get("_started", True)]
+                fresh = [i for i, state in enumerate(states) if not state.get("_started", True)]
+                for part in (started, fresh):
+                    if part:
+                        pick = [params[i] for i in part], [grads[i] for i in part]
+                        self._update(plan, *pick, [states[i] for i in part])
+                return
+            moments.append(buffers)
         self._run(plan["segments"], plan, params, grads, moments, 1 if unstarted else 2)
         for state in states:
             state["_started"] = True
 
-    def _start_buffers(self, group: dict) -> None:
-        """Give a momentum buffer to states made without one (momentum was 0 until now).
+    def _start_buffers(self, params: list) -> list:
+        """Give a momentum buffer to the states of ``params`` made without one (momentum
+        was 0 until now); returns those still without (no gradient in this step).
 
         As in ``torch.optim.SGD``, the buffer starts from this step's gradient.
         """
-        for param in group["params"]:
+        waiting = []
+        for param in params:
             state = self.state.get(param)
-            if state and param.grad is not None and state.get("momentum_buffer") is None:
+            if state and state.get("momentum_buffer") is None:
+                if param.grad is None:
+                    waiting.append(param)
+                    continue
                 state["momentum_buffer"] = torch.zeros_like(param)
                 state["_started"] = False
+        return waiting
 
 
 class RMSprop(_Stacked):

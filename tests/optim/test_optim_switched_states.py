@@ -183,3 +183,82 @@ def test_a_centered_state_dict_without_gradient_average_is_refused_before_loadin
     with pytest.raises(ValueError, match=r"load_state_dict: centered=True.*parameter 0.*grad_avg"):
         ours.load_state_dict(saved)
     assert ours.param_groups[0]["lr"] == 0.5 and not ours.state
+
+
+def _momentum_sequence(make, steps: list) -> list:
+    """SGD's momentum switched on and off, with some parameters without gradients."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(2, 3)) for _ in range(3)]
+    opt = make(params)
+    out = []
+    for action in steps:
+        if isinstance(action, tuple):  # the indices of the parameters with gradients
+            for index, param in enumerate(params):
+                param.grad = torch.full_like(param, 0.5 + index) if index in action else None
+            opt.step()
+            out.append([p.detach().clone() for p in params])
+        elif action == "reload":
+            opt.load_state_dict(copy.deepcopy(opt.state_dict()))
+        else:
+            opt.param_groups[0]["momentum"] = action
+    return out
+
+
+MOMENTUM_SEQUENCES = [
+    [(0, 1, 2), 0.9, (0, 1, 2), (0, 1, 2)],
+    [(0, 1, 2), 0.9, (0,), (1,), (0, 1, 2)],  # buffers started when each has a gradient
+    [(0,), 0.9, (0, 1), 0.0, (2,), 0.5, (0, 1, 2)],
+    [(0, 1, 2), "reload", 0.9, (1,), "reload", (0, 1, 2)],
+]
+
+
+@pytest.mark.parametrize("sequence", MOMENTUM_SEQUENCES)
+@pytest.mark.parametrize("dampening", [0.0, 0.3])
+def test_momentum_switched_on_follows_torch_optim(sequence, dampening):
+    def ours(params):
+        return optim.SGD(params, lr=0.1, dampening=dampening)
+
+    def theirs(params):
+        return torch.optim.SGD(params, lr=0.1, dampening=dampening)
+
+    for mine, reference in zip(
+        _momentum_sequence(ours, sequence), _momentum_sequence(theirs, sequence)
+    ):
+        for a, b in zip(mine, reference):
+            torch.testing.assert_close(a, b)
+
+
+def test_momentum_steps_do_not_walk_the_states():
+    params = _params()
+    opt = optim.SGD(params, lr=0.1, momentum=0.9)
+    for param in params:
+        param.grad = torch.ones_like(param)
+    opt.step()
+    opt.state = _CountingState(dict, opt.state)
+    _CountingState.gets = 0
+    opt.step()  # new states object: looked at once
+    first = _CountingState.gets
+    for _ in range(3):
+        opt.step()
+    assert _CountingState.gets == first
+
+
+@pytest.mark.parametrize("removal", ["del", "none"])
+def test_a_momentum_buffer_removed_by_hand_starts_again_as_in_torch_optim(removal):
+    def run(cls):
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(2, 3)) for _ in range(2)]
+        opt = cls(params, lr=0.1, momentum=0.9, dampening=0.3)
+        for step in range(4):
+            for index, param in enumerate(params):
+                param.grad = torch.full_like(param, 0.5 + index + step)
+            opt.step()
+            if step == 1:
+                if removal == "del":
+                    del opt.state[params[0]]["momentum_buffer"]
+                else:
+                    opt.state[params[0]]["momentum_buffer"] = None
+        return [p.detach() for p in params]
+
+    for mine, reference in zip(run(optim.SGD), run(torch.optim.SGD)):
+        torch.testing.assert_close(mine, reference)
