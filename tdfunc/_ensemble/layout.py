@@ -51,16 +51,23 @@ class _Stacked(nn.Module):
     # A weak reference to the owning ensemble's cache of derived leaves (or None).
     _derived_ref: Callable | None = None
 
-    def _apply(self, fn, recurse: bool = True):
+    def _drop_derived(self) -> None:
         # The cache's derived leaves (weight.mT, ...) are views that hold each
         # parameter: with swap-on-conversion (torch.__future__, or a tensor subclass
         # such as DTensor) torch refuses to swap a tensor that another one holds, and
-        # without it the entry would be rebuilt on the next call anyway. A conversion
-        # of any level (ens.stacked[0].double()) drops them first.
+        # without it the entry would be rebuilt on the next call anyway. Conversions
+        # and loads of any level (ens.stacked[0].double()) drop them first.
         cache = self._derived_ref() if self._derived_ref is not None else None
         if cache is not None:
             cache.clear()
+
+    def _apply(self, fn, recurse: bool = True):
+        self._drop_derived()
         return super()._apply(fn, recurse)
+
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
+        self._drop_derived()  # a load swaps the tensors too, with swap-on-conversion
+        super()._load_from_state_dict(*args, **kwargs)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # load_state_dict(assign=True) sets each entry as an attribute: a tensor that

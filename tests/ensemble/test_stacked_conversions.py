@@ -108,3 +108,33 @@ def test_a_copy_clears_its_own_cache_before_a_conversion(swap_on_conversion):
             model.double()
         _compare(other, reference, x.double())
         _compare(ensemble, models, x)  # the original is untouched
+
+
+@pytest.mark.parametrize("level", ["ensemble", "stacked", "one level"])
+@pytest.mark.parametrize("assign", [False, True])
+def test_a_load_after_a_call_equals_the_loop(swap_on_conversion, level, assign):
+    """With swap-on-conversion, ``load_state_dict`` swaps each parameter too."""
+    models = _models()
+    ensemble = Ensemble(*copy.deepcopy(models))
+    x = torch.randn(5, 3)
+    ensemble(x).sum().backward()
+    torch.manual_seed(1)
+    for model in models:  # new values for every member, loaded into the ensemble
+        for param in model.parameters():
+            param.data = torch.randn_like(param)
+    stacked = {
+        name: torch.stack([model.get_parameter(name.removeprefix("stacked.")).detach()
+                           for model in models])
+        for name in ensemble.state_dict()
+    }  # fmt: skip
+    if level == "ensemble":
+        ensemble.load_state_dict(stacked, assign=assign)
+    elif level == "stacked":
+        state = {k.removeprefix("stacked."): v for k, v in stacked.items()}
+        ensemble.stacked.load_state_dict(state, assign=assign)
+    else:
+        for index in (0, 2, 4):
+            prefix = f"stacked.{index}."
+            state = {k.removeprefix(prefix): v for k, v in stacked.items() if k.startswith(prefix)}
+            ensemble.stacked[index].load_state_dict(state, assign=assign)
+    _compare(ensemble, models, x)
