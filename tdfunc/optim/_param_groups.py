@@ -63,7 +63,12 @@ class ParamGroups:
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         group.setdefault("member_dim", True)
-        check_group(type(self).__name__, group, self._hypers, self._numbers, self._flags)
+        try:
+            check_group(type(self).__name__, group, self._hypers, self._numbers, self._flags)
+        except (TypeError, ValueError):
+            # a refused group leaves the optimizer as it was (torch.optim appended it)
+            self.param_groups.pop()
+            raise
         # resolved now, eagerly: a compiled step then finds them ready
         self._checked = []
         self._resolved()

@@ -359,3 +359,33 @@ def test_a_bad_value_leaves_the_groups_readable_to_fix_it():
     opt.param_groups[0]["lr"] = 0.5
     opt.step()
     torch.testing.assert_close(param.detach(), torch.full((N, 2), -0.5))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"lr": torch.tensor([0.1, 0.2])},  # one value short
+        {"lr": torch.tensor([[0.1], [0.2], [0.3]])},  # [N, 1]
+        {"weight_decay": torch.tensor([0.1, 0.2, 0.3]), "member_dim": False},
+        {"lr": "fast"},
+    ],
+)
+@pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW, optim.SGD, optim.RMSprop])
+def test_a_refused_param_group_is_not_kept(cls, bad):
+    """The group torch.optim appended is taken back: the optimizer steps as before,
+    and the same parameters can be added again with good values."""
+    first = nn.Parameter(torch.ones(3, 2))
+    second = nn.Parameter(torch.ones(3, 4))
+    opt = cls([first], lr=0.1)
+    reference = torch.optim.__dict__[cls.__name__]([nn.Parameter(torch.ones(3, 2))], lr=0.1)
+    with pytest.raises((TypeError, ValueError), match=cls.__name__):
+        opt.add_param_group({"params": [second], **bad})
+    assert len(opt.param_groups) == 1
+    opt.add_param_group({"params": [second], "lr": torch.tensor([0.1, 0.2, 0.3])})
+    first.grad = torch.ones(3, 2)
+    second.grad = torch.ones(3, 4)
+    reference.param_groups[0]["params"][0].grad = torch.ones(3, 2)
+    opt.step()
+    reference.step()
+    torch.testing.assert_close(first.detach(), reference.param_groups[0]["params"][0].detach())
+    assert not torch.equal(second.detach(), torch.ones(3, 4))
