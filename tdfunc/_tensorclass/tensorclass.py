@@ -451,7 +451,7 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
         # does: start empty, then assign each given field through it
         body += [
             "_tc_td = _tc_new_td(_tc_data, _tc_size, _tc_dev, None)",
-            "if names is not None: _tc_td.names = names" if "names" in extra else "pass",
+            _names_line(cls) if "names" in extra else "pass",
             "_tc_set_td(_tc_self, _tc_td)",
         ]
         for field in fields:
@@ -488,7 +488,7 @@ def _make_init(cls: type[TensorClassCore], fields: tuple[Field, ...], flags: dic
             body += [f"if {name} is not None:", f"    {convert}"]
     body.append("_tc_td = _tc_new_td(_tc_data, _tc_size, _tc_dev, None)")
     if "names" in extra:  # before freezing: naming the dims is part of building
-        body.append("if names is not None: _tc_td.names = names")
+        body.append(_names_line(cls))
     body.append("_tc_set_td(_tc_self, _tc_td)")
     if hasattr(cls, "__post_init__"):
         body.append(post_init)
@@ -507,6 +507,11 @@ def _own_setattr(cls: type) -> bool:
         if "__setattr__" in klass.__dict__ and klass.__dict__["__setattr__"] is not _frozen_setattr:
             return True
     return False
+
+
+def _names_line(cls: type) -> str:
+    """The constructor's naming of the dims: its errors name the class, not TensorDict."""
+    return f"if names is not None: _tc_td._set_names(names, {cls.__name__ + '.names'!r})"
 
 
 def _compile_init(cls: type, fields: tuple[Field, ...], signature: str, body: list, namespace):

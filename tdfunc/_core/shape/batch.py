@@ -250,6 +250,12 @@ class BatchMixin(ContainerMixin):
             return [rename_map.get(name, name) if name is not None else None for name in current]
         if len(names) == 1 and isinstance(names[0], (list, tuple)):
             names = tuple(names[0])
+        if names == () and current:
+            # an empty list of names for named or unnamed dims is a wrong count, not "remove"
+            raise ValueError(
+                f"{api}: expected {len(current)} names (one per batch dim), None to remove "
+                f"them all, or old=new keywords; got none."
+            )
         if names in ((), (None,)):
             return [None] * len(current)
         if names.count(...) > 1:
