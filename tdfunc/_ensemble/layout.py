@@ -63,11 +63,28 @@ class _Stacked(nn.Module):
 
     def _apply(self, fn, recurse: bool = True):
         self._drop_derived()
-        return super()._apply(fn, recurse)
+        shared = self._shared_names()
+        out = super()._apply(fn, recurse)
+        self._mark_shared(shared)  # a swap gave each tensor the new one's attributes
+        return out
 
     def _load_from_state_dict(self, *args, **kwargs) -> None:
         self._drop_derived()  # a load swaps the tensors too, with swap-on-conversion
+        shared = self._shared_names()
         super()._load_from_state_dict(*args, **kwargs)
+        self._mark_shared(shared)
+
+    def _shared_names(self) -> tuple:
+        """The names of this level's tensors kept shared (no member dim)."""
+        entries = {**self._parameters, **self._buffers}
+        return tuple(
+            name for name, value in entries.items() if value is not None and is_shared(value)
+        )
+
+    def _mark_shared(self, names: tuple) -> None:
+        if names:
+            entries = {**self._parameters, **self._buffers}
+            declare_shared([entries[name] for name in names if entries.get(name) is not None])
 
     def __setattr__(self, name: str, value: Any) -> None:
         # load_state_dict(assign=True) sets each entry as an attribute: a tensor that
@@ -86,18 +103,14 @@ class _Stacked(nn.Module):
         # a copy (deepcopy, pickle) gets new tensors: it re-declares its shared ones by name
         state = dict(super().__getstate__())
         state.pop("_derived_ref", None)  # a copy is bound to its own ensemble's cache
-        entries = {**self._parameters, **self._buffers}
-        state["_shared_entries"] = tuple(
-            name for name, value in entries.items() if value is not None and is_shared(value)
-        )
+        state["_shared_entries"] = self._shared_names()
         return state
 
     def __setstate__(self, state: dict) -> None:
         state = dict(state)
         names = state.pop("_shared_entries", ())
         super().__setstate__(state)
-        entries = {**self._parameters, **self._buffers}
-        declare_shared([entries[name] for name in names if entries.get(name) is not None])
+        self._mark_shared(names)
 
     def __getitem__(self, index: int | str) -> nn.Module:
         names = self._children_names

@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from collections.abc import Iterable
 
@@ -36,12 +35,20 @@ def _forget(key: int, ref: weakref.ref) -> None:
 
 
 def declare_shared(tensors: Iterable[torch.Tensor]) -> None:
-    """Record ``tensors`` as held once for all members of an ensemble."""
+    """Record ``tensors`` as held once for all members of an ensemble.
+
+    By the mark alone where the tensor takes one: ``torch.utils.swap_tensors``
+    (``.to()`` and ``load_state_dict`` with torch's swap-on-conversion setting)
+    refuses a tensor that a weak reference points to. The swap gives the tensor the
+    new one's attributes, so the stacked modules mark their shared tensors again
+    after it (``layout._Stacked``).
+    """
     for tensor in tensors:
-        key = id(tensor)
-        _SHARED[key] = weakref.ref(tensor, lambda ref, key=key: _forget(key, ref))
-        with contextlib.suppress(AttributeError):  # a tensor class without attributes
+        try:
             setattr(tensor, _MARK, True)
+        except AttributeError:  # a tensor class without attributes: known by identity
+            key = id(tensor)
+            _SHARED[key] = weakref.ref(tensor, lambda ref, key=key: _forget(key, ref))
 
 
 def is_shared(tensor: torch.Tensor) -> bool:

@@ -138,3 +138,45 @@ def test_a_load_after_a_call_equals_the_loop(swap_on_conversion, level, assign):
             state = {k.removeprefix(prefix): v for k, v in stacked.items() if k.startswith(prefix)}
             ensemble.stacked[index].load_state_dict(state, assign=assign)
     _compare(ensemble, models, x)
+
+
+def _shared_models() -> list[nn.Module]:
+    models = _models()
+    for model in models[1:]:  # the last layer is the same in every member
+        model[4].load_state_dict(models[0][4].state_dict())
+    return models
+
+
+@pytest.mark.parametrize("route", ["ensemble", "levels", "load"])
+def test_shared_tensors_convert_and_stay_shared(swap_on_conversion, route):
+    """A shared tensor is converted like the others (torch refuses to swap a tensor
+    that a weak reference points to), and stays known as shared afterwards."""
+    from tdfunc._ensemble.shared import is_shared
+
+    models = _shared_models()
+    ensemble = Ensemble(*copy.deepcopy(models), shared=["4.weight", "4.bias"])
+    x = torch.randn(5, 3)
+    ensemble(x).sum().backward()
+    if route == "ensemble":
+        ensemble.double()
+    elif route == "levels":
+        for index in (0, 2, 4):
+            ensemble.stacked[index].double()
+    else:
+        ensemble.load_state_dict({k: v * 2 for k, v in ensemble.state_dict().items()})
+        for model in models:
+            for param in model.parameters():
+                param.data = param.data * 2
+    if route != "load":
+        for model in models:
+            model.double()
+        x = x.double()
+    assert is_shared(ensemble.stacked[4].weight) and is_shared(ensemble.stacked[4].bias)
+    assert not is_shared(ensemble.stacked[0].weight)
+    out = ensemble(x)
+    expected = torch.stack([model(x) for model in models])
+    torch.testing.assert_close(out, expected)
+    with pytest.raises(ValueError, match="member"):  # a per-member lr on a shared tensor
+        from tdfunc import optim
+
+        optim.Adam([ensemble.stacked[4].weight], lr=torch.ones(3, dtype=out.dtype))
