@@ -65,6 +65,11 @@ _INLINE_BYTES = 1 << 20
 
 
 # ---------------------------------------------------------------- checks
+class ProcessGroupMissingError(RuntimeError, ValueError):
+    """No process group: a ``RuntimeError``, and a ``ValueError`` as torch.distributed's
+    own calls raise (and tensordict's with them), so either ``except`` clause catches it."""
+
+
 def _check_ready(api: str, tag: int = 0) -> None:
     if type(tag) is not int or not 0 <= tag < _PAYLOAD_TAG:
         raise ValueError(
@@ -72,7 +77,7 @@ def _check_ready(api: str, tag: int = 0) -> None:
             f"for the payload), got {tag!r}."
         )
     if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError(
+        raise ProcessGroupMissingError(
             f"TensorDict.{api}: torch.distributed is not initialised. Call "
             f"torch.distributed.init_process_group(backend='gloo', ...) on every rank first."
         )
