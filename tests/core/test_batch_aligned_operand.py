@@ -40,8 +40,26 @@ AMBIGUOUS = [(4,), (1, 4), (3, 1), (3, 4)]
         lambda td, w: torch.mul(td, w),
         lambda td, w: td.mul_(w),
         lambda td, w: operator.isub(td, w),
+        lambda td, w: td.lerp(td * 0, w),
+        lambda td, w: td.lerp_(td * 0, w),
+        lambda td, w: td.clamp(min=w),
+        lambda td, w: td.clamp_(max=w),
+        lambda td, w: td.clamp_min_(w),
     ],
-    ids=["mul", "radd", "eq", "maximum", "torch.mul", "mul_", "isub"],
+    ids=[
+        "mul",
+        "radd",
+        "eq",
+        "maximum",
+        "torch.mul",
+        "mul_",
+        "isub",
+        "lerp",
+        "lerp_",
+        "clamp",
+        "clamp_",
+        "clamp_min_",
+    ],
 )
 def test_every_door_refuses_the_ambiguous_reading(shape, door):
     td = make()

@@ -291,6 +291,7 @@ class ArithmeticMixin(ContainerMixin):
                 f"{type(weight).__name__}. For a weight per entry, use "
                 f"td.apply_(torch.lerp, end, weight)."
             )
+        check_batch_aligned_operand(self, weight, "lerp_")
         return _inplace(self, end, "lerp_", weight)
 
     def _tensor_leaves(self):
