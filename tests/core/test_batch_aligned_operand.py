@@ -13,6 +13,7 @@ import operator
 import pytest
 import tensordict_peer
 import torch
+import torch._dynamo.testing
 
 from tdfunc import TensorClass, TensorDict
 
@@ -135,3 +136,23 @@ print((td * torch.tensor([2.0]))["b"].sum().item())
 def test_the_batch_reading_the_error_names_is_what_tensordict_computes():
     theirs, mine = tensordict_peer.printed_by_both(PROBE)
     assert mine == theirs
+
+
+def test_the_check_compiles_without_a_graph_break_and_vmap_sees_per_member_leaves():
+    td = TensorDict(a=torch.ones(3, 4, 5), b=torch.ones(3, 4, 5), batch_size=[3, 4])
+    w = torch.arange(5.0)
+
+    def step(td, w):
+        return td.mul(w).add(1.0).clamp(min=0.5)
+
+    counter = torch._dynamo.testing.CompileCounter()
+    compiled = torch.compile(step, backend=counter, fullgraph=True)
+    for _ in range(3):
+        out = compiled(td, w)
+    assert counter.frame_count == 1
+    assert torch.equal(out["b"], torch.ones(3, 4, 5).mul(w).add(1.0).clamp(min=0.5))
+    # inside vmap each member's container has no batch dims: one learning rate per member
+    params = TensorDict(w=torch.ones(4, 3, 3), batch_size=[4])
+    lrs = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    scaled = torch.func.vmap(lambda p, lr: p.mul(lr))(params, lrs)
+    assert torch.equal(scaled["w"], torch.ones(4, 3, 3) * lrs[:, None, None])
