@@ -276,11 +276,19 @@ def _result(td: Any, works: list, finish: Callable | None, async_op: bool, api: 
     return td
 
 
-def broadcast(td: Any, src: int, *, group: Any = None, async_op: bool = False, refusal: Any = None):
-    _check_ready("broadcast")
-    _check_rank("broadcast", "src", src)
+def broadcast(
+    td: Any,
+    src: int,
+    *,
+    group: Any = None,
+    async_op: bool = False,
+    refusal: Any = None,
+    api: str = "broadcast",
+):
+    _check_ready(api)
+    _check_rank(api, "src", src)
     is_src = dist.get_rank() == src
-    layout = _collective_layout(td, group, "broadcast", not is_src, refusal)
+    layout = _collective_layout(td, group, api, not is_src, refusal)
     works, outputs = [], []
     for indices in layout.segments(split=True):
         if is_src:
@@ -295,7 +303,7 @@ def broadcast(td: Any, src: int, *, group: Any = None, async_op: bool = False, r
         for indices, buffer in outputs:
             layout.unpack(indices, buffer)
 
-    return _result(td, works, finish, async_op, "broadcast")
+    return _result(td, works, finish, async_op, api)
 
 
 def _reduce_op(op: Any, layout: _Layout, api: str) -> tuple[Any, bool]:
