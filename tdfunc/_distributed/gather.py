@@ -23,12 +23,14 @@ def _global_rank(group: Any, rank: int) -> int:
 
 def all_gather(td: Any, *, group: Any = None) -> list:
     _check_ready("all_gather")
+    # a frozen TensorClass is received as a TensorDict and rebuilt: the pieces are new
+    frozen = getattr(type(td), "_tc_frozen", False)
     pieces = []
     for rank in range(dist.get_world_size(group)):
         # a new container per rank, of this rank's structure, written by rank `rank`
-        piece = td.clone()
+        piece = td.to_tensordict() if frozen else td.clone()
         broadcast(piece, _global_rank(group, rank), group=group, api="all_gather")
-        pieces.append(piece)
+        pieces.append(type(td).from_tensordict(piece) if frozen else piece)
     return pieces
 
 

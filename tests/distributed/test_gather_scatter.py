@@ -124,6 +124,31 @@ def test_refusals_are_raised_by_every_rank_and_nothing_hangs():
         ], rank
 
 
+def _subgroup(rank: int):
+    # ranks 1 and 2 only: ranks are global (src=2), the order is the group's
+    group = dist.new_group([1, 2])
+    result = None
+    if rank != 0:
+        frozen = Frozen(x=torch.full((3,), float(rank)), batch_size=[3])
+        gathered = frozen.all_gather(group=group)
+        pieces = [TensorDict(a=torch.full((2,), 10.0 * r), batch_size=[]) for r in (1, 2)]
+        mine = TensorDict(a=torch.zeros(2), batch_size=[])
+        mine.scatter(src=2, tensordicts=pieces if rank == 2 else None, group=group)
+        kinds = [type(g).__name__ for g in gathered]
+        result = kinds, [g.x[0].item() for g in gathered], mine["a"][0].item()
+    dist.barrier()  # rank 0 holds the store: it stays until the group is done
+    return result
+
+
+def test_a_subgroup_uses_global_ranks_and_a_frozen_class_gathers_into_new_instances():
+    outcome = run_ranks(_subgroup, world=WORLD, timeout=TIMEOUT)
+    assert outcome.value(0) is None
+    for rank in (1, 2):
+        kinds, xs, received = outcome.value(rank)
+        assert kinds == ["Frozen", "Frozen"] and xs == [1.0, 2.0]
+        assert received == 10.0 * rank  # the piece at its group rank
+
+
 def test_without_a_process_group_they_say_so():
     td = TensorDict(a=torch.zeros(2), batch_size=[2])
     with pytest.raises(ValueError, match=r"all_gather: torch\.distributed is not initialised"):
