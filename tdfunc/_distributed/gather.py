@@ -2,7 +2,7 @@
 ``collectives.py``, with their checks.
 
 tensordict sends the structure of the containers as pickled metadata, so that a rank can
-start from ``TensorDict()``; tdfunc never unpickles what another process sends, so every
+start from ``TensorDict()``; the messages of tdfunc carry no pickled data, so every
 rank holds a container of the structure it receives (the same keys, shapes and dtypes on
 every rank), and a structure that differs is a ``ValueError`` naming it, as for
 ``broadcast``.
