@@ -10,6 +10,7 @@ a shape past the limits, an unknown dtype or a malformed tree is a ``ValueError`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from typing import Any
@@ -131,13 +132,23 @@ def from_remote_init(
         )
     data = torch.empty(size, dtype=torch.uint8)
     (dist.broadcast if use_broadcast else dist.recv)(data, src, group=group)
+    td, problem = None, None
     try:
-        description = json.loads(data.numpy().tobytes().decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(
-            f"TensorDict.{api}: rank {src} sent a description that is not JSON."
-        ) from error
-    td = _build(cls, description, device)
+        td = _build(cls, json.loads(data.numpy().tobytes().decode()), device)
+    except RecursionError:  # a tree nested past the interpreter's limit
+        problem = ValueError(f"TensorDict.{api}: rank {src} sent a description nested too deep.")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        problem = ValueError(f"TensorDict.{api}: rank {src} sent a description that is not JSON.")
+    except ValueError as error:
+        problem = error
+    if problem is not None:
+        # the values still come: take them (and refuse them) so that the sender does not wait
+        empty = cls({}, batch_size=[])
+        if use_broadcast:  # every rank raises: the sender is told another rank refused
+            broadcast(empty, src, group=group, refusal=problem, api=api)
+        with contextlib.suppress(ValueError):  # a refused message is consumed all the same
+            recv(empty, src, group=group, api=api)
+        raise problem
     if use_broadcast:
         broadcast(td, src, group=group, api=api)
     else:

@@ -124,3 +124,23 @@ def test_a_damaged_description_is_refused_before_anything_is_allocated(descripti
 
     with pytest.raises(ValueError, match=message):
         _build(TensorDict, description, None)
+
+
+def _damaged(rank: int):
+    description = b'{"batch_size": [2], "entries": {"a": {"shape": [2], "dtype": "os.system"}}}'
+    if rank == 0:
+        dist.send(torch.tensor([len(description)]), 1)
+        dist.send(torch.frombuffer(bytearray(description), dtype=torch.uint8), 1)
+        TensorDict(a=torch.ones(2), batch_size=[2]).send(dst=1)  # completes: nothing hangs
+        return "sent"
+    try:
+        TensorDict.from_remote_init(src=0)
+    except ValueError as error:
+        return str(error)
+    return "accepted"
+
+
+def test_a_damaged_description_from_a_rank_is_refused_and_the_sender_completes():
+    outcome = run_ranks(_damaged, world=2, timeout=TIMEOUT)
+    assert outcome.value(0) == "sent"
+    assert "unknown dtype 'os.system'" in outcome.value(1)
