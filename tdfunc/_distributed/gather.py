@@ -98,13 +98,15 @@ class GatherMixin:
         """
         return all_gather(self, group=group)
 
-    def scatter(self, src: int, tensordicts: Any = None, *, group: Any = None):
+    def scatter(self, src: int, tensordicts: Any = None, *, group: Any = None, device: Any = None):
         """Write ``tensordicts[rank]`` of rank ``src`` into each rank's container; returns it.
 
         On rank ``src``, ``tensordicts`` holds one container per rank of ``group``, in rank
         order; the others ignore it. Every rank's container and every piece have the same
         structure (keys, shapes, dtypes), or every rank raises ``ValueError``; a list of the
         wrong length on the source is refused by every rank too, before anything is written.
+        ``device`` is accepted for tensordict's signature: the values arrive on the device of
+        the container they are written into.
 
         Example:
             >>> # rank 0: shard = TensorDict(x=torch.zeros(4), batch_size=[4])
