@@ -31,11 +31,29 @@ that freed buffers are reused instead of returned to the OS and faulted in
 again, and every benchmark warms up before timing.
 
     OMP_NUM_THREADS=1 python -m pytest benchmarks/bench_optim.py --benchmark-enable -q
+
+pytest-benchmark times one contender after the other, so a change of load on a
+shared machine lands on some of them only. Run as a script, the file times the
+same contenders interleaved in one process instead: round by round, each
+contender once per round, in CPU time of the thread (``time.thread_time_ns``),
+and prints each group's medians with their interquartile ranges and the ratios
+to tdfunc; ``--json`` writes the medians and quartiles in pytest-benchmark's
+layout, which ``plot_report.py --optim`` draws::
+
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/bench_optim.py --json optim.json
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -60,10 +78,14 @@ def lrs() -> torch.Tensor:
     return torch.logspace(-4, -1, MEMBERS)
 
 
-@pytest.fixture(scope="module")
-def members():
+def make_members() -> list[nn.Module]:
     torch.manual_seed(0)
     return [mlp() for _ in range(MEMBERS)]
+
+
+@pytest.fixture(scope="module")
+def members():
+    return make_members()
 
 
 def fill_grads(parameters) -> None:
@@ -73,15 +95,13 @@ def fill_grads(parameters) -> None:
 
 
 # ------------------------------------------------------------------ adam-ensemble
-def test_adam_ensemble_tdfunc(benchmark, members):
+def adam_ensemble_tdfunc(members):
     ensemble = Ensemble(*copy.deepcopy(members))
     fill_grads(ensemble.parameters())
-    opt = optim.Adam(ensemble.parameters(), lr=lrs())
-    benchmark.group = "adam-ensemble"
-    benchmark.pedantic(opt.step, **PEDANTIC)
+    return optim.Adam(ensemble.parameters(), lr=lrs()).step
 
 
-def test_adam_ensemble_torch_optim(benchmark, members):
+def adam_ensemble_torch_optim(members):
     models = copy.deepcopy(members)
     optimizers = []
     for lr, model in zip(lrs().tolist(), models):
@@ -92,8 +112,7 @@ def test_adam_ensemble_torch_optim(benchmark, members):
         for opt in optimizers:
             opt.step()
 
-    benchmark.group = "adam-ensemble"
-    benchmark.pedantic(step, **PEDANTIC)
+    return step
 
 
 def test_adam_amsgrad_ensemble_tdfunc(benchmark, members):
@@ -145,16 +164,29 @@ def handwritten_inplace_adam(params, grads, exp_avg, exp_avg_sq, lr, beta1=0.9, 
     return run
 
 
-def test_adam_ensemble_baseline(benchmark, members):
+def adam_ensemble_baseline(members):
     stacked = [p.detach() for p in Ensemble(*copy.deepcopy(members)).parameters()]
     generator = torch.Generator().manual_seed(1)
     grads = [torch.randn(p.shape, generator=generator) for p in stacked]
-    run = handwritten_inplace_adam(
+    return handwritten_inplace_adam(
         stacked, grads, [torch.zeros_like(p) for p in stacked],
         [torch.zeros_like(p) for p in stacked], lrs(),
     )  # fmt: skip
+
+
+def test_adam_ensemble_tdfunc(benchmark, members):
     benchmark.group = "adam-ensemble"
-    benchmark.pedantic(run, **PEDANTIC)
+    benchmark.pedantic(adam_ensemble_tdfunc(members), **PEDANTIC)
+
+
+def test_adam_ensemble_torch_optim(benchmark, members):
+    benchmark.group = "adam-ensemble"
+    benchmark.pedantic(adam_ensemble_torch_optim(members), **PEDANTIC)
+
+
+def test_adam_ensemble_baseline(benchmark, members):
+    benchmark.group = "adam-ensemble"
+    benchmark.pedantic(adam_ensemble_baseline(members), **PEDANTIC)
 
 
 # ------------------------------------------------------------------ adam-functional
@@ -165,7 +197,7 @@ def functional_inputs(members):
     return params, grads
 
 
-def run_tdfunc_functional(benchmark, members, lr, group, build=optim.adam):
+def tdfunc_functional(members, lr, build=optim.adam):
     params, grads = functional_inputs(members)
     opt = build(lr=lr)
     state = opt.init(params)
@@ -175,11 +207,10 @@ def run_tdfunc_functional(benchmark, members, lr, group, build=optim.adam):
         updates, new_state = opt.update(grads, state, params)
         return optim.apply_updates(params, updates), new_state
 
-    benchmark.group = group
-    benchmark.pedantic(step, **PEDANTIC)
+    return step
 
 
-def run_foreach_functional(benchmark, members, lr, group, beta1=0.9, beta2=0.999, eps=1e-8):
+def foreach_functional(members, lr, beta1=0.9, beta2=0.999, eps=1e-8):
     params, grads = functional_inputs(members)
     p_list = list(params.values(include_nested=True, leaves_only=True))
     g_list = list(grads.values(include_nested=True, leaves_only=True))
@@ -210,12 +241,7 @@ def run_foreach_functional(benchmark, members, lr, group, beta1=0.9, beta2=0.999
         torch._foreach_div_(updates, denom)
         return torch._foreach_add(p_list, updates), m, v
 
-    benchmark.group = group
-    benchmark.pedantic(step, **PEDANTIC)
-
-
-def test_adam_functional_tdfunc(benchmark, members):
-    run_tdfunc_functional(benchmark, members, lrs(), "adam-functional")
+    return step
 
 
 def adam_as_chain(lr):
@@ -224,29 +250,12 @@ def adam_as_chain(lr):
     )
 
 
-def test_adam_functional_chain(benchmark, members):
-    run_tdfunc_functional(benchmark, members, lrs(), "adam-functional", build=adam_as_chain)
-
-
-def test_adam_functional_baseline(benchmark, members):
-    run_foreach_functional(benchmark, members, lrs(), "adam-functional")
-
-
-def test_adam_functional_scalar_tdfunc(benchmark, members):
-    run_tdfunc_functional(benchmark, members, 1e-3, "adam-functional-scalar")
-
-
-def test_adam_functional_scalar_baseline(benchmark, members):
-    run_foreach_functional(benchmark, members, 1e-3, "adam-functional-scalar")
-
-
-def test_adam_functional_scalar_torchopt(benchmark, members):
-    torchopt = pytest.importorskip("torchopt")
+def torchopt_functional(torchopt, members, lr):
     params, grads = functional_inputs(members)
     names = [".".join(k) for k in params.keys(include_nested=True, leaves_only=True)]
     p_dict = dict(zip(names, params.values(include_nested=True, leaves_only=True)))
     g_dict = dict(zip(names, grads.values(include_nested=True, leaves_only=True)))
-    opt = torchopt.adam(lr=1e-3)
+    opt = torchopt.adam(lr=lr)
     state = opt.init(p_dict)
     _, state = opt.update(g_dict, state, params=p_dict, inplace=False)
 
@@ -254,8 +263,38 @@ def test_adam_functional_scalar_torchopt(benchmark, members):
         updates, new_state = opt.update(g_dict, state, params=p_dict, inplace=False)
         return torchopt.apply_updates(p_dict, updates, inplace=False), new_state
 
+    return step
+
+
+def test_adam_functional_tdfunc(benchmark, members):
+    benchmark.group = "adam-functional"
+    benchmark.pedantic(tdfunc_functional(members, lrs()), **PEDANTIC)
+
+
+def test_adam_functional_chain(benchmark, members):
+    benchmark.group = "adam-functional"
+    benchmark.pedantic(tdfunc_functional(members, lrs(), build=adam_as_chain), **PEDANTIC)
+
+
+def test_adam_functional_baseline(benchmark, members):
+    benchmark.group = "adam-functional"
+    benchmark.pedantic(foreach_functional(members, lrs()), **PEDANTIC)
+
+
+def test_adam_functional_scalar_tdfunc(benchmark, members):
     benchmark.group = "adam-functional-scalar"
-    benchmark.pedantic(step, **PEDANTIC)
+    benchmark.pedantic(tdfunc_functional(members, 1e-3), **PEDANTIC)
+
+
+def test_adam_functional_scalar_baseline(benchmark, members):
+    benchmark.group = "adam-functional-scalar"
+    benchmark.pedantic(foreach_functional(members, 1e-3), **PEDANTIC)
+
+
+def test_adam_functional_scalar_torchopt(benchmark, members):
+    torchopt = pytest.importorskip("torchopt")
+    benchmark.group = "adam-functional-scalar"
+    benchmark.pedantic(torchopt_functional(torchopt, members, 1e-3), **PEDANTIC)
 
 
 # ------------------------------------------------------------------ maml-adam
@@ -297,7 +336,7 @@ def plain_adam(w, g, m, v, t, lr=INNER_LR, b1=0.9, b2=0.999, eps=1e-8):
     return w, m, v
 
 
-def test_maml_adam_tdfunc(benchmark):
+def maml_tdfunc():
     model = maml_model()
     params = TensorDict.from_module(model).detach()
     tasks = maml_tasks()
@@ -316,11 +355,10 @@ def test_maml_adam_tdfunc(benchmark):
     def meta_loss(p):
         return vmap(task_loss, (None, 0, 0, 0, 0))(p, *tasks).mean()
 
-    benchmark.group = "maml-adam"
-    benchmark.pedantic(lambda: grad(meta_loss)(params), **MAML_PEDANTIC)
+    return lambda: grad(meta_loss)(params)
 
 
-def test_maml_adam_baseline(benchmark):
+def maml_baseline():
     """Hand-written: plain tensors, hand-written Adam, torch.func grad and vmap."""
     weights = [p.detach() for p in maml_model().parameters()]
     tasks = maml_tasks()
@@ -335,11 +373,10 @@ def test_maml_adam_baseline(benchmark):
     def meta_loss(w):
         return vmap(task_loss, (None, 0, 0, 0, 0))(w, *tasks).mean()
 
-    benchmark.group = "maml-adam"
-    benchmark.pedantic(lambda: grad(meta_loss)(weights), **MAML_PEDANTIC)
+    return lambda: grad(meta_loss)(weights)
 
 
-def test_maml_adam_loop(benchmark):
+def maml_loop():
     """The way most MAML code is written: a loop over tasks with torch.autograd."""
     weights = [p.detach().requires_grad_() for p in maml_model().parameters()]
     tasks = maml_tasks()
@@ -356,13 +393,11 @@ def test_maml_adam_loop(benchmark):
             total = total + plain_loss(w, xq, yq)
         return torch.autograd.grad(total / TASKS, weights)
 
-    benchmark.group = "maml-adam"
-    benchmark.pedantic(meta_step, **MAML_PEDANTIC)
+    return meta_step
 
 
-def test_maml_adam_torchopt(benchmark):
+def maml_torchopt(torchopt):
     """torchopt's MetaAdam (its differentiable module optimizer), a loop over tasks."""
-    torchopt = pytest.importorskip("torchopt")
     model = maml_model()
     tasks = maml_tasks()
 
@@ -377,5 +412,130 @@ def test_maml_adam_torchopt(benchmark):
             torchopt.recover_state_dict(model, snapshot)
         return [p.grad for p in model.parameters()]
 
+    return meta_step
+
+
+def test_maml_adam_tdfunc(benchmark):
     benchmark.group = "maml-adam"
-    benchmark.pedantic(meta_step, **MAML_PEDANTIC)
+    benchmark.pedantic(maml_tdfunc(), **MAML_PEDANTIC)
+
+
+def test_maml_adam_baseline(benchmark):
+    benchmark.group = "maml-adam"
+    benchmark.pedantic(maml_baseline(), **MAML_PEDANTIC)
+
+
+def test_maml_adam_loop(benchmark):
+    benchmark.group = "maml-adam"
+    benchmark.pedantic(maml_loop(), **MAML_PEDANTIC)
+
+
+def test_maml_adam_torchopt(benchmark):
+    torchopt = pytest.importorskip("torchopt")
+    benchmark.group = "maml-adam"
+    benchmark.pedantic(maml_torchopt(torchopt), **MAML_PEDANTIC)
+
+
+# ------------------------------------------------------------------ script: interleaved
+def groups(torchopt=None) -> dict:
+    """``{group: (rounds, warm-up rounds, {contender: a step})}``, torchopt's where given."""
+    members = make_members()
+    ensemble = {
+        "tdfunc": adam_ensemble_tdfunc(members),
+        "torch_optim": adam_ensemble_torch_optim(members),
+        "baseline": adam_ensemble_baseline(members),
+    }
+    functional = {
+        "tdfunc": tdfunc_functional(members, lrs()),
+        "chain": tdfunc_functional(members, lrs(), build=adam_as_chain),
+        "baseline": foreach_functional(members, lrs()),
+    }
+    scalar = {
+        "tdfunc": tdfunc_functional(members, 1e-3),
+        "baseline": foreach_functional(members, 1e-3),
+    }
+    maml = {"tdfunc": maml_tdfunc(), "baseline": maml_baseline(), "loop": maml_loop()}
+    if torchopt is not None:
+        scalar["torchopt"] = torchopt_functional(torchopt, members, 1e-3)
+        maml["torchopt"] = maml_torchopt(torchopt)
+    fast, slow = PEDANTIC, MAML_PEDANTIC
+    return {
+        "adam-ensemble": (fast["rounds"], fast["warmup_rounds"], ensemble),
+        "adam-functional": (fast["rounds"], fast["warmup_rounds"], functional),
+        "adam-functional-scalar": (fast["rounds"], fast["warmup_rounds"], scalar),
+        "maml-adam": (slow["rounds"], slow["warmup_rounds"], maml),
+    }
+
+
+def _stats(values: list[float]) -> dict:
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return {"median": median, "q1": q1, "q3": q3, "min": min(values), "rounds": len(values)}
+
+
+def _machine() -> dict:
+    name = platform.processor() or "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    return {"cpu": {"brand_raw": name, "count": os.cpu_count()}}
+
+
+def _load() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def main(scale: float = 1.0, json_path: str | None = None) -> None:
+    from ratios import interleaved_samples
+
+    try:
+        import torchopt
+    except ImportError:
+        torchopt = None
+        print("torchopt is not installed: its contenders are left out", file=sys.stderr)
+    record = {
+        "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine_info": _machine(),
+        "torch": torch.__version__,
+        "timer": "time.thread_time_ns, one thread, contenders interleaved round by round",
+        "load_average": [_load()],
+        "benchmarks": [],
+    }
+    for group, (rounds, warmup, contenders) in groups(torchopt).items():
+        rounds = max(3, round(rounds * scale))
+        times = interleaved_samples(contenders, rounds, warmup=warmup)
+        stats = {name: _stats(values) for name, values in times.items()}
+        ours = stats["tdfunc"]
+        print(f"{group} ({rounds} rounds): tdfunc {ours['median'] * 1e3:.3f} ms "
+              f"(IQR {ours['q1'] * 1e3:.3f}-{ours['q3'] * 1e3:.3f})")  # fmt: skip
+        for name, other in stats.items():
+            if name != "tdfunc":
+                low, high = other["q1"] / ours["q3"], other["q3"] / ours["q1"]
+                print(f"  {name:12s} {other['median'] * 1e3:9.3f} ms, / tdfunc "
+                      f"{other['median'] / ours['median']:.2f} ({low:.2f}-{high:.2f})")  # fmt: skip
+            record["benchmarks"].append(
+                {
+                    "name": f"test_{group.replace('-', '_')}_{name}",
+                    "group": group,
+                    "stats": stats[name],
+                }
+            )
+        record["load_average"].append(_load())
+    print(f"load average (1 min) before and after each group: {record['load_average']}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(record, indent=1))
+        print(f"wrote {json_path} (draw it: benchmarks/plot_report.py --optim {json_path})")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from conftest import pin_allocator
+
+    pin_allocator()  # before the first step allocates
+    parser = argparse.ArgumentParser(description="tdfunc.optim's benchmarks, interleaved.")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies the rounds")
+    parser.add_argument("--json", help="write the medians and quartiles here")
+    arguments = parser.parse_args()
+    main(arguments.scale, arguments.json)

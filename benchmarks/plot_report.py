@@ -7,6 +7,9 @@
 ``--fixed`` takes what ``benchmarks/fixed_cost.py --json`` writes (its own format: rows of
 two contenders timed in one process), the others pytest-benchmark's JSON.
 
+``--optim`` also takes what ``bench_optim.py --json`` writes (pytest-benchmark's layout,
+from its interleaved script run, with the load average of the machine around each group).
+
 ``--transformer`` takes the record of ``bench_ensemble_transformer.py --json`` (every
 sample of its interleaved script run, and the peak memory) instead.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import re
 import statistics
 from collections import defaultdict
@@ -57,9 +61,12 @@ class Run:
         cpu = data["machine_info"].get("cpu", {})
         self.machine = f"{cpu.get('brand_raw', 'unknown CPU')}, {cpu.get('count', '?')} cores"
         self.date = datetime.datetime.fromisoformat(data["datetime"]).strftime("%Y-%m-%d")
+        # an interleaved script run records the 1-minute load average around its groups
+        loads = [load for load in data.get("load_average") or () if load is not None]
+        self.load = f", load average {min(loads):.1f}-{max(loads):.1f}" if loads else ""
 
     def caption(self) -> str:
-        return f"{self.machine}, {self.date}"
+        return f"{self.machine}{self.load}, {self.date}"
 
 
 def suffix_contender(bench: dict) -> str:
@@ -173,6 +180,15 @@ def _bars(run: Run, group: str, labels: dict[str, str], ylabel: str, title: str,
     labels_ = [f"{m:.2f} ms" for m in medians]
     axes.bar_label(drawn, labels=labels_, label_type="center", color="white", fontsize=8)
     axes.set_yscale("log")
+    # bars on a log axis start at a power of ten below the lowest, so that their heights
+    # compare as the ratios do; plain numbers rather than 6x10^0 on the ticks
+    axes.set_ylim(bottom=10 ** math.floor(math.log10(min(medians) / 2)))
+    from matplotlib.ticker import FuncFormatter
+
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.yaxis.set_minor_formatter(
+        FuncFormatter(lambda value, _: f"{value:g}" if f"{value:g}"[0] in "25" else "")
+    )
     axes.set_ylabel(ylabel)
     axes.set_title(f"{title}\n{run.caption()}", fontsize=10)
     axes.tick_params(axis="x", labelsize=8)

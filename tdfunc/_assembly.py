@@ -58,7 +58,7 @@ from ._core.helpers.repr import parse_tensor_dict_string as parse_tensor_dict_st
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
 from ._core.shape.combine import stack as stack
-from ._distributed import DistributedMixin, MapMixin
+from ._distributed import DistributedMixin, GatherMixin, MapMixin, RemoteMixin
 from ._distributed import DistributedWork as DistributedWork
 from ._distributed.sharded import gather_members as gather_members
 from ._distributed.sharded import shard_ensemble as shard_ensemble
@@ -76,7 +76,7 @@ from ._tensorclass.tensorclass import TensorClassCore, _Meta, decorate
 from ._tensorclass.tensorclass import is_tensorclass as is_tensorclass
 
 
-class Features(ModuleSwapMixin, PersistMixin, DistributedMixin, MapMixin):
+class Features(ModuleSwapMixin, PersistMixin, DistributedMixin, GatherMixin, RemoteMixin, MapMixin):
     """The methods the features give every container (TensorDict and TensorClass)."""
 
     __slots__ = ()

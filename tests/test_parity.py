@@ -366,6 +366,11 @@ CASES: dict[str, tuple[Callable, str]] = {
     "apply": (lambda o: o.apply(lambda t: t * 2), "sample"),
     "apply_": (lambda o: o.apply_(lambda t: t * 2), "sample"),
     "broadcast": (lambda o: o.broadcast(0), "sample"),
+    "all_gather": (lambda o: o.all_gather()[0], "sample"),
+    "scatter": (lambda o: o.scatter(0, [o.clone() * 2]), "sample"),
+    # without a process group both refuse alike (tests/distributed/test_remote_init.py)
+    "init_remote": (lambda o: o.init_remote(1), "sample"),
+    "from_remote_init": (lambda o: type(o).from_remote_init(1), "sample"),
     "chunk": (lambda o: o.chunk(2, 0), "sample"),
     "clamp": (lambda o: o.clamp(-0.5, 0.5), "sample"),
     "cuda": (lambda o: o.cuda() if torch.cuda.is_available() else o.cpu(), "sample"),
@@ -593,8 +598,8 @@ def test_every_name_has_a_case_or_runs_without_arguments():
 RUN = [n for n in API if n not in MISSING_ON_TENSORCLASS and n not in ("__repr__", "__hash__")]
 # the cases that raise on both paths: the same exception type is the expected result
 RAISES = {"__bool__"}
-_COLLECTIVES = {"all_reduce", "broadcast", "reduce"}
-_POINT_TO_POINT = {"send", "recv", "isend", "irecv"}
+_COLLECTIVES = {"all_gather", "all_reduce", "broadcast", "reduce", "scatter"}
+_POINT_TO_POINT = {"send", "recv", "isend", "irecv", "init_remote", "from_remote_init"}
 
 
 @pytest.fixture

@@ -65,6 +65,11 @@ _INLINE_BYTES = 1 << 20
 
 
 # ---------------------------------------------------------------- checks
+class ProcessGroupMissingError(RuntimeError, ValueError):
+    """No process group: a ``RuntimeError``, and a ``ValueError`` as torch.distributed's
+    own calls raise (and tensordict's with them), so either ``except`` clause catches it."""
+
+
 def _check_ready(api: str, tag: int = 0) -> None:
     if type(tag) is not int or not 0 <= tag < _PAYLOAD_TAG:
         raise ValueError(
@@ -72,7 +77,7 @@ def _check_ready(api: str, tag: int = 0) -> None:
             f"for the payload), got {tag!r}."
         )
     if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError(
+        raise ProcessGroupMissingError(
             f"TensorDict.{api}: torch.distributed is not initialised. Call "
             f"torch.distributed.init_process_group(backend='gloo', ...) on every rank first."
         )
@@ -271,11 +276,19 @@ def _result(td: Any, works: list, finish: Callable | None, async_op: bool, api: 
     return td
 
 
-def broadcast(td: Any, src: int, *, group: Any = None, async_op: bool = False, refusal: Any = None):
-    _check_ready("broadcast")
-    _check_rank("broadcast", "src", src)
+def broadcast(
+    td: Any,
+    src: int,
+    *,
+    group: Any = None,
+    async_op: bool = False,
+    refusal: Any = None,
+    api: str = "broadcast",
+):
+    _check_ready(api)
+    _check_rank(api, "src", src)
     is_src = dist.get_rank() == src
-    layout = _collective_layout(td, group, "broadcast", not is_src, refusal)
+    layout = _collective_layout(td, group, api, not is_src, refusal)
     works, outputs = [], []
     for indices in layout.segments(split=True):
         if is_src:
@@ -290,7 +303,7 @@ def broadcast(td: Any, src: int, *, group: Any = None, async_op: bool = False, r
         for indices, buffer in outputs:
             layout.unpack(indices, buffer)
 
-    return _result(td, works, finish, async_op, "broadcast")
+    return _result(td, works, finish, async_op, api)
 
 
 def _reduce_op(op: Any, layout: _Layout, api: str) -> tuple[Any, bool]:

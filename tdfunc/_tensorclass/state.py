@@ -52,7 +52,7 @@ _NO_DEFAULT: Any = MISSING
 _new = object.__new__
 _setattr = object.__setattr__
 # the distributed methods that receive into the tensors: a frozen instance names a way out
-_RECEIVERS = frozenset({"recv", "irecv", "broadcast", "all_reduce", "reduce"})
+_RECEIVERS = frozenset({"recv", "irecv", "broadcast", "all_reduce", "reduce", "scatter"})
 
 
 class TensorClassState(TensorOps):

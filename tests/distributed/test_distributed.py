@@ -476,6 +476,14 @@ def test_errors_without_a_process_group():
     for call in (lambda: td.send(0), lambda: td.irecv(0), lambda: td.all_reduce()):
         with pytest.raises(RuntimeError, match=r"torch\.distributed is not initialised"):
             call()
+    # torch.distributed's own calls raise ValueError here: code catching that catches ours
+    with pytest.raises(ValueError) as torchs:
+        dist.send(torch.zeros(1), 1)
+    for name in ("send", "recv", "isend", "irecv", "broadcast", "reduce"):
+        with pytest.raises(type(torchs.value), match="not initialised"):
+            getattr(td, name)(0)
+    with pytest.raises(type(torchs.value), match="not initialised"):
+        td.all_reduce()
     with pytest.raises(RuntimeError, match="shard_ensemble: pass rank= and world_size="):
         shard_ensemble(td)
     with pytest.raises(ValueError, match="leading member dim"):

@@ -106,3 +106,50 @@ def test_fixed_cost_figure_from_fixed_cost_json(tmp_path, capsys):
     assert "| to_module, 10 leaves | 1.50 (1.13-2.00) |" in text
     assert "| clone | 0.80 (0.60-1.07) |" in text
     assert text.index("to_module, 10 leaves") < text.index("| clone |")  # in the run's order
+
+
+def _bench_optim():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports its neighbours
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "bench_optim_script", ROOT / "benchmarks" / "bench_optim.py"
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return module
+
+
+def test_optim_script_interleaves_its_contenders_and_its_record_draws(
+    tmp_path, capsys, monkeypatch
+):
+    bench = _bench_optim()
+    calls: list[str] = []
+
+    def contender(name):
+        return lambda: calls.append(name)
+
+    def groups(torchopt=None):
+        steps = {name: contender(name) for name in ("tdfunc", "torch_optim", "baseline")}
+        return {"adam-ensemble": (4, 1, steps)}
+
+    monkeypatch.setattr(bench, "groups", groups)
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    bench.main(1.0, str(tmp_path / "optim.json"))
+    # one warm-up round, then four rounds: every round calls each contender once, in turn
+    assert calls == ["tdfunc", "torch_optim", "baseline"] * 5
+    record = json.loads((tmp_path / "optim.json").read_text())
+    assert {bench["name"] for bench in record["benchmarks"]} == {
+        "test_adam_ensemble_tdfunc", "test_adam_ensemble_torch_optim",
+        "test_adam_ensemble_baseline",
+    }  # fmt: skip
+    assert all(bench["stats"]["rounds"] == 4 for bench in record["benchmarks"])
+    report = _module()
+    run = report.Run(tmp_path / "optim.json", report.suffix_contender)
+    assert "load average" in run.caption()
+    report.main(["--optim", str(tmp_path / "optim.json"), "--out", str(tmp_path / "img")])
+    assert (tmp_path / "img" / "bench-optim.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| Adam step, 64 members | 64 torch.optim.Adam |" in capsys.readouterr().out

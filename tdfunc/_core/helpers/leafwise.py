@@ -25,6 +25,7 @@ import torch
 from .frozen import is_frozen, refuse_frozen_inside
 from .leaf_errors import each_leaf, note_key
 from .nontensor import NonTensorData, from_array
+from .operand import check_batch_aligned_operand
 from .rewrap import rewrap
 from .tracing import dynamo_compiling as _dynamo_compiling
 
@@ -219,6 +220,8 @@ def map_pairs(self: Any, other: Any, fn: Callable, api: str, *, elementwise: boo
     """
     data = others_data(other, self, api)
     if data is None:
+        if elementwise:
+            check_batch_aligned_operand(self, other, api)
         out = map_leaves(self, lambda t: fn(t, other), None, True, None)
         if elementwise and may_grow(self, other):
             check_grown(out, other, api)
@@ -384,6 +387,8 @@ def in_place_write(self: Any, other: Any, method: Callable, api: str, *args: Any
     raises on a leaf names its key.
     """
     self._check_mutable(api)
+    if not is_collection(other):
+        check_batch_aligned_operand(self, other, api)
     pairs: list = []
     refused: list = []  # what the walk met: frozen levels, then levels whose keys differ
     _in_place_pairs(self, other, api, (), pairs, refused)

@@ -20,6 +20,7 @@ from ..helpers.leaf_errors import note_key
 from ..helpers.leafwise import in_place_write, like_pair
 from ..helpers.mixin import ContainerMixin
 from ..helpers.nontensor import NonTensorData, eq_mask
+from ..helpers.operand import check_batch_aligned_operand
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -98,6 +99,7 @@ def _binary(self, other: Any, op: Callable, api: str, compare: bool = False):
             )
         return api == "__ne__"
     else:
+        check_batch_aligned_operand(self, other, api)
         pairs = [(k, v, other) for k, v in self._data.items()]
     data: dict[str, Any] = {}
     key = None
@@ -289,6 +291,7 @@ class ArithmeticMixin(ContainerMixin):
                 f"{type(weight).__name__}. For a weight per entry, use "
                 f"td.apply_(torch.lerp, end, weight)."
             )
+        check_batch_aligned_operand(self, weight, "lerp_")
         return _inplace(self, end, "lerp_", weight)
 
     def _tensor_leaves(self):

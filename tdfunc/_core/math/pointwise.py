@@ -24,6 +24,7 @@ from ..helpers.leafwise import (
     others_data,
 )
 from ..helpers.mixin import ContainerMixin
+from ..helpers.operand import check_batch_aligned_operand
 
 
 def _unary(name: str) -> Callable:
@@ -223,6 +224,8 @@ class PointwiseMixin(ContainerMixin):
             # torch.clamp is min(max(x, lo), hi): the same two steps, paired key by key
             result = self if min is None else self.clamp_min(min)
             return result if max is None else result.clamp_max(max)
+        for bound in (min, max):
+            check_batch_aligned_operand(self, bound, "clamp")
         result = map_leaves(self, lambda t: torch.clamp(t, min, max), None, True, None)
         for bound in (min, max):
             if may_grow(self, bound):
@@ -242,6 +245,8 @@ class PointwiseMixin(ContainerMixin):
             if min is not None:
                 self.clamp_min_(min)
             return self if max is None else self.clamp_max_(max)
+        for bound in (min, max):
+            check_batch_aligned_operand(self, bound, "clamp_")
         inplace_leaves(self, "clamp_", lambda leaf: leaf.clamp_(min, max))
         return self
 
@@ -297,6 +302,7 @@ class PointwiseMixin(ContainerMixin):
                 f"{type(weight).__name__}. For a weight per entry, use "
                 f"td.apply(torch.lerp, end, weight)."
             )
+        check_batch_aligned_operand(self, weight, "lerp")
         result = map_pairs(self, end, lambda a, b: torch.lerp(a, b, weight), "lerp")
         if may_grow(self, weight):
             check_grown(result, weight, "lerp")
