@@ -199,6 +199,9 @@ CASES: dict[str, tuple[Callable, str]] = {
     # the tensor-like surface: every method on the sample, with arguments
     "add": (lambda o: o.add(1.5), "sample"),
     "sub": (lambda o: o.sub(o), "sample"),
+    "rsub": (lambda o: o.rsub(o, alpha=2), "sample"),
+    "bitwise_and": (lambda o: (o > 0.5).bitwise_and(o > 0.2), "sample"),
+    "logical_and": (lambda o: o.logical_and(o * 0), "sample"),
     "mul": (lambda o: o.mul(2), "sample"),
     "div": (lambda o: o.div(2), "sample"),
     "addcdiv": (lambda o: o.addcdiv(o, o + 2.0), "sample"),
