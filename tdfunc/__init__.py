@@ -57,6 +57,7 @@ from ._assembly import shard_ensemble as shard_ensemble
 from ._assembly import shard_range as shard_range
 from ._assembly import stack as stack
 from ._assembly import tensorclass as tensorclass
+from ._assembly import unpad_sequence as unpad_sequence
 from ._assembly import unravel_key as unravel_key
 
 # tensordict's small helpers, at its top level too

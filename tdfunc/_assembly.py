@@ -55,6 +55,7 @@ from ._core.helpers.options import set_printoptions as set_printoptions
 from ._core.helpers.padding import pad as pad
 from ._core.helpers.padding import pad_sequence as pad_sequence
 from ._core.helpers.repr import parse_tensor_dict_string as parse_tensor_dict_string
+from ._core.helpers.unpadding import unpad_sequence as unpad_sequence
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
 from ._core.shape.combine import stack as stack

@@ -11,8 +11,17 @@ Example:
 from ._assembly import make_tensordict as make_tensordict
 from ._core.helpers.padding import pad as pad
 from ._core.helpers.padding import pad_sequence as pad_sequence
+from ._core.helpers.unpadding import unpad_sequence as unpad_sequence
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
 from ._core.shape.combine import stack as stack
 
-__all__ = ["cat", "make_tensordict", "merge_tensordicts", "pad", "pad_sequence", "stack"]
+__all__ = [
+    "cat",
+    "make_tensordict",
+    "merge_tensordicts",
+    "pad",
+    "pad_sequence",
+    "stack",
+    "unpad_sequence",
+]
