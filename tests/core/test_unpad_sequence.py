@@ -92,7 +92,7 @@ def test_a_dim_of_the_leaves_other_than_the_first():
     for pad_dim in (1, -1):
         # -1 counts from each sample's last dim: b's dim 1, but a's dim 2
         if pad_dim == -1:
-            with pytest.raises(ValueError, match="mask of the key .a. must have shape"):
+            with pytest.raises(ValueError, match=r"mask of the key 'a' must have shape"):
                 unpad_sequence(padded, pad_dim=pad_dim)
             continue
         for got, expected in zip(unpad_sequence(padded, pad_dim=pad_dim), tds, strict=True):
