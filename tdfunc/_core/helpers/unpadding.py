@@ -199,8 +199,7 @@ def _runs(mask: Any, leaf: torch.Tensor | None, dim: int, path: tuple) -> tuple[
             mask = mask.movedim(dim + 1, -1)
     elif mask.ndim != 2:
         raise ValueError(
-            f"{API}: a tensor mask must have shape [len(padded), max_len], got "
-            f"{list(mask.shape)}."
+            f"{API}: a tensor mask must have shape [len(padded), max_len], got {list(mask.shape)}."
         )
     flat = mask.reshape(mask.shape[0], math.prod(mask.shape[1:-1]), mask.shape[-1])
     if flat.shape[1] == 0:
