@@ -41,6 +41,7 @@ from ._assembly import from_tuple as from_tuple
 from ._assembly import functional_call as functional_call
 from ._assembly import gather_members as gather_members
 from ._assembly import get_printoptions as get_printoptions
+from ._assembly import group_by as group_by
 from ._assembly import is_non_tensor as is_non_tensor
 from ._assembly import is_tensor_collection as is_tensor_collection
 from ._assembly import is_tensorclass as is_tensorclass

@@ -38,6 +38,7 @@ from typing_extensions import dataclass_transform
 
 from ._core.base import TensorDictBaseCore
 from ._core.container import TensorDictCore
+from ._core.helpers.by_value import group_by as group_by
 from ._core.helpers.class_names import register_class
 from ._core.helpers.hooks import bind as bind_core_hooks
 from ._core.helpers.legacy_paths import register as register_legacy_paths
