@@ -23,6 +23,7 @@ from ._assembly import TensorCollection as TensorCollection
 from ._assembly import TensorDict as TensorDict
 from ._assembly import TensorDictBase as TensorDictBase
 from ._assembly import cat as cat
+from ._assembly import collate as collate
 from ._assembly import dims_like as dims_like
 from ._assembly import from_any as from_any
 from ._assembly import from_consolidated as from_consolidated

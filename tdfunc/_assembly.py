@@ -40,6 +40,7 @@ from ._core.base import TensorDictBaseCore
 from ._core.container import TensorDictCore
 from ._core.helpers.by_value import group_by as group_by
 from ._core.helpers.class_names import register_class
+from ._core.helpers.collating import collate as collate
 from ._core.helpers.hooks import bind as bind_core_hooks
 from ._core.helpers.legacy_paths import register as register_legacy_paths
 from ._core.helpers.mixin import TensorCollection as TensorCollection
