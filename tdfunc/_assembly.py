@@ -269,6 +269,8 @@ def tensorclass(
     tensor_only: bool = False,
     frozen: bool = False,
     shadow: bool = False,
+    skip_post_init_on_rebuild: bool = False,
+    cast_filter: Callable[[tuple, Any], bool] | None = None,
 ) -> Callable[[type[_T]], type[_T]]: ...
 
 
@@ -282,6 +284,8 @@ def tensorclass(
     tensor_only: bool = False,
     frozen: bool = False,
     shadow: bool = False,
+    skip_post_init_on_rebuild: bool = False,
+    cast_filter: Callable[[tuple, Any], bool] | None = None,
 ) -> Any:
     """Decorator form of :class:`TensorClass`: ``@tensorclass`` or ``@tensorclass(frozen=True)``.
 
@@ -289,6 +293,26 @@ def tensorclass(
     come first), so it has every TensorClass method. Prefer the inheritance form
     for type checking: checkers do not know the decorated class's TensorDict
     methods or its ``batch_size`` argument.
+
+    ``cast_filter`` is the class's default ``cast_filter`` of ``to()`` and the dtype
+    shorthands (a predicate ``fn(key, value) -> bool``; subclasses inherit it).
+    ``skip_post_init_on_rebuild`` is accepted for tensordict's code: tdfunc runs
+    ``__post_init__`` on the data that comes in (the constructor, ``from_tensordict``,
+    ``from_dict``, loads), never when an operation rebuilds an instance from an
+    existing one (indexing, ``clone``, ``to``, ``apply``, stacking), with the flag or
+    without it.
+
+    ``cast_filter`` keeps the integer fields out of dtype casts:
+
+        >>> @tensorclass(cast_filter=is_inexact)
+        ... class Mesh:
+        ...     points: torch.Tensor
+        ...     cells: torch.Tensor
+        >>> mesh = Mesh(points=torch.zeros(4, 3), cells=torch.zeros(2, 3, dtype=torch.long))
+        >>> mesh.bfloat16().points.dtype, mesh.bfloat16().cells.dtype
+        (torch.bfloat16, torch.int64)
+        >>> mesh.bfloat16(cast_filter=None).cells.dtype
+        torch.bfloat16
 
     Example:
         >>> @tensorclass
@@ -305,8 +329,10 @@ def tensorclass(
         "tensor_only": tensor_only,
         "frozen": frozen,
         "shadow": shadow,
+        "skip_post_init_on_rebuild": skip_post_init_on_rebuild,
     }
-    return decorate(TensorClass, cls, flags)
+    options = {} if cast_filter is None else {"cast_filter": cast_filter}
+    return decorate(TensorClass, cls, flags, options)
 
 
 def from_dataclass(
