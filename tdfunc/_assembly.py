@@ -247,7 +247,6 @@ for _cls in (TensorDict, ModuleSwap):
 # pickles written before the core's reorganisation name old module paths
 register_legacy_paths()
 # the classes that helpers below this module build without importing them
-bind_core_hooks(tensordict=TensorDict, tensor_attrs=TensorAttrs)
 # multiprocessing sends file-backed leaves by file, never by torch's shared-memory path
 ForkingPickler.register(TensorDict, reduce_collection_for_process)
 
@@ -398,6 +397,8 @@ def from_dataclass(
         device=device,
     )
 
+
+bind_core_hooks(tensordict=TensorDict, tensor_attrs=TensorAttrs, from_dataclass=from_dataclass)
 
 # tensordict's module-level constructors (``from tensordict import from_dict``): the
 # classmethods of TensorDict themselves, so each behaviour has one home.

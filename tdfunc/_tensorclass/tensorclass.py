@@ -578,6 +578,11 @@ def _from_plain_class(
     namespace = {k: v for k, v in target.__dict__.items() if k not in ("__dict__", "__weakref__")}
     if dataclasses.is_dataclass(target):
         _drop_dataclass_members(namespace)
+        # @dataclass removes a field's class attribute when it has a default_factory;
+        # the field declaration carries it back
+        for field in dataclasses.fields(target):
+            if field.default_factory is not dataclasses.MISSING and field.name not in namespace:
+                namespace[field.name] = dataclasses.field(default_factory=field.default_factory)
     namespace["__qualname__"] = target.__qualname__
     bases = tuple(base for base in target.__bases__ if base is not object) + (root,)
     flags = {k: v for k, v in requested.items() if v is not None}
