@@ -17,6 +17,7 @@ from ._assembly import ModuleSwap as ModuleSwap
 from ._assembly import NestedKey as NestedKey
 from ._assembly import NonTensorData as NonTensorData
 from ._assembly import NonTensorStack as NonTensorStack
+from ._assembly import PackLayout as PackLayout
 from ._assembly import TensorAttrs as TensorAttrs
 from ._assembly import TensorClass as TensorClass
 from ._assembly import TensorCollection as TensorCollection

@@ -54,6 +54,7 @@ from ._core.helpers.options import get_printoptions as get_printoptions
 from ._core.helpers.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
 from ._core.helpers.options import set_list_to_stack as set_list_to_stack
 from ._core.helpers.options import set_printoptions as set_printoptions
+from ._core.helpers.packing import PackLayout as PackLayout
 from ._core.helpers.padding import pad as pad
 from ._core.helpers.padding import pad_sequence as pad_sequence
 from ._core.helpers.repr import parse_tensor_dict_string as parse_tensor_dict_string

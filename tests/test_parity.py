@@ -261,6 +261,7 @@ CASES: dict[str, tuple[Callable, str]] = {
     "fromkeys": (lambda o: type(o).fromkeys(["obs", "reward"], torch.ones(4, 3), [4]), "sample"),
     "stack": (lambda o: type(o).stack([o, o * 2], 1), "sample"),
     "cat": (lambda o: type(o).cat([o, o * 2], 0), "sample"),
+    "pack": (lambda o: o.filter_non_tensor_data().pack()[0], "sample"),
     "maybe_dense_stack": (lambda o: type(o).maybe_dense_stack([o, o]), "sample"),
     "from_any": (lambda o: type(o).from_any(o.to_dict(), batch_size=[4, 3]), "sample"),
     "from_list": (
