@@ -146,6 +146,8 @@ def test_errors_name_the_function_and_the_problem():
         unpad_sequence(TensorDict(a=torch.ones(3)))
     with pytest.raises(ValueError, match=api + "padded has no 'masks' entry"):
         unpad_sequence(bare)
+    with pytest.raises(ValueError, match=api + "padded has a Tensor as its 'masks' entry"):
+        unpad_sequence(bare.clone().set("masks", torch.ones(2, 4, dtype=torch.bool)))
     with pytest.raises(TypeError, match=api + "a tensor mask must be boolean, got torch.float32"):
         unpad_sequence(bare, torch.ones(2, 4))
     with pytest.raises(TypeError, match=api + "mask must be None, a TensorDict of masks"):

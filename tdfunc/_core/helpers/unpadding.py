@@ -63,9 +63,10 @@ def unpad_sequence(padded: Any, mask: Any = None, *, pad_dim: int = 0) -> list:
     if mask is None:
         found = view._data.get(_MASKS)
         if not is_collection(found):
+            what = "no" if found is None else f"a {type(found).__name__} as its"
             raise ValueError(
-                f"{API}: padded has no {_MASKS!r} entry to read the masks from; pass "
-                f"mask=..., or pad with pad_sequence(..., return_mask=True)."
+                f"{API}: padded has {what} {_MASKS!r} entry, where the masks are read "
+                f"from; pass mask=..., or pad with pad_sequence(..., return_mask=True)."
             )
         mask, skip = found._to_tensordict_view(), _MASKS
     elif is_collection(mask):
