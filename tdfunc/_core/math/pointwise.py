@@ -28,9 +28,9 @@ from ..helpers.mixin import ContainerMixin
 
 
 def _paired(self: Any, other: Any, fn: Callable, api: str, default: Any) -> Any:
-    """``fn`` of every leaf with ``other``'s; ``default`` for keys only one side has."""
-    if default is None:
-        return map_pairs(self, other, fn, api)
+    """``fn`` of every leaf with ``other``'s, ``default`` (not None) for the keys only one
+    side has. The callers test ``default is None`` themselves: the common call then
+    costs no extra frame."""
     check_default(default, api, type(self).__name__)
     if not is_collection(other):
         return map_pairs(self, other, fn, api)
@@ -99,6 +99,8 @@ def _predicate(name: str) -> Callable:
 
 def _binary(name: str, function: Callable) -> Callable:
     def op(self, other, *, default=None):
+        if default is None:
+            return map_pairs(self, other, function, name)
         return _paired(self, other, function, name, default)
 
     op.__name__ = op.__qualname__ = name
@@ -272,6 +274,8 @@ class PointwiseMixin(ContainerMixin):
             >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_min(0.0)["a"]
             tensor([0., 3.])
         """
+        if default is None:
+            return map_pairs(self, min, torch.clamp_min, "clamp_min")
         return _paired(self, min, torch.clamp_min, "clamp_min", default)
 
     def clamp_max(self, max: Any, *, default: Any = None):
@@ -283,6 +287,8 @@ class PointwiseMixin(ContainerMixin):
             >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_max(0.0)["a"]
             tensor([-2.,  0.])
         """
+        if default is None:
+            return map_pairs(self, max, torch.clamp_max, "clamp_max")
         return _paired(self, max, torch.clamp_max, "clamp_max", default)
 
     def clamp_min_(self, min: Any):
@@ -373,6 +379,8 @@ class PointwiseMixin(ContainerMixin):
             >>> TensorDict({"a": torch.ones(2)}, [2]).mul(3)["a"].tolist()
             [3.0, 3.0]
         """
+        if default is None:
+            return map_pairs(self, other, torch.mul, "mul")
         return _paired(self, other, torch.mul, "mul", default)
 
     def add(self, other: Any, *, alpha: float | None = None, default: Any = None):
@@ -394,9 +402,10 @@ class PointwiseMixin(ContainerMixin):
             >>> td.add(other, default=torch.tensor(10.0))["b"].tolist()
             [11.0, 11.0]
         """
-        if alpha is None:
-            return _paired(self, other, torch.add, "add", default)
-        return _paired(self, other, lambda a, b: torch.add(a, b, alpha=alpha), "add", default)
+        fn = torch.add if alpha is None else lambda a, b: torch.add(a, b, alpha=alpha)
+        if default is None:
+            return map_pairs(self, other, fn, "add")
+        return _paired(self, other, fn, "add", default)
 
     def sub(self, other: Any, *, alpha: float | None = None, default: Any = None):
         """``self - alpha * other``, leaf by leaf (``default``: as for :meth:`add`).
@@ -405,9 +414,10 @@ class PointwiseMixin(ContainerMixin):
             >>> TensorDict({"a": torch.ones(2)}, [2]).sub(3)["a"].tolist()
             [-2.0, -2.0]
         """
-        if alpha is None:
-            return _paired(self, other, torch.sub, "sub", default)
-        return _paired(self, other, lambda a, b: torch.sub(a, b, alpha=alpha), "sub", default)
+        fn = torch.sub if alpha is None else lambda a, b: torch.sub(a, b, alpha=alpha)
+        if default is None:
+            return map_pairs(self, other, fn, "sub")
+        return _paired(self, other, fn, "sub", default)
 
     def rsub(self, other: Any, *, alpha: float | None = None, default: Any = None):
         """``other - alpha * self``, leaf by leaf (``default``: as for :meth:`add`).
@@ -417,7 +427,13 @@ class PointwiseMixin(ContainerMixin):
             [1.0, 1.0]
         """
         scale = 1 if alpha is None else alpha
-        return _paired(self, other, lambda a, b: torch.sub(b, a, alpha=scale), "rsub", default)
+
+        def fn(a, b):
+            return torch.sub(b, a, alpha=scale)
+
+        if default is None:
+            return map_pairs(self, other, fn, "rsub")
+        return _paired(self, other, fn, "rsub", default)
 
     def div(self, other: Any, *, default: Any = None):
         """``self / other``, leaf by leaf (``default``: as for :meth:`add`).
@@ -426,6 +442,8 @@ class PointwiseMixin(ContainerMixin):
             >>> TensorDict({"a": torch.ones(2)}, [2]).div(4)["a"].tolist()
             [0.25, 0.25]
         """
+        if default is None:
+            return map_pairs(self, other, torch.div, "div")
         return _paired(self, other, torch.div, "div", default)
 
     def bitwise_and(self, other: Any, *, default: Any = None):
@@ -436,6 +454,8 @@ class PointwiseMixin(ContainerMixin):
             >>> td.bitwise_and(torch.tensor([True, True]))["a"].tolist()
             [True, False]
         """
+        if default is None:
+            return map_pairs(self, other, torch.bitwise_and, "bitwise_and")
         return _paired(self, other, torch.bitwise_and, "bitwise_and", default)
 
     def logical_and(self, other: Any, *, default: Any = None):
@@ -448,4 +468,6 @@ class PointwiseMixin(ContainerMixin):
             >>> td.logical_and(torch.tensor([1.0, 1.0]))["a"].tolist()
             [True, False]
         """
+        if default is None:
+            return map_pairs(self, other, torch.logical_and, "logical_and")
         return _paired(self, other, torch.logical_and, "logical_and", default)
