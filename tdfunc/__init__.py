@@ -27,6 +27,7 @@ from ._assembly import cat as cat
 from ._assembly import collate as collate
 from ._assembly import dims_like as dims_like
 from ._assembly import from_any as from_any
+from ._assembly import from_arrow as from_arrow
 from ._assembly import from_consolidated as from_consolidated
 from ._assembly import from_csv as from_csv
 from ._assembly import from_dataclass as from_dataclass
@@ -60,6 +61,7 @@ from ._assembly import shard_ensemble as shard_ensemble
 from ._assembly import shard_range as shard_range
 from ._assembly import stack as stack
 from ._assembly import tensorclass as tensorclass
+from ._assembly import to_arrow as to_arrow
 from ._assembly import unpad_sequence as unpad_sequence
 from ._assembly import unravel_key as unravel_key
 

@@ -38,6 +38,8 @@ from typing_extensions import dataclass_transform
 
 from ._core.base import TensorDictBaseCore
 from ._core.container import TensorDictCore
+from ._core.helpers.arrow import from_arrow as from_arrow
+from ._core.helpers.arrow import to_arrow as to_arrow
 from ._core.helpers.by_value import group_by as group_by
 from ._core.helpers.class_names import register_class
 from ._core.helpers.collating import collate as collate

@@ -28,7 +28,6 @@ ROOT = HERE.parents[1]
 
 # Why a difference is accepted: the differences page's row, or what tdfunc lacks.
 PAGE = "docs/differences-from-tensordict.md: "
-MISSING = "missing in tdfunc: "
 
 ARCHIVES = PAGE + "single-file archives (.tdz) are not written"
 TABLES = PAGE + "tables are read and written by pandas (JSON without spaces)"
@@ -47,7 +46,6 @@ MAY_VANISH = {
         "with tempfile.TemporaryDirectory() as tmpdir:",
     )
 }
-ARROW = MISSING + "from_arrow / to_arrow (pyarrow tables)"
 
 # (docstring, statement) -> reason. The statement is the first line of the example's source.
 KNOWN: dict[tuple[str, str], str] = {
@@ -59,8 +57,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("tensordict._base.convert._Conversion.from_pytree", 'sorted(td.keys()), sorted(td["pair"].keys())'): PAGE + 'from_pytree keeps the structure in one "_pytree_spec" entry',
     ("tensordict._base.convert._Conversion.from_dataclass", "type(tc).__name__, tc.batch_size"): CLASS_NAME,
     ("tensordict._base.convert._Conversion.fromkeys", 'td["a"] is td["b", "c"]'): PAGE + "fromkeys gives each key its own copy of a tensor value",
-    ("tensordict._arrow.from_arrow", "from tensordict import from_arrow"): ARROW,
-    ("tensordict._arrow.to_arrow", "from tensordict import TensorDict, to_arrow"): ARROW,
     ("tensordict._base.convert._Conversion.to_json", "with tempfile.TemporaryDirectory() as tmpdir:"): TABLES,
     ("tensordict._base.convert._Conversion.to_namedtuple", 'Data(a_tensor=torch.zeros(3), a_string="zero!", batch_size=[3]).to_namedtuple()'): PAGE + "to_namedtuple of a TensorClass is a named tuple with its field names",
     ("tensordict._base.pointwise._PointwiseOps.add", 'td.add(torch.tensor([1.0, 2.0]))["a"]  # one value per batch element'): BROADCAST,
