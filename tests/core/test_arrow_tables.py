@@ -78,6 +78,15 @@ def test_every_column_equals_pyarrow_s_own_reading():
     assert td["st", "u"].tolist() == [row["u"] for row in table.column("st").to_pylist()]
     assert td["st"].get("w").tolist() == ["p", "q", "r"]
     assert td.get("text").tolist() == ["a", None, "c"]
+    # a column of lists of lists: one value per row, whatever the nesting
+    nested = pa.table({"ll": pa.array([[[1], [2]], [[3]]])})
+    assert from_arrow(nested).get("ll").tolist() == nested.column("ll").to_pylist()
+    # a slice of a table reads its own rows
+    part = table.slice(1, 2)
+    sliced = from_arrow(part, nulls="fill")
+    assert sliced["x"].tolist() == part.column("x").to_pylist()
+    assert [t.tolist() for t in sliced["ids"].unbind()] == part.column("ids").to_pylist()
+    assert sliced["st", "u"].tolist() == [row["u"] for row in part.column("st").to_pylist()]
 
 
 def test_views_and_copies():

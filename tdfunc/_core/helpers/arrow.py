@@ -144,8 +144,10 @@ class _Reader:
             return self._jagged(array, key)
         if types.is_fixed_size_list(kind) and _numeric_or_fixed(types, kind.value_type):
             return self._fixed(array, key)
-        values = array.to_pylist()  # None where a row is null
-        return NonTensorStack.from_list(values) if values else NonTensorStack.from_list([])
+        # one Python value per row (None where null); a row's list is one value, so the
+        # batch size is given rather than read from the nesting
+        values = array.to_pylist()
+        return NonTensorStack(values, batch_size=[len(values)])
 
     def _no_nulls(self, array: Any, key: tuple) -> None:
         if array.null_count and self.nulls == "raise":
