@@ -172,5 +172,11 @@ def test_errors_name_the_function_and_the_problem():
         to_arrow(torch.zeros(2))
     with pytest.raises(TypeError, match="is bfloat16, which Arrow has no type for"):
         to_arrow(TensorDict(a=torch.zeros(2, dtype=torch.bfloat16), batch_size=[2]))
+    clash = pa.table({"_mask": pa.array([1.0, 2.0]), "y": pa.array([1.0, None])})
+    with pytest.raises(
+        ValueError, match=r"writes the masks under '_mask', where the table has a column '_mask'"
+    ):
+        from_arrow(clash, nulls="mask")
+    assert from_arrow(clash, nulls="mask", mask_key="valid")["valid", "y"].tolist() == [True, False]
     with pytest.raises(ValueError, match="holds null values inside its lists"):
         from_arrow(pa.table({"l": pa.array([[1, None]])}), nulls="fill")

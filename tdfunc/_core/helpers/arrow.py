@@ -105,6 +105,11 @@ def from_arrow(
     out = HOOKS.tensordict(data, batch_size=[rows])
     if nulls == "mask" and reader.masks:
         prefix = key_parts("_mask" if mask_key is None else mask_key, api)
+        if prefix[0] in data:
+            raise ValueError(
+                f"tdfunc.{api}: nulls='mask' writes the masks under {_shown(prefix)}, "
+                f"where the table has a column {prefix[0]!r}; pass another mask_key."
+            )
         for key, mask in reader.masks.items():
             out.set((*prefix, *key), mask)
     return out if device is None else out.to(device)
