@@ -17,14 +17,17 @@ from ._assembly import ModuleSwap as ModuleSwap
 from ._assembly import NestedKey as NestedKey
 from ._assembly import NonTensorData as NonTensorData
 from ._assembly import NonTensorStack as NonTensorStack
+from ._assembly import PackLayout as PackLayout
 from ._assembly import TensorAttrs as TensorAttrs
 from ._assembly import TensorClass as TensorClass
 from ._assembly import TensorCollection as TensorCollection
 from ._assembly import TensorDict as TensorDict
 from ._assembly import TensorDictBase as TensorDictBase
 from ._assembly import cat as cat
+from ._assembly import collate as collate
 from ._assembly import dims_like as dims_like
 from ._assembly import from_any as from_any
+from ._assembly import from_arrow as from_arrow
 from ._assembly import from_consolidated as from_consolidated
 from ._assembly import from_csv as from_csv
 from ._assembly import from_dataclass as from_dataclass
@@ -41,6 +44,7 @@ from ._assembly import from_tuple as from_tuple
 from ._assembly import functional_call as functional_call
 from ._assembly import gather_members as gather_members
 from ._assembly import get_printoptions as get_printoptions
+from ._assembly import group_by as group_by
 from ._assembly import is_non_tensor as is_non_tensor
 from ._assembly import is_tensor_collection as is_tensor_collection
 from ._assembly import is_tensorclass as is_tensorclass
@@ -57,6 +61,8 @@ from ._assembly import shard_ensemble as shard_ensemble
 from ._assembly import shard_range as shard_range
 from ._assembly import stack as stack
 from ._assembly import tensorclass as tensorclass
+from ._assembly import to_arrow as to_arrow
+from ._assembly import unpad_sequence as unpad_sequence
 from ._assembly import unravel_key as unravel_key
 
 # tensordict's small helpers, at its top level too

@@ -38,7 +38,11 @@ from typing_extensions import dataclass_transform
 
 from ._core.base import TensorDictBaseCore
 from ._core.container import TensorDictCore
+from ._core.helpers.arrow import from_arrow as from_arrow
+from ._core.helpers.arrow import to_arrow as to_arrow
+from ._core.helpers.by_value import group_by as group_by
 from ._core.helpers.class_names import register_class
+from ._core.helpers.collating import collate as collate
 from ._core.helpers.hooks import bind as bind_core_hooks
 from ._core.helpers.legacy_paths import register as register_legacy_paths
 from ._core.helpers.mixin import TensorCollection as TensorCollection
@@ -52,9 +56,11 @@ from ._core.helpers.options import get_printoptions as get_printoptions
 from ._core.helpers.options import set_capture_non_tensor_stack as set_capture_non_tensor_stack
 from ._core.helpers.options import set_list_to_stack as set_list_to_stack
 from ._core.helpers.options import set_printoptions as set_printoptions
+from ._core.helpers.packing import PackLayout as PackLayout
 from ._core.helpers.padding import pad as pad
 from ._core.helpers.padding import pad_sequence as pad_sequence
 from ._core.helpers.repr import parse_tensor_dict_string as parse_tensor_dict_string
+from ._core.helpers.unpadding import unpad_sequence as unpad_sequence
 from ._core.shape.combine import cat as cat
 from ._core.shape.combine import merge_tensordicts as merge_tensordicts
 from ._core.shape.combine import stack as stack
@@ -244,7 +250,6 @@ for _cls in (TensorDict, ModuleSwap):
 # pickles written before the core's reorganisation name old module paths
 register_legacy_paths()
 # the classes that helpers below this module build without importing them
-bind_core_hooks(tensordict=TensorDict, tensor_attrs=TensorAttrs)
 # multiprocessing sends file-backed leaves by file, never by torch's shared-memory path
 ForkingPickler.register(TensorDict, reduce_collection_for_process)
 
@@ -266,6 +271,8 @@ def tensorclass(
     tensor_only: bool = False,
     frozen: bool = False,
     shadow: bool = False,
+    skip_post_init_on_rebuild: bool = False,
+    cast_filter: Callable[[tuple, Any], bool] | None = None,
 ) -> Callable[[type[_T]], type[_T]]: ...
 
 
@@ -279,6 +286,8 @@ def tensorclass(
     tensor_only: bool = False,
     frozen: bool = False,
     shadow: bool = False,
+    skip_post_init_on_rebuild: bool = False,
+    cast_filter: Callable[[tuple, Any], bool] | None = None,
 ) -> Any:
     """Decorator form of :class:`TensorClass`: ``@tensorclass`` or ``@tensorclass(frozen=True)``.
 
@@ -286,6 +295,26 @@ def tensorclass(
     come first), so it has every TensorClass method. Prefer the inheritance form
     for type checking: checkers do not know the decorated class's TensorDict
     methods or its ``batch_size`` argument.
+
+    ``cast_filter`` is the class's default ``cast_filter`` of ``to()`` and the dtype
+    shorthands (a predicate ``fn(key, value) -> bool``; subclasses inherit it).
+    ``skip_post_init_on_rebuild`` is accepted for tensordict's code: tdfunc runs
+    ``__post_init__`` on the data that comes in (the constructor, ``from_tensordict``,
+    ``from_dict``, loads), never when an operation rebuilds an instance from an
+    existing one (indexing, ``clone``, ``to``, ``apply``, stacking), with the flag or
+    without it.
+
+    ``cast_filter`` keeps the integer fields out of dtype casts:
+
+        >>> @tensorclass(cast_filter=is_inexact)
+        ... class Mesh:
+        ...     points: torch.Tensor
+        ...     cells: torch.Tensor
+        >>> mesh = Mesh(points=torch.zeros(4, 3), cells=torch.zeros(2, 3, dtype=torch.long))
+        >>> mesh.bfloat16().points.dtype, mesh.bfloat16().cells.dtype
+        (torch.bfloat16, torch.int64)
+        >>> mesh.bfloat16(cast_filter=None).cells.dtype
+        torch.bfloat16
 
     Example:
         >>> @tensorclass
@@ -302,8 +331,10 @@ def tensorclass(
         "tensor_only": tensor_only,
         "frozen": frozen,
         "shadow": shadow,
+        "skip_post_init_on_rebuild": skip_post_init_on_rebuild,
     }
-    return decorate(TensorClass, cls, flags)
+    options = {} if cast_filter is None else {"cast_filter": cast_filter}
+    return decorate(TensorClass, cls, flags, options)
 
 
 def from_dataclass(
@@ -369,6 +400,8 @@ def from_dataclass(
         device=device,
     )
 
+
+bind_core_hooks(tensordict=TensorDict, tensor_attrs=TensorAttrs, from_dataclass=from_dataclass)
 
 # tensordict's module-level constructors (``from tensordict import from_dict``): the
 # classmethods of TensorDict themselves, so each behaviour has one home.

@@ -199,6 +199,9 @@ CASES: dict[str, tuple[Callable, str]] = {
     # the tensor-like surface: every method on the sample, with arguments
     "add": (lambda o: o.add(1.5), "sample"),
     "sub": (lambda o: o.sub(o), "sample"),
+    "rsub": (lambda o: o.rsub(o, alpha=2), "sample"),
+    "bitwise_and": (lambda o: (o > 0.5).bitwise_and(o > 0.2), "sample"),
+    "logical_and": (lambda o: o.logical_and(o * 0), "sample"),
     "mul": (lambda o: o.mul(2), "sample"),
     "div": (lambda o: o.div(2), "sample"),
     "addcdiv": (lambda o: o.addcdiv(o, o + 2.0), "sample"),
@@ -258,6 +261,7 @@ CASES: dict[str, tuple[Callable, str]] = {
     "fromkeys": (lambda o: type(o).fromkeys(["obs", "reward"], torch.ones(4, 3), [4]), "sample"),
     "stack": (lambda o: type(o).stack([o, o * 2], 1), "sample"),
     "cat": (lambda o: type(o).cat([o, o * 2], 0), "sample"),
+    "pack": (lambda o: o.filter_non_tensor_data().pack()[0], "sample"),
     "maybe_dense_stack": (lambda o: type(o).maybe_dense_stack([o, o]), "sample"),
     "from_any": (lambda o: type(o).from_any(o.to_dict(), batch_size=[4, 3]), "sample"),
     "from_list": (

@@ -32,7 +32,7 @@ from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .._core.helpers.sizes import leaf_shape
 from .._core.helpers.writes import stacked_list, stacked_tensors
 
-FLAGS = ("autocast", "nocast", "tensor_only", "frozen", "shadow")
+FLAGS = ("autocast", "nocast", "tensor_only", "frozen", "shadow", "skip_post_init_on_rebuild")
 CASTING_FLAGS = ("autocast", "nocast", "tensor_only")
 MISSING: Any = dataclasses.MISSING
 

@@ -45,7 +45,9 @@ from mypy.nodes import (
 from mypy.plugin import Plugin, ReportConfigContext
 
 _MODULES = ("tdfunc", "tdfunc._tensorclass")
-_FLAGS = frozenset({"autocast", "nocast", "tensor_only", "frozen", "shadow"})
+_FLAGS = frozenset(
+    {"autocast", "nocast", "tensor_only", "frozen", "shadow", "skip_post_init_on_rebuild"}
+)
 
 
 class _Rewriter:

@@ -60,7 +60,9 @@ if TYPE_CHECKING:
 
     from typing_extensions import Self
 
-    FlagName = Literal["autocast", "nocast", "tensor_only", "frozen", "shadow"]
+    FlagName = Literal[
+        "autocast", "nocast", "tensor_only", "frozen", "shadow", "skip_post_init_on_rebuild"
+    ]
 
     # For type checkers only: a dataclass_transform metaclass makes every
     # subclass a dataclass with a generated __init__ (fields, then the keyword
@@ -95,6 +97,7 @@ FrozenInstanceError = dataclasses.FrozenInstanceError
 _FACTORY = object()  # placeholder default of a field with a default_factory
 _RESERVED: list[frozenset[str]] = []
 _CARRIERS: dict[tuple, type] = {}
+_UNSET: Any = object()  # a class keyword not given (None is a value: cast every leaf)
 
 
 class TensorClassCore(TensorClassConvert, metaclass=_Meta):
@@ -128,6 +131,8 @@ class TensorClassCore(TensorClassConvert, metaclass=_Meta):
     _tc_ready: ClassVar[bool] = False  # a real tensorclass (not TensorClass, not a flag carrier)
     _tc_init: ClassVar[Callable[..., None]]
     _tc_init_vars: ClassVar[tuple[tuple[str, Any], ...]] = ()  # (name, default) of InitVars
+    # the default cast_filter of to() and the dtype shorthands (None: every leaf is cast)
+    _tc_cast_filter: ClassVar[Callable[[tuple, torch.Tensor], bool] | None] = None
 
     def __init_subclass__(
         cls,
@@ -137,6 +142,8 @@ class TensorClassCore(TensorClassConvert, metaclass=_Meta):
         tensor_only: bool | None = None,
         frozen: bool | None = None,
         shadow: bool | None = None,
+        skip_post_init_on_rebuild: bool | None = None,
+        cast_filter: Any = _UNSET,
         **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
@@ -146,7 +153,16 @@ class TensorClassCore(TensorClassConvert, metaclass=_Meta):
             "tensor_only": tensor_only,
             "frozen": frozen,
             "shadow": shadow,
+            "skip_post_init_on_rebuild": skip_post_init_on_rebuild,
         }
+        if cast_filter is not _UNSET:
+            if cast_filter is not None and not callable(cast_filter):
+                raise TypeError(
+                    f"{cls.__name__}: cast_filter must be a function (key, value) -> bool or "
+                    f"None, got {type(cast_filter).__name__}."
+                )
+            # staticmethod: a function stored on the class must not bind to instances
+            cls._tc_cast_filter = None if cast_filter is None else staticmethod(cast_filter)
         cls._tc_flags = resolve_flags(cls, requested, TensorClassCore)
         # a flag carrier (TensorClass["frozen"]) or the public TensorClass: bases, not tensorclasses
         if cls.__dict__.get("_tc_carrier") or cls.__dict__.get("_tc_abstract"):
@@ -541,19 +557,22 @@ def is_tensorclass(obj: Any) -> bool:
     return issubclass(cls, TensorClassCore) and cls._tc_ready
 
 
-def decorate(root: type, cls: type | None, flags: dict[str, bool]) -> Any:
+def decorate(root: type, cls: type | None, flags: dict[str, bool], options: dict) -> Any:
     """The ``@tensorclass`` decorator's work: ``cls`` (or, when None, a decorator) rebuilt
-    as a subclass of ``root`` (the public TensorClass) with ``flags`` turned on."""
+    as a subclass of ``root`` (the public TensorClass) with ``flags`` turned on and the
+    class keywords ``options`` (``cast_filter``) given."""
     requested = {name: value or None for name, value in flags.items()}
     parse_bracket_flags("tensorclass", tuple(k for k, v in requested.items() if v))
 
     def wrap(target: type) -> Any:
-        return _from_plain_class(target, requested, root)
+        return _from_plain_class(target, requested, root, options)
 
     return wrap if cls is None else wrap(cls)
 
 
-def _from_plain_class(target: type, requested: Mapping[str, bool | None], root: type) -> Any:
+def _from_plain_class(
+    target: type, requested: Mapping[str, bool | None], root: type, options: dict
+) -> Any:
     if not isinstance(target, type):
         raise TypeError(f"tensorclass: expected a class, got {type(target).__name__}.")
     if issubclass(target, root):
@@ -564,10 +583,15 @@ def _from_plain_class(target: type, requested: Mapping[str, bool | None], root: 
     namespace = {k: v for k, v in target.__dict__.items() if k not in ("__dict__", "__weakref__")}
     if dataclasses.is_dataclass(target):
         _drop_dataclass_members(namespace)
+        # @dataclass removes a field's class attribute when it has a default_factory;
+        # the field declaration carries it back
+        for field in dataclasses.fields(target):
+            if field.default_factory is not dataclasses.MISSING and field.name not in namespace:
+                namespace[field.name] = dataclasses.field(default_factory=field.default_factory)
     namespace["__qualname__"] = target.__qualname__
     bases = tuple(base for base in target.__bases__ if base is not object) + (root,)
     flags = {k: v for k, v in requested.items() if v is not None}
-    new = type(target.__name__, bases, namespace, **flags)
+    new = type(target.__name__, bases, namespace, **flags, **options)
     _retarget_class_cells(namespace, target, new)
     return new
 

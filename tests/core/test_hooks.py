@@ -1,4 +1,5 @@
-"""The classes the core builds without importing them are bound hooks, never names."""
+"""The classes (and the function) the core uses without importing them are bound hooks,
+never names."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2] / "tdfunc"
 def test_every_hook_is_bound_to_the_public_class():
     assert HOOKS.tensordict is tdfunc.TensorDict
     assert HOOKS.tensor_attrs is tdfunc.TensorAttrs
-    assert set(Hooks.__annotations__) == {"tensordict", "tensor_attrs"}
+    assert HOOKS.from_dataclass is tdfunc.from_dataclass
+    assert set(Hooks.__annotations__) == {"tensordict", "tensor_attrs", "from_dataclass"}
 
 
 def test_an_unbound_hook_is_an_error_naming_it():
@@ -28,11 +30,15 @@ def test_an_unbound_hook_is_an_error_naming_it():
 
 def test_bind_takes_every_hook_and_only_classes():
     with pytest.raises(
-        TypeError, match=r"expected exactly the hooks \['tensor_attrs', 'tensordict'\]"
+        TypeError,
+        match=r"expected exactly the hooks \['from_dataclass', 'tensor_attrs', 'tensordict'\]",
     ):
         bind(tensordict=tdfunc.TensorDict)
+    function = tdfunc.from_dataclass
     with pytest.raises(TypeError, match="'tensor_attrs' must be a class, received int"):
-        bind(tensordict=tdfunc.TensorDict, tensor_attrs=1)
+        bind(tensordict=tdfunc.TensorDict, tensor_attrs=1, from_dataclass=function)
+    with pytest.raises(TypeError, match="'from_dataclass' must be a function, received int"):
+        bind(tensordict=tdfunc.TensorDict, tensor_attrs=tdfunc.TensorAttrs, from_dataclass=1)
     assert HOOKS.tensordict is tdfunc.TensorDict  # a refused bind changed nothing
 
 

@@ -28,7 +28,6 @@ ROOT = HERE.parents[1]
 
 # Why a difference is accepted: the differences page's row, or what tdfunc lacks.
 PAGE = "docs/differences-from-tensordict.md: "
-MISSING = "missing in tdfunc: "
 
 ARCHIVES = PAGE + "single-file archives (.tdz) are not written"
 TABLES = PAGE + "tables are read and written by pandas (JSON without spaces)"
@@ -38,9 +37,7 @@ NON_TENSOR_SAVE = PAGE + "non-tensor values are saved as JSON or torch.save, nev
 STACK_DATA = PAGE + "NonTensorStack.data is the nested list of values"
 KEY_ORDER = PAGE + "keys(include_nested=True) lists a container before its entries"
 LAZY = PAGE + "Not in tdfunc: lazy stacks (containers of different structures do not stack)"
-PACK = MISSING + "pack() and PackLayout (every leaf in one flat tensor)"
-POST_INIT = MISSING + "the skip_post_init_on_rebuild flag of TensorClass"
-CAST_FILTER = MISSING + "cast_filter (a TensorClass option and a keyword of the casts)"
+CLASS_NAME = PAGE + "the class from_dataclass builds keeps the dataclass's name"
 
 # tensordict writes JSON with the json module only where pandas is missing.
 MAY_VANISH = {
@@ -49,8 +46,6 @@ MAY_VANISH = {
         "with tempfile.TemporaryDirectory() as tmpdir:",
     )
 }
-ARROW = MISSING + "from_arrow / to_arrow (pyarrow tables)"
-TO_PANDAS = MISSING + "to_pandas of a container holding TensorClass instances (a column of objects)"
 
 # (docstring, statement) -> reason. The statement is the first line of the example's source.
 KNOWN: dict[tuple[str, str], str] = {
@@ -59,42 +54,25 @@ KNOWN: dict[tuple[str, str], str] = {
     ("tensordict._archive.refresh_archive_checksums", "from tensordict import TensorDict, refresh_archive_checksums"): ARCHIVES,
     ("tensordict._archive.refresh_archive_checksums", "with tempfile.TemporaryDirectory() as path:"): ARCHIVES,
     ("tensordict._archive.unpack_memmap", "from tensordict import TensorDict, unpack_memmap"): ARCHIVES,
-    ("tensordict._base.convert._Conversion.from_dataclass", "tc = TensorDict.from_dataclass(data, as_tensorclass=True, batch_size=[3])"): MISSING + "from_dataclass(as_tensorclass=True)",
     ("tensordict._base.convert._Conversion.from_pytree", 'sorted(td.keys()), sorted(td["pair"].keys())'): PAGE + 'from_pytree keeps the structure in one "_pytree_spec" entry',
+    ("tensordict._base.convert._Conversion.from_dataclass", "type(tc).__name__, tc.batch_size"): CLASS_NAME,
     ("tensordict._base.convert._Conversion.fromkeys", 'td["a"] is td["b", "c"]'): PAGE + "fromkeys gives each key its own copy of a tensor value",
-    ("tensordict._arrow.from_arrow", "from tensordict import from_arrow"): ARROW,
-    ("tensordict._arrow.to_arrow", "from tensordict import TensorDict, to_arrow"): ARROW,
-    ("tensordict._base.convert._Conversion.to_pandas", "df = td.to_pandas()"): TO_PANDAS,
-    ("tensordict._base.convert._Conversion.to_pandas", 'df["p"].dtype, type(df["p"][0]).__name__, df["p"][0].y'): TO_PANDAS,
     ("tensordict._base.convert._Conversion.to_json", "with tempfile.TemporaryDirectory() as tmpdir:"): TABLES,
     ("tensordict._base.convert._Conversion.to_namedtuple", 'Data(a_tensor=torch.zeros(3), a_string="zero!", batch_size=[3]).to_namedtuple()'): PAGE + "to_namedtuple of a TensorClass is a named tuple with its field names",
-    ("tensordict._base.pointwise._PointwiseOps.add", 'sorted(td.add(other, default="intersection").keys())'): MISSING + "the default= keyword of the arithmetic methods",
-    ("tensordict._base.pointwise._PointwiseOps.add", "sorted(td.add(other, default=torch.zeros(())).keys())"): MISSING + "the default= keyword of the arithmetic methods",
     ("tensordict._base.pointwise._PointwiseOps.add", 'td.add(torch.tensor([1.0, 2.0]))["a"]  # one value per batch element'): BROADCAST,
     ("tensordict._base.serialization._Serialization.state_dict", "print(dict(sd._metadata))"): PAGE + "state_dict()._metadata holds tdfunc's own description",
-    ("tensordict._base.shape.PackLayout", "flat, layout = td.pack()"): PACK,
-    ("tensordict._base.shape.PackLayout.unpack", "flat, layout = td.pack()"): PACK,
     ("tensordict._base.shape._ShapeOps.maybe_dense_stack", "type(TensorDict.maybe_dense_stack([a, c])).__name__"): LAZY,
     ("tensordict._nestedkey.NestedKey", 'isinstance(("a", 1), NestedKey), isinstance((), NestedKey)'): PAGE + "NestedKey is the type alias str | tuple",
     ("tensordict._td._TensorDictKeysView", "list(keys)"): KEY_ORDER,
     ("tensordict.base.TensorDictBase.create_nested", "list(data.keys(include_nested=True))"): KEY_ORDER,
-    ("tensordict.functional.collate", "from tensordict import TensorDict, collate"): MISSING + "functional.collate (DataLoader's default collate already batches containers)",
-    ("tensordict.functional.group_by", "from tensordict import TensorDict, group_by"): MISSING + "functional.group_by",
-    ("tensordict.functional.unpad_sequence", "from tensordict import TensorDict, pad_sequence, unpad_sequence"): MISSING + "functional.unpad_sequence",
+    ("tensordict.functional.collate", "batch = next(iter(DataLoader(clouds, batch_size=4, collate_fn=collate)))"): LAZY,
+    ("tensordict.functional.unpad_sequence", "[sample.batch_size for sample in samples.tensordicts]"): PAGE + "Not in tdfunc: lazy stacks (unpad_sequence returns a list of the samples)",
     ("tensordict.tensorclass.NonTensorData", "a == b"): NON_TENSOR_COMPARE,
     ("tensordict.tensorclass.NonTensorData", "a ^ b"): NON_TENSOR_COMPARE,
     ("tensordict.tensorclass.NonTensorData", "with tempfile.TemporaryDirectory() as tmpdir:"): NON_TENSOR_SAVE,
     ("tensordict.tensorclass.NonTensorStack.data", 'torch.stack([NonTensorData("x"), NonTensorData("x")]).data'): STACK_DATA,
-    ("tensordict.tensorclass.TensorClass", 'class Foo(TensorClass["skip_post_init_on_rebuild"]):'): POST_INIT,
-    ("tensordict.tensorclass.TensorClass", "class Mesh(TensorClass, cast_filter=is_inexact):"): CAST_FILTER,
-    ("tensordict.tensorclass.TensorClass", "foo = Foo(x=torch.zeros(3))"): POST_INIT,
-    ("tensordict.tensorclass.TensorClass.pack", "flat, layout = td.pack()"): PACK,
-    ("tensordict.tensorclass.TensorClass.pack", "flat2, _ = td.pack(layout=layout)"): PACK,
     ("tensordict.tensorclass._to_tensordict", "sorted(foo.to_tensordict().keys())"): PAGE + "to_tensordict() keeps None fields by default",
-    ("tensordict.tensorclass.from_dataclass", "print(x2)"): PAGE + "the class from_dataclass builds keeps the dataclass's name",
-    ("tensordict.tensorclass.tensorclass", "@tensorclass(cast_filter=is_inexact)"): CAST_FILTER,
-    ("tensordict.tensorclass.tensorclass", "@tensorclass(skip_post_init_on_rebuild=True)"): POST_INIT,
-    ("tensordict.utils.is_inexact", "td_bf16 = td.bfloat16(cast_filter=is_inexact)"): CAST_FILTER,
+    ("tensordict.tensorclass.from_dataclass", "print(x2)"): CLASS_NAME,
     ("tensordict.utils.print_directory_tree", "with tempfile.TemporaryDirectory() as path:"): PAGE + "print_directory_tree prints the tree (tensordict logs it)",
     ("tensordict.utils.set_capture_non_tensor_stack", "type(stack).__name__, stack.data"): STACK_DATA,
     ("tensordict.utils.unravel_key", 'unravel_key(("a", 1))'): PAGE + "an invalid key raises TypeError (unravel_key_to_tuple gives ())",

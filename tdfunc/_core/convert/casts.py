@@ -3,7 +3,8 @@ and ``share_memory_``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,6 +15,7 @@ from ..helpers.mixin import is_tensor_collection as _collection
 from ..helpers.nontensor import NonTensorData
 
 _Tensor = torch.Tensor
+_CLASS_DEFAULT: Any = object()  # cast_filter not given: the TensorClass's own, if any
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -27,6 +29,12 @@ class CastsMixin(ContainerMixin):
     def to(self, *args, inplace: bool = False, **kwargs) -> Self:
         """Move and/or cast every tensor leaf, like ``Tensor.to``.
 
+        ``cast_filter``, a predicate ``fn(key, value) -> bool`` (``key`` the nested key
+        as a tuple of str), selects the tensor leaves a dtype cast applies to; the others
+        keep their dtype and still move. It defaults to the ``cast_filter`` of a
+        TensorClass that declares one; ``cast_filter=None`` casts every leaf. The dtype
+        shorthands (``float()``, ``bfloat16()``, ...) take it too.
+
         ``td.to(other)`` (or ``to(other=...)``) takes ``other``'s device and dtype: a
         tensor's, or a container's device and the dtype all its tensors share (none
         when they differ); a container of ``TensorAttrs`` (see :meth:`attrs`) casts
@@ -34,10 +42,22 @@ class CastsMixin(ContainerMixin):
         ``inplace=True`` replaces this container's leaves and returns it.
 
         Example:
-            >>> td = TensorDict({"a": torch.zeros(2)}, [2])
+            >>> td = TensorDict({"a": torch.zeros(2), "i": torch.zeros(2, dtype=torch.long)}, [2])
             >>> td.to(torch.float64)["a"].dtype
             torch.float64
+            >>> td.to(torch.float64, cast_filter=is_inexact)["i"].dtype
+            torch.int64
         """
+        cast_filter = kwargs.pop("cast_filter", _CLASS_DEFAULT)
+        if cast_filter is _CLASS_DEFAULT:
+            cast_filter = getattr(type(self), "_tc_cast_filter", None)
+        elif cast_filter is not None and not callable(cast_filter):
+            raise TypeError(
+                f"{type(self).__name__}.to: cast_filter must be a function (key, value) -> "
+                f"bool or None, got {type(cast_filter).__name__}."
+            )
+        if cast_filter is not None:
+            kwargs["cast_filter"] = cast_filter
         batch_size = kwargs.pop("batch_size", None)
         if batch_size is not None:  # the result gets this batch size (entries must fit it)
             out = self.to(*args, inplace=inplace, **kwargs)
@@ -54,6 +74,7 @@ class CastsMixin(ContainerMixin):
                     f"{type(self).__name__}.to(attrs): a container of TensorAttrs gives each "
                     f"leaf its device and dtype; it takes no other argument but non_blocking."
                 )
+            kwargs.pop("cast_filter", None)  # each leaf gets its recorded dtype
             return self._to_per_leaf(  # type: ignore[attr-defined]
                 args[0], bool(kwargs.get("non_blocking", False)), inplace
             )
@@ -66,17 +87,21 @@ class CastsMixin(ContainerMixin):
             args = (*moved, *args[1:])
             if not moved:
                 return self
+        cast_filter = kwargs.pop("cast_filter", None)
         device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
         if device is None and dtype is None:
             return self
+        kept = set() if dtype is None or cast_filter is None else _kept(self, cast_filter)
 
         def convert(tensor: torch.Tensor) -> torch.Tensor:
-            return tensor.to(device=device, dtype=dtype, non_blocking=non_blocking)
+            cast = None if id(tensor) in kept else dtype
+            return tensor.to(device=device, dtype=cast, non_blocking=non_blocking)
 
         if inplace:
             if self._is_locked:  # a leaf that would change is replaced: structural
                 for key, leaf in self.items(True, True):
-                    if isinstance(leaf, _Tensor) and _changed_by_to(leaf, device, dtype):
+                    cast = None if id(leaf) in kept else dtype
+                    if isinstance(leaf, _Tensor) and _changed_by_to(leaf, device, cast):
                         self._check_writable("to", key)
             self._replace_leaves(convert)
             if device is not None:
@@ -164,17 +189,25 @@ class CastsMixin(ContainerMixin):
     def cuda(self, device=None) -> Self:
         return self.to("cuda" if device is None else device)
 
-    def float(self) -> Self:
-        return self.to(torch.float32)
+    # the dtype shorthands take to()'s cast_filter (default: the TensorClass's own)
+    def float(self, *, cast_filter: Any = _CLASS_DEFAULT) -> Self:
+        return self.to(torch.float32, cast_filter=cast_filter)
 
-    def double(self) -> Self:
-        return self.to(torch.float64)
+    def double(self, *, cast_filter: Any = _CLASS_DEFAULT) -> Self:
+        return self.to(torch.float64, cast_filter=cast_filter)
 
-    def half(self) -> Self:
-        return self.to(torch.float16)
+    def half(self, *, cast_filter: Any = _CLASS_DEFAULT) -> Self:
+        return self.to(torch.float16, cast_filter=cast_filter)
 
-    def bfloat16(self) -> Self:
-        return self.to(torch.bfloat16)
+    def bfloat16(self, *, cast_filter: Any = _CLASS_DEFAULT) -> Self:
+        """Every tensor leaf cast to ``torch.bfloat16`` (``cast_filter`` as in :meth:`to`).
+
+        Example:
+            >>> td = TensorDict(x=torch.zeros(3), i=torch.zeros(3, dtype=torch.long))
+            >>> td.bfloat16(cast_filter=is_inexact)["i"].dtype
+            torch.int64
+        """
+        return self.to(torch.bfloat16, cast_filter=cast_filter)
 
     def share_memory_(self) -> Self:
         """Move every tensor leaf to shared memory (in place) and lock; returns self.
@@ -208,17 +241,20 @@ class CastsMixin(ContainerMixin):
         return self.is_shared()
 
     # last in the class body: these names shadow the builtins for what follows them
-    def int(self) -> Self:
-        """Every tensor leaf cast to ``torch.int32`` (``Tensor.int``)."""
-        return self.to(torch.int32)
+    def int(self, *, cast_filter: Any = _CLASS_DEFAULT) -> Self:
+        """Every tensor leaf cast to ``torch.int32`` (``Tensor.int``; ``cast_filter`` as in
+        :meth:`to`)."""
+        return self.to(torch.int32, cast_filter=cast_filter)
 
-    def long(self) -> Self:
-        """Every tensor leaf cast to ``torch.int64`` (``Tensor.long``)."""
-        return self.to(torch.int64)
+    def long(self, *, cast_filter: Any = _CLASS_DEFAULT) -> Self:
+        """Every tensor leaf cast to ``torch.int64`` (``Tensor.long``; ``cast_filter`` as in
+        :meth:`to`)."""
+        return self.to(torch.int64, cast_filter=cast_filter)
 
-    def bool(self) -> Self:
-        """Every tensor leaf cast to ``torch.bool`` (``Tensor.bool``)."""
-        return self.to(torch.bool)
+    def bool(self, *, cast_filter: Any = _CLASS_DEFAULT) -> Self:
+        """Every tensor leaf cast to ``torch.bool`` (``Tensor.bool``; ``cast_filter`` as in
+        :meth:`to`)."""
+        return self.to(torch.bool, cast_filter=cast_filter)
 
     def type(self, dst_type: torch.dtype) -> Self:
         """Every tensor leaf cast to the dtype ``dst_type`` (``Tensor.type(dtype)``).
@@ -233,6 +269,24 @@ class CastsMixin(ContainerMixin):
                 f"{dst_type!r}; tensor type names such as 'torch.FloatTensor' are not accepted."
             )
         return self.to(dst_type)
+
+
+def _kept(self, cast_filter: Callable) -> set:
+    """The ids of the tensor leaves ``cast_filter`` keeps out of a dtype cast."""
+    decided: dict[int, tuple[bool, tuple]] = {}
+    for key, leaf in self.items(True, True):
+        if not isinstance(leaf, _Tensor):
+            continue
+        path = key if isinstance(key, tuple) else (key,)
+        cast = bool(cast_filter(path, leaf))
+        first = decided.setdefault(id(leaf), (cast, path))
+        if first[0] != cast:
+            # one tensor object at two keys: it is cast once, or not at all
+            raise ValueError(
+                f"{type(self).__name__}.to: the same tensor is at {first[1]!r} and {path!r}, "
+                f"and cast_filter casts it at one key only; clone one of them first."
+            )
+    return {ident for ident, (cast, _) in decided.items() if not cast}
 
 
 def _changed_by_to(tensor: _Tensor, device, dtype) -> bool:

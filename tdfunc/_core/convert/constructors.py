@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..helpers.build import _build, struct_leaf
+from ..helpers.hooks import HOOKS
 from ..helpers.leafwise import (
     check_in_place_write,
     is_collection,
@@ -265,12 +266,18 @@ class ConstructorsMixin(ContainerMixin):
         cls,
         dataclass: Any,
         *,
+        dest_cls: type | None = None,
         auto_batch_size: bool = False,
         batch_dims=None,
+        as_tensorclass: bool = False,
         device=None,
         batch_size=None,
     ):
         """A container from a dataclass instance (nested dataclasses become nested containers).
+
+        With ``as_tensorclass=True``, the conversion is :func:`tdfunc.from_dataclass`'s: an
+        instance of ``dest_cls`` (by default a TensorClass made from the dataclass), or,
+        given a dataclass type, the TensorClass type. ``dest_cls`` is for that form only.
 
         Example:
             >>> import dataclasses
@@ -279,7 +286,20 @@ class ConstructorsMixin(ContainerMixin):
             ...     x: torch.Tensor
             >>> TensorDict.from_dataclass(Point(torch.zeros(3)), auto_batch_size=True).batch_size
             torch.Size([3])
+            >>> point = Point(torch.zeros(3))
+            >>> tc = TensorDict.from_dataclass(point, as_tensorclass=True, batch_size=[3])
+            >>> is_tensorclass(tc), tc.batch_size
+            (True, torch.Size([3]))
         """
+        if as_tensorclass:
+            return HOOKS.from_dataclass(
+                dataclass,
+                dest_cls=dest_cls,
+                auto_batch_size=auto_batch_size,
+                batch_dims=batch_dims,
+                batch_size=batch_size,
+                device=device,
+            )
         if not dataclasses.is_dataclass(dataclass) or isinstance(dataclass, type):
             raise TypeError(
                 f"TensorDict.from_dataclass: expected a dataclass instance, got "

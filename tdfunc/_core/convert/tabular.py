@@ -204,6 +204,13 @@ def _flat_columns(view: Any, separator: str | None, rows: int, prefix: str, out:
             out[name] = [value.data] * rows
         elif value is None:  # an unset field of a TensorClass
             continue
+        elif is_collection(value) and _object_column(value, separator):
+            # a TensorClass that cannot be split into columns: one column of its rows (an
+            # object array: a column of no rows keeps the object dtype)
+            column = np.empty(rows, dtype=object)
+            for i in range(rows):
+                column[i] = value[i]
+            out[name] = column
         elif is_collection(value):
             if separator is None:
                 raise ValueError(
@@ -213,6 +220,17 @@ def _flat_columns(view: Any, separator: str | None, rows: int, prefix: str, out:
             _flat_columns(value._to_tensordict_view(), separator, rows, name + separator, out)
         else:
             out[name] = value
+
+
+def _object_column(value: Any, separator: str | None) -> bool:
+    """Whether a nested TensorClass is one column of objects: without a separator, or
+    with no leaf, or with a leaf that is not one value per row."""
+    if getattr(type(value), "_is_tensordict", False):
+        return False
+    if separator is None:
+        return True
+    leaves = [leaf for _, leaf in value.items(True, True) if isinstance(leaf, torch.Tensor)]
+    return not leaves or any(leaf.dim() != 1 for leaf in leaves)
 
 
 def _to_frame(container: Any, separator: str | None, api: str) -> Any:
@@ -262,12 +280,21 @@ class TabularMixin(ContainerMixin):
         """A DataFrame with one row per batch element and one column per leaf.
 
         Each tensor leaf must have exactly one dim (the rows); a ``NonTensorData``
-        fills its column with its value. Nested containers need ``separator``.
+        fills its column with its value. Nested containers need ``separator``, except a
+        nested TensorClass: without ``separator`` (or when it has no leaf, or a leaf of
+        more than one dim) it is one column of objects, the TensorClass of each row.
 
         Example:
             >>> td = TensorDict({"a": torch.arange(2), "b": {"c": torch.zeros(2)}}, [2])
             >>> td.to_pandas(separator="/").to_dict("list")
             {'a': [0, 1], 'b/c': [0.0, 0.0]}
+            >>> @tensorclass
+            ... class Point:
+            ...     x: torch.Tensor
+            >>> points = Point(x=torch.arange(2.0), batch_size=[2])
+            >>> df = TensorDict(p=points, batch_size=[2]).to_pandas()
+            >>> type(df["p"][1]).__name__, df["p"][1].x
+            ('Point', tensor(1.))
         """
         return _to_frame(self, separator, "to_pandas")
 

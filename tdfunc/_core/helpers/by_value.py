@@ -1,5 +1,6 @@
-"""Element-wise membership and deduplication of a container by the value of one entry
-(``tdfunc.utils.isin`` / ``remove_duplicates``), and ``assert_close`` of two containers.
+"""Element-wise membership, deduplication and grouping of a container by the value of one
+entry (``tdfunc.utils.isin`` / ``remove_duplicates``, ``group_by``), and ``assert_close``
+of two containers.
 
 The entry at ``key`` is cut into slices along a batch dim; two elements are equal when
 their slices are.
@@ -113,3 +114,90 @@ def assert_close(
                 f"{error_size:.4g}). {msg}\n{error}".replace(" \n", "\n")
             ) from None
     return True
+
+
+_ABSENT = object()
+
+
+def group_by(tensordict: Any, key: Any) -> tuple[Any, tuple]:
+    """Split a container into groups of the rows (along its first batch dim) that share
+    the value of the entry ``key``.
+
+    ``groups[i]`` holds the rows whose entry equals ``values[i]``, in their original
+    order. An entry with more than one value per row is compared row by row (as
+    ``torch.unique(..., dim=0)``). A non-tensor entry groups by its Python values, which
+    must be hashable and sortable (lists are compared as tuples). The rows are gathered
+    once and the groups are views of the gathered container; the group sizes are read on
+    the host, so this is for eager code, not compiled code.
+
+    Returns:
+        ``(values, groups)``: the sorted distinct values (a tensor for a tensor entry, a
+        list for a non-tensor entry) and a tuple of containers of ``tensordict``'s class,
+        one per value.
+
+    Example:
+        >>> td = TensorDict(uid=torch.tensor([2, 0, 2, 1]), r=torch.arange(4.0), batch_size=[4])
+        >>> values, groups = group_by(td, "uid")
+        >>> values.tolist(), [group["r"].tolist() for group in groups]
+        ([0, 1, 2], [[1.0], [3.0], [0.0, 2.0]])
+    """
+    api = "tdfunc.group_by"
+    if not is_tensor_collection_or_class(type(tensordict)) or isinstance(tensordict, type):
+        raise TypeError(
+            f"{api}: expected a TensorDict or a TensorClass instance, got "
+            f"{type(tensordict).__name__}."
+        )
+    if not tensordict.batch_dims:
+        raise ValueError(
+            f"{api}: the rows are taken along the first batch dim, and the container has "
+            f"none (batch size {list(tensordict.batch_size)})."
+        )
+    value = tensordict.get(key, _ABSENT)
+    if value is _ABSENT or value is None:
+        raise KeyError(f"{api}: the container has no entry {key!r}.")
+    if is_tensor_collection_or_class(type(value)) and not is_leaf_nontensor(type(value)):
+        raise TypeError(
+            f"{api}: the entry {key!r} is a {type(value).__name__}; group by a tensor or a "
+            f"non-tensor entry."
+        )
+    if isinstance(value, torch.Tensor):
+        # dim=0 only where a row holds several values: with dim=0, torch.unique does not
+        # sort a 1-d tensor that holds NaN
+        by_row = {"dim": 0} if value.ndim > 1 else {}
+        values, inverse, counts = torch.unique(
+            value, sorted=True, return_inverse=True, return_counts=True, **by_row
+        )
+        sizes = counts.tolist()
+    else:
+        values, inverse, sizes = _group_values(tensordict, key, api)
+    if not sizes:
+        return values, ()
+    order = torch.argsort(inverse, stable=True)
+    return values, tuple(tensordict[order].split(sizes, 0))
+
+
+def _group_values(tensordict: Any, key: Any, api: str) -> tuple[list, torch.Tensor, list]:
+    rows = [_hashable(row) for row in _row_values(tensordict, key)]
+    try:
+        distinct = sorted(set(rows))
+    except TypeError:
+        raise TypeError(
+            f"{api}: the values of the non-tensor entry {key!r} must be hashable and "
+            f"sortable (one type of value, such as str or int)."
+        ) from None
+    where = {row: i for i, row in enumerate(distinct)}
+    inverse = torch.tensor([where[row] for row in rows], dtype=torch.long)
+    sizes = torch.bincount(inverse, minlength=len(distinct)).tolist() if rows else []
+    return distinct, inverse, sizes
+
+
+def _row_values(tensordict: Any, key: Any) -> list:
+    """One Python value per row of the non-tensor entry ``key``."""
+    # tolist() of a non-tensor leaf is shaped like its batch, as a tensor's is
+    return tensordict.get(key).tolist()
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value

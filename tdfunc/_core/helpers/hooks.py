@@ -1,4 +1,5 @@
-"""The public classes the core builds but may not import, bound by ``tdfunc/_assembly.py``.
+"""The public classes (and the one public function) the core builds with but may not
+import, bound by ``tdfunc/_assembly.py``.
 
 The core sits below the module that composes ``TensorDict`` (and ``TensorAttrs``)
 from the core and its features, so a helper that must build "a plain TensorDict"
@@ -23,6 +24,8 @@ class Hooks:
 
     tensordict: type
     tensor_attrs: type
+    # tdfunc.from_dataclass, which TensorDict.from_dataclass(as_tensorclass=True) calls
+    from_dataclass: Any
 
     def __getattr__(self, name: str) -> Any:
         # only reached while a declared hook is unbound (or for a name that is no hook)
@@ -35,10 +38,12 @@ class Hooks:
 
 
 HOOKS = Hooks()
+_FUNCTIONS = frozenset({"from_dataclass"})
 
 
 def bind(**classes: type) -> None:
-    """Bind every hook at once: ``bind(tensordict=TensorDict, tensor_attrs=TensorAttrs)``."""
+    """Bind every hook at once: ``bind(tensordict=TensorDict, tensor_attrs=TensorAttrs,
+    from_dataclass=from_dataclass)``."""
     declared = set(Hooks.__annotations__)
     if set(classes) != declared:
         raise TypeError(
@@ -46,7 +51,13 @@ def bind(**classes: type) -> None:
             f"received {sorted(classes)}."
         )
     for name, cls in classes.items():
-        if not isinstance(cls, type):
+        if name in _FUNCTIONS:
+            if not callable(cls):
+                raise TypeError(
+                    f"tdfunc._core.helpers.hooks.bind: the hook {name!r} must be a function, "
+                    f"received {type(cls).__name__}."
+                )
+        elif not isinstance(cls, type):
             raise TypeError(
                 f"tdfunc._core.helpers.hooks.bind: the hook {name!r} must be a class, "
                 f"received {type(cls).__name__}."

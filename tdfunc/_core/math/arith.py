@@ -18,6 +18,7 @@ import torch
 
 from ..helpers.leaf_errors import note_key
 from ..helpers.leafwise import in_place_write, like_pair
+from ..helpers.missing_keys import check_default, map_pairs_default
 from ..helpers.mixin import ContainerMixin
 from ..helpers.nontensor import NonTensorData, eq_mask
 from ..helpers.operand import check_batch_aligned_operand
@@ -228,8 +229,18 @@ class ArithmeticMixin(ContainerMixin):
     def __abs__(self) -> Self:
         return self._apply_tree(torch.abs, (), None, None, False, check=False)
 
-    def pow(self, exponent) -> Self:
-        return _binary(self, exponent, operator.pow, "pow")
+    def pow(self, exponent: Any, *, default: Any = None) -> Self:
+        """``self ** exponent``, leaf by leaf (``default``: as for :meth:`add`).
+
+        Example:
+            >>> TensorDict({"a": torch.full((2,), 3.0)}, [2]).pow(2)["a"].tolist()
+            [9.0, 9.0]
+        """
+        if default is None or not getattr(type(exponent), "_is_tensor_collection", False):
+            check_default(default, "pow", type(self).__name__)
+            return _binary(self, exponent, operator.pow, "pow")
+        check_default(default, "pow", type(self).__name__)
+        return map_pairs_default(self, exponent, torch.pow, "pow", default)
 
     def __eq__(self, other) -> Self:  # type: ignore[override]
         if other is None:

@@ -23,8 +23,26 @@ from ..helpers.leafwise import (
     may_grow,
     others_data,
 )
+from ..helpers.missing_keys import check_default, map_pairs_default
 from ..helpers.mixin import ContainerMixin
 from ..helpers.operand import check_batch_aligned_operand
+
+
+def _paired(self: Any, other: Any, fn: Callable, api: str, default: Any) -> Any:
+    """``fn`` of every leaf with ``other``'s, ``default`` (not None) for the keys only one
+    side has. The callers test ``default is None`` themselves: the common call then
+    costs no extra frame."""
+    check_default(default, api, type(self).__name__)
+    if not is_collection(other):
+        return map_pairs(self, other, fn, api)
+    return map_pairs_default(self, other, fn, api, default)
+
+
+_DEFAULT_DOC = """
+
+        ``default`` is for a container ``other`` whose keys differ: ``None`` (a
+        ``KeyError``), ``"intersection"`` (only the keys both have), or a tensor that
+        stands in for the entry one side lacks (the result has the keys of both)."""
 
 
 def _unary(name: str) -> Callable:
@@ -81,13 +99,15 @@ def _predicate(name: str) -> Callable:
 
 
 def _binary(name: str, function: Callable) -> Callable:
-    def op(self, other):
-        return map_pairs(self, other, function, name)
+    def op(self, other, *, default=None):
+        if default is None:
+            return map_pairs(self, other, function, name)
+        return _paired(self, other, function, name, default)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (
         f"``torch.{name}`` of every tensor leaf with ``other`` (a container with the same "
-        f"keys, a tensor or a number).\n\n"
+        f"keys, a tensor or a number).{_DEFAULT_DOC}\n\n"
         f"        Example:\n"
         f'            >>> td = TensorDict({{"a": torch.tensor([1.0, 4.0])}}, [2])\n'
         f'            >>> td.{name}(torch.tensor([2.0, 3.0]))["a"].tolist() == '
@@ -250,23 +270,31 @@ class PointwiseMixin(ContainerMixin):
         inplace_leaves(self, "clamp_", lambda leaf: leaf.clamp_(min, max))
         return self
 
-    def clamp_min(self, min: Any):
+    def clamp_min(self, min: Any, default: Any = None):
         """Clamp every tensor leaf from below (``min`` a number, tensor or container).
+
+        ``default``: for a container ``min`` with other keys, as for :meth:`add`.
 
         Example:
             >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_min(0.0)["a"]
             tensor([0., 3.])
         """
-        return map_pairs(self, min, torch.clamp_min, "clamp_min")
+        if default is None:
+            return map_pairs(self, min, torch.clamp_min, "clamp_min")
+        return _paired(self, min, torch.clamp_min, "clamp_min", default)
 
-    def clamp_max(self, max: Any):
+    def clamp_max(self, max: Any, *, default: Any = None):
         """Clamp every tensor leaf from above (``max`` a number, tensor or container).
+
+        ``default``: for a container ``max`` with other keys, as for :meth:`add`.
 
         Example:
             >>> TensorDict({"a": torch.tensor([-2.0, 3.0])}, [2]).clamp_max(0.0)["a"]
             tensor([-2.,  0.])
         """
-        return map_pairs(self, max, torch.clamp_max, "clamp_max")
+        if default is None:
+            return map_pairs(self, max, torch.clamp_max, "clamp_max")
+        return _paired(self, max, torch.clamp_max, "clamp_max", default)
 
     def clamp_min_(self, min: Any):
         """:meth:`clamp_min` in place; returns self.
@@ -350,42 +378,102 @@ class PointwiseMixin(ContainerMixin):
         in_place_write(self, tensor1 / tensor2, _add_scaled, "addcdiv_", value)
         return self
 
-    def mul(self, other: Any):
-        """``self * other``, leaf by leaf.
+    def mul(self, other: Any, *, default: Any = None):
+        """``self * other``, leaf by leaf (``default``: as for :meth:`add`).
 
         Example:
             >>> TensorDict({"a": torch.ones(2)}, [2]).mul(3)["a"].tolist()
             [3.0, 3.0]
         """
-        return map_pairs(self, other, torch.mul, "mul")
+        if default is None:
+            return map_pairs(self, other, torch.mul, "mul")
+        return _paired(self, other, torch.mul, "mul", default)
 
-    def add(self, other: Any, *, alpha: float | None = None):
+    def add(self, other: Any, *, alpha: float | None = None, default: Any = None):
         """``self + alpha * other``, leaf by leaf.
 
-        Example:
-            >>> TensorDict({"a": torch.ones(2)}, [2]).add(3, alpha=2)["a"].tolist()
-            [7.0, 7.0]
-        """
-        if alpha is None:
-            return map_pairs(self, other, torch.add, "add")
-        return map_pairs(self, other, lambda a, b: torch.add(a, b, alpha=alpha), "add")
+        ``default`` is for a container ``other`` whose keys differ: ``None`` raises a
+        ``KeyError``; ``"intersection"`` computes only the keys both have; a tensor stands
+        in for the entry that one side lacks, and the result has the keys of both. The
+        other binary methods (``sub``, ``mul``, ``div``, ``pow``, ``maximum``, ...) take
+        it too.
 
-    def sub(self, other: Any, *, alpha: float | None = None):
-        """``self - alpha * other``, leaf by leaf.
+        Example:
+            >>> td = TensorDict({"a": torch.ones(2)}, [2])
+            >>> td.add(3, alpha=2)["a"].tolist()
+            [7.0, 7.0]
+            >>> other = TensorDict({"a": torch.ones(2), "b": torch.ones(2)}, [2])
+            >>> sorted(td.add(other, default="intersection").keys())
+            ['a']
+            >>> td.add(other, default=torch.tensor(10.0))["b"].tolist()
+            [11.0, 11.0]
+        """
+        fn = torch.add if alpha is None else lambda a, b: torch.add(a, b, alpha=alpha)
+        if default is None:
+            return map_pairs(self, other, fn, "add")
+        return _paired(self, other, fn, "add", default)
+
+    def sub(self, other: Any, *, alpha: float | None = None, default: Any = None):
+        """``self - alpha * other``, leaf by leaf (``default``: as for :meth:`add`).
 
         Example:
             >>> TensorDict({"a": torch.ones(2)}, [2]).sub(3)["a"].tolist()
             [-2.0, -2.0]
         """
-        if alpha is None:
-            return map_pairs(self, other, torch.sub, "sub")
-        return map_pairs(self, other, lambda a, b: torch.sub(a, b, alpha=alpha), "sub")
+        fn = torch.sub if alpha is None else lambda a, b: torch.sub(a, b, alpha=alpha)
+        if default is None:
+            return map_pairs(self, other, fn, "sub")
+        return _paired(self, other, fn, "sub", default)
 
-    def div(self, other: Any):
-        """``self / other``, leaf by leaf.
+    def rsub(self, other: Any, *, alpha: float | None = None, default: Any = None):
+        """``other - alpha * self``, leaf by leaf (``default``: as for :meth:`add`).
+
+        Example:
+            >>> TensorDict({"a": torch.ones(2)}, [2]).rsub(3, alpha=2)["a"].tolist()
+            [1.0, 1.0]
+        """
+        scale = 1 if alpha is None else alpha
+
+        def fn(a, b):
+            return torch.sub(b, a, alpha=scale)
+
+        if default is None:
+            return map_pairs(self, other, fn, "rsub")
+        return _paired(self, other, fn, "rsub", default)
+
+    def div(self, other: Any, *, default: Any = None):
+        """``self / other``, leaf by leaf (``default``: as for :meth:`add`).
 
         Example:
             >>> TensorDict({"a": torch.ones(2)}, [2]).div(4)["a"].tolist()
             [0.25, 0.25]
         """
-        return map_pairs(self, other, torch.div, "div")
+        if default is None:
+            return map_pairs(self, other, torch.div, "div")
+        return _paired(self, other, torch.div, "div", default)
+
+    def bitwise_and(self, other: Any, *, default: Any = None):
+        """``torch.bitwise_and`` of every leaf with ``other`` (``default``: as for :meth:`add`).
+
+        Example:
+            >>> td = TensorDict({"a": torch.tensor([True, False])}, [2])
+            >>> td.bitwise_and(torch.tensor([True, True]))["a"].tolist()
+            [True, False]
+        """
+        if default is None:
+            return map_pairs(self, other, torch.bitwise_and, "bitwise_and")
+        return _paired(self, other, torch.bitwise_and, "bitwise_and", default)
+
+    def logical_and(self, other: Any, *, default: Any = None):
+        """``torch.logical_and`` of every leaf with ``other``: boolean leaves.
+
+        ``default``: as for :meth:`add`.
+
+        Example:
+            >>> td = TensorDict({"a": torch.tensor([2.0, 0.0])}, [2])
+            >>> td.logical_and(torch.tensor([1.0, 1.0]))["a"].tolist()
+            [True, False]
+        """
+        if default is None:
+            return map_pairs(self, other, torch.logical_and, "logical_and")
+        return _paired(self, other, torch.logical_and, "logical_and", default)

@@ -14,6 +14,7 @@ import torch
 from ..helpers.leafwise import is_collection
 from ..helpers.mixin import ContainerMixin
 from ..helpers.nested_keys import unravel_key
+from ..helpers.packing import PackLayout, pack
 from ..helpers.rewrap import rewrap
 from ..helpers.torch_functions import cat as _cat
 from ..helpers.torch_functions import stack as _stack
@@ -80,6 +81,30 @@ class CombineMixin(ContainerMixin):
             torch.Size([6])
         """
         return _join(torch.cat, _cat, input, dim, out)
+
+    def pack(self, dim: int = -1, *, layout: PackLayout | None = None) -> tuple:
+        """Every leaf in one tensor of features: ``(flat, layout)``.
+
+        Each leaf is flattened after the batch dims, and the leaves are concatenated in
+        the order of ``keys(True, True, sort=True)``, so the columns depend on the set
+        of keys only; ``flat`` has shape ``(*batch_size, F)`` for ``dim=-1`` and is
+        contiguous for any ``dim`` (in ``[-(batch_dims + 1), batch_dims]``, as for
+        ``torch.stack``). The leaves must share one dtype and one device; non-tensor
+        data cannot be packed (``filter_non_tensor_data()`` first). With ``layout``, the
+        columns follow its key order, and a missing, extra or reshaped leaf raises.
+        :meth:`PackLayout.unpack` inverts it.
+
+        Example:
+            >>> td = TensorDict(p=torch.zeros(5), v=torch.ones(5, 3),
+            ...                 nested={"stress": torch.ones(5, 3, 3)}, batch_size=[5])
+            >>> flat, layout = td.pack()
+            >>> flat.shape, layout.keys
+            (torch.Size([5, 13]), (('nested', 'stress'), 'p', 'v'))
+            >>> flat2, _ = td.pack(layout=layout)
+            >>> bool((flat2 == flat).all())
+            True
+        """
+        return pack(self, dim, layout)
 
     @classmethod
     def maybe_dense_stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
