@@ -37,6 +37,7 @@ import torch
 from .._core.helpers.frozen import FROZEN, freeze
 from .._core.helpers.mixin import is_tensor_collection
 from .._core.helpers.nested_keys import MISSING, key_parts
+from .._core.helpers.tracing import dynamo_compiling
 from .._core.helpers.update import send_for_set
 from .._core.helpers.writes import write
 from .._core.ops import TensorOps
@@ -53,6 +54,10 @@ _new = object.__new__
 _setattr = object.__setattr__
 # the distributed methods that receive into the tensors: a frozen instance names a way out
 _RECEIVERS = frozenset({"recv", "irecv", "broadcast", "all_reduce", "reduce"})
+# The public TensorDict's ``_new_unsafe`` (the one plain class every TensorClass holds,
+# composed above this package), found by the first rebuild: transforms rebuild
+# instances on every call, and asking the hook each time costs a call.
+_PLAIN_NEW: list = []
 
 
 class TensorClassState(TensorOps):
@@ -135,7 +140,13 @@ class TensorClassState(TensorOps):
     @classmethod
     def _from_pytree(cls, data: dict, batch_size: torch.Size, device=None, names=None) -> Self:
         """Rebuild after a pytree transform or a load (leaves may be ints/None in vmap specs)."""
-        inner = cls._plain_tensordict()._new_unsafe(data, batch_size, device, names)
+        if _PLAIN_NEW:
+            make = _PLAIN_NEW[0]
+        else:
+            make = cls._plain_tensordict()._new_unsafe
+            if not dynamo_compiling():  # a global written while dynamo traces is replayed
+                _PLAIN_NEW.append(make)
+        inner = make(data, batch_size, device, names)
         if cls._frozen:
             freeze(inner)
         out = _new(cls)

@@ -1,0 +1,75 @@
+"""Flatten and unflatten ask "is a fake mode on?" through the count of dispatch modes
+first: no mode at all means no fake mode. Any mode, fake or not, must still be seen."""
+
+import torch
+import torch.utils._pytree as torch_pytree
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tdfunc import TensorClass, TensorDict
+
+
+class _PassThrough(TorchDispatchMode):
+    """A user's mode that runs every op as it is."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _tree() -> TensorDict:
+    return TensorDict({"a": torch.zeros(2, 3), "n": {"b": torch.ones(2)}}, batch_size=[2])
+
+
+def test_a_user_mode_is_not_taken_for_a_fake_one():
+    outside = torch_pytree.tree_structure(_tree()).context
+    with _PassThrough():
+        leaves, spec = torch_pytree.tree_flatten(_tree())
+        inside = spec.context
+        # the cached context is reused (no fake tensors), and the round trip is exact
+        assert inside is outside
+        out = torch_pytree.tree_unflatten([leaf * 2 for leaf in leaves], spec)
+    assert out.batch_size == torch.Size([2])
+    torch.testing.assert_close(out["a"], torch.zeros(2, 3))
+    torch.testing.assert_close(out["n", "b"], torch.full((2,), 2.0))
+
+
+def test_a_fake_mode_is_seen_by_flatten_and_unflatten():
+    outside = torch_pytree.tree_structure(_tree()).context
+    with FakeTensorMode() as mode:
+        fake = TensorDict(
+            {"a": mode.from_tensor(torch.zeros(2, 3)), "n": {"b": mode.from_tensor(torch.ones(2))}},
+            batch_size=[2],
+        )
+        first = torch_pytree.tree_flatten(fake)
+        second = torch_pytree.tree_flatten(fake)
+        # under fake tensors no context is cached: each flatten builds its own
+        assert first[1].context is not outside
+        assert first[1].context is not second[1].context
+        out = torch_pytree.tree_unflatten(*first)
+    assert out.batch_size == torch.Size([2])
+    assert out["n", "b"].shape == torch.Size([2])
+
+
+class _Pair(TensorClass):
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+class _FrozenPair(TensorClass, frozen=True):
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def test_tensorclass_rebuilds_hold_the_plain_tensordict_and_keep_frozen():
+    for cls in (_Pair, _FrozenPair, _Pair):  # the first rebuild finds the plain class
+        instance = cls(x=torch.zeros(3, 2), y=torch.ones(3), batch_size=[3])
+        leaves, spec = torch_pytree.tree_flatten(instance)
+        out = torch_pytree.tree_unflatten([leaf + 1 for leaf in leaves], spec)
+        assert type(out) is cls
+        assert type(out._to_tensordict_view()) is cls._plain_tensordict()
+        assert out.batch_size == torch.Size([3])
+        torch.testing.assert_close(out.x, torch.ones(3, 2))
+        assert out.is_locked is (cls is _FrozenPair)
+        with torch.no_grad():
+            inside = torch.func.vmap(lambda p: p)(instance)
+        assert type(inside) is cls and inside.batch_size == torch.Size([3])
