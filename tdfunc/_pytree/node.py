@@ -479,8 +479,9 @@ def _flatten_view(view: Any, cls: type | None = None) -> tuple[list, NodeContext
     one a TensorClass ``cls`` holds)."""
     if cls is None:
         cls = type(view)
-    leaves: list = []
+    leaves: list
     if _dynamo_compiling():
+        leaves = []
         return leaves, _inline(view, cls, leaves, None, None)
     # no dispatch mode at all (one cheap query) means no fake mode either
     if not _modes() or _get_mode(_FAKE) is None:
@@ -502,9 +503,10 @@ def _flatten_view(view: Any, cls: type | None = None) -> tuple[list, NodeContext
                         return leaves, found
                 except TypeError:
                     pass
-                leaves = []
                 pair = [None, pair[1]]  # checked: the general walk would not reuse it
+        leaves = []
         return leaves, _inline(view, cls, leaves, level, _CONTEXTS, 0, key, pair)
+    leaves = []
     context = _inline(view, cls, leaves, _current_level(), None)
     if symbolic(leaves):
         _concrete(context)  # symbolic sizes are recorded as their example values
