@@ -2,6 +2,7 @@
 first: no mode at all means no fake mode. Any mode, fake or not, must still be seen."""
 
 import torch
+import torch._dynamo.testing
 import torch.utils._pytree as torch_pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -73,3 +74,25 @@ def test_tensorclass_rebuilds_hold_the_plain_tensordict_and_keep_frozen():
         with torch.no_grad():
             inside = torch.func.vmap(lambda p: p)(instance)
         assert type(inside) is cls and inside.batch_size == torch.Size([3])
+
+
+def test_first_tensorclass_rebuild_may_happen_while_dynamo_traces(monkeypatch):
+    import tdfunc._tensorclass.state as state
+
+    # as in a fresh process: no rebuild has found the plain TensorDict's constructor yet
+    monkeypatch.setattr(state, "_PLAIN_NEW", [])
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+
+    @torch.compile(backend=counter, fullgraph=True)
+    def double(pair: _Pair) -> _Pair:
+        inner = torch_pytree.tree_map(lambda t: t * 2, pair)  # a rebuild inside the trace
+        return inner.apply(lambda t: t + 1)
+
+    for _ in range(3):
+        pair = _Pair(x=torch.randn(3, 2), y=torch.randn(3), batch_size=[3])
+        out = double(pair)
+        assert type(out) is _Pair and out.batch_size == torch.Size([3])
+        torch.testing.assert_close(out.x, pair.x * 2 + 1)
+        torch.testing.assert_close(out.y, pair.y * 2 + 1)
+    assert counter.frame_count == 1
