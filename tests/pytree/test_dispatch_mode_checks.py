@@ -1,6 +1,9 @@
 """Flatten and unflatten ask "is a fake mode on?" through the count of dispatch modes
 first: no mode at all means no fake mode. Any mode, fake or not, must still be seen."""
 
+import random
+
+import pytest
 import torch
 import torch._dynamo.testing
 import torch.utils._pytree as torch_pytree
@@ -96,3 +99,91 @@ def test_first_tensorclass_rebuild_may_happen_while_dynamo_traces(monkeypatch):
         torch.testing.assert_close(out.x, pair.x * 2 + 1)
         torch.testing.assert_close(out.y, pair.y * 2 + 1)
     assert counter.frame_count == 1
+
+
+# ---------------------------------------------------------------- random trees
+class _Cell(TensorClass):
+    a: torch.Tensor
+    tag: str
+    sub: TensorDict
+
+
+def _random_container(seed: int):
+    """A container of 1-4 levels, batch rank 0-3, names, TensorClass levels, non-tensor
+    entries and 1 to about 60 leaves."""
+    rng = random.Random(seed)
+    generator = torch.Generator().manual_seed(seed)
+    rank = rng.randint(0, 3)
+    batch = tuple(rng.randint(1, 3) for _ in range(rank))
+
+    def level(batch: tuple, depth: int):
+        data: dict = {}
+        for index in range(rng.randint(1, 5)):
+            if depth < 3 and rng.random() < 0.3:
+                extra = tuple(rng.randint(1, 3) for _ in range(rng.randint(0, 1)))
+                data[f"k{index}"] = level(batch + extra, depth + 1)
+            elif rng.random() < 0.1:
+                data[f"k{index}"] = f"note {index}"
+            else:
+                feature = tuple(rng.randint(1, 4) for _ in range(rng.randint(0, 2)))
+                data[f"k{index}"] = torch.randn(batch + feature, generator=generator)
+        out = TensorDict(data, list(batch))
+        if depth and rng.random() < 0.25:
+            a = torch.randn(batch, generator=generator)
+            return _Cell(a=a, tag="t", sub=out, batch_size=list(batch))
+        return out
+
+    root = level(batch, 0)
+    if rank and rng.random() < 0.5:
+        root.names = [f"d{i}" for i in range(rank)]
+    return root
+
+
+def _describe(tree) -> list:
+    """Every level's class, keys, batch size and names, and every leaf's value."""
+    out = []
+    view = tree._to_tensordict_view()
+    out.append((type(tree), tuple(view.keys()), tree.batch_size, view._names))
+    for key, value in view._data.items():
+        if isinstance(value, torch.Tensor):
+            out.append((key, value.shape, value.sum().item()))
+        elif getattr(type(value), "_is_tensor_collection", False) and hasattr(value, "_data"):
+            out.append((key, _describe(value)))
+        else:
+            out.append((key, type(value).__name__, getattr(value, "data", value)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_trees_agree_with_and_without_a_dispatch_mode(seed):
+    tree = _random_container(seed)
+
+    def run():
+        leaves, spec = torch_pytree.tree_flatten(tree)
+        same = torch_pytree.tree_unflatten(leaves, spec)
+        doubled = torch_pytree.tree_map(lambda t: t * 2, tree)
+        if tree.batch_size:
+            mapped = torch.func.vmap(lambda t: t.apply(lambda x: x + 1))(tree)
+        else:
+            mapped = doubled
+        return [_describe(same), _describe(doubled), _describe(mapped)]
+
+    expected = run()
+    with _PassThrough():
+        got = run()
+    assert got == expected
+
+
+@pytest.mark.parametrize("width", [1, 100, 256, 257, 1000])
+def test_wide_levels_agree_with_and_without_a_dispatch_mode(width):
+    # around the width where a level's shapes stop being compared as one tuple
+    tree = TensorDict({f"k{i}": torch.full((2, i % 3 + 1), float(i)) for i in range(width)}, [2])
+
+    def run():
+        return _describe(torch_pytree.tree_map(lambda t: t + 1, tree)), _describe(
+            torch.func.vmap(lambda t: t * 2)(tree)
+        )
+
+    expected = run()
+    with _PassThrough():
+        assert run() == expected
