@@ -54,10 +54,11 @@ _new = object.__new__
 _setattr = object.__setattr__
 # the distributed methods that receive into the tensors: a frozen instance names a way out
 _RECEIVERS = frozenset({"recv", "irecv", "broadcast", "all_reduce", "reduce"})
-# The public TensorDict's ``_new_unsafe`` (the one plain class every TensorClass holds,
-# composed above this package), found by the first rebuild: transforms rebuild
-# instances on every call, and asking the hook each time costs a call.
-_PLAIN_NEW: list = []
+# Per TensorClass, its plain TensorDict's ``_new_unsafe`` (the class its
+# ``_plain_tensordict`` hook names, composed above this package), found by the class's
+# first rebuild: transforms rebuild instances on every call, and asking the hook each
+# time costs a call.
+_PLAIN_NEW: dict[type, Any] = {}
 
 
 class TensorClassState(TensorOps):
@@ -140,12 +141,11 @@ class TensorClassState(TensorOps):
     @classmethod
     def _from_pytree(cls, data: dict, batch_size: torch.Size, device=None, names=None) -> Self:
         """Rebuild after a pytree transform or a load (leaves may be ints/None in vmap specs)."""
-        if _PLAIN_NEW:
-            make = _PLAIN_NEW[0]
-        else:
+        make = _PLAIN_NEW.get(cls)
+        if make is None:
             make = cls._plain_tensordict()._new_unsafe
             if not dynamo_compiling():  # a global written while dynamo traces is replayed
-                _PLAIN_NEW.append(make)
+                _PLAIN_NEW[cls] = make
         inner = make(data, batch_size, device, names)
         if cls._frozen:
             freeze(inner)

@@ -83,7 +83,7 @@ def test_first_tensorclass_rebuild_may_happen_while_dynamo_traces(monkeypatch):
     import tdfunc._tensorclass.state as state
 
     # as in a fresh process: no rebuild has found the plain TensorDict's constructor yet
-    monkeypatch.setattr(state, "_PLAIN_NEW", [])
+    monkeypatch.setattr(state, "_PLAIN_NEW", {})
     torch._dynamo.reset()
     counter = torch._dynamo.testing.CompileCounter()
 
@@ -187,3 +187,28 @@ def test_wide_levels_agree_with_and_without_a_dispatch_mode(width):
     expected = run()
     with _PassThrough():
         assert run() == expected
+
+
+class _OwnPlain(TensorDict):
+    """A TensorDict class that a TensorClass below names as its plain one."""
+
+    __slots__ = ()
+
+
+class _Custom(TensorClass):
+    x: torch.Tensor
+
+    @classmethod
+    def _plain_tensordict(cls):
+        return _OwnPlain
+
+
+def test_each_tensorclass_rebuilds_with_the_plain_class_its_hook_names():
+    pairs = _Pair(x=torch.zeros(2), y=torch.ones(2), batch_size=[2])
+    custom = _Custom(x=torch.zeros(2), batch_size=[2])
+    for _ in range(2):  # the second round reads what the first one found
+        for instance in (pairs, custom):
+            out = torch_pytree.tree_map(lambda t: t + 1, instance)
+            assert type(out) is type(instance)
+            assert type(out._to_tensordict_view()) is type(instance)._plain_tensordict()
+            torch.testing.assert_close(out.x, torch.ones(2))
