@@ -38,6 +38,7 @@ from .._core.helpers.class_names import ALIASES, class_name, lookup_class
 from .._core.helpers.mixin import is_tensor_collection as _collection
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
 from .._core.helpers.tracing import FAKE as _FAKE
+from .._core.helpers.tracing import dispatch_modes as _modes
 from .._core.helpers.tracing import (
     dynamo_compiling as _dynamo_compiling,  # dynamo cannot run the level queries
 )
@@ -478,10 +479,12 @@ def _flatten_view(view: Any, cls: type | None = None) -> tuple[list, NodeContext
     one a TensorClass ``cls`` holds)."""
     if cls is None:
         cls = type(view)
-    leaves: list = []
+    leaves: list
     if _dynamo_compiling():
+        leaves = []
         return leaves, _inline(view, cls, leaves, None, None)
-    if _get_mode(_FAKE) is None:
+    # no dispatch mode at all (one cheap query) means no fake mode either
+    if not _modes() or _get_mode(_FAKE) is None:
         level = _current_level()
         data = view._data
         key = (cls, tuple(data), view._batch_size, view._device, view._names, level, 0)
@@ -500,9 +503,10 @@ def _flatten_view(view: Any, cls: type | None = None) -> tuple[list, NodeContext
                         return leaves, found
                 except TypeError:
                     pass
-                leaves = []
                 pair = [None, pair[1]]  # checked: the general walk would not reuse it
+        leaves = []
         return leaves, _inline(view, cls, leaves, level, _CONTEXTS, 0, key, pair)
+    leaves = []
     context = _inline(view, cls, leaves, _current_level(), None)
     if symbolic(leaves):
         _concrete(context)  # symbolic sizes are recorded as their example values
@@ -537,7 +541,7 @@ def flatten_shallow(container) -> tuple[list, NodeContext]:
     view = container._to_tensordict_view()
     data = view._data
     cache_key = None
-    if not _dynamo_compiling() and _get_mode(_FAKE) is None:
+    if not _dynamo_compiling() and (not _modes() or _get_mode(_FAKE) is None):
         cache_key = (
             type(container),
             tuple(data),

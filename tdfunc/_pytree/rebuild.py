@@ -25,6 +25,7 @@ from .._core.helpers.mixin import is_tensor_collection as _collection
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack, StackInTransform
 from .._core.helpers.tracing import FAKE as _FAKE
 from .._core.helpers.tracing import batch_dim_of as _get_bdim
+from .._core.helpers.tracing import dispatch_modes as _modes
 from .._core.helpers.tracing import (
     dynamo_compiling as _dynamo_compiling,  # dynamo cannot run the level queries
 )
@@ -190,7 +191,7 @@ def unflatten(children, context: NodeContext):
         children
         and type(children[0]) not in _UNSHAPED
         and not _dynamo_compiling()
-        and _get_mode(_FAKE) is None
+        and (not _modes() or _get_mode(_FAKE) is None)  # no mode at all: not fake
     ):
         if shapes is None:  # nested containers as children (optree, key paths)
             if context.nested is None and _as_recorded(children, context):

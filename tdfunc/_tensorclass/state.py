@@ -37,6 +37,7 @@ import torch
 from .._core.helpers.frozen import FROZEN, freeze
 from .._core.helpers.mixin import is_tensor_collection
 from .._core.helpers.nested_keys import MISSING, key_parts
+from .._core.helpers.tracing import dynamo_compiling
 from .._core.helpers.update import send_for_set
 from .._core.helpers.writes import write
 from .._core.ops import TensorOps
@@ -53,6 +54,11 @@ _new = object.__new__
 _setattr = object.__setattr__
 # the distributed methods that receive into the tensors: a frozen instance names a way out
 _RECEIVERS = frozenset({"recv", "irecv", "broadcast", "all_reduce", "reduce", "scatter"})
+# Per TensorClass, its plain TensorDict's ``_new_unsafe`` (the class its
+# ``_plain_tensordict`` hook names, composed above this package), found by the class's
+# first rebuild: transforms rebuild instances on every call, and asking the hook each
+# time costs a call.
+_PLAIN_NEW: dict[type, Any] = {}
 
 
 class TensorClassState(TensorOps):
@@ -135,7 +141,12 @@ class TensorClassState(TensorOps):
     @classmethod
     def _from_pytree(cls, data: dict, batch_size: torch.Size, device=None, names=None) -> Self:
         """Rebuild after a pytree transform or a load (leaves may be ints/None in vmap specs)."""
-        inner = cls._plain_tensordict()._new_unsafe(data, batch_size, device, names)
+        make = _PLAIN_NEW.get(cls)
+        if make is None:
+            make = cls._plain_tensordict()._new_unsafe
+            if not dynamo_compiling():  # a global written while dynamo traces is replayed
+                _PLAIN_NEW[cls] = make
+        inner = make(data, batch_size, device, names)
         if cls._frozen:
             freeze(inner)
         out = _new(cls)
