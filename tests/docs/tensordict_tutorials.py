@@ -70,19 +70,37 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 # ---------------------------------------------------------------- sources
 def source_root() -> Path | None:
-    """Where the tutorials are read from, or None when there is no such place."""
+    """Where the tutorials are read from, or None when there is no such place.
+
+    A folder named in ``$TDFUNC_TENSORDICT_TUTORIALS`` must exist: a configured
+    comparison never skips silently.
+    """
     configured = os.environ.get(ENV_SOURCE)
-    root = Path(configured) if configured else DEFAULT_SOURCE
-    return root if root.exists() else None
+    if configured:
+        if not Path(configured).is_dir():
+            raise FileNotFoundError(
+                f"{ENV_SOURCE}={configured} is not a folder: name the folder holding "
+                "tensordict's tutorials or a clone of tensordict's repository"
+            )
+        return Path(configured)
+    return DEFAULT_SOURCE if DEFAULT_SOURCE.is_dir() else None
 
 
 def read(name: str, root: Path) -> str:
+    """The text of tutorial ``name`` from a folder of tutorials or a repository."""
     if (root / f"{name}.py").is_file():
         return (root / f"{name}.py").read_text()
-    return subprocess.run(
+    shown = subprocess.run(
         ["git", "-C", str(root), "show", f"HEAD:{FOLDER_IN_REPOSITORY}/{name}.py"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if shown.returncode != 0:
+        raise FileNotFoundError(
+            f"tutorial {name!r}: neither {root / (name + '.py')} nor "
+            f"{FOLDER_IN_REPOSITORY}/{name}.py in the repository at {root} "
+            f"({shown.stderr.strip()[:200]})"
+        )
+    return shown.stdout
 
 
 def statements(text: str) -> list[str]:

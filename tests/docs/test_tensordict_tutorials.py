@@ -156,6 +156,18 @@ def test_a_script_is_cut_into_its_statements():
         compile(source, "<tutorial>", "single")
 
 
+def test_the_sources_are_found_or_the_configured_place_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(tutorials.ENV_SOURCE, str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match=tutorials.ENV_SOURCE):
+        tutorials.source_root()
+    monkeypatch.setenv(tutorials.ENV_SOURCE, str(tmp_path))
+    assert tutorials.source_root() == tmp_path
+    (tmp_path / "tensordict_keys.py").write_text("x = 1\n")
+    assert tutorials.read("tensordict_keys", tmp_path) == "x = 1\n"
+    with pytest.raises(FileNotFoundError, match="tensordict_shapes"):
+        tutorials.read("tensordict_shapes", tmp_path)
+
+
 def test_statements_outside_tdfunc_are_not_run():
     assert tutorials.skip_reason("from tensordict.nn import TensorDictModule") == (
         "not in tdfunc: tensordict.nn"
