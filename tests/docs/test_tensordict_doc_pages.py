@@ -254,14 +254,21 @@ def test_printed_forms_match_tensordict():
 EMPTY_PROBE = """
 import json, torch
 import {lib}
-from {lib} import TensorDict
+from {lib} import TensorClass, TensorDict
 if "{lib}" == "tensordict":
     {lib}.set_printoptions(compact=False).set()  # the long form tdfunc prints
+class Pair(TensorClass):
+    inner: TensorDict
+    x: torch.Tensor
 out = [
     repr(TensorDict(batch_size=[2])),
     repr(TensorDict(a={{}}, batch_size=[2])),
     repr(TensorDict(a=TensorDict(b={{}}, c=torch.zeros(2, 3), batch_size=[2, 3]), batch_size=[2])),
     repr(TensorDict(a={{}}, batch_size=[2]).lock_()),
+    repr(TensorDict(batch_size=[0])),
+    repr(TensorDict(a="text", b={{}}, batch_size=[])),
+    repr(TensorDict(b={{}}, batch_size=[3])[0]),
+    repr(Pair(inner=TensorDict(batch_size=[2]), x=torch.zeros(2), batch_size=[2])),
 ]
 print(json.dumps(out))
 """
