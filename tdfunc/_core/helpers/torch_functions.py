@@ -19,7 +19,7 @@ from .frozen import is_frozen
 from .leafwise import map_leaves, map_pairs
 from .nontensor import NonTensorData, cat_non_tensor, stack_non_tensor
 from .pointwise_names import PREDICATES, UNARY
-from .sizes import normalize_dim
+from .sizes import BatchShapeError, normalize_dim
 from .tracing import dynamo_compiling as _dynamo_compiling
 
 HANDLED: dict[Callable, Callable] = {}
@@ -129,7 +129,7 @@ def _check_sizes(sizes: list, dim: int, stacking: bool, api: str) -> torch.Size:
             return torch.Size((*size[:dim], len(sizes), *size[dim:]))
         for position, other in enumerate(sizes[1:], start=1):
             if other != size:
-                raise ValueError(
+                raise BatchShapeError(
                     f"{api}: all TensorDicts must have the same batch size; position 0 has "
                     f"{list(size)} and position {position} has {list(other)}."
                 )
@@ -141,7 +141,7 @@ def _check_sizes(sizes: list, dim: int, stacking: bool, api: str) -> torch.Size:
             or other[:dim] != size[:dim]
             or other[dim + 1 :] != size[dim + 1 :]
         ):
-            raise ValueError(
+            raise BatchShapeError(
                 f"{api}: batch sizes must match except in dim {dim}; position 0 has "
                 f"{list(size)} and position {position} has {list(other)}."
             )

@@ -1,0 +1,91 @@
+"""A shape op the batch cannot take raises what tensordict's users catch.
+
+tensordict raises torch's ``RuntimeError`` for a view, reshape, expand, split, cat or
+stack the batch cannot take, and for some dims out of range; tdfunc's errors there are
+``ValueError``s (a bad argument) that are also that ``RuntimeError``, so an ``except``
+written for either library catches them. Checked against the same call on a plain tensor
+(torch's class) and against tensordict itself, run in its own process.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tensordict_peer
+import torch
+
+# (call on a container ``td`` of batch [3, 4] or ``flat`` of batch [12], the same call on
+# a tensor ``t`` of shape [3, 4] or ``u`` of shape [12])
+CASES = [
+    ("flat.view(5, 2)", "u.view(5, 2)"),
+    ("td.reshape(5, -1)", "t.reshape(5, -1)"),
+    ("td.expand(2, 4)", "t.expand(2, 4)"),
+    ("td.expand(-1, 3, 4)", "t.expand(-1, 3, 4)"),
+    ("td.split([1, 1], 0)", None),  # a tensor's split ignores the last sizes' sum only at dim 0
+    ("torch.cat([td, td[:2]], dim=1)", "torch.cat([t, t[:2]], dim=1)"),
+    ("torch.stack([td, td[:2]], 0)", "torch.stack([t, t[:2]], 0)"),
+    ("td.unsqueeze(3)", None),
+    ("td.unsqueeze(-4)", None),
+    ("torch.cat([td, td], dim=2)", None),
+    ("td.gather(dim=2, index=torch.zeros(3, 4, dtype=torch.long))", None),
+    ("flat.view(torch.int32)", None),
+]
+SETUP = """
+import json, torch
+from {lib} import TensorDict
+td = TensorDict({{"a": torch.zeros(3, 4), "b": torch.zeros(3, 4, 5)}}, [3, 4])
+flat = TensorDict({{"a": torch.arange(12)}}, [12])
+"""
+PROBE = (
+    SETUP
+    + """
+out = []
+for call in {calls!r}:
+    try:
+        eval(call)
+        out.append(None)
+    except Exception as error:
+        out.append([cls.__name__ for cls in type(error).__mro__])
+print(json.dumps(out))
+"""
+)
+
+
+def _raised(call: str, namespace: dict) -> BaseException | None:
+    try:
+        eval(call, namespace)
+    except Exception as error:  # the class is what is checked
+        return error
+    return None
+
+
+def _namespace() -> dict:
+    namespace: dict = {}
+    exec(SETUP.format(lib="tdfunc"), namespace)
+    namespace.update(t=torch.zeros(3, 4), u=torch.arange(12))
+    return namespace
+
+
+@pytest.mark.parametrize(("call", "on_tensor"), [c for c in CASES if c[1]])
+def test_the_class_torch_raises_for_a_tensor_catches_it(call, on_tensor):
+    namespace = _namespace()
+    expected = _raised(on_tensor, namespace)
+    assert expected is not None
+    got = _raised(call, namespace)
+    assert isinstance(got, type(expected)), (call, type(got), type(expected))
+    assert isinstance(got, ValueError)  # and it stays the ValueError it was
+    assert call.split("(")[0].rpartition(".")[2] + ":" in str(got)  # names the API
+
+
+def test_the_class_tensordict_raises_catches_it():
+    calls = [call for call, _ in CASES]
+    done = tensordict_peer.run(PROBE.format(lib="tensordict", calls=calls))
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = json.loads(done.stdout.strip().splitlines()[-1])
+    namespace = _namespace()
+    for call, raised in zip(calls, expected, strict=True):
+        assert raised is not None, f"tensordict runs {call}: this case no longer tests an error"
+        got = _raised(call, namespace)
+        assert got is not None, call
+        assert raised[0] in [cls.__name__ for cls in type(got).__mro__], (call, raised, type(got))
