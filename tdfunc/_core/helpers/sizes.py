@@ -160,6 +160,15 @@ class DimOutOfRangeError(IndexError, ValueError, RuntimeError):
     """
 
 
+class EntryShapeError(ValueError, RuntimeError):
+    """A value that does not fit the entry it is written into in place (``set_``,
+    ``td[idx] = ...``, ``set_at_``, ``update_``).
+
+    A ``ValueError`` that is also the ``RuntimeError`` torch raises for the same
+    copy into a tensor, as tensordict does.
+    """
+
+
 class BatchShapeError(ValueError, RuntimeError):
     """A shape the batch cannot take (``view``, ``reshape``, ``expand``, ``split``,
     ``permute``, ``torch.cat``, ``torch.stack``).
