@@ -34,16 +34,21 @@ def implements(*funcs: Callable) -> Callable:
     return register
 
 
+class JoinKeysError(KeyError, RuntimeError):
+    """Containers with different keys given to ``torch.stack`` / ``torch.cat``: the
+    ``KeyError`` of a missing key, and the ``RuntimeError`` tensordict raises there."""
+
+
 def _key_error(views: list, api: str) -> KeyError:
     keys = set(views[0]._data)
     for position, view in enumerate(views[1:], start=1):
         if set(view._data) != keys:
             diff = sorted(keys.symmetric_difference(view._data))
-            return KeyError(
+            return JoinKeysError(
                 f"{api}: the containers at positions 0 and {position} have different keys; "
                 f"these keys are only in one of them: {diff}."
             )
-    return KeyError(f"{api}: the containers have different keys.")
+    return JoinKeysError(f"{api}: the containers have different keys.")
 
 
 def _kind(value: Any) -> str:

@@ -1,9 +1,11 @@
-"""A shape op the batch cannot take raises what tensordict's users catch.
+"""Errors of shape ops, in-place writes and joins raise what tensordict's users catch.
 
 tensordict raises torch's ``RuntimeError`` for a view, reshape, expand, split, cat or
-stack the batch cannot take, for some dims out of range, and for an in-place write of a
-value that does not fit its entry; tdfunc's errors there are
-``ValueError``s (a bad argument) that are also that ``RuntimeError``, so an ``except``
+stack the batch cannot take, for some dims out of range, for an in-place write of a
+value that does not fit its entry, and for joining containers or modules of different
+structures; tdfunc's errors there are
+``ValueError``s (a bad argument; ``KeyError`` / ``TypeError`` for a structure) that are
+also that ``RuntimeError``, so an ``except``
 written for either library catches them. Checked against the same call on a plain tensor
 (torch's class) and against tensordict itself, run in its own process.
 """
@@ -43,6 +45,10 @@ CASES = [
     ('w.set_("images", torch.ones(5, 3, 2))', "x.copy_(torch.ones(5, 3, 2))"),
     ('w.set("images", torch.ones(5, 3, 2), inplace=True)', None),
     ("w.update_(TensorDict(images=torch.ones(5, 3, 2), batch_size=[5]))", None),
+    # containers or modules of different structures
+    ('torch.stack([td, td.exclude("b")], 0)', None),
+    ('torch.cat([td, td.exclude("b")], 0)', None),
+    ("TensorDict.from_modules(seq, lin)", "torch.func.stack_module_state([seq, lin])"),
 ]
 SETUP = """
 import json, torch
@@ -50,6 +56,7 @@ from {lib} import TensorDict
 td = TensorDict({{"a": torch.zeros(3, 4), "b": torch.zeros(3, 4, 5)}}, [3, 4])
 flat = TensorDict({{"a": torch.arange(12)}}, [12])
 w = TensorDict({{"images": torch.zeros(5, 2, 2)}}, [5])
+seq, lin = torch.nn.Sequential(torch.nn.Linear(3, 4)), torch.nn.Linear(3, 4)
 """
 PROBE = (
     SETUP
@@ -88,7 +95,7 @@ def test_the_class_torch_raises_for_a_tensor_catches_it(call, on_tensor):
     assert expected is not None
     got = _raised(call, namespace)
     assert isinstance(got, type(expected)), (call, type(got), type(expected))
-    assert isinstance(got, ValueError)  # and it stays the ValueError it was
+    assert isinstance(got, (ValueError, KeyError, TypeError))  # and stays what it was
     api = call.split("(")[0].rpartition(".")[2]
     assert api + ":" in str(got) or api + " " in str(got)  # names the API
 
