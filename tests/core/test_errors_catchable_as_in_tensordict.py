@@ -2,12 +2,12 @@
 
 tensordict raises torch's ``RuntimeError`` for a view, reshape, expand, split, cat or
 stack the batch cannot take, for some dims out of range, for an in-place write of a
-value that does not fit its entry, and for joining containers or modules of different
-structures; tdfunc's errors there are
-``ValueError``s (a bad argument; ``KeyError`` / ``TypeError`` for a structure) that are
-also that ``RuntimeError``, so an ``except``
-written for either library catches them. Checked against the same call on a plain tensor
-(torch's class) and against tensordict itself, run in its own process.
+value that does not fit its entry or a TensorClass field value that does not start with
+the batch size, and for joining containers or modules of different structures. tdfunc's
+errors there are ``ValueError``s (a bad argument; ``KeyError`` / ``TypeError`` for a
+structure) that are also that ``RuntimeError``, so an ``except`` written for either
+library catches them. Checked against the same call on a plain tensor (torch's class)
+and against tensordict itself, run in its own process.
 """
 
 from __future__ import annotations
@@ -49,10 +49,18 @@ CASES = [
     ('torch.stack([td, td.exclude("b")], 0)', None),
     ('torch.cat([td, td.exclude("b")], 0)', None),
     ("TensorDict.from_modules(seq, lin)", "torch.func.stack_module_state([seq, lin])"),
+    # a TensorClass field whose value does not start with the batch size
+    ('setattr(pair, "images", torch.ones(3, 2))', None),
+    ("Pair(images=torch.zeros(4, 2), targets=torch.arange(3), batch_size=[4])", None),
+    ("Pair(images=torch.zeros(4, 2), targets=td, batch_size=[4])", None),
 ]
 SETUP = """
 import json, torch
-from {lib} import TensorDict
+from {lib} import TensorClass, TensorDict
+class Pair(TensorClass):
+    images: torch.Tensor
+    targets: torch.Tensor
+pair = Pair(images=torch.zeros(4, 2), targets=torch.arange(4), batch_size=[4])
 td = TensorDict({{"a": torch.zeros(3, 4), "b": torch.zeros(3, 4, 5)}}, [3, 4])
 flat = TensorDict({{"a": torch.arange(12)}}, [12])
 w = TensorDict({{"images": torch.zeros(5, 2, 2)}}, [5])
