@@ -526,6 +526,11 @@ class TracedSwap(SwapState):
 
 
 # ------------------------------------------------------------------ from_module
+class ModuleClassError(TypeError, RuntimeError):
+    """Modules of different classes given to ``from_modules``: a ``TypeError`` that is
+    also the ``RuntimeError`` torch's ``stack_module_state`` and tensordict raise."""
+
+
 def collect_module(module: nn.Module, td_cls) -> Any:
     """The parameters and buffers of ``module`` as nested containers (tied ones once).
 
@@ -610,7 +615,7 @@ class ModuleSwapMixin:
         first = type(modules[0])
         for position, module in enumerate(modules):
             if type(module) is not first:
-                raise TypeError(
+                raise ModuleClassError(
                     f"from_modules: expected all models to be of the same class; model 0 is "
                     f"{first.__name__} and model {position} is {type(module).__name__}."
                 )

@@ -87,6 +87,10 @@ class _Load:
         if inner is not None:  # a TensorClass (format 2): its tensors are in _tensordict/
             data.update(dict.fromkeys(node["keys"]))  # the fields' order, filled below
             self.plan(inner["meta"], self._subdirectory(directory, inner["dir"]), data)
+        # the saved key order: tensors are mapped after the walk, so their slots are
+        # taken now (a TensorClass's fields already hold theirs)
+        for key in node["entries"]:
+            data.setdefault(key, None)
         for key, entry in node["entries"].items():
             kind = entry["kind"]
             if kind == "tensor":

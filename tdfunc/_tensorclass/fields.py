@@ -29,7 +29,7 @@ import torch
 
 from .._core.helpers.mixin import is_tensor_collection
 from .._core.helpers.nontensor import NonTensorData, NonTensorStack
-from .._core.helpers.sizes import leaf_shape
+from .._core.helpers.sizes import BatchSizeMismatchError, leaf_shape
 from .._core.helpers.writes import stacked_list, stacked_tensors
 
 FLAGS = ("autocast", "nocast", "tensor_only", "frozen", "shadow", "skip_post_init_on_rebuild")
@@ -291,7 +291,7 @@ def _is_union(target: Any) -> bool:
 def fit_tensor(owner: str, name: str, value: torch.Tensor, size: torch.Size, device):
     shape = leaf_shape(value)  # -1 at a nested tensor's ragged dims
     if shape[: len(size)] != size:
-        raise ValueError(
+        raise BatchSizeMismatchError(
             f"{owner}: the tensor for field {name!r} has shape {list(shape)}, which does "
             f"not start with the batch size {list(size)}. Pass batch_size=... matching the "
             f"leading dims of every field."
@@ -303,7 +303,7 @@ def fit_tensor(owner: str, name: str, value: torch.Tensor, size: torch.Size, dev
 
 def fit_collection(owner: str, name: str, value: Any, size: torch.Size, device):
     if value.batch_size[: len(size)] != size:
-        raise ValueError(
+        raise BatchSizeMismatchError(
             f"{owner}: the {type(value).__name__} for field {name!r} has batch size "
             f"{list(value.batch_size)}, which does not start with {list(size)}."
         )

@@ -218,42 +218,53 @@ def _restore_options(library, options: dict) -> None:
     utils.set_capture_non_tensor_stack(options["capture_non_tensor_stack"]).set()
 
 
-def run_docstring(sources: list[str], library, rewrite) -> list[dict]:
-    """Run one docstring's statements in order; what each printed and raised."""
-    namespace = _namespace(library)
+@contextlib.contextmanager
+def session(library, timeout: int = TIMEOUT_S):
+    """A fresh working directory, seeded generators and an alarm after ``timeout`` seconds;
+    the library's global options restored afterwards."""
     options = _options(library)
-    results = []
     previous = os.getcwd()
     old_handler = signal.signal(signal.SIGALRM, _on_alarm)
     with tempfile.TemporaryDirectory() as folder:
         os.chdir(folder)
         _seed()
-        signal.alarm(TIMEOUT_S)
+        signal.alarm(timeout)
         try:
-            for source in sources:
-                printed, error, missing, caught_as = io.StringIO(), None, None, []
-                try:
-                    code = compile(rewrite(source), "<example>", "single")
-                    with contextlib.redirect_stdout(printed):
-                        exec(code, namespace)
-                except _Timeout:
-                    error = "Timeout"
-                except Exception as caught:
-                    error = type(caught).__name__
-                    caught_as = [cls.__name__ for cls in type(caught).__mro__]
-                    if isinstance(caught, ModuleNotFoundError):
-                        missing = (caught.name or "").partition(".")[0]
-                results.append(
-                    {"out": printed.getvalue(), "error": error, "missing": missing,
-                     "caught_as": caught_as}
-                )  # fmt: skip
-                if error == "Timeout":
-                    break
+            yield
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old_handler)
             os.chdir(previous)
             _restore_options(library, options)
+
+
+def run_statement(source: str, namespace: dict, rewrite) -> dict:
+    """Run one statement as an interactive prompt does (an expression's ``repr`` is
+    printed); what it printed and the exception it raised."""
+    printed, error, missing, caught_as = io.StringIO(), None, None, []
+    try:
+        code = compile(rewrite(source), "<example>", "single")
+        with contextlib.redirect_stdout(printed):
+            exec(code, namespace)
+    except _Timeout:
+        error = "Timeout"
+    except Exception as caught:
+        error = type(caught).__name__
+        caught_as = [cls.__name__ for cls in type(caught).__mro__]
+        if isinstance(caught, ModuleNotFoundError):
+            missing = (caught.name or "").partition(".")[0]
+    return {"out": printed.getvalue(), "error": error, "missing": missing, "caught_as": caught_as}
+
+
+def run_docstring(sources: list[str], library, rewrite) -> list[dict]:
+    """Run one docstring's statements in order; what each printed and raised."""
+    namespace = _namespace(library)
+    results = []
+    with session(library):
+        for source in sources:
+            results.append(run_statement(source, namespace, rewrite))
+            if results[-1]["error"] == "Timeout":
+                break
     return results
 
 

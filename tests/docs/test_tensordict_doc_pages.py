@@ -21,6 +21,7 @@ from tdfunc import (
     NonTensorStack,
     TensorDict,
     get_printoptions,
+    parse_tensor_dict_string,
     set_printoptions,
 )
 
@@ -248,3 +249,40 @@ def test_printed_forms_match_tensordict():
     namespace: dict = {}
     exec(PROBE.format(lib="tdfunc").replace("print(json.dumps(out))", ""), namespace)
     assert namespace["out"] == json.loads(done.stdout.strip().splitlines()[-1])
+
+
+EMPTY_PROBE = """
+import json, torch
+import {lib}
+from {lib} import TensorClass, TensorDict
+if "{lib}" == "tensordict":
+    {lib}.set_printoptions(compact=False).set()  # the long form tdfunc prints
+class Pair(TensorClass):
+    inner: TensorDict
+    x: torch.Tensor
+out = [
+    repr(TensorDict(batch_size=[2])),
+    repr(TensorDict(a={{}}, batch_size=[2])),
+    repr(TensorDict(a=TensorDict(b={{}}, c=torch.zeros(2, 3), batch_size=[2, 3]), batch_size=[2])),
+    repr(TensorDict(a={{}}, batch_size=[2]).lock_()),
+    repr(TensorDict(batch_size=[0])),
+    repr(TensorDict(a="text", b={{}}, batch_size=[])),
+    repr(TensorDict(b={{}}, batch_size=[3])[0]),
+    repr(Pair(inner=TensorDict(batch_size=[2]), x=torch.zeros(2), batch_size=[2])),
+]
+print(json.dumps(out))
+"""
+
+
+def test_empty_containers_print_as_tensordict_prints_them():
+    done = tensordict_peer.run(EMPTY_PROBE.format(lib="tensordict"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    namespace: dict = {}
+    exec(EMPTY_PROBE.format(lib="tdfunc").replace("print(json.dumps(out))", ""), namespace)
+    expected = json.loads(done.stdout.strip().splitlines()[-1])
+    assert namespace["out"] == expected
+    # the printed form reads back
+    nested = TensorDict(a=TensorDict(b={}, batch_size=[2, 3]), batch_size=[2])
+    again = parse_tensor_dict_string(repr(nested))
+    assert again["a"].batch_size == (2, 3) and again["a", "b"].batch_size == (2, 3)
+    assert list(again["a", "b"].keys()) == []

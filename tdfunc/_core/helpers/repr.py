@@ -90,9 +90,8 @@ def td_repr(td) -> str:
         items.sort(key=lambda item: order(item[0]))
     elif order == "alphabetical":
         items.sort(key=lambda item: item[0])
-    fields = "fields={\n" + fields_block(items) + "}"
-    if not items:
-        fields = "fields={\n    }"
+    # an empty block closes at the indent of ``fields={``, as tensordict prints it
+    fields = "fields={\n" + (fields_block(items) if items else "") + "}"
     tail = [fields]
     if PRINT["show_batch_size"]:
         tail.append(f"batch_size={td.batch_size}")

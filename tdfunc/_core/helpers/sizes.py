@@ -151,11 +151,31 @@ class BatchSizeMismatchError(ValueError, RuntimeError):
     """
 
 
-class DimOutOfRangeError(IndexError, ValueError):
+class DimOutOfRangeError(IndexError, ValueError, RuntimeError):
     """A batch dim outside the batch.
 
-    The ``IndexError`` torch raises for a tensor dim, and the ``ValueError``
-    tensordict raises for some batch-dim arguments, so either ``except`` catches it.
+    The ``IndexError`` torch raises for a tensor dim, and the ``ValueError`` or
+    ``RuntimeError`` tensordict raises for batch-dim arguments (``unsqueeze``,
+    ``gather``, ``torch.cat``), so any of those ``except`` clauses catches it.
+    """
+
+
+class EntryShapeError(ValueError, RuntimeError):
+    """A value that does not fit the entry it is written into in place (``set_``,
+    ``td[idx] = ...``, ``set_at_``, ``update_``).
+
+    A ``ValueError`` that is also the ``RuntimeError`` torch raises for the same
+    copy into a tensor, as tensordict does.
+    """
+
+
+class BatchShapeError(ValueError, RuntimeError):
+    """A shape the batch cannot take (``view``, ``reshape``, ``expand``, ``split``,
+    ``permute``, ``torch.cat``, ``torch.stack``).
+
+    A ``ValueError`` (a bad argument) that is also the ``RuntimeError`` torch raises
+    for the same call on a tensor, as tensordict does, so code written against
+    either library catches it.
     """
 
 
@@ -226,12 +246,12 @@ def resolve_shape(batch_size: torch.Size, shape, api: str = "reshape") -> torch.
     if -1 in shape:
         known = math.prod([s for s in shape if s != -1])  # (dynamo traces no generator here)
         if known == 0 or numel % known:
-            raise ValueError(
+            raise BatchShapeError(
                 f"{api}: shape {shape} is invalid for a batch of size {list(batch_size)}."
             )
         shape[shape.index(-1)] = numel // known
     if math.prod(shape) != numel:
-        raise ValueError(
+        raise BatchShapeError(
             f"{api}: shape {shape} is invalid for a batch of size {list(batch_size)} "
             f"({numel} elements)."
         )

@@ -19,7 +19,7 @@ from .frozen import is_frozen
 from .leafwise import map_leaves, map_pairs
 from .nontensor import NonTensorData, cat_non_tensor, stack_non_tensor
 from .pointwise_names import PREDICATES, UNARY
-from .sizes import normalize_dim
+from .sizes import BatchShapeError, normalize_dim
 from .tracing import dynamo_compiling as _dynamo_compiling
 
 HANDLED: dict[Callable, Callable] = {}
@@ -34,16 +34,21 @@ def implements(*funcs: Callable) -> Callable:
     return register
 
 
+class JoinKeysError(KeyError, RuntimeError):
+    """Containers with different keys given to ``torch.stack`` / ``torch.cat``: the
+    ``KeyError`` of a missing key, and the ``RuntimeError`` tensordict raises there."""
+
+
 def _key_error(views: list, api: str) -> KeyError:
     keys = set(views[0]._data)
     for position, view in enumerate(views[1:], start=1):
         if set(view._data) != keys:
             diff = sorted(keys.symmetric_difference(view._data))
-            return KeyError(
+            return JoinKeysError(
                 f"{api}: the containers at positions 0 and {position} have different keys; "
                 f"these keys are only in one of them: {diff}."
             )
-    return KeyError(f"{api}: the containers have different keys.")
+    return JoinKeysError(f"{api}: the containers have different keys.")
 
 
 def _kind(value: Any) -> str:
@@ -129,7 +134,7 @@ def _check_sizes(sizes: list, dim: int, stacking: bool, api: str) -> torch.Size:
             return torch.Size((*size[:dim], len(sizes), *size[dim:]))
         for position, other in enumerate(sizes[1:], start=1):
             if other != size:
-                raise ValueError(
+                raise BatchShapeError(
                     f"{api}: all TensorDicts must have the same batch size; position 0 has "
                     f"{list(size)} and position {position} has {list(other)}."
                 )
@@ -141,7 +146,7 @@ def _check_sizes(sizes: list, dim: int, stacking: bool, api: str) -> torch.Size:
             or other[:dim] != size[:dim]
             or other[dim + 1 :] != size[dim + 1 :]
         ):
-            raise ValueError(
+            raise BatchShapeError(
                 f"{api}: batch sizes must match except in dim {dim}; position 0 has "
                 f"{list(size)} and position {position} has {list(other)}."
             )

@@ -27,7 +27,7 @@ from .mixin import is_tensor_collection
 from .nested_keys import MISSING, key_parts, unravel_key
 from .nontensor import NonTensorData, NonTensorStack, stack_of_list
 from .parents import hand_out
-from .sizes import BatchSizeMismatchError, checked_names, leaf_shape
+from .sizes import BatchSizeMismatchError, EntryShapeError, checked_names, leaf_shape
 from .tracing import dynamo_compiling as _dynamo_compiling
 
 _NO_DEFAULT = MISSING
@@ -387,7 +387,7 @@ def check_fits(shape: torch.Size, expected: torch.Size, key, api: str) -> None:
     )
     if not ok:
         shown = key[0] if len(key) == 1 else key
-        raise ValueError(
+        raise EntryShapeError(
             f"TensorDict.{api}: cannot write a value of shape {list(shape)} at key "
             f"{shown!r}: the indexed entry has shape {list(expected)}."
         )
@@ -667,7 +667,7 @@ def inplace_source(existing: torch.Tensor, value: Any, key, api: str, batch_size
         except RuntimeError:
             ok = False
         if not ok:
-            raise ValueError(
+            raise EntryShapeError(
                 f"TensorDict.{api}: cannot write a value of shape {list(shape)} in place "
                 f"into key {key!r} of shape {list(target)} (an in-place write keeps "
                 f"the entry's shape; unlock the container and use set to replace it)."

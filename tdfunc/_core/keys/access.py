@@ -286,9 +286,18 @@ class AccessMixin(ContainerMixin):
         *,
         sort: bool = False,
     ):
-        """The entries, in key order; a non-tensor entry comes as its ``NonTensorData``."""
-        for _, value in self._entries(include_nested, leaves_only, is_leaf, sort):
-            yield value
+        """The entries, in key order; a non-tensor entry comes as its ``NonTensorData``.
+
+        As in tensordict, the top level alone is a view of the container's dict (it has a
+        ``len`` and can be iterated again, as ``dict.values()``), a sorted walk a tuple,
+        and a nested walk a generator.
+        """
+        if not (include_nested or leaves_only or sort):
+            return self._data.values()
+        entries = self._entries(include_nested, leaves_only, is_leaf, sort)
+        if sort:
+            return tuple(value for _, value in entries)
+        return (value for _, value in entries)
 
     def items(
         self,
@@ -298,8 +307,18 @@ class AccessMixin(ContainerMixin):
         *,
         sort: bool = False,
     ):
-        """``(key, entry)`` pairs in key order; non-tensor entries come as ``NonTensorData``."""
-        return self._entries(include_nested, leaves_only, is_leaf, sort)
+        """``(key, entry)`` pairs in key order; non-tensor entries come as ``NonTensorData``.
+
+        As in tensordict, the top level alone is a view of the container's dict (as
+        ``dict.items()``), a sorted walk or one of the nested leaves a list, and another
+        nested walk a generator.
+        """
+        if not (include_nested or leaves_only or sort):
+            return self._data.items()
+        entries = self._entries(include_nested, leaves_only, is_leaf, sort)
+        if sort or (include_nested and leaves_only):
+            return list(entries)
+        return entries
 
     def _entries(self, include_nested: bool, leaves_only: bool, is_leaf, sort: bool):
         """``(key, stored value)`` for keys/values/items with ``is_leaf`` and ``sort``."""

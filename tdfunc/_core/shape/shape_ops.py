@@ -18,6 +18,7 @@ from ..helpers.parents import write_back as _write_back
 from ..helpers.pieces import split_leaf
 from ..helpers.reshape import _check_batch, _clean, resolve_ragged
 from ..helpers.sizes import (
+    BatchShapeError,
     DimOutOfRangeError,
     normalize_dim,
     plain_size,
@@ -197,13 +198,15 @@ class ShapeOpsMixin(ContainerMixin):
         dims = _dims_arg(args) if dims is None else tuple(dims)
         ndim = len(self._batch_size)
         if len(dims) != ndim:
-            raise ValueError(
+            raise BatchShapeError(
                 f"{type(self).__name__}.permute: expected {ndim} dims for batch size "
                 f"{list(self._batch_size)}, got {list(dims)}."
             )
         dims = tuple(normalize_dim(d, ndim, f"{type(self).__name__}.permute") for d in dims)
         if sorted(dims) != list(range(ndim)):
-            raise ValueError(f"{type(self).__name__}.permute: {list(dims)} is not a permutation.")
+            raise BatchShapeError(
+                f"{type(self).__name__}.permute: {list(dims)} is not a permutation."
+            )
         new_size = torch.Size([self._batch_size[d] for d in dims])
         names = self._names and tuple(self._names[d] for d in dims)
         if dims:  # (as in reshape)
@@ -243,7 +246,7 @@ class ShapeOpsMixin(ContainerMixin):
         shape = _dims_arg(shape)
         ndim = len(self._batch_size)
         if len(shape) < ndim:
-            raise ValueError(
+            raise BatchShapeError(
                 f"{type(self).__name__}.expand: "
                 f"the new shape {list(shape)} must have at least {ndim} dims."
             )
@@ -253,12 +256,12 @@ class ShapeOpsMixin(ContainerMixin):
             old = self._batch_size[i - offset] if i >= offset else None
             if s == -1:
                 if old is None:
-                    raise ValueError(
+                    raise BatchShapeError(
                         f"{type(self).__name__}.expand: -1 is not allowed for a new dim."
                     )
                 s = old
             elif old is not None and old != 1 and old != s:
-                raise ValueError(
+                raise BatchShapeError(
                     f"{type(self).__name__}.expand: "
                     f"cannot expand batch size {list(self._batch_size)} "
                     f"to {list(shape)}."
@@ -345,7 +348,7 @@ class ShapeOpsMixin(ContainerMixin):
         else:
             lengths = list(split_size)
             if sum(lengths) != size:
-                raise ValueError(
+                raise BatchShapeError(
                     f"{type(self).__name__}.split: split sizes {lengths} do not add up to {size}."
                 )
         sizes = [
@@ -410,7 +413,7 @@ def _view_dtype(self: Any, dtype: torch.dtype, batch_size: Any) -> Any:
     try:
         _check_batch(out._to_tensordict_view(), out._batch_size, (), "view")
     except ValueError as error:
-        raise ValueError(
+        raise BatchShapeError(
             f"{error} Viewing as {dtype} changes the size of each leaf's last dim, here a "
             f"batch dim: give the leaves a feature dim, or pass batch_size= for the new shape."
         ) from None
