@@ -270,7 +270,8 @@ def select(leaf: torch.Tensor, index: Any) -> torch.Tensor:
 # ------------------------------------------------------------------ state dicts
 def member_state_dicts(ensemble: Ensemble, keep_vars: bool = False) -> list[dict]:
     """Each member's ``state_dict()``, as the template module would give it."""
-    template = ensemble.template
+    # the attribute, not the property: handing the template out turns on a per-call check
+    template = ensemble._template
     params = ensemble.params
     out = []
     for k in range(ensemble.num_members):
@@ -296,7 +297,8 @@ def load_member_state_dicts(
         raise ValueError(
             f"{api}: expected {members} state dicts (one per member), got {len(state_dicts)}."
         )
-    template = ensemble.template
+    # the attribute, not the property: handing the template out turns on a per-call check
+    template = ensemble._template
     shapes = {name: value.shape for name, value in template.state_dict(keep_vars=True).items()}
     for position, state in enumerate(state_dicts):
         _check_values(api, position, state, shapes)

@@ -170,3 +170,18 @@ def test_a_watched_ensemble_compiles_in_one_graph_and_follows_after_an_eager_cal
     _change(ensemble, models, CHANGES["attribute read by the traced forward"])
     ensemble(x)  # an eager call sees the change and builds the plan again
     torch.testing.assert_close(compiled(x), torch.stack([model(x) for model in models]))
+
+
+def test_member_state_dicts_do_not_hand_the_template_out():
+    # Reading or loading member state dicts goes through the template internally; only a
+    # user's own reference to it pays the per-call comparison.
+    torch.manual_seed(0)
+    models = [_Scaled() for _ in range(3)]
+    ens = Ensemble(*copy.deepcopy(models))
+    states = ens.member_state_dicts()
+    ens.load_member_state_dicts(states)
+    assert "_template_seen" not in ens.__dict__
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(ens(x), torch.stack([m(x) for m in models]))
+    ens.template  # noqa: B018 (handing it out is what turns the check on)
+    assert "_template_seen" in ens.__dict__
