@@ -141,11 +141,14 @@ class TensorClassState(TensorOps):
     @classmethod
     def _from_pytree(cls, data: dict, batch_size: torch.Size, device=None, names=None) -> Self:
         """Rebuild after a pytree transform or a load (leaves may be ints/None in vmap specs)."""
-        make = _PLAIN_NEW.get(cls)
-        if make is None:
+        if dynamo_compiling():
+            # dynamo must not read the cache: it would guard on the dict, and the next
+            # class rebuilt anywhere would recompile every compiled function
             make = cls._plain_tensordict()._new_unsafe
-            if not dynamo_compiling():  # a global written while dynamo traces is replayed
-                _PLAIN_NEW[cls] = make
+        else:
+            make = _PLAIN_NEW.get(cls)
+            if make is None:
+                make = _PLAIN_NEW[cls] = cls._plain_tensordict()._new_unsafe
         inner = make(data, batch_size, device, names)
         if cls._frozen:
             freeze(inner)

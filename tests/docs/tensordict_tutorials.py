@@ -66,6 +66,7 @@ SHRINK = {
 }
 _CLOCK = re.compile(r"\btime\b|perf_counter|\bTimer\b|\basyncio\b")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+_ADDRESS = re.compile(r"\b0x[0-9a-f]{6,}\b")
 
 
 # ---------------------------------------------------------------- sources
@@ -252,7 +253,8 @@ def install_stand_ins() -> None:
 
 # ---------------------------------------------------------------- running
 def mask_timings(source: str, out: str) -> str:
-    return _NUMBER.sub("<n>", out) if _CLOCK.search(source) else out
+    # addresses first: masking their digits would leave a different pattern per run
+    return _NUMBER.sub("<n>", _ADDRESS.sub("0x...", out)) if _CLOCK.search(source) else out
 
 
 def run_tutorial(tutorial: dict, library, rewrite) -> list[dict]:

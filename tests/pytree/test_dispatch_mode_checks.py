@@ -101,6 +101,27 @@ def test_first_tensorclass_rebuild_may_happen_while_dynamo_traces(monkeypatch):
     assert counter.frame_count == 1
 
 
+def test_rebuilding_another_tensorclass_later_does_not_recompile():
+    # a compiled function must not depend on which classes were rebuilt elsewhere
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+
+    @torch.compile(backend=counter, fullgraph=True)
+    def double(pair: _Pair) -> _Pair:
+        return torch_pytree.tree_map(lambda t: t * 2, pair)
+
+    class _Later(TensorClass):
+        a: torch.Tensor
+
+    for step in range(3):
+        pair = _Pair(x=torch.randn(3, 2), y=torch.randn(3), batch_size=[3])
+        torch.testing.assert_close(double(pair).x, pair.x * 2)
+        if step == 0:  # an eager rebuild of a class the compiled code never saw
+            later = _Later(a=torch.ones(2), batch_size=[2])
+            assert torch_pytree.tree_map(lambda t: t + 1, later).a.sum() == 4
+    assert counter.frame_count == 1
+
+
 # ---------------------------------------------------------------- random trees
 class _Cell(TensorClass):
     a: torch.Tensor
