@@ -39,8 +39,6 @@ import copy
 import datetime
 import functools
 import json
-import os
-import platform
 import statistics
 from pathlib import Path
 
@@ -48,7 +46,7 @@ import contenders
 import pytest
 import torch
 import torch.nn.functional as F
-from ratios import interleaved_samples
+from ratios import interleaved_samples, machine
 from torch import nn
 
 from tdfunc import Ensemble
@@ -223,23 +221,13 @@ def test_train_step_peak_memory(benchmark, request, config):
 
 
 # ---------------------------------------------------------------- as a script
-def _machine() -> str:
-    """The CPU's name and core count, for the record of a run."""
-    name = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    return f"{name}, {os.cpu_count()} cores"
 
 
 def main(rounds: int = 7, json_path: str | None = None) -> None:
     torch.set_num_threads(1)
     record: dict = {
         "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": _machine(),
+        "machine": machine(),
         "torch": torch.__version__,
         "timer": "time.thread_time_ns, one thread, contenders interleaved in each round",
         "configs": {},

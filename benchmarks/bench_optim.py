@@ -50,7 +50,6 @@ import copy
 import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -472,23 +471,12 @@ def _stats(values: list[float]) -> dict:
     return {"median": median, "q1": q1, "q3": q3, "min": min(values), "rounds": len(values)}
 
 
-def _machine() -> dict:
-    name = platform.processor() or "unknown CPU"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": {"brand_raw": name, "count": os.cpu_count()}}
-
-
 def _load() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def main(scale: float = 1.0, json_path: str | None = None) -> None:
-    from ratios import interleaved_samples
+    from ratios import cpu_model, interleaved_samples
 
     try:
         import torchopt
@@ -497,7 +485,7 @@ def main(scale: float = 1.0, json_path: str | None = None) -> None:
         print("torchopt is not installed: its contenders are left out", file=sys.stderr)
     record = {
         "datetime": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine_info": _machine(),
+        "machine_info": {"cpu": {"brand_raw": cpu_model(), "count": os.cpu_count()}},
         "torch": torch.__version__,
         "timer": "time.thread_time_ns, one thread, contenders interleaved round by round",
         "load_average": [_load()],

@@ -38,8 +38,6 @@ import copy
 import datetime
 import json
 import math
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -53,7 +51,7 @@ import torch.utils._pytree as torch_pytree
 from torch import nn
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
-from ratios import interleaved_samples  # noqa: E402
+from ratios import interleaved_samples, machine  # noqa: E402
 
 _clock = time.thread_time_ns
 
@@ -370,16 +368,8 @@ def _stats(timing: float) -> dict:
 
 
 def _machine() -> str:
-    """The CPU's name and core count, and torch's version (for the figure's title)."""
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} cores, torch {torch.__version__.split('+')[0]}"
+    """The CPU, its cores and torch's version (for the figure's title)."""
+    return f"{machine()}, torch {torch.__version__.split('+')[0]}"
 
 
 # ---------------------------------------------------------------- versus tensordict

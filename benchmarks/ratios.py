@@ -18,14 +18,33 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import re
 import statistics
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 CONTENDERS = ("tdfunc", "tensordict", "baseline")
+
+
+def cpu_model() -> str:
+    """The CPU's model name, for the record of a run."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    """The CPU's model name and core count."""
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def interleaved_medians(

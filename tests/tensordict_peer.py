@@ -19,6 +19,7 @@ Otherwise :func:`run` skips the test with :data:`REASON`, which says what to set
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -158,3 +159,31 @@ def printed_by_both(probe: str) -> tuple[list[str], list[str]]:
         [line for line in done.stdout.splitlines() if line],
         [line for line in mine.stdout.splitlines() if line],
     )
+
+
+def recorded_by_both(script: Path, folder: Path, *reference_args: str, timeout: float) -> tuple:
+    """The JSON records of a side-by-side runner, with tensordict and then with tdfunc.
+
+    ``script`` is a module with ``main(["reference", OUT, *reference_args])``, run in
+    tensordict's interpreter, and a command line ``script tdfunc OUT MINE`` that replays
+    the reference run with tdfunc. Both runs must succeed (their stderr is shown if not).
+    """
+    reference, candidate = folder / "tensordict.json", folder / "tdfunc.json"
+    code = (
+        "import importlib, sys; sys.path.insert(0, sys.argv[1]); "
+        "importlib.import_module(sys.argv[2]).main(['reference', *sys.argv[3:]])"
+    )
+    done = run(
+        code, str(script.parent), script.stem, str(reference), *reference_args,
+        cwd=folder, timeout=timeout,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(script.parent)])}
+    done = subprocess.run(
+        [sys.executable, str(script), "tdfunc", str(reference), str(candidate)],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = json.loads(reference.read_text())
+    assert expected["version"] == VERSION
+    return expected, json.loads(candidate.read_text())

@@ -13,10 +13,6 @@ list stays true.
 # ruff: noqa: E501
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -86,22 +82,7 @@ def _statement(source: str) -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> tuple[list[dict], list[dict]]:
     folder = tmp_path_factory.mktemp("docstring-examples")
-    reference, candidate = folder / "tensordict.json", folder / "tdfunc.json"
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import tensordict_examples; "
-        "tensordict_examples.main(['reference', sys.argv[2]])"
-    )
-    done = tensordict_peer.run(code, str(HERE), str(reference), cwd=folder, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
-    done = subprocess.run(
-        [sys.executable, str(HERE / "tensordict_examples.py"), "tdfunc", reference, candidate],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    expected = json.loads(reference.read_text())
-    assert expected["version"] == tensordict_peer.VERSION
-    return expected, json.loads(candidate.read_text())
+    return tensordict_peer.recorded_by_both(HERE / "tensordict_examples.py", folder, timeout=600)
 
 
 def compared(runs) -> list[tuple[dict, dict]]:

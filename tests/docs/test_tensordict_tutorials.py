@@ -12,10 +12,6 @@ API tdfunc does not have yet. A listed difference that goes away fails the test 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -58,22 +54,10 @@ def runs(tmp_path_factory) -> dict:
             "of that repository"
         )
     folder = tmp_path_factory.mktemp("tutorials")
-    reference, candidate = folder / "tensordict.json", folder / "tdfunc.json"
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import tensordict_tutorials; "
-        "tensordict_tutorials.main(['reference', sys.argv[2], sys.argv[3]])"
+    expected, mine = tensordict_peer.recorded_by_both(
+        HERE / "tensordict_tutorials.py", folder, str(root), timeout=1800
     )
-    done = tensordict_peer.run(code, str(HERE), str(reference), str(root), cwd=folder, timeout=1800)
-    assert done.returncode == 0, done.stderr[-3000:]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
-    done = subprocess.run(
-        [sys.executable, str(HERE / "tensordict_tutorials.py"), "tdfunc", reference, candidate],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=1800, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    expected = json.loads(reference.read_text())
-    assert expected["version"] == tensordict_peer.VERSION
-    return {"tensordict": expected, "tdfunc": json.loads(candidate.read_text())}
+    return {"tensordict": expected, "tdfunc": mine}
 
 
 def found_differences(runs) -> dict[tuple[str, str], dict]:
