@@ -37,14 +37,16 @@ def add_one_in_place(data):
 
 
 def replace_the_file_then_add_one(data):
-    """The first chunk's worker saves a newer file under the same name (as a later save
-    would), then edits its own (already mapped) chunk in place."""
+    """The first chunk's worker edits its own (mapped) chunk in place, then saves a newer
+    file under the same name, as a later save would. (Editing first: once the file is
+    replaced, the caller may refuse its next chunk and end the pool before this worker
+    gets any further.)"""
     path, values = _REPLACEMENT["path"], _REPLACEMENT["values"]
+    add_one_in_place(data)
     if not os.path.exists(path + ".done"):
         _write(path + ".new", values)
         os.replace(path + ".new", path)
         open(path + ".done", "w").close()
-    add_one_in_place(data)
 
 
 def kill_on_item_5(data):
