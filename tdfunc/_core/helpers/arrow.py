@@ -68,7 +68,9 @@ def from_arrow(
             floating-point tensors, ``0`` / ``False`` in the others, an empty list in a
             jagged tensor, ``None`` in a ``NonTensorStack``) or ``"mask"`` (as
             ``"fill"``, plus a boolean entry ``(*mask_key, *key)``, ``True`` where the
-            row is not null, for each entry with nulls).
+            row is not null, for each entry with nulls). A null inside a list or a
+            null row of a fixed-size list or fixed-shape tensor column has no value to
+            fill with: an error in every mode.
         mask_key: where ``nulls="mask"`` puts the masks (default ``"_mask"``).
         device: the device of the result (default: the tensors stay on the CPU).
 
@@ -95,6 +97,7 @@ def from_arrow(
                 f"pyarrow.table converts), got {type(table).__name__}."
             ) from error
     reader = _Reader(pa, copy, nulls, {})
+    _no_repeated_names(table.column_names, "the table", "column")
     data = {}
     for name, column in zip(table.column_names, table.columns, strict=True):
         if isinstance(column, pa.ChunkedArray):
@@ -126,7 +129,13 @@ class _Reader:
             isinstance(kind, pa.BaseExtensionType)
             and kind.extension_name == "arrow.fixed_shape_tensor"
         ):
-            self._no_nulls(array, key)
+            if array.null_count:
+                # pyarrow reads no tensor of such a column, whatever nulls= asks
+                raise ValueError(
+                    f"tdfunc.from_arrow: the fixed-shape tensor column {_shown(key)} has "
+                    f"{array.null_count} null row(s), which have no values to fill a "
+                    f"tensor with."
+                )
             return torch.from_numpy(np.array(array.to_numpy_ndarray()))
         if types.is_struct(kind):
             return self._struct(array, key)
@@ -153,13 +162,6 @@ class _Reader:
         # batch size is given rather than read from the nesting
         values = array.to_pylist()
         return NonTensorStack(values, batch_size=[len(values)])
-
-    def _no_nulls(self, array: Any, key: tuple) -> None:
-        if array.null_count and self.nulls == "raise":
-            raise ValueError(
-                f"tdfunc.from_arrow: the column {_shown(key)} has {array.null_count} null "
-                f"row(s); pass nulls='fill' or nulls='mask'."
-            )
 
     def _numbers(self, array: Any, key: tuple) -> torch.Tensor:
         pa = self.pa
@@ -196,6 +198,12 @@ class _Reader:
                 f"which have no values to fill a tensor with."
             )
         child = array.flatten()
+        if child.null_count:
+            # a null inside a row is not a null row: no mask or fill stands for it
+            raise ValueError(
+                f"tdfunc.from_arrow: the fixed-size list column {_shown(key)} holds null "
+                f"values inside its lists; a tensor has no null."
+            )
         inner = self._fixed(child, key) if self.pa.types.is_fixed_size_list(child.type) else None
         values = inner if inner is not None else self._numbers(child, key)
         return values.reshape(rows, size, *values.shape[1:])
@@ -206,6 +214,9 @@ class _Reader:
                 f"tdfunc.from_arrow: the struct column {_shown(key)} has {array.null_count} "
                 f"null row(s); pass nulls='fill' or nulls='mask'."
             )
+        _no_repeated_names(
+            [field.name for field in array.type], f"the struct column {_shown(key)}", "field"
+        )
         # flatten() gives each field the nulls of the struct rows too
         children = array.flatten()
         data = {
@@ -213,6 +224,17 @@ class _Reader:
             for field, child in zip(array.type, children, strict=True)
         }
         return HOOKS.tensordict(data, batch_size=[len(array)])
+
+
+def _no_repeated_names(names: list, owner: str, what: str) -> None:
+    # Arrow allows repeated names; as keys of one container all but the last would be lost
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(
+            f"tdfunc.from_arrow: {owner} has more than one {what} named "
+            f"{', '.join(map(repr, repeated))}; a container holds one entry per key. "
+            f"Rename them first."
+        )
 
 
 def _numeric(types: Any, kind: Any) -> bool:
