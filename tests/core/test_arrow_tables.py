@@ -203,3 +203,27 @@ def test_repeated_names_are_refused():
     struct = pa.StructArray.from_arrays([pa.array([1]), pa.array([2])], names=["x", "x"])
     with pytest.raises(ValueError, match="struct column 's' has more than one field named 'x'"):
         from_arrow(pa.table({"s": struct}))
+
+
+def test_jagged_rows_with_gaps_give_their_own_values():
+    # a jagged tensor with lengths (rows that end before the next starts) gave each
+    # row the values up to the next row's start
+    values = torch.arange(10.0)
+    offsets, lengths = torch.tensor([0, 3, 7, 10]), torch.tensor([2, 0, 3])
+    ragged = torch.nested.nested_tensor_from_jagged(values, offsets, lengths=lengths)
+    expected = [values[o : o + n].tolist() for o, n in zip(offsets.tolist(), lengths.tolist())]
+    table = to_arrow(TensorDict(j=ragged, batch_size=[3]))
+    assert table.column("j").to_pylist() == expected == [[0.0, 1.0], [], [7.0, 8.0, 9.0]]
+    back = from_arrow(table)["j"]
+    assert [row.tolist() for row in back.unbind()] == expected
+    shifted = torch.nested.nested_tensor_from_jagged(values, torch.tensor([2, 4, 7]))
+    assert to_arrow(TensorDict(j=shifted, batch_size=[2])).column("j").to_pylist() == [
+        [2.0, 3.0],
+        [4.0, 5.0, 6.0],
+    ]
+
+
+def test_strided_nested_tensor_is_refused_with_the_layout_to_use():
+    strided = torch.nested.as_nested_tensor([torch.ones(2), torch.ones(3)])
+    with pytest.raises(TypeError, match=r"has the layout torch.strided; .* torch.jagged"):
+        to_arrow(TensorDict(j=strided, batch_size=[2]))

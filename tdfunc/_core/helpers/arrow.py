@@ -312,13 +312,19 @@ def _tensor_column(pa: Any, tensor: torch.Tensor, key: tuple) -> Any:
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
     if tensor.is_nested:
+        if tensor.layout is not torch.jagged:
+            raise TypeError(
+                f"tdfunc.to_arrow: the nested tensor at {_shown(key)} has the layout "
+                f"{tensor.layout}; a list column is read from torch.jagged nested tensors "
+                f"(torch.nested.nested_tensor(..., layout=torch.jagged))."
+            )
         if tensor._ragged_idx != 1:  # type: ignore[attr-defined]
             raise ValueError(
                 f"tdfunc.to_arrow: the nested tensor at {_shown(key)} is ragged along dim "
                 f"{tensor._ragged_idx}; a list column is ragged along dim 1."  # type: ignore[attr-defined]
             )
-        offsets = tensor.offsets().to(torch.int64).numpy()
-        values = _numpy(tensor.values(), key)
+        offsets, values = _rows(tensor)
+        values = _numpy(values, key)
         if values.ndim > 1:
             raise ValueError(
                 f"tdfunc.to_arrow: the nested tensor at {_shown(key)} has dims after the "
@@ -329,6 +335,24 @@ def _tensor_column(pa: Any, tensor: torch.Tensor, key: tuple) -> Any:
     if array.ndim == 1:
         return pa.array(array)
     return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(array))
+
+
+def _rows(tensor: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+    """The offsets and values of a jagged tensor's rows, with no gap between rows."""
+    offsets = tensor.offsets().to(torch.int64)
+    values = tensor.values()
+    lengths = tensor.lengths()
+    if lengths is not None:
+        # a row ends before the next one starts (a narrowed tensor): an Arrow list
+        # has no such gap, so the rows are gathered
+        lengths = lengths.to(torch.int64)
+        starts = offsets[:-1]
+        within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(
+            torch.cumsum(lengths, 0) - lengths, lengths
+        )
+        values = values[torch.repeat_interleave(starts, lengths) + within]
+        offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
+    return offsets.numpy(), values
 
 
 def _numpy(tensor: torch.Tensor, key: tuple) -> np.ndarray:
