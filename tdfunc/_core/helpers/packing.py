@@ -195,13 +195,18 @@ def pack(self: Any, dim: int = -1, layout: PackLayout | None = None) -> tuple:
                 f"{value.device} at {_shown(parts)}."
             )
         leaves[key] = value
+    owner = None if getattr(type(self), "_is_tensordict", False) else type(self)
     if layout is None:
         keys = tuple(leaves)
         shapes = tuple(leaf.shape[ndim:] for leaf in leaves.values())
-        owner = None if getattr(type(self), "_is_tensordict", False) else type(self)
         layout = PackLayout(keys, shapes, stored, tuple(nested), view.device, owner)
     else:
         _check_against(layout, leaves, ndim, api)
+        # the columns follow the given layout; the rest describes this container, so
+        # unpack rebuilds it and not the one the layout came from (its class, its
+        # nested levels, its device)
+        mine = PackLayout(layout.keys, layout.shapes, stored, tuple(nested), view.device, owner)
+        layout = layout if mine == layout else mine
     # the feature count spelled out: -1 is ambiguous when a batch dim is 0
     pairs = zip(layout.keys, layout.shapes, strict=True)
     parts = [leaves[key].reshape(*batch, math.prod(shape)) for key, shape in pairs]
