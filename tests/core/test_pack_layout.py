@@ -210,3 +210,13 @@ def test_a_layout_reused_on_another_container_describes_that_container():
         batch_size=[2],
     )
     assert again.pack(layout=layout)[1] is layout
+
+
+def test_a_nested_tensor_leaf_is_refused_by_name():
+    # it failed inside torch with an AttributeError about a NestedIntNode
+    ragged = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged)
+    td = TensorDict(x=torch.zeros(2), obs=TensorDict(r=ragged, batch_size=[2]), batch_size=[2])
+    with pytest.raises(
+        TypeError, match=r"TensorDict.pack: cannot pack the nested tensor at \('obs', 'r'\)"
+    ):
+        td.pack()

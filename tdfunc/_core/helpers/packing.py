@@ -182,6 +182,11 @@ def pack(self: Any, dim: int = -1, layout: PackLayout | None = None) -> tuple:
                 f"{api}: cannot pack the non-tensor entry {_shown(parts)}; drop the "
                 f"non-tensor entries with filter_non_tensor_data() first."
             )
+        if value.is_nested:
+            raise TypeError(
+                f"{api}: cannot pack the nested tensor at {_shown(parts)}: its rows have no "
+                f"one feature count. Pad it first (torch.nested.to_padded_tensor) or drop it."
+            )
         if first is None:
             dtype, device, first = value.dtype, value.device, parts
         elif value.dtype != dtype:
