@@ -132,3 +132,13 @@ def test_a_dest_cls_without_a_field_of_the_dataclass_is_refused():
     out = TensorDict.from_dataclass(sample, as_tensorclass=True, dest_cls=WithExtra)
     assert type(out) is WithExtra and out.note == "none"
     assert torch.equal(out.obs, sample.obs) and out.step.item() == 1
+
+
+@pytest.mark.parametrize("dest_cls", [3, dict, "ObsOnly"])
+def test_a_dest_cls_that_is_no_container_class_is_a_type_error(dest_cls):
+    @dataclasses.dataclass
+    class Sample:
+        obs: torch.Tensor
+
+    with pytest.raises(TypeError, match="from_dataclass: dest_cls must be a TensorClass subclass"):
+        TensorDict.from_dataclass(Sample(torch.zeros(3)), as_tensorclass=True, dest_cls=dest_cls)
