@@ -176,3 +176,19 @@ def test_frozen_tensorclass_samples_are_padded_into_a_frozen_batch():
     assert batch.masks["tokens"].tolist() == (expected != -1).tolist()
     with pytest.raises(AttributeError, match="frozen"):
         batch.label = torch.zeros(3)
+
+
+def test_entries_inside_a_nested_frozen_tensorclass_are_padded():
+    class Point(TensorClass["frozen"]):
+        x: torch.Tensor
+
+    lengths = [2, 3]
+    samples = [TensorDict(p=Point(x=torch.arange(n)), y=torch.tensor(n)) for n in lengths]
+    batch = collate(samples, pad_keys={("p", "x"): -1}, mask_key="m")
+    assert type(batch["p"]) is Point and batch["p"].batch_size == (2,)
+    assert batch["p"].x.tolist() == [[0, 1, -1], [0, 1, 2]] and batch["y"].tolist() == lengths
+    assert batch["m", "p", "x"].tolist() == [[True, True, False], [True, True, True]]
+    with pytest.raises(AttributeError, match="frozen"):
+        batch["p"].x = torch.zeros(2, 3)
+    ragged = collate(samples, nested_keys=[("p", "x")])["p"].x
+    assert [row.tolist() for row in ragged.unbind()] == [[0, 1], [0, 1, 2]]

@@ -127,10 +127,10 @@ def _collate_containers(batch: list, options: _Options) -> Any:
     masks = {}
     for key, value in options.pad.items():
         padded, mask = _padded(columns[key], value, key)
-        out.set(key, padded)
+        _put(out, key, padded)
         masks[key] = mask
     for key in options.nested:
-        out.set(key, _nested(columns[key], key))
+        _put(out, key, _nested(columns[key], key))
     is_plain = getattr(cls, "_is_tensordict", False)
     if options.mask is not None:
         if not is_plain and options.mask[0] not in getattr(cls, "_tc_field_names", ()):
@@ -146,6 +146,20 @@ def _collate_containers(batch: list, options: _Options) -> Any:
     if is_plain:
         return out
     return cls._from_pytree(out._data, out.batch_size, out._device, None)
+
+
+def _put(container: Any, key: tuple, value: Any) -> Any:
+    """``container.set(key, value)`` through nested TensorClass levels, each rebuilt with
+    the new entry (a frozen one refuses the write)."""
+    head, rest = key[0], key[1:]
+    if rest:
+        value = _put(container.get(head), rest, value)
+    if getattr(type(container), "_is_tensordict", False):
+        container.set(head, value)
+        return container
+    view = container._to_tensordict_view()
+    data = {**view._data, head: value}
+    return type(container)._from_pytree(data, view.batch_size, view._device, None)
 
 
 def _stack(batch: list) -> Any:
