@@ -392,6 +392,11 @@ def from_dataclass(
     if dest_cls is None:
         flags = {"autocast": autocast, "nocast": nocast, "tensor_only": tensor_only}
         dest_cls = from_dataclass(type(obj), frozen=frozen, shadow=shadow, **flags)
+    elif not (isinstance(dest_cls, type) and issubclass(dest_cls, (TensorClass, TensorDict))):
+        raise TypeError(
+            f"from_dataclass: dest_cls must be a TensorClass subclass (or TensorDict), got "
+            f"{dest_cls!r:.80}."
+        )
     return dest_cls.from_dataclass(  # type: ignore[attr-defined]
         obj,
         auto_batch_size=auto_batch_size,

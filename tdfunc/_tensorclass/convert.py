@@ -75,6 +75,14 @@ class TensorClassConvert(TensorClassState):
                 f"{type(tensordict).__name__}. Pass safe=False to wrap another container."
             )
         data = tensordict._data
+        extra = data.keys() - cls._tc_field_names
+        if extra:
+            # an entry that is no field would ride along unseen by the class's fields
+            raise ValueError(
+                f"{cls.__name__}.from_tensordict: the entries {sorted(extra)} are not fields "
+                f"of {cls.__name__}; its fields are {sorted(cls._tc_field_names)}. Select the "
+                f"fields first (tensordict.select(...))."
+            )
         for name in cls._tc_field_names & data.keys():
             value = data[name]
             if type(value) is NonTensorData and value.data is None:

@@ -180,3 +180,50 @@ def test_errors_name_the_function_and_the_problem():
     assert from_arrow(clash, nulls="mask", mask_key="valid")["valid", "y"].tolist() == [True, False]
     with pytest.raises(ValueError, match="holds null values inside its lists"):
         from_arrow(pa.table({"l": pa.array([[1, None]])}), nulls="fill")
+
+
+@pytest.mark.parametrize("nulls", ["raise", "fill", "mask"])
+def test_nulls_with_no_value_to_fill_are_refused_in_every_mode(nulls):
+    # a null inside a fixed-size row was read as 0 (no mask, even with nulls="raise")
+    inner = pa.table({"a": pa.array([[1, None], [3, 4]], pa.list_(pa.int64(), 2))})
+    with pytest.raises(ValueError, match="fixed-size list column 'a' holds null values"):
+        from_arrow(inner, nulls=nulls)
+    rows = pa.array([[1, 2], None], pa.list_(pa.int32(), 2))
+    tensor = pa.ExtensionArray.from_storage(pa.fixed_shape_tensor(pa.int32(), [2]), rows)
+    with pytest.raises(ValueError, match=r"fixed-shape tensor column 't' has 1 null row\(s\)"):
+        from_arrow(pa.table({"t": tensor}), nulls=nulls)
+
+
+def test_repeated_names_are_refused():
+    # Arrow allows them; as keys all but the last column or field were dropped silently
+    table = pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["a", "a"])
+    assert table.column_names == ["a", "a"]
+    with pytest.raises(ValueError, match="the table has more than one column named 'a'"):
+        from_arrow(table)
+    struct = pa.StructArray.from_arrays([pa.array([1]), pa.array([2])], names=["x", "x"])
+    with pytest.raises(ValueError, match="struct column 's' has more than one field named 'x'"):
+        from_arrow(pa.table({"s": struct}))
+
+
+def test_jagged_rows_with_gaps_give_their_own_values():
+    # a jagged tensor with lengths (rows that end before the next starts) gave each
+    # row the values up to the next row's start
+    values = torch.arange(10.0)
+    offsets, lengths = torch.tensor([0, 3, 7, 10]), torch.tensor([2, 0, 3])
+    ragged = torch.nested.nested_tensor_from_jagged(values, offsets, lengths=lengths)
+    expected = [values[o : o + n].tolist() for o, n in zip(offsets.tolist(), lengths.tolist())]
+    table = to_arrow(TensorDict(j=ragged, batch_size=[3]))
+    assert table.column("j").to_pylist() == expected == [[0.0, 1.0], [], [7.0, 8.0, 9.0]]
+    back = from_arrow(table)["j"]
+    assert [row.tolist() for row in back.unbind()] == expected
+    shifted = torch.nested.nested_tensor_from_jagged(values, torch.tensor([2, 4, 7]))
+    assert to_arrow(TensorDict(j=shifted, batch_size=[2])).column("j").to_pylist() == [
+        [2.0, 3.0],
+        [4.0, 5.0, 6.0],
+    ]
+
+
+def test_strided_nested_tensor_is_refused_with_the_layout_to_use():
+    strided = torch.nested.as_nested_tensor([torch.ones(2), torch.ones(3)])
+    with pytest.raises(TypeError, match=r"has the layout torch.strided; .* torch.jagged"):
+        to_arrow(TensorDict(j=strided, batch_size=[2]))

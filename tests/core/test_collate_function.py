@@ -14,7 +14,7 @@ import tensordict_peer
 import torch
 from torch.utils.data import DataLoader
 
-from tdfunc import TensorDict, collate, tensorclass
+from tdfunc import TensorClass, TensorDict, collate, tensorclass
 
 PROBE = r"""
 import collections, torch
@@ -156,3 +156,39 @@ def test_errors_name_the_function_and_the_problem():
             [TensorDict(points=torch.ones(3, 3)), TensorDict(points=torch.ones(4, 2))],
             pad_keys={"points": 0},
         )
+
+
+def test_frozen_tensorclass_samples_are_padded_into_a_frozen_batch():
+    # the padded entries were written into the stacked batch: a frozen class refused them
+    class Frozen(TensorClass["frozen"]):
+        tokens: torch.Tensor
+        label: torch.Tensor
+        masks: TensorDict = None
+
+    lengths = [2, 4, 3]
+    samples = [Frozen(tokens=torch.arange(n), label=torch.tensor(n)) for n in lengths]
+    batch = collate(samples, pad_keys={"tokens": -1}, mask_key="masks")
+    expected = torch.nn.utils.rnn.pad_sequence(
+        [torch.arange(n) for n in lengths], batch_first=True, padding_value=-1
+    )
+    assert type(batch) is Frozen and batch.batch_size == (3,)
+    assert torch.equal(batch.tokens, expected) and batch.label.tolist() == lengths
+    assert batch.masks["tokens"].tolist() == (expected != -1).tolist()
+    with pytest.raises(AttributeError, match="frozen"):
+        batch.label = torch.zeros(3)
+
+
+def test_entries_inside_a_nested_frozen_tensorclass_are_padded():
+    class Point(TensorClass["frozen"]):
+        x: torch.Tensor
+
+    lengths = [2, 3]
+    samples = [TensorDict(p=Point(x=torch.arange(n)), y=torch.tensor(n)) for n in lengths]
+    batch = collate(samples, pad_keys={("p", "x"): -1}, mask_key="m")
+    assert type(batch["p"]) is Point and batch["p"].batch_size == (2,)
+    assert batch["p"].x.tolist() == [[0, 1, -1], [0, 1, 2]] and batch["y"].tolist() == lengths
+    assert batch["m", "p", "x"].tolist() == [[True, True, False], [True, True, True]]
+    with pytest.raises(AttributeError, match="frozen"):
+        batch["p"].x = torch.zeros(2, 3)
+    ragged = collate(samples, nested_keys=[("p", "x")])["p"].x
+    assert [row.tolist() for row in ragged.unbind()] == [[0, 1], [0, 1, 2]]

@@ -366,3 +366,21 @@ def test_sorted_keys_are_the_sorted_keys_of_the_level_and_follow_changes():
         x: torch.Tensor
 
     assert Pair(y=torch.zeros(()), x=torch.ones(())).sorted_keys == ["x", "y"]
+
+
+def test_a_refused_join_of_entries_keeps_them():
+    # the entries were deleted before the result was written: a result that did not fit
+    # the batch lost both
+    a, b = torch.zeros(2, 3), torch.ones(2, 3)
+    td = TensorDict(a=a, b=b, batch_size=[2, 3])
+    with pytest.raises(ValueError, match="does not start with the batch size"):
+        td.stack_tensors("a", "b", out_key="s")
+    assert sorted(td.keys()) == ["a", "b"] and td["a"] is a and td["b"] is b
+    with pytest.raises(RuntimeError):
+        td.clone().lock_().cat_tensors("a", "b", out_key="c", dim=1)
+    # the result may replace one of the entries it joins
+    flat = TensorDict(a=torch.zeros(2), b=torch.ones(2), batch_size=[2])
+    flat.stack_tensors("a", "b", out_key="b", dim=1)
+    assert list(flat.keys()) == ["b"] and flat["b"].tolist() == [[0.0, 1.0], [0.0, 1.0]]
+    with pytest.raises(KeyError, match=r"stack_tensors: no entry at 'missing'; the entries"):
+        td.stack_tensors("a", "missing", out_key="s")

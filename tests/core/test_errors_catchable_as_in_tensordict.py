@@ -33,6 +33,25 @@ CASES = [
     ("torch.cat([td, td], dim=2)", None),
     ("td.gather(dim=2, index=torch.zeros(3, 4, dtype=torch.long))", None),
     ("flat.view(torch.int32)", None),
+    ("td.view(-1, -1)", "t.view(-1, -1)"),
+    ("td.reshape(-2, -6)", "t.reshape(-2, -6)"),
+    # a mask that is not a leading part of the batch size
+    (
+        "td.masked_fill(torch.ones(3, 3, dtype=torch.bool), 1.0)",
+        "t.masked_fill(torch.ones(3, 3, dtype=torch.bool), 1.0)",
+    ),
+    (
+        "td.masked_fill_(torch.ones(3, 3, dtype=torch.bool), 1.0)",
+        "t.masked_fill_(torch.ones(3, 3, dtype=torch.bool), 1.0)",
+    ),
+    (
+        "td.where(torch.ones(3, 3, dtype=torch.bool), 0.0)",
+        "t.where(torch.ones(3, 3, dtype=torch.bool), 0.0)",
+    ),
+    (
+        "td.masked_select(torch.ones(3, 3, dtype=torch.bool))",
+        "t[torch.ones(3, 3, dtype=torch.bool)]",
+    ),
     # in-place writes of a value that does not fit the entry (``w``: batch [5], an
     # entry [5, 2, 2]; ``x``: that entry as a tensor)
     ("w.__setitem__(0, TensorDict(images=torch.ones(3, 2)))", "x.__setitem__(0, torch.ones(3, 2))"),

@@ -176,3 +176,47 @@ def test_errors_name_the_api_and_the_problem():
         TypeError, match=r"PackLayout: each of shapes must be a torch.Size or a list of ints"
     ):
         PackLayout(keys=("a",), shapes=([-1],))
+
+
+def test_a_layout_reused_on_another_container_describes_that_container():
+    # pack(layout=) handed the given layout back: unpack then rebuilt the container the
+    # layout came from (its class, its nested levels), not the one packed
+    swarm = _Swarm(
+        particle=_Particle(pos=torch.randn(4, 3), vel=torch.randn(4, 3), batch_size=[4]),
+        weight=torch.rand(4),
+        batch_size=[4],
+    )
+    _, layout = swarm.pack()
+    plain = TensorDict(
+        particle=TensorDict(pos=torch.randn(4, 3), vel=torch.randn(4, 3), batch_size=[4, 3]),
+        weight=torch.rand(4),
+        empty=TensorDict(batch_size=[4]),
+        batch_size=[4],
+    )
+    flat, mine = plain.pack(layout=layout)
+    assert mine.keys == layout.keys and mine.offsets == layout.offsets
+    assert mine.cls is None and mine.nested == (
+        ("empty", torch.Size([]), None),
+        ("particle", torch.Size([3]), None),
+    )
+    out = mine.unpack(flat)
+    assert type(out) is TensorDict and type(out["particle"]) is TensorDict
+    assert out["particle"].batch_size == (4, 3) and out["empty"].batch_size == (4,)
+    assert (out == plain).all()
+    # the same structure gives the very layout it was given (a cache keyed on it holds)
+    again = _Swarm(
+        particle=_Particle(pos=torch.zeros(2, 3), vel=torch.zeros(2, 3), batch_size=[2]),
+        weight=torch.zeros(2),
+        batch_size=[2],
+    )
+    assert again.pack(layout=layout)[1] is layout
+
+
+def test_a_nested_tensor_leaf_is_refused_by_name():
+    # it failed inside torch with an AttributeError about a NestedIntNode
+    ragged = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged)
+    td = TensorDict(x=torch.zeros(2), obs=TensorDict(r=ragged, batch_size=[2]), batch_size=[2])
+    with pytest.raises(
+        TypeError, match=r"TensorDict.pack: cannot pack the nested tensor at \('obs', 'r'\)"
+    ):
+        td.pack()

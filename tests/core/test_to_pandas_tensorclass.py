@@ -64,3 +64,19 @@ def test_a_tensorclass_that_cannot_be_split_stays_one_column():
     # a nested TensorDict still needs a separator
     with pytest.raises(ValueError, match="is a nested container; pass a separator"):
         TensorDict(n={"x": torch.zeros(2)}, batch_size=[2]).to_pandas()
+
+
+@pytest.mark.parametrize("nested", ["tensorclass", "tensordict"])
+def test_two_entries_that_join_to_one_column_name_are_refused(nested):
+    # the key "p.x" and the nested entry ("p", "x") both made the column "p.x": the
+    # second silently replaced the first
+    inner = (
+        _Point(x=torch.ones(3), y=torch.ones(3), batch_size=[3])
+        if nested == "tensorclass"
+        else TensorDict(x=torch.ones(3), batch_size=[3])
+    )
+    td = TensorDict({"p.x": torch.zeros(3), "p": inner}, batch_size=[3])
+    with pytest.raises(ValueError, match=r"two entries give the column name 'p\.x'"):
+        td.to_pandas(separator=".")
+    frame = td.to_pandas(separator="/")
+    assert frame["p.x"].tolist() == [0.0] * 3 and frame["p/x"].tolist() == [1.0] * 3

@@ -101,3 +101,44 @@ def test_errors_are_the_function_s():
         TensorDict.from_dataclass({"obs": 1}, as_tensorclass=True)
     with pytest.raises(Exception, match=r"\[5\]"):
         TensorDict.from_dataclass(step, as_tensorclass=True, batch_size=[5])
+
+
+def test_a_dest_cls_without_a_field_of_the_dataclass_is_refused():
+    # the instance of dest_cls carried the dataclass's extra field as an undeclared entry
+    @dataclasses.dataclass
+    class Sample:
+        obs: torch.Tensor
+        step: int
+
+    class ObsOnly(TensorClass):
+        obs: torch.Tensor
+
+    sample = Sample(torch.zeros(3), 1)
+    with pytest.raises(ValueError, match=r"the entries \['step'\] are not fields of ObsOnly"):
+        TensorDict.from_dataclass(sample, as_tensorclass=True, dest_cls=ObsOnly)
+    for build in (
+        lambda: ObsOnly.from_dict({"obs": torch.zeros(3), "step": torch.ones(3)}),
+        lambda: ObsOnly.from_tensordict(TensorDict(obs=torch.zeros(3), step=torch.ones(3))),
+    ):
+        with pytest.raises(ValueError, match=r"its fields are \['obs'\]"):
+            build()
+
+    # the fields it has are read from the dataclass, and a field it lacks gets its default
+    class WithExtra(TensorClass):
+        obs: torch.Tensor
+        step: int
+        note: str = "none"
+
+    out = TensorDict.from_dataclass(sample, as_tensorclass=True, dest_cls=WithExtra)
+    assert type(out) is WithExtra and out.note == "none"
+    assert torch.equal(out.obs, sample.obs) and out.step.item() == 1
+
+
+@pytest.mark.parametrize("dest_cls", [3, dict, "ObsOnly"])
+def test_a_dest_cls_that_is_no_container_class_is_a_type_error(dest_cls):
+    @dataclasses.dataclass
+    class Sample:
+        obs: torch.Tensor
+
+    with pytest.raises(TypeError, match="from_dataclass: dest_cls must be a TensorClass subclass"):
+        TensorDict.from_dataclass(Sample(torch.zeros(3)), as_tensorclass=True, dest_cls=dest_cls)

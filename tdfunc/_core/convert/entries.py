@@ -267,18 +267,28 @@ class EntriesMixin(ContainerMixin):
     def _join_entries(self, keys: tuple, out_key: Any, keep_entries: bool, join: Any, api: str):
         if not keys:
             raise ValueError(f"{type(self).__name__}.{api}: pass at least one key to join.")
-        values = [self.get(key) for key in keys]  # type: ignore[attr-defined]
+        missing = object()
+        values = [self.get(key, missing) for key in keys]  # type: ignore[attr-defined]
         for key, value in zip(keys, values):
+            if value is missing:
+                raise KeyError(
+                    f"{type(self).__name__}.{api}: no entry at {key!r}; the entries are "
+                    f"{sorted(map(str, self.keys(True, True)))}."  # type: ignore[attr-defined]
+                )
             if not isinstance(value, _Tensor):
                 raise TypeError(
                     f"{type(self).__name__}.{api}: the entry at {key!r} is a "
                     f"{type(value).__name__}; only tensor entries can be joined."
                 )
         result = join(values)
-        if not keep_entries:
-            for key in dict.fromkeys(unravel_key(key) for key in keys):  # each once
-                self.del_(key)  # type: ignore[attr-defined]
+        # the result is written first: a write that is refused (its batch dims, a lock)
+        # then leaves the entries in place
         self.set(out_key, result)  # type: ignore[attr-defined]
+        if not keep_entries:
+            written = unravel_key(out_key)
+            for key in dict.fromkeys(unravel_key(key) for key in keys):  # each once
+                if key != written:
+                    self.del_(key)  # type: ignore[attr-defined]
         return self
 
     def cat_tensors(

@@ -186,6 +186,14 @@ def _is_quantity(dtype: Any, pandas: Any) -> bool:
 def _flat_columns(view: Any, separator: str | None, rows: int, prefix: str, out: dict) -> None:
     for key, value in view._data.items():
         name = f"{prefix}{key}"
+        if name in out and value is not None:
+            # a key that holds the separator joins to a nested entry's name: one of the
+            # two columns would be lost
+            raise ValueError(
+                f"TensorDict.to_pandas: two entries give the column name {name!r} (the "
+                f"separator {separator!r} joins nested keys, and a key holds it); rename "
+                f"one, or pick a separator that no key holds."
+            )
         if isinstance(value, torch.Tensor):
             if value.dim() != 1:
                 raise ValueError(

@@ -68,7 +68,9 @@ def from_arrow(
             floating-point tensors, ``0`` / ``False`` in the others, an empty list in a
             jagged tensor, ``None`` in a ``NonTensorStack``) or ``"mask"`` (as
             ``"fill"``, plus a boolean entry ``(*mask_key, *key)``, ``True`` where the
-            row is not null, for each entry with nulls).
+            row is not null, for each entry with nulls). A null inside a list or a
+            null row of a fixed-size list or fixed-shape tensor column has no value to
+            fill with: an error in every mode.
         mask_key: where ``nulls="mask"`` puts the masks (default ``"_mask"``).
         device: the device of the result (default: the tensors stay on the CPU).
 
@@ -95,6 +97,7 @@ def from_arrow(
                 f"pyarrow.table converts), got {type(table).__name__}."
             ) from error
     reader = _Reader(pa, copy, nulls, {})
+    _no_repeated_names(table.column_names, "the table", "column")
     data = {}
     for name, column in zip(table.column_names, table.columns, strict=True):
         if isinstance(column, pa.ChunkedArray):
@@ -126,7 +129,13 @@ class _Reader:
             isinstance(kind, pa.BaseExtensionType)
             and kind.extension_name == "arrow.fixed_shape_tensor"
         ):
-            self._no_nulls(array, key)
+            if array.null_count:
+                # pyarrow reads no tensor of such a column, whatever nulls= asks
+                raise ValueError(
+                    f"tdfunc.from_arrow: the fixed-shape tensor column {_shown(key)} has "
+                    f"{array.null_count} null row(s), which have no values to fill a "
+                    f"tensor with."
+                )
             return torch.from_numpy(np.array(array.to_numpy_ndarray()))
         if types.is_struct(kind):
             return self._struct(array, key)
@@ -153,13 +162,6 @@ class _Reader:
         # batch size is given rather than read from the nesting
         values = array.to_pylist()
         return NonTensorStack(values, batch_size=[len(values)])
-
-    def _no_nulls(self, array: Any, key: tuple) -> None:
-        if array.null_count and self.nulls == "raise":
-            raise ValueError(
-                f"tdfunc.from_arrow: the column {_shown(key)} has {array.null_count} null "
-                f"row(s); pass nulls='fill' or nulls='mask'."
-            )
 
     def _numbers(self, array: Any, key: tuple) -> torch.Tensor:
         pa = self.pa
@@ -196,6 +198,12 @@ class _Reader:
                 f"which have no values to fill a tensor with."
             )
         child = array.flatten()
+        if child.null_count:
+            # a null inside a row is not a null row: no mask or fill stands for it
+            raise ValueError(
+                f"tdfunc.from_arrow: the fixed-size list column {_shown(key)} holds null "
+                f"values inside its lists; a tensor has no null."
+            )
         inner = self._fixed(child, key) if self.pa.types.is_fixed_size_list(child.type) else None
         values = inner if inner is not None else self._numbers(child, key)
         return values.reshape(rows, size, *values.shape[1:])
@@ -206,6 +214,9 @@ class _Reader:
                 f"tdfunc.from_arrow: the struct column {_shown(key)} has {array.null_count} "
                 f"null row(s); pass nulls='fill' or nulls='mask'."
             )
+        _no_repeated_names(
+            [field.name for field in array.type], f"the struct column {_shown(key)}", "field"
+        )
         # flatten() gives each field the nulls of the struct rows too
         children = array.flatten()
         data = {
@@ -213,6 +224,17 @@ class _Reader:
             for field, child in zip(array.type, children, strict=True)
         }
         return HOOKS.tensordict(data, batch_size=[len(array)])
+
+
+def _no_repeated_names(names: list, owner: str, what: str) -> None:
+    # Arrow allows repeated names; as keys of one container all but the last would be lost
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(
+            f"tdfunc.from_arrow: {owner} has more than one {what} named "
+            f"{', '.join(map(repr, repeated))}; a container holds one entry per key. "
+            f"Rename them first."
+        )
 
 
 def _numeric(types: Any, kind: Any) -> bool:
@@ -290,13 +312,19 @@ def _tensor_column(pa: Any, tensor: torch.Tensor, key: tuple) -> Any:
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
     if tensor.is_nested:
+        if tensor.layout is not torch.jagged:
+            raise TypeError(
+                f"tdfunc.to_arrow: the nested tensor at {_shown(key)} has the layout "
+                f"{tensor.layout}; a list column is read from torch.jagged nested tensors "
+                f"(torch.nested.nested_tensor(..., layout=torch.jagged))."
+            )
         if tensor._ragged_idx != 1:  # type: ignore[attr-defined]
             raise ValueError(
                 f"tdfunc.to_arrow: the nested tensor at {_shown(key)} is ragged along dim "
                 f"{tensor._ragged_idx}; a list column is ragged along dim 1."  # type: ignore[attr-defined]
             )
-        offsets = tensor.offsets().to(torch.int64).numpy()
-        values = _numpy(tensor.values(), key)
+        offsets, values = _rows(tensor)
+        values = _numpy(values, key)
         if values.ndim > 1:
             raise ValueError(
                 f"tdfunc.to_arrow: the nested tensor at {_shown(key)} has dims after the "
@@ -307,6 +335,24 @@ def _tensor_column(pa: Any, tensor: torch.Tensor, key: tuple) -> Any:
     if array.ndim == 1:
         return pa.array(array)
     return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(array))
+
+
+def _rows(tensor: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+    """The offsets and values of a jagged tensor's rows, with no gap between rows."""
+    offsets = tensor.offsets().to(torch.int64)
+    values = tensor.values()
+    lengths = tensor.lengths()
+    if lengths is not None:
+        # a row ends before the next one starts (a narrowed tensor): an Arrow list
+        # has no such gap, so the rows are gathered
+        lengths = lengths.to(torch.int64)
+        starts = offsets[:-1]
+        within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(
+            torch.cumsum(lengths, 0) - lengths, lengths
+        )
+        values = values[torch.repeat_interleave(starts, lengths) + within]
+        offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
+    return offsets.numpy(), values
 
 
 def _numpy(tensor: torch.Tensor, key: tuple) -> np.ndarray:

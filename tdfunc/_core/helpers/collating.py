@@ -120,28 +120,46 @@ def _collate_containers(batch: list, options: _Options) -> Any:
     named = [*options.pad, *options.nested]
     columns = {key: [_entry(sample, key, position) for position, sample in enumerate(batch)]
                for key in named}  # fmt: skip
-    out = _stack([sample.exclude(*named) for sample in batch])
+    # built as a TensorDict, then given the samples' class: a frozen TensorClass
+    # refuses the writes below
+    cls = type(first)
+    out = _stack([sample._to_tensordict_view().exclude(*named) for sample in batch])
     masks = {}
     for key, value in options.pad.items():
         padded, mask = _padded(columns[key], value, key)
-        out.set(key, padded)
+        _put(out, key, padded)
         masks[key] = mask
     for key in options.nested:
-        out.set(key, _nested(columns[key], key))
+        _put(out, key, _nested(columns[key], key))
+    is_plain = getattr(cls, "_is_tensordict", False)
     if options.mask is not None:
-        if not getattr(type(out), "_is_tensordict", False) and options.mask[0] not in getattr(
-            type(out), "_tc_field_names", ()
-        ):
+        if not is_plain and options.mask[0] not in getattr(cls, "_tc_field_names", ()):
             raise ValueError(
                 f"{API}: mask_key={_shown(options.mask)} names no field of "
-                f"{type(out).__name__}; add a field of that name to hold the masks."
+                f"{cls.__name__}; add a field of that name to hold the masks."
             )
         # an empty TensorDict of the batch's size, asked of the batch (no import upward)
-        holder = out._to_tensordict_view()._like({}, out.batch_size, None)
+        holder = out._like({}, out.batch_size, None)
         for key, mask in masks.items():
             holder.set(key, mask)
         out.set(options.mask, holder)
-    return out
+    if is_plain:
+        return out
+    return cls._from_pytree(out._data, out.batch_size, out._device, None)
+
+
+def _put(container: Any, key: tuple, value: Any) -> Any:
+    """``container.set(key, value)`` through nested TensorClass levels, each rebuilt with
+    the new entry (a frozen one refuses the write)."""
+    head, rest = key[0], key[1:]
+    if rest:
+        value = _put(container.get(head), rest, value)
+    if getattr(type(container), "_is_tensordict", False):
+        container.set(head, value)
+        return container
+    view = container._to_tensordict_view()
+    data = {**view._data, head: value}
+    return type(container)._from_pytree(data, view.batch_size, view._device, None)
 
 
 def _stack(batch: list) -> Any:

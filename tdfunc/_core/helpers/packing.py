@@ -182,6 +182,11 @@ def pack(self: Any, dim: int = -1, layout: PackLayout | None = None) -> tuple:
                 f"{api}: cannot pack the non-tensor entry {_shown(parts)}; drop the "
                 f"non-tensor entries with filter_non_tensor_data() first."
             )
+        if value.is_nested:
+            raise TypeError(
+                f"{api}: cannot pack the nested tensor at {_shown(parts)}: its rows have no "
+                f"one feature count. Pad it first (torch.nested.to_padded_tensor) or drop it."
+            )
         if first is None:
             dtype, device, first = value.dtype, value.device, parts
         elif value.dtype != dtype:
@@ -195,13 +200,18 @@ def pack(self: Any, dim: int = -1, layout: PackLayout | None = None) -> tuple:
                 f"{value.device} at {_shown(parts)}."
             )
         leaves[key] = value
+    owner = None if getattr(type(self), "_is_tensordict", False) else type(self)
     if layout is None:
         keys = tuple(leaves)
         shapes = tuple(leaf.shape[ndim:] for leaf in leaves.values())
-        owner = None if getattr(type(self), "_is_tensordict", False) else type(self)
         layout = PackLayout(keys, shapes, stored, tuple(nested), view.device, owner)
     else:
         _check_against(layout, leaves, ndim, api)
+        # the columns follow the given layout; the rest describes this container, so
+        # unpack rebuilds it and not the one the layout came from (its class, its
+        # nested levels, its device)
+        mine = PackLayout(layout.keys, layout.shapes, stored, tuple(nested), view.device, owner)
+        layout = layout if mine == layout else mine
     # the feature count spelled out: -1 is ambiguous when a batch dim is 0
     pairs = zip(layout.keys, layout.shapes, strict=True)
     parts = [leaves[key].reshape(*batch, math.prod(shape)) for key, shape in pairs]

@@ -169,6 +169,15 @@ class EntryShapeError(ValueError, RuntimeError):
     """
 
 
+class MaskShapeError(IndexError, ValueError, RuntimeError):
+    """A mask whose shape is not a leading part of the batch size (``where``,
+    ``masked_fill``, ``masked_select``).
+
+    A ``ValueError`` that is also what torch and tensordict raise for the same mask:
+    the ``IndexError`` of boolean indexing and the ``RuntimeError`` of a broadcast.
+    """
+
+
 class BatchShapeError(ValueError, RuntimeError):
     """A shape the batch cannot take (``view``, ``reshape``, ``expand``, ``split``,
     ``permute``, ``torch.cat``, ``torch.stack``).
@@ -240,9 +249,9 @@ def resolve_shape(batch_size: torch.Size, shape, api: str = "reshape") -> torch.
         raise TypeError(f"{api}: the new shape must be ints, got {shape!r}.") from None
     numel = math.prod(batch_size)
     if shape.count(-1) > 1:
-        raise ValueError(f"{api}: only one dimension can be inferred (-1), got {shape}.")
+        raise BatchShapeError(f"{api}: only one dimension can be inferred (-1), got {shape}.")
     if any(s < -1 for s in shape):
-        raise ValueError(f"{api}: invalid shape {shape} (negative size).")
+        raise BatchShapeError(f"{api}: invalid shape {shape} (negative size).")
     if -1 in shape:
         known = math.prod([s for s in shape if s != -1])  # (dynamo traces no generator here)
         if known == 0 or numel % known:

@@ -91,7 +91,8 @@ class CombineMixin(ContainerMixin):
         contiguous for any ``dim`` (in ``[-(batch_dims + 1), batch_dims]``, as for
         ``torch.stack``). The leaves must share one dtype and one device; non-tensor
         data cannot be packed (``filter_non_tensor_data()`` first). With ``layout``, the
-        columns follow its key order, and a missing, extra or reshaped leaf raises.
+        columns follow its key order, and a missing, extra or reshaped leaf raises; the
+        layout returned describes this container (its class, nested levels and device).
         :meth:`PackLayout.unpack` inverts it.
 
         Example:

@@ -29,7 +29,7 @@ from ..helpers.nontensor import NonTensorData
 from ..helpers.padding import pad_container
 from ..helpers.reshape import _become
 from ..helpers.rewrap import rewrap
-from ..helpers.sizes import normalize_dim
+from ..helpers.sizes import MaskShapeError, normalize_dim
 
 _Tensor = torch.Tensor
 
@@ -45,7 +45,7 @@ def _check_mask(self: Any, mask: Any, api: str) -> _Tensor:
         raise TypeError(f"TensorDict.{api}: mask must be a tensor, got {type(mask).__name__}.")
     size = self._batch_size
     if mask.shape != size[: mask.dim()]:
-        raise ValueError(
+        raise MaskShapeError(
             f"TensorDict.{api}: the mask has shape {list(mask.shape)}, which is not a leading "
             f"part of the batch size {list(size)}."
         )
