@@ -262,8 +262,9 @@ def _collective_layout(
         raise refusal
     if high[3]:
         raise RuntimeError(
-            f"TensorDict.{api}: another rank of the group refused to write the result (it "
-            f"holds a frozen TensorClass or an expanded leaf), so no rank ran {api}."
+            f"TensorDict.{api}: another rank of the group refused (see that rank's error: a "
+            f"frozen TensorClass, an expanded leaf, or an entry that cannot travel), so no "
+            f"rank ran {api}."
         )
     return layout
 
