@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from .collectives import _check_rank, _check_ready, _mutable_refusal, broadcast
-from .layout import _Layout
+from .layout import _digest, _Layout
 
 
 def _global_rank(group: Any, rank: int) -> int:
@@ -49,11 +49,21 @@ def _gather_refusal(td: Any) -> BaseException | None:
     )
 
 
+def _batch_sizes(td: Any, path: tuple = ()) -> list:
+    sizes = [(path, tuple(td.batch_size))]
+    for key, value in td._to_tensordict_view()._data.items():
+        if getattr(type(value), "_is_tensor_collection", False):
+            sizes.extend(_batch_sizes(value, (*path, key)))
+    return sizes
+
+
 def all_gather(td: Any, *, group: Any = None) -> list:
     _check_ready("all_gather")
     # a frozen TensorClass is received as a TensorDict and rebuilt: the pieces are new
     frozen = getattr(type(td), "_tc_frozen", False)
     refusal = _gather_refusal(td)
+    # every piece is built with this rank's batch sizes: they must be every rank's
+    salt = _digest(repr(_batch_sizes(td)))
     pieces = []
     for rank in range(dist.get_world_size(group)):
         # a new container per rank, of this rank's structure, written by rank `rank`
@@ -64,6 +74,7 @@ def all_gather(td: Any, *, group: Any = None) -> list:
             group=group,
             refusal=refusal if rank == 0 else None,
             api="all_gather",
+            salt=salt if rank == 0 else 0,
         )
         pieces.append(type(td).from_tensordict(piece) if frozen else piece)
     return pieces

@@ -145,3 +145,24 @@ def test_all_gather_refuses_non_tensor_entries_on_every_rank():
             assert nested.startswith("RuntimeError: TensorDict.all_gather: another rank")
         assert labelled.startswith("TypeError: Labelled.all_gather: the entry ('label',)")
         assert values == [[float(r)] * 2 for r in range(3)]
+
+
+def _gather_batch_sizes(rank: int):
+    # the same leaves, but rank 1 declares no batch dim (and another nested one)
+    batch = [] if rank == 1 else [2]
+    td = TensorDict(a=torch.full((2, 3), float(rank)), n={"b": torch.zeros(2)}, batch_size=batch)
+    seen = [_caught(lambda: td.all_gather())]
+    # the same batch sizes everywhere: gathered, each piece with them
+    same = TensorDict(a=torch.full((2, 3), float(rank)), batch_size=[2])
+    seen.append([(list(p.batch_size), p["a"][0, 0].item()) for p in same.all_gather()])
+    return seen
+
+
+def test_all_gather_refuses_batch_sizes_that_differ_between_ranks():
+    outcome = run_ranks(_gather_batch_sizes, world=2, timeout=TIMEOUT, deadline=30.0)
+    assert not outcome.hung
+    for rank in range(2):
+        refused, gathered = outcome.value(rank)
+        assert refused.startswith("ValueError: TensorDict.all_gather:"), refused
+        assert "batch sizes" in refused
+        assert gathered == [([2], 0.0), ([2], 1.0)]
