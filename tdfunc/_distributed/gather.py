@@ -153,7 +153,7 @@ class GatherMixin:
         """Every rank's container, on every rank: a list of new containers in rank order.
 
         Every rank of ``group`` calls it with a container of the same structure (keys,
-        shapes, dtypes), or every rank raises ``ValueError``. Only tensors travel: a
+        shapes, dtypes, batch sizes), or every rank raises ``ValueError``. Only tensors travel: a
         non-tensor entry on any rank is a ``TypeError`` there, and every other rank raises
         too (exclude such entries and exchange them another way).
 
