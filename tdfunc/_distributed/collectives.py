@@ -217,7 +217,12 @@ def irecv(td: Any, src: int | None = None, *, group: Any = None, tag: int = 0):
 
 # ---------------------------------------------------------------- collectives
 def _collective_layout(
-    td: Any, group: Any, api: str, writes: bool, refusal: BaseException | None = None
+    td: Any,
+    group: Any,
+    api: str,
+    writes: bool,
+    refusal: BaseException | None = None,
+    salt: int = 0,
 ) -> _Layout:
     """The layout, once every rank of ``group`` agreed on the structure.
 
@@ -235,7 +240,9 @@ def _collective_layout(
     except TypeError as error:  # a leaf that cannot be communicated: no layout at all
         refusal = error
     # digests, bytes, "refuses", "has no layout" (its digests mean nothing)
-    values = [0, 0, 0, 1, 1] if layout is None else [layout.digest, layout.key_digest, layout.total]
+    # ``salt``: more of the structure that must agree (all_gather's batch sizes)
+    digest = 0 if layout is None else layout.digest ^ salt
+    values = [0, 0, 0, 1, 1] if layout is None else [digest, layout.key_digest, layout.total]
     if layout is not None:
         values += [int(refusal is not None), 0]
     device = torch.device("cpu") if layout is None else layout.device
@@ -252,6 +259,8 @@ def _collective_layout(
         )
     if high[:3] != low[:3]:
         what = "the keys differ" if high[1] != low[1] else "some shapes or dtypes differ"
+        if salt and high[1] == low[1]:
+            what += ", or the batch sizes"
         raise ValueError(
             f"TensorDict.{api}: the TensorDicts on the ranks of the group do not have the same "
             f"structure ({what}). This rank (rank {dist.get_rank()}) has {layout.describe()}. "
@@ -262,8 +271,9 @@ def _collective_layout(
         raise refusal
     if high[3]:
         raise RuntimeError(
-            f"TensorDict.{api}: another rank of the group refused to write the result (it "
-            f"holds a frozen TensorClass or an expanded leaf), so no rank ran {api}."
+            f"TensorDict.{api}: another rank of the group refused (see that rank's error: a "
+            f"frozen TensorClass, an expanded leaf, or an entry that cannot travel), so no "
+            f"rank ran {api}."
         )
     return layout
 
@@ -284,11 +294,12 @@ def broadcast(
     async_op: bool = False,
     refusal: Any = None,
     api: str = "broadcast",
+    salt: int = 0,
 ):
     _check_ready(api)
     _check_rank(api, "src", src)
     is_src = dist.get_rank() == src
-    layout = _collective_layout(td, group, api, not is_src, refusal)
+    layout = _collective_layout(td, group, api, not is_src, refusal, salt)
     works, outputs = [], []
     for indices in layout.segments(split=True):
         if is_src:

@@ -12,29 +12,75 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from .collectives import _check_rank, _check_ready, _mutable_refusal, broadcast
+from .layout import _digest, _Layout
 
 
 def _global_rank(group: Any, rank: int) -> int:
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
+def _non_tensor_path(td: Any, path: tuple = ()) -> tuple | None:
+    for key, value in td._to_tensordict_view()._data.items():
+        if isinstance(value, torch.Tensor):
+            continue
+        if not getattr(type(value), "_is_tensor_collection", False):
+            return (*path, key)
+        found = _non_tensor_path(value, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _gather_refusal(td: Any) -> BaseException | None:
+    """Only tensors travel: a piece holding this rank's non-tensor values would pass
+    them off as another rank's."""
+    path = _non_tensor_path(td)
+    if path is None:
+        return None
+    return TypeError(
+        f"{type(td).__name__}.all_gather: the entry {path!r} is not a tensor; only tensors "
+        f"travel, so the other ranks' pieces could not hold their own value of it. Hint: "
+        f"gather td.exclude({path[0]!r}) and exchange such values another way "
+        f"(torch.distributed.all_gather_object)."
+    )
+
+
+def _batch_sizes(td: Any, path: tuple = ()) -> list:
+    sizes = [(path, tuple(td.batch_size))]
+    for key, value in td._to_tensordict_view()._data.items():
+        if getattr(type(value), "_is_tensor_collection", False):
+            sizes.extend(_batch_sizes(value, (*path, key)))
+    return sizes
+
+
 def all_gather(td: Any, *, group: Any = None) -> list:
     _check_ready("all_gather")
     # a frozen TensorClass is received as a TensorDict and rebuilt: the pieces are new
     frozen = getattr(type(td), "_tc_frozen", False)
+    refusal = _gather_refusal(td)
+    # every piece is built with this rank's batch sizes: they must be every rank's
+    salt = _digest(repr(_batch_sizes(td)))
     pieces = []
     for rank in range(dist.get_world_size(group)):
         # a new container per rank, of this rank's structure, written by rank `rank`
         piece = td.to_tensordict() if frozen else td.clone()
-        broadcast(piece, _global_rank(group, rank), group=group, api="all_gather")
+        broadcast(
+            piece,
+            _global_rank(group, rank),
+            group=group,
+            refusal=refusal if rank == 0 else None,
+            api="all_gather",
+            salt=salt if rank == 0 else 0,
+        )
         pieces.append(type(td).from_tensordict(piece) if frozen else piece)
     return pieces
 
 
-def _pieces_problem(td: Any, tensordicts: Any, world: int) -> BaseException | None:
+def _pieces_problem(td: Any, tensordicts: Any, world: int, group: Any) -> BaseException | None:
     if not isinstance(tensordicts, (list, tuple)) or len(tensordicts) != world:
         described = (
             f"{len(tensordicts)} items"
@@ -51,6 +97,22 @@ def _pieces_problem(td: Any, tensordicts: Any, world: int) -> BaseException | No
                 f"{type(td).__name__}.scatter: tensordicts[{rank}] is a "
                 f"{type(piece).__name__}, not a TensorDict or a TensorClass."
             )
+    # the source's own piece is copied locally, never compared by a broadcast: check it here
+    own = next((r for r in range(world) if _global_rank(group, r) == dist.get_rank()), None)
+    if own is None:  # not in the group: torch.distributed refuses the broadcasts
+        return None
+    try:
+        same = _Layout(td, "scatter").digest == _Layout(tensordicts[own], "scatter").digest
+    except TypeError:  # a leaf that cannot travel: the broadcasts refuse it
+        return None
+    if not same:
+        return ValueError(
+            f"{type(td).__name__}.scatter: on the source rank, tensordicts[{own}] (this rank's "
+            f"piece) does not have the structure of the receiving container: "
+            f"{_Layout(tensordicts[own], 'scatter').describe()} against "
+            f"{_Layout(td, 'scatter').describe()}. Hint: every piece and every rank's container "
+            f"must have the same keys, shapes and dtypes."
+        )
     return None
 
 
@@ -64,7 +126,7 @@ def scatter(td: Any, src: int, tensordicts: Any = None, *, group: Any = None) ->
     me = dist.get_rank()
     problem = _mutable_refusal(td, "scatter")
     if me == src and problem is None:
-        problem = _pieces_problem(td, tensordicts, world)
+        problem = _pieces_problem(td, tensordicts, world, group)
     scratch = None
     for rank in range(world):
         destination = _global_rank(group, rank)
@@ -91,7 +153,9 @@ class GatherMixin:
         """Every rank's container, on every rank: a list of new containers in rank order.
 
         Every rank of ``group`` calls it with a container of the same structure (keys,
-        shapes, dtypes), or every rank raises ``ValueError``.
+        shapes, dtypes, batch sizes), or every rank raises ``ValueError``. Only tensors travel: a
+        non-tensor entry on any rank is a ``TypeError`` there, and every other rank raises
+        too (exclude such entries and exchange them another way).
 
         Example:
             >>> # every rank: pieces = metrics.all_gather(); len(pieces) == world_size

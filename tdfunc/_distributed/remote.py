@@ -22,6 +22,7 @@ from .collectives import _check_rank, _check_ready, broadcast, recv, send
 
 _MAX_DESCRIPTION_BYTES = 1 << 24  # a structure of about a hundred thousand leaves
 _MAX_ELEMENTS = 1 << 40  # per leaf: more than any host holds, less than an overflow
+_REFUSED = -1  # the length a sender announces when it cannot describe its TensorDict
 
 
 def _describe(td: Any, api: str, path: tuple = ()) -> dict:
@@ -93,18 +94,28 @@ def init_remote(
 ) -> None:
     api = "init_remote"
     _check_ready(api)
-    payload = json.dumps(_describe(td, api)).encode()
+    if not use_broadcast:
+        if dst is None:
+            raise ValueError(f"TensorDict.{api}: pass dst= (the receiver's rank).")
+        _check_rank(api, "dst", dst)
+    me = dist.get_rank()
+    try:
+        payload = json.dumps(_describe(td, api)).encode()
+    except TypeError:
+        # the receivers wait for a length: tell them this rank refused, so they raise too
+        refused = torch.tensor([_REFUSED], dtype=torch.int64)
+        if use_broadcast:
+            dist.broadcast(refused, me, group=group)
+        else:
+            dist.send(refused, dst, group=group)
+        raise
     length = torch.tensor([len(payload)], dtype=torch.int64)
     data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     if use_broadcast:
-        me = dist.get_rank()
         dist.broadcast(length, me, group=group)
         dist.broadcast(data, me, group=group)
         broadcast(td, me, group=group, api=api)
         return
-    if dst is None:
-        raise ValueError(f"TensorDict.{api}: pass dst= (the receiver's rank).")
-    _check_rank(api, "dst", dst)
     dist.send(length, dst, group=group)
     dist.send(data, dst, group=group)
     send(td, dst, group=group, api=api)
@@ -125,6 +136,11 @@ def from_remote_init(
     length = torch.zeros(1, dtype=torch.int64)
     (dist.broadcast if use_broadcast else dist.recv)(length, src, group=group)
     size = int(length.item())
+    if size == _REFUSED:
+        raise ValueError(
+            f"TensorDict.{api}: rank {src} refused to send its TensorDict (it holds something "
+            f"that cannot travel: see that rank's error), so nothing was received."
+        )
     if not 0 < size <= _MAX_DESCRIPTION_BYTES:
         raise ValueError(
             f"TensorDict.{api}: rank {src} announced a description of {size} bytes (at most "
@@ -139,15 +155,17 @@ def from_remote_init(
         problem = ValueError(f"TensorDict.{api}: rank {src} sent a description nested too deep.")
     except (UnicodeDecodeError, json.JSONDecodeError):
         problem = ValueError(f"TensorDict.{api}: rank {src} sent a description that is not JSON.")
-    except ValueError as error:
+    except (ValueError, TypeError, RuntimeError) as error:  # keys, sizes, allocation
         problem = error
     if problem is not None:
         # the values still come: take them (and refuse them) so that the sender does not wait
         empty = cls({}, batch_size=[])
-        if use_broadcast:  # every rank raises: the sender is told another rank refused
-            broadcast(empty, src, group=group, refusal=problem, api=api)
-        with contextlib.suppress(ValueError):  # a refused message is consumed all the same
-            recv(empty, src, group=group, api=api)
+        # the description's own problem is the one to report, not the mismatch it causes
+        with contextlib.suppress(ValueError, RuntimeError):
+            if use_broadcast:  # every rank raises: the sender is told another rank refused
+                broadcast(empty, src, group=group, refusal=problem, api=api)
+            else:  # a refused message is consumed all the same
+                recv(empty, src, group=group, api=api)
         raise problem
     if use_broadcast:
         broadcast(td, src, group=group, api=api)
@@ -177,7 +195,8 @@ class RemoteMixin:
         ``use_broadcast=True`` every rank of ``group`` takes part (the others call
         ``from_remote_init(src=..., use_broadcast=True)``). Only tensors travel: a
         non-tensor entry, or a TensorClass (whose class the receiver would have to import
-        by name), is a ``TypeError``. ``device`` is accepted and changes nothing here (the
+        by name), is a ``TypeError``, and the receivers are told, so that they raise
+        ``ValueError`` instead of waiting. ``device`` is accepted and changes nothing here (the
         receiver chooses its own).
 
         Example:

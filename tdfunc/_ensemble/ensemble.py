@@ -61,7 +61,7 @@ from .layout import (
     bind_cache,
 )
 from .member_inputs import DEFAULT, check_in_dims, lead_input, lead_inputs, slice_members
-from .plan import vmap_call
+from .plan import consults_fast_path, vmap_call
 from .shared import declare_shared
 from .template_watch import only_modes_changed, slot_names, template_state, unchanged
 
@@ -634,7 +634,7 @@ class Ensemble(nn.Module):
         # keyword inputs are shared: expanded, then mapped like the member-leading ones
         kwargs = {key: lead_input(value, None, members, key) for key, value in kwargs.items()}
         return vmap_call(self._call_leaves, leaves, args, kwargs, dims, self._randomness,
-                         self._chunk_size)  # fmt: skip
+                         self._chunk_size, consults_fast_path(self._template))  # fmt: skip
 
     def _call_leaves(self, leaves: tuple, *args, **kwargs):
         template = self._template

@@ -267,15 +267,33 @@ def vmapped_call(module: nn.Module, names: tuple, positions: tuple, context: Bat
             module, dict(zip(names, tensors)), inputs, kwargs, tie_weights=False
         )
 
+    fused = consults_fast_path(module)  # the plan is rebuilt when the module changes
+
     def step(leaves, *inputs, **kwargs):
         tensors = tuple([leaves[i] for i in positions])
         return vmap_call(call, tensors, inputs, kwargs, (0, *map(_member_dims, inputs)),
-                         context.randomness, None)  # fmt: skip
+                         context.randomness, None, fused)  # fmt: skip
 
     return step
 
 
-def vmap_call(function, tensors, inputs, kwargs, in_dims, randomness, chunk_size):
+# the layers that read torch.backends.mha's fast-path flag in their forward
+_FAST_PATH_LAYERS = (
+    nn.MultiheadAttention,
+    nn.TransformerEncoderLayer,
+    nn.TransformerEncoder,
+    nn.TransformerDecoderLayer,
+)
+
+
+def consults_fast_path(module: nn.Module) -> bool:
+    """Whether ``module`` holds a layer whose fused inference path vmap must turn off.
+
+    Elsewhere the flag is left alone: setting it is a graph break under ``torch.compile``."""
+    return any(isinstance(m, _FAST_PATH_LAYERS) for m in module.modules())
+
+
+def vmap_call(function, tensors, inputs, kwargs, in_dims, randomness, chunk_size, fused=True):
     """``vmap(function)(tensors, *inputs, **kwargs)`` that maps the keyword tensors too
     (dim 0), lets non-tensor outputs through, and keeps torch's fused inference path
     of the transformer layers to the cases where a loop over the members takes it."""
@@ -293,7 +311,7 @@ def vmap_call(function, tensors, inputs, kwargs, in_dims, randomness, chunk_size
         return tuple(v for v in flat if _tensor(v))
 
     dims = (*in_dims, *map(_member_dims, mapped))
-    with _loop_fast_path(tensors, inputs, mapped):
+    with _loop_fast_path(tensors, inputs, mapped, fused):
         outs = torch.func.vmap(member, in_dims=dims, randomness=randomness,
                                chunk_size=chunk_size)(tensors, *inputs, *mapped)  # fmt: skip
     spec, values = structure
@@ -321,10 +339,14 @@ class _loop_fast_path:
 
     __slots__ = ("previous",)
 
-    def __init__(self, tensors: tuple, inputs: tuple, kwargs: tuple) -> None:
+    def __init__(self, tensors: tuple, inputs: tuple, kwargs: tuple, fused: bool) -> None:
         self.previous = None
-        if torch.is_grad_enabled() and any(
-            v.requires_grad for v in pytree.tree_leaves((tensors, inputs, kwargs)) if _tensor(v)
+        if (
+            fused
+            and torch.is_grad_enabled()
+            and any(
+                v.requires_grad for v in pytree.tree_leaves((tensors, inputs, kwargs)) if _tensor(v)
+            )
         ):
             self.previous = torch.backends.mha.get_fastpath_enabled()
 

@@ -13,6 +13,8 @@ step counts) stay as they are, whatever their gradients hold (:mod:`._step`).
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 import torch
@@ -73,15 +75,25 @@ class _Stacked(Steps, ParamGroups, StateDict, torch.optim.Optimizer):
                 checked.pop(key, None)
                 continue
             seen = checked.get(key)
-            if seen is None or seen[0] is not group or seen[1] is not states or seen[2] != needed:
+            # the states themselves, by identity (one C-level pass): a state put in by
+            # hand (opt.state.update(...)) is seen before any group steps
+            found = tuple(map(dict.get, repeat(states), group["params"]))
+            if (
+                seen is None
+                or seen[0] is not group
+                or seen[1] is not states
+                or seen[2] != needed
+                or len(found) != len(seen[4])
+                or not all(map(is_, found, seen[4]))
+            ):
                 lacking = tuple(
                     (param, need)
-                    for param in group["params"]
-                    if states.get(param)
+                    for param, state in zip(group["params"], found)
+                    if state
                     for need in needed
-                    if need[1] not in states[param]
+                    if need[1] not in state
                 )
-                seen = checked[key] = (group, states, needed, lacking)
+                seen = checked[key] = (group, states, needed, lacking, found)
             for param, need in seen[3]:
                 state = states.get(param)
                 if state and param.grad is not None and need[1] not in state:

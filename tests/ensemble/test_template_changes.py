@@ -172,6 +172,23 @@ def test_a_watched_ensemble_compiles_in_one_graph_and_follows_after_an_eager_cal
     torch.testing.assert_close(compiled(x), torch.stack([model(x) for model in models]))
 
 
+def test_a_hooked_submodule_compiles_in_one_graph_with_the_members_gradients():
+    # the hooked part runs under vmap; no transformer layer there, so nothing may break
+    # the graph to switch their fused path off
+    models, ensemble, x = _pair()
+    _change(ensemble, models, CHANGES["forward hook"])
+    _change(ensemble, models, CHANGES["forward pre-hook"])
+    ensemble(x)  # an eager call builds the plan for the changed template
+    compiled = torch.compile(ensemble, backend="eager", fullgraph=True)
+    out = compiled(x)
+    expected = torch.stack([model(x) for model in models])
+    torch.testing.assert_close(out, expected)
+    out.square().sum().backward()
+    expected.square().sum().backward()
+    grads = torch.stack([model.layer.weight.grad for model in models])
+    torch.testing.assert_close(ensemble.stacked.layer.weight.grad, grads)
+
+
 def test_member_state_dicts_do_not_hand_the_template_out():
     # Reading or loading member state dicts goes through the template internally; only a
     # user's own reference to it pays the per-call comparison.

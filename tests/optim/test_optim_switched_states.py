@@ -155,6 +155,31 @@ def test_a_state_written_by_hand_without_maximum_is_a_clear_error():
         opt.step()
 
 
+@pytest.mark.parametrize(
+    ("cls", "flag", "entry"),
+    [(optim.Adam, "amsgrad", "max_exp_avg_sq"), (optim.RMSprop, "centered", "grad_avg")],
+)
+def test_states_put_back_by_hand_are_checked_before_any_group_steps(cls, flag, entry):
+    """States replaced inside the same ``opt.state`` (``update``), the last group's
+    lacking the entry: refused before the first group moves (torch.optim raises a
+    ``KeyError`` after the first group has stepped)."""
+    params = _params()[:2]
+    opt = cls([{"params": params[:1]}, {"params": params[1:]}], lr=0.1, **{flag: True})
+    for param in params:
+        param.grad = torch.ones_like(param)
+    opt.step()
+    saved = {param: dict(state) for param, state in opt.state.items()}
+    del saved[params[1]][entry]
+    opt.state.clear()
+    opt.state.update(saved)
+    before = [p.detach().clone() for p in params]
+    steps = [opt.state[p]["step"].clone() for p in params]
+    with pytest.raises(ValueError, match=rf"{cls.__name__}.step: {flag}=True.*{entry}"):
+        opt.step()
+    assert all(torch.equal(p.detach(), b) for p, b in zip(params, before))
+    assert all(torch.equal(opt.state[p]["step"], s) for p, s in zip(params, steps))
+
+
 def test_centered_switched_on_is_refused_before_anything_moves():
     params = _params()[:2]
     opt = optim.RMSprop([{"params": params[:1], "centered": True}, {"params": params[1:]}])
